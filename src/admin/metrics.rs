@@ -1,0 +1,175 @@
+//! Prometheus metrics. Names are constants so dashboards and tests agree;
+//! histogram buckets are explicit.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Queries received, by query type and transport.
+pub const DNS_REQUESTS: &str = "podns_dns_requests";
+/// Responses sent, by response code.
+pub const DNS_RESPONSES: &str = "podns_dns_responses";
+/// Time from a query's arrival to its answer being built, in seconds.
+pub const DNS_REQUEST_DURATION: &str = "podns_dns_request_duration_seconds";
+/// UDP answers truncated (TC=1) because they exceeded the client's payload size.
+pub const DNS_TRUNCATED: &str = "podns_dns_truncated";
+/// Pods, Services and DNS names in the index.
+pub const INDEX_PODS: &str = "podns_index_pods";
+pub const INDEX_SERVICES: &str = "podns_index_services";
+pub const INDEX_NAMES: &str = "podns_index_names";
+/// Watch events applied, by resource and event type.
+pub const WATCH_EVENTS: &str = "podns_watch_events";
+/// Watch restarts (errors the watcher backed off from), by resource and reason.
+pub const WATCH_RESTARTS: &str = "podns_watch_restarts";
+/// Objects skipped because they could not be converted, by resource.
+pub const WATCH_SKIPPED: &str = "podns_watch_skipped_objects";
+/// 1 once the resource's initial list has been applied.
+pub const WATCH_SYNCED: &str = "podns_watch_synced";
+/// Time from a watch event's arrival to the index answering it, in seconds.
+pub const PROPAGATION: &str = "podns_propagation_seconds";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub qtype: String,
+    pub proto: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RcodeLabels {
+    pub rcode: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    pub resource: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    pub resource: &'static str,
+    pub event: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RestartLabels {
+    pub resource: &'static str,
+    pub reason: &'static str,
+}
+
+/// Every metric podns exports. Cheap to clone (all handles are `Arc`s).
+#[derive(Clone)]
+pub struct Metrics {
+    pub requests: Family<RequestLabels, Counter>,
+    pub responses: Family<RcodeLabels, Counter>,
+    pub request_duration: Histogram,
+    pub truncated: Counter,
+    pub index_pods: Gauge<i64, AtomicI64>,
+    pub index_services: Gauge<i64, AtomicI64>,
+    pub index_names: Gauge<i64, AtomicI64>,
+    pub watch_events: Family<EventLabels, Counter>,
+    pub watch_restarts: Family<RestartLabels, Counter>,
+    pub watch_skipped: Family<ResourceLabels, Counter<u64, AtomicU64>>,
+    pub watch_synced: Family<ResourceLabels, Gauge>,
+    pub propagation: Histogram,
+    registry: Arc<Registry>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let requests = Family::<RequestLabels, Counter>::default();
+        let responses = Family::<RcodeLabels, Counter>::default();
+        // 5 µs … ~80 ms: the answer path is microseconds, a slow one is news.
+        let request_duration = Histogram::new([
+            5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 2.5e-2, 8e-2,
+        ]);
+        let truncated = Counter::default();
+        let index_pods = Gauge::<i64, AtomicI64>::default();
+        let index_services = Gauge::<i64, AtomicI64>::default();
+        let index_names = Gauge::<i64, AtomicI64>::default();
+        let watch_events = Family::<EventLabels, Counter>::default();
+        let watch_restarts = Family::<RestartLabels, Counter>::default();
+        let watch_skipped = Family::<ResourceLabels, Counter>::default();
+        let watch_synced = Family::<ResourceLabels, Gauge>::default();
+        // 10 µs … 10 s: the target is ≤ 1 ms; seconds mean a backlog.
+        let propagation = Histogram::new([
+            1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 0.1, 1.0, 10.0,
+        ]);
+
+        let mut registry = Registry::default();
+        registry.register(DNS_REQUESTS, "DNS queries received", requests.clone());
+        registry.register(DNS_RESPONSES, "DNS responses sent", responses.clone());
+        registry.register(
+            DNS_REQUEST_DURATION,
+            "Time to answer a DNS query",
+            request_duration.clone(),
+        );
+        registry.register(
+            DNS_TRUNCATED,
+            "UDP answers sent with TC=1",
+            truncated.clone(),
+        );
+        registry.register(INDEX_PODS, "Pods in the index", index_pods.clone());
+        registry.register(
+            INDEX_SERVICES,
+            "Services in the index",
+            index_services.clone(),
+        );
+        registry.register(INDEX_NAMES, "DNS names in the index", index_names.clone());
+        registry.register(WATCH_EVENTS, "Watch events applied", watch_events.clone());
+        registry.register(
+            WATCH_RESTARTS,
+            "Watch errors backed off from",
+            watch_restarts.clone(),
+        );
+        registry.register(
+            WATCH_SKIPPED,
+            "Objects skipped as malformed",
+            watch_skipped.clone(),
+        );
+        registry.register(
+            WATCH_SYNCED,
+            "Initial list applied (1) or not (0)",
+            watch_synced.clone(),
+        );
+        registry.register(
+            PROPAGATION,
+            "Watch event arrival to index answering it",
+            propagation.clone(),
+        );
+        Self {
+            requests,
+            responses,
+            request_duration,
+            truncated,
+            index_pods,
+            index_services,
+            index_names,
+            watch_events,
+            watch_restarts,
+            watch_skipped,
+            watch_synced,
+            propagation,
+            registry: Arc::new(registry),
+        }
+    }
+
+    /// OpenMetrics text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

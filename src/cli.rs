@@ -1,0 +1,251 @@
+//! Command line: one binary, four subcommands. Value types parse with
+//! `FromStr` so a bad flag is reported by clap in one line.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use hickory_proto::rr::Name;
+
+use crate::sim::SimArgs;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "podns",
+    version,
+    about = "Authoritative DNS for Kubernetes training jobs, answered from a direct pod watch"
+)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, global = true, env = "PODNS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Serve DNS for a cluster (kubeconfig or in-cluster config).
+    Serve(ServeArgs),
+    /// Run the Kubernetes API simulator on loopback (plain HTTP).
+    Sim(SimArgs),
+    /// Simulator and server together on loopback, with a sample training workload.
+    Demo(DemoArgs),
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Which pods are published.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Publish {
+    /// Every pod with an IP that is not terminal or terminating (what training frameworks want).
+    #[default]
+    Ip,
+    /// Only Ready pods, unless the selecting Service sets publishNotReadyAddresses (the EndpointSlice rule).
+    Ready,
+}
+
+/// Where hostname names (`<host>.<sub>.<ns>.svc`) come from.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Hostnames {
+    /// From the pod alone (spec.hostname + spec.subdomain).
+    #[default]
+    Pod,
+    /// Only when a headless Service named like the subdomain exists, as the spec says.
+    Service,
+}
+
+/// Several published pods with one hostname.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Duplicates {
+    /// Answer with one: Ready, then Running, then oldest, then name.
+    #[default]
+    One,
+    /// Answer with all of them (the spec's behaviour).
+    All,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum StreamingList {
+    /// Try `sendInitialEvents`, fall back to list-then-watch when refused.
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+/// A DNS zone, lower-cased and fully qualified.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Zone(pub Name);
+
+impl FromStr for Zone {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim_end_matches('.');
+        if s.is_empty() {
+            return Err("zone must not be empty".into());
+        }
+        let name =
+            Name::from_ascii(format!("{s}.")).map_err(|e| format!("invalid zone {s:?}: {e}"))?;
+        Ok(Zone(name.to_lowercase()))
+    }
+}
+
+impl std::fmt::Display for Zone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A duration in seconds (`5`, `5s`) or milliseconds (`500ms`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Secs(pub Duration);
+
+impl FromStr for Secs {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("invalid duration {s:?} (examples: 5, 5s, 500ms)");
+        if let Some(ms) = s.strip_suffix("ms") {
+            return ms
+                .parse::<u64>()
+                .map(|v| Secs(Duration::from_millis(v)))
+                .map_err(|_| bad());
+        }
+        let n = s.strip_suffix('s').unwrap_or(s);
+        n.parse::<u64>()
+            .map(|v| Secs(Duration::from_secs(v)))
+            .map_err(|_| bad())
+    }
+}
+
+/// An IP network such as `10.244.0.0/16` or `fd00::/108`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    pub addr: IpAddr,
+    pub prefix: u8,
+}
+
+impl Cidr {
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("invalid CIDR {s:?} (example: 10.244.0.0/16)");
+        let (a, p) = s.split_once('/').ok_or_else(bad)?;
+        let addr: IpAddr = a.parse().map_err(|_| bad())?;
+        let prefix: u8 = p.parse().map_err(|_| bad())?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        if prefix > max {
+            return Err(bad());
+        }
+        Ok(Cidr { addr, prefix })
+    }
+}
+
+/// Flags of `podns serve`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServeArgs {
+    /// Zone to serve authoritatively (repeatable).
+    #[arg(
+        long = "zone",
+        env = "PODNS_ZONE",
+        value_delimiter = ',',
+        default_value = "cluster.local"
+    )]
+    pub zones: Vec<Zone>,
+    /// DNS address, UDP and TCP.
+    #[arg(long, env = "PODNS_DNS_LISTEN", default_value = "0.0.0.0:53")]
+    pub dns_listen: SocketAddr,
+    /// UDP sockets bound with SO_REUSEPORT, each with its own receive loop (0: one per core).
+    #[arg(long, env = "PODNS_UDP_SOCKETS", default_value_t = 0)]
+    pub udp_sockets: usize,
+    /// Admin address: /metrics, /healthz, /readyz.
+    #[arg(long, env = "PODNS_ADMIN_LISTEN", default_value = "0.0.0.0:9153")]
+    pub admin_listen: SocketAddr,
+    /// TTL of positive answers, in seconds.
+    #[arg(long, env = "PODNS_TTL", default_value_t = 5)]
+    pub ttl: u32,
+    /// TTL of negative answers (the SOA MINIMUM), in seconds.
+    #[arg(long, env = "PODNS_NEGATIVE_TTL", default_value_t = 1)]
+    pub negative_ttl: u32,
+    /// Which pods are published.
+    #[arg(long, env = "PODNS_PUBLISH", value_enum, default_value_t = Publish::Ip)]
+    pub publish: Publish,
+    /// Where hostname names come from.
+    #[arg(long, env = "PODNS_HOSTNAMES", value_enum, default_value_t = Hostnames::Pod)]
+    pub hostnames: Hostnames,
+    /// What to answer when several published pods share one hostname.
+    #[arg(long, env = "PODNS_DUPLICATE_HOSTNAMES", value_enum, default_value_t = Duplicates::One)]
+    pub duplicate_hostnames: Duplicates,
+    /// The server's own address for `ns.dns.<zone>` (default: $POD_IP).
+    #[arg(long, env = "PODNS_NS_ADDRESS")]
+    pub ns_address: Vec<IpAddr>,
+    /// Answer PTR only inside these networks and REFUSE other reverse names (repeatable).
+    #[arg(long, env = "PODNS_REVERSE_CIDR", value_delimiter = ',')]
+    pub reverse_cidr: Vec<Cidr>,
+    /// Watch pods only in these namespaces (repeatable; default all).
+    #[arg(long = "namespace", env = "PODNS_NAMESPACE", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+    /// Watch only pods matching this label selector.
+    #[arg(long, env = "PODNS_LABEL_SELECTOR")]
+    pub label_selector: Option<String>,
+    /// Ask for quorum reads instead of lists from the API server's watch cache.
+    #[arg(long, env = "PODNS_CONSISTENT_LIST")]
+    pub consistent_list: bool,
+    /// Initial list by watch stream (sendInitialEvents).
+    #[arg(long, env = "PODNS_STREAMING_LIST", value_enum, default_value_t = StreamingList::Auto)]
+    pub streaming_list: StreamingList,
+    /// Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use.
+    #[arg(long, env = "PODNS_CONTEXT")]
+    pub context: Option<String>,
+    /// How long to keep answering after SIGTERM while /readyz reports 503.
+    #[arg(long, env = "PODNS_SHUTDOWN_GRACE", default_value = "5s")]
+    pub shutdown_grace: Secs,
+}
+
+/// Flags of `podns demo`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct DemoArgs {
+    /// DNS address (UDP and TCP).
+    #[arg(long, default_value = "127.0.0.1:1053")]
+    pub dns_listen: SocketAddr,
+    /// Admin address.
+    #[arg(long, default_value = "127.0.0.1:9153")]
+    pub admin_listen: SocketAddr,
+    /// Simulated API server address.
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    pub api_listen: SocketAddr,
+    /// Write a kubeconfig for the simulated cluster here (for kubectl).
+    #[arg(long)]
+    pub kubeconfig_out: Option<PathBuf>,
+    /// Exit once the dig commands have been printed (for scripts and tests).
+    #[arg(long)]
+    pub exit_when_ready: bool,
+}

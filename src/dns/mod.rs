@@ -1,0 +1,1 @@
+//! DNS: the record rules ([`answer`]) and the sockets ([`server`]).

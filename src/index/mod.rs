@@ -1,0 +1,5 @@
+//! The in-memory name table and its single writer.
+
+pub mod types;
+
+pub use types::*;

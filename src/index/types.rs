@@ -1,0 +1,170 @@
+//! What the index is fed: the few facts of a Pod or Service that DNS needs,
+//! already validated by `k8s::convert`.
+
+use std::net::IpAddr;
+
+/// Namespace and name: the identity of an object within its kind.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjKey {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ObjKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Phase {
+    #[default]
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+impl Phase {
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "Running" => Phase::Running,
+            "Succeeded" => Phase::Succeeded,
+            "Failed" => Phase::Failed,
+            "Pending" => Phase::Pending,
+            _ => Phase::Unknown,
+        }
+    }
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Phase::Succeeded | Phase::Failed)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Proto {
+    #[default]
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Proto {
+    /// `TCP`, `UDP`, `SCTP` as Kubernetes spells them; anything else is rejected.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "TCP" => Some(Proto::Tcp),
+            "UDP" => Some(Proto::Udp),
+            "SCTP" => Some(Proto::Sctp),
+            _ => None,
+        }
+    }
+    /// The SRV label, without the underscore.
+    pub fn label(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+            Proto::Sctp => "sctp",
+        }
+    }
+}
+
+/// A container port: kept so a headless Service's named `targetPort` can be
+/// resolved to the number the pod really listens on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerPort {
+    pub name: Option<String>,
+    pub port: u16,
+    pub protocol: Proto,
+}
+
+/// The DNS-relevant part of a Pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodInfo {
+    pub key: ObjKey,
+    pub uid: String,
+    /// `spec.hostname` (a valid DNS label) if set.
+    pub hostname: Option<String>,
+    /// `spec.subdomain` (a valid DNS label) if set.
+    pub subdomain: Option<String>,
+    pub host_network: bool,
+    /// `status.podIPs` (falling back to `status.podIP`), in order, no duplicates.
+    pub ips: Vec<IpAddr>,
+    pub phase: Phase,
+    /// The `Ready` condition is `True`.
+    pub ready: bool,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// `metadata.creationTimestamp` in seconds since the epoch (0 if unset).
+    pub created: i64,
+    pub labels: Vec<(String, String)>,
+    /// Annotations the index uses (e.g. the Job completion index); others are dropped.
+    pub annotations: Vec<(String, String)>,
+    pub ports: Vec<ContainerPort>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetPort {
+    /// Unset: the Service port itself.
+    Same,
+    Number(u16),
+    Name(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServicePort {
+    pub name: Option<String>,
+    pub port: u16,
+    pub protocol: Proto,
+    pub target: TargetPort,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServiceKind {
+    /// A Service with one or more ClusterIPs (ClusterIP, NodePort, LoadBalancer).
+    ClusterIp(Vec<IpAddr>),
+    /// `clusterIP: None`.
+    Headless,
+    /// `type: ExternalName`; the target as written, without a trailing dot.
+    ExternalName(String),
+}
+
+/// The DNS-relevant part of a Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceInfo {
+    pub key: ObjKey,
+    pub uid: String,
+    pub kind: ServiceKind,
+    /// `None`: no selector (endpoints are managed by hand; podns publishes none).
+    pub selector: Option<Vec<(String, String)>>,
+    pub publish_not_ready: bool,
+    pub ports: Vec<ServicePort>,
+}
+
+/// One change from a watch, as the writer applies it.
+#[derive(Clone, Debug)]
+pub enum Change<T> {
+    /// Added or modified.
+    Apply(T),
+    /// Deleted.
+    Delete(ObjKey),
+    /// A complete list (initial or relist): everything not in it is gone.
+    /// The writer applies the difference, it never empties the index.
+    Reset(Vec<T>),
+}
+
+/// What the watchers send to the index writer.
+#[derive(Clone, Debug)]
+pub enum Update {
+    Pod(Change<PodInfo>),
+    Service(Change<ServiceInfo>),
+}
