@@ -157,9 +157,14 @@ pub enum Change<T> {
     Apply(T),
     /// Deleted.
     Delete(ObjKey),
-    /// A complete list (initial or relist): everything not in it is gone.
-    /// The writer applies the difference, it never empties the index.
-    Reset(Vec<T>),
+    /// A complete list (initial or relist) of one watch: everything of that
+    /// watch's scope (one namespace, or all when `namespace` is `None`) not in
+    /// `items` is gone. The writer applies the difference, it never empties
+    /// the index first.
+    Reset {
+        namespace: Option<String>,
+        items: Vec<T>,
+    },
 }
 
 /// What the watchers send to the index writer.
@@ -167,4 +172,12 @@ pub enum Change<T> {
 pub enum Update {
     Pod(Change<PodInfo>),
     Service(Change<ServiceInfo>),
+}
+
+/// An update and the moment its watch event arrived, so the writer can
+/// measure propagation (arrival → answerable).
+#[derive(Clone, Debug)]
+pub struct Arrival {
+    pub update: Update,
+    pub at: std::time::Instant,
 }
