@@ -1,12 +1,317 @@
-//! `podns serve`: wiring of watchers, index writer, DNS and admin servers.
+//! `podns serve`: watchers → index writer → DNS and admin servers, under
+//! one cancellation token. SIGTERM turns `/readyz` to 503, answers go on for
+//! `--shutdown-grace`, then everything stops (metrics last); a second signal
+//! aborts at once.
 
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::{TcpListener, UdpSocket};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::{self, Health, Metrics};
 use crate::cli::ServeArgs;
+use crate::dns::answer::{AnswerConfig, Answerer};
+use crate::dns::server;
+use crate::index::{Policy, SyncNeeds, Table, Writer};
+use crate::k8s::watch::{self, WatchConfig};
 
 /// A configuration problem the operator must fix (exit code 64).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
-pub async fn run(_args: ServeArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+/// Sockets bound before anything starts, so a harness can use port 0.
+pub struct Listeners {
+    pub udp: Vec<UdpSocket>,
+    pub tcp: TcpListener,
+    pub admin: TcpListener,
+}
+
+impl Listeners {
+    /// Bind DNS (UDP ×n and TCP on one port) and admin; log each address.
+    pub fn bind(dns: SocketAddr, udp_sockets: usize, admin: SocketAddr) -> anyhow::Result<Self> {
+        let n = if udp_sockets == 0 {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        } else {
+            udp_sockets
+        };
+        let udp =
+            server::bind_udp(dns, n).with_context(|| format!("failed to bind dns udp {dns}"))?;
+        let dns = udp[0].local_addr()?;
+        let tcp = server::bind_tcp(dns).with_context(|| format!("failed to bind dns tcp {dns}"))?;
+        let admin = std::net::TcpListener::bind(admin)
+            .and_then(|l| {
+                l.set_nonblocking(true)?;
+                TcpListener::from_std(l)
+            })
+            .with_context(|| format!("failed to bind admin {admin}"))?;
+        tracing::info!("listening dns udp {dns} ({n} sockets)");
+        tracing::info!("listening dns tcp {}", tcp.local_addr()?);
+        tracing::info!("listening admin http {}", admin.local_addr()?);
+        Ok(Self { udp, tcp, admin })
+    }
+
+    pub fn dns_addr(&self) -> SocketAddr {
+        self.udp[0].local_addr().expect("bound socket")
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin.local_addr().expect("bound socket")
+    }
+}
+
+/// A running server: its parts, for the signal handler, the demo and tests.
+pub struct Running {
+    pub dns_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub table: Arc<Table>,
+    pub health: Arc<Health>,
+    pub metrics: Metrics,
+    /// DNS, writer and watcher tasks.
+    pub tasks: JoinSet<()>,
+    /// The admin server, stopped last.
+    pub admin_task: tokio::task::JoinHandle<()>,
+    pub admin_shutdown: CancellationToken,
+}
+
+/// Check what clap cannot.
+pub fn validate(args: &ServeArgs) -> Result<(), ConfigError> {
+    if args.zones.is_empty() {
+        return Err(ConfigError("at least one --zone is required".into()));
+    }
+    for (i, z) in args.zones.iter().enumerate() {
+        if args.zones[..i].contains(z) {
+            return Err(ConfigError(format!("--zone {z} given twice")));
+        }
+        let s = z.to_string();
+        if s.ends_with("in-addr.arpa.") || s.ends_with("ip6.arpa.") {
+            return Err(ConfigError(format!(
+                "--zone {z}: reverse zones are served automatically; use --reverse-cidr to narrow them"
+            )));
+        }
+    }
+    if args.negative_ttl > args.ttl.max(1) * 3600 {
+        return Err(ConfigError("--negative-ttl is unreasonably large".into()));
+    }
+    for ns in &args.namespaces {
+        if ns.is_empty()
+            || ns.len() > 63
+            || !ns
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            return Err(ConfigError(format!(
+                "--namespace {ns:?} is not a valid namespace name"
+            )));
+        }
+    }
+    if let Some(sel) = &args.label_selector
+        && sel.trim().is_empty()
+    {
+        return Err(ConfigError("--label-selector must not be empty".into()));
+    }
+    Ok(())
+}
+
+/// The answer configuration from the flags (and `$POD_IP`).
+pub fn answer_config(args: &ServeArgs) -> AnswerConfig {
+    let mut ns_addrs = args.ns_address.clone();
+    if ns_addrs.is_empty()
+        && let Ok(ip) = std::env::var("POD_IP")
+        && let Ok(ip) = ip.parse::<IpAddr>()
+    {
+        ns_addrs.push(ip);
+    }
+    AnswerConfig {
+        zones: args.zones.iter().map(|z| z.0.clone()).collect(),
+        ttl: args.ttl,
+        negative_ttl: args.negative_ttl,
+        ns_addrs,
+        reverse_cidrs: args.reverse_cidr.clone(),
+    }
+}
+
+/// A kube client by the usual inference: `--kubeconfig`/`$KUBECONFIG`,
+/// `~/.kube/config`, in-cluster; `--context` picks a context.
+pub async fn kube_client(args: &ServeArgs) -> anyhow::Result<kube::Client> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let options = KubeConfigOptions {
+        context: args.context.clone(),
+        ..Default::default()
+    };
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|e| {
+                ConfigError(format!("failed to read kubeconfig {}: {e}", path.display()))
+            })?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .map_err(|e| {
+                    ConfigError(format!("failed to load kubeconfig {}: {e}", path.display()))
+                })?
+        }
+        None if args.context.is_some() => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| ConfigError(format!("failed to load kubeconfig context: {e}")))?,
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| ConfigError(format!("failed to find a Kubernetes configuration: {e}")))?,
+    };
+    kube::Client::try_from(config).context("failed to build the Kubernetes client")
+}
+
+/// Start everything on already-bound sockets. Returns once tasks are spawned.
+pub fn start(
+    args: &ServeArgs,
+    client: kube::Client,
+    listeners: Listeners,
+    shutdown: CancellationToken,
+) -> Running {
+    let metrics = Metrics::new();
+    let table = Table::new();
+    let health = Health::new(table.clone());
+    let dns_addr = listeners.dns_addr();
+    let admin_addr = listeners.admin_addr();
+    let mut tasks = JoinSet::new();
+
+    let wcfg = WatchConfig {
+        namespaces: args.namespaces.clone(),
+        label_selector: args.label_selector.clone(),
+        consistent_list: args.consistent_list,
+        streaming: args.streaming_list,
+    };
+    let scopes = watch::scopes(&wcfg);
+    let policy = Policy {
+        publish: args.publish,
+        hostnames: args.hostnames,
+        duplicates: args.duplicate_hostnames,
+    };
+    let writer = Writer::new(
+        table.clone(),
+        policy,
+        metrics.clone(),
+        SyncNeeds {
+            pod_scopes: scopes,
+            service_scopes: scopes,
+        },
+    );
+    let (tx, rx) = mpsc::channel(4096);
+    tasks.spawn(writer.run(rx));
+    watch::spawn_watchers(
+        client,
+        &wcfg,
+        tx,
+        metrics.clone(),
+        &mut tasks,
+        shutdown.clone(),
+    );
+
+    let answerer = Arc::new(Answerer::new(table.clone(), answer_config(args)));
+    for sock in listeners.udp {
+        tasks.spawn(server::run_udp(
+            sock,
+            answerer.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+    }
+    tasks.spawn(server::run_tcp(
+        listeners.tcp,
+        answerer,
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+
+    let admin_shutdown = CancellationToken::new();
+    let admin_task = tokio::spawn(admin::http::run(
+        listeners.admin,
+        metrics.clone(),
+        health.clone(),
+        admin_shutdown.clone(),
+    ));
+    Running {
+        dns_addr,
+        admin_addr,
+        table,
+        health,
+        metrics,
+        tasks,
+        admin_task,
+        admin_shutdown,
+    }
+}
+
+impl Running {
+    /// Drain: readiness off, keep answering for `grace` (or until `abort`
+    /// fires), then stop DNS and watchers, and the admin server last.
+    pub async fn drain(
+        mut self,
+        grace: std::time::Duration,
+        shutdown: CancellationToken,
+        abort: impl std::future::Future<Output = ()>,
+    ) {
+        self.health.set_draining();
+        tracing::info!(
+            grace_ms = grace.as_millis() as u64,
+            "draining: /readyz is 503, still answering"
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(grace) => {}
+            _ = abort => tracing::warn!("second signal: stopping now"),
+        }
+        shutdown.cancel();
+        let stop = async { while self.tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(std::time::Duration::from_secs(5), stop)
+            .await
+            .is_err()
+        {
+            self.tasks.abort_all();
+        }
+        self.admin_shutdown.cancel();
+        let _ = self.admin_task.await;
+        tracing::info!("stopped");
+    }
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    validate(&args)?;
+    let listeners = Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen)
+        .map_err(|e| ConfigError(format!("{e:#}")))?;
+    let client = kube_client(&args).await?;
+    let shutdown = CancellationToken::new();
+    let running = start(&args, client, listeners, shutdown.clone());
+    wait_for_signal().await;
+    running
+        .drain(args.shutdown_grace.0, shutdown, wait_for_signal())
+        .await;
+    Ok(())
+}
+
+/// SIGTERM or SIGINT.
+pub async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

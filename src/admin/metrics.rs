@@ -36,13 +36,13 @@ pub const PROPAGATION: &str = "podns_propagation_seconds";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    pub qtype: String,
+    pub qtype: &'static str,
     pub proto: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RcodeLabels {
-    pub rcode: String,
+    pub rcode: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -171,5 +171,41 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// A query type as a metric label without allocating: the common types by
+/// name, the rest as "other" (label values must stay few).
+pub fn qtype_label(t: Option<hickory_proto::rr::RecordType>) -> &'static str {
+    use hickory_proto::rr::RecordType as T;
+    match t {
+        Some(T::A) => "A",
+        Some(T::AAAA) => "AAAA",
+        Some(T::SRV) => "SRV",
+        Some(T::PTR) => "PTR",
+        Some(T::TXT) => "TXT",
+        Some(T::CNAME) => "CNAME",
+        Some(T::SOA) => "SOA",
+        Some(T::NS) => "NS",
+        Some(T::ANY) => "ANY",
+        Some(T::AXFR) => "AXFR",
+        Some(T::IXFR) => "IXFR",
+        Some(_) => "other",
+        None => "none",
+    }
+}
+
+/// A response code as a metric label.
+pub fn rcode_label(r: hickory_proto::op::ResponseCode) -> &'static str {
+    use hickory_proto::op::ResponseCode as R;
+    match r {
+        R::NoError => "NOERROR",
+        R::FormErr => "FORMERR",
+        R::ServFail => "SERVFAIL",
+        R::NXDomain => "NXDOMAIN",
+        R::NotImp => "NOTIMP",
+        R::Refused => "REFUSED",
+        R::BADVERS => "BADVERS",
+        _ => "other",
     }
 }

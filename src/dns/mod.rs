@@ -1,1 +1,4 @@
 //! DNS: the record rules ([`answer`]) and the sockets ([`server`]).
+
+pub mod answer;
+pub mod server;

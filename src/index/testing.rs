@@ -1,0 +1,131 @@
+//! Builders for index input, shared by unit tests and benches.
+
+use std::net::IpAddr;
+
+use super::types::*;
+
+/// A running, ready pod with one IP.
+pub fn pod(ns: &str, name: &str, ip: &str) -> PodInfo {
+    PodInfo {
+        key: ObjKey::new(ns, name),
+        uid: format!("uid-{ns}-{name}"),
+        hostname: None,
+        subdomain: None,
+        host_network: false,
+        ips: if ip.is_empty() {
+            vec![]
+        } else {
+            vec![ip.parse().expect("test IP")]
+        },
+        phase: Phase::Running,
+        ready: true,
+        deleting: false,
+        created: 1_700_000_000,
+        labels: vec![],
+        annotations: vec![],
+        ports: vec![],
+    }
+}
+
+/// Chainable tweaks on a [`PodInfo`].
+pub trait PodExt: Sized {
+    fn host(self, hostname: &str, subdomain: &str) -> Self;
+    fn label(self, k: &str, v: &str) -> Self;
+    fn ready(self, ready: bool) -> Self;
+    fn phase(self, phase: Phase) -> Self;
+    fn created(self, secs: i64) -> Self;
+    fn deleting(self) -> Self;
+    fn host_network(self) -> Self;
+    fn ip(self, ip: &str) -> Self;
+    fn port(self, name: &str, port: u16) -> Self;
+}
+
+impl PodExt for PodInfo {
+    fn host(mut self, hostname: &str, subdomain: &str) -> Self {
+        self.hostname = Some(hostname.into());
+        self.subdomain = Some(subdomain.into());
+        self
+    }
+    fn label(mut self, k: &str, v: &str) -> Self {
+        self.labels.push((k.into(), v.into()));
+        self
+    }
+    fn ready(mut self, ready: bool) -> Self {
+        self.ready = ready;
+        self
+    }
+    fn phase(mut self, phase: Phase) -> Self {
+        self.phase = phase;
+        self
+    }
+    fn created(mut self, secs: i64) -> Self {
+        self.created = secs;
+        self
+    }
+    fn deleting(mut self) -> Self {
+        self.deleting = true;
+        self
+    }
+    fn host_network(mut self) -> Self {
+        self.host_network = true;
+        self
+    }
+    fn ip(mut self, ip: &str) -> Self {
+        self.ips.push(ip.parse::<IpAddr>().expect("test IP"));
+        self
+    }
+    fn port(mut self, name: &str, port: u16) -> Self {
+        self.ports.push(ContainerPort {
+            name: Some(name.into()),
+            port,
+            protocol: Proto::Tcp,
+        });
+        self
+    }
+}
+
+/// A headless Service selecting `app=<selector>`.
+pub fn headless(ns: &str, name: &str, app: &str) -> ServiceInfo {
+    ServiceInfo {
+        key: ObjKey::new(ns, name),
+        uid: format!("uid-svc-{ns}-{name}"),
+        kind: ServiceKind::Headless,
+        selector: Some(vec![("app".into(), app.into())]),
+        publish_not_ready: false,
+        ports: vec![],
+    }
+}
+
+/// A ClusterIP Service.
+pub fn cluster_ip(ns: &str, name: &str, ip: &str) -> ServiceInfo {
+    ServiceInfo {
+        key: ObjKey::new(ns, name),
+        uid: format!("uid-svc-{ns}-{name}"),
+        kind: ServiceKind::ClusterIp(vec![ip.parse().expect("test IP")]),
+        selector: Some(vec![("app".into(), name.into())]),
+        publish_not_ready: false,
+        ports: vec![],
+    }
+}
+
+/// Chainable tweaks on a [`ServiceInfo`].
+pub trait SvcExt: Sized {
+    fn port(self, name: Option<&str>, port: u16, target: TargetPort) -> Self;
+    fn publish_not_ready(self) -> Self;
+}
+
+impl SvcExt for ServiceInfo {
+    fn port(mut self, name: Option<&str>, port: u16, target: TargetPort) -> Self {
+        self.ports.push(ServicePort {
+            name: name.map(Into::into),
+            port,
+            protocol: Proto::Tcp,
+            target,
+        });
+        self
+    }
+    fn publish_not_ready(mut self) -> Self {
+        self.publish_not_ready = true;
+        self
+    }
+}

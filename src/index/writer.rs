@@ -1,0 +1,873 @@
+//! The one writer. It owns the model of pods and services, the small
+//! indexes that say which names an object contributes to, and applies each
+//! watch event by rebuilding exactly the names the event touches.
+//!
+//! A pod event costs O(names it owns + headless Services of its namespace
+//! that select it); a Service event re-evaluates only its namespace's pods.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::admin::Metrics;
+use crate::cli::{Duplicates, Hostnames, Publish};
+
+use super::names::{dashed, reverse};
+use super::table::{Rrs, Srv, Table};
+use super::types::*;
+
+/// The publication rules that shape the index (see DESIGN.md "Rules").
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Policy {
+    pub publish: Publish,
+    pub hostnames: Hostnames,
+    pub duplicates: Duplicates,
+}
+
+/// A logical group of names that is rebuilt as one unit.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Key {
+    /// `<host>.<sub>.<ns>.svc`
+    Host {
+        ns: String,
+        sub: String,
+        host: String,
+    },
+    /// `<svc>.<ns>.svc` and its SRV names `_<port>._<proto>.<svc>.<ns>.svc`
+    Svc(ObjKey),
+    /// `<a-b-c-d>.<svc>.<ns>.svc` of a headless Service
+    SvcIp(ObjKey, IpAddr),
+    /// `<a-b-c-d>.<ns>.pod`
+    PodIp { ns: String, ip: IpAddr },
+    /// the reverse name of an IP
+    Ptr(IpAddr),
+}
+
+/// How many complete lists (one per watch scope) each resource needs before
+/// the index counts as synced.
+#[derive(Clone, Copy, Debug)]
+pub struct SyncNeeds {
+    pub pod_scopes: usize,
+    pub service_scopes: usize,
+}
+
+pub struct Writer {
+    table: Arc<Table>,
+    policy: Policy,
+    metrics: Metrics,
+    pods: HashMap<ObjKey, PodInfo>,
+    services: HashMap<ObjKey, ServiceInfo>,
+    /// Pod names and Service names by namespace.
+    ns_pods: HashMap<String, BTreeSet<String>>,
+    ns_services: HashMap<String, BTreeSet<String>>,
+    /// Pods by (namespace, subdomain, hostname), in any state.
+    hosts: BTreeMap<(String, String, String), BTreeSet<String>>,
+    /// Pods selected by each headless Service, in any state, and the reverse.
+    members: HashMap<ObjKey, BTreeSet<String>>,
+    pod_services: HashMap<ObjKey, BTreeSet<String>>,
+    /// Pods holding each IP, and Services holding each ClusterIP.
+    ip_pods: HashMap<IpAddr, BTreeSet<ObjKey>>,
+    ip_services: HashMap<IpAddr, BTreeSet<ObjKey>>,
+    /// The names each key published last time it was built.
+    published: HashMap<Key, Vec<Box<str>>>,
+    needs: SyncNeeds,
+    pod_resets: HashSet<Option<String>>,
+    service_resets: HashSet<Option<String>>,
+}
+
+impl Writer {
+    pub fn new(table: Arc<Table>, policy: Policy, metrics: Metrics, needs: SyncNeeds) -> Self {
+        table.set_synced(false);
+        Self {
+            table,
+            policy,
+            metrics,
+            pods: HashMap::new(),
+            services: HashMap::new(),
+            ns_pods: HashMap::new(),
+            ns_services: HashMap::new(),
+            hosts: BTreeMap::new(),
+            members: HashMap::new(),
+            pod_services: HashMap::new(),
+            ip_pods: HashMap::new(),
+            ip_services: HashMap::new(),
+            published: HashMap::new(),
+            needs,
+            pod_resets: HashSet::new(),
+            service_resets: HashSet::new(),
+        }
+    }
+
+    pub fn table(&self) -> &Arc<Table> {
+        &self.table
+    }
+
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+
+    pub fn service_count(&self) -> usize {
+        self.services.len()
+    }
+
+    /// Apply one update from a watch, then publish gauges.
+    pub fn apply(&mut self, update: Update) {
+        match update {
+            Update::Pod(Change::Apply(p)) => self.apply_pod(p),
+            Update::Pod(Change::Delete(k)) => self.delete_pod(&k),
+            Update::Pod(Change::Reset { namespace, items }) => {
+                self.reset_pods(namespace.as_deref(), items);
+                self.pod_resets.insert(namespace);
+                self.update_synced();
+            }
+            Update::Service(Change::Apply(s)) => self.apply_service(s),
+            Update::Service(Change::Delete(k)) => self.delete_service(&k),
+            Update::Service(Change::Reset { namespace, items }) => {
+                self.reset_services(namespace.as_deref(), items);
+                self.service_resets.insert(namespace);
+                self.update_synced();
+            }
+        }
+        self.table.bump_generation();
+        self.metrics.index_pods.set(self.pods.len() as i64);
+        self.metrics.index_services.set(self.services.len() as i64);
+    }
+
+    /// Run as the writer task: apply every arrival until the channel closes.
+    pub async fn run(mut self, mut rx: tokio::sync::mpsc::Receiver<Arrival>) {
+        while let Some(Arrival { update, at }) = rx.recv().await {
+            self.apply(update);
+            self.metrics.propagation.observe(at.elapsed().as_secs_f64());
+        }
+    }
+
+    fn update_synced(&mut self) {
+        let synced = self.pod_resets.len() >= self.needs.pod_scopes
+            && self.service_resets.len() >= self.needs.service_scopes;
+        if synced && !self.table.is_synced() {
+            tracing::info!(
+                pods = self.pods.len(),
+                services = self.services.len(),
+                "index synced"
+            );
+        }
+        self.table.set_synced(synced);
+        self.metrics
+            .watch_synced
+            .get_or_create(&crate::admin::metrics::ResourceLabels { resource: "pods" })
+            .set(i64::from(self.pod_resets.len() >= self.needs.pod_scopes));
+        self.metrics
+            .watch_synced
+            .get_or_create(&crate::admin::metrics::ResourceLabels {
+                resource: "services",
+            })
+            .set(i64::from(
+                self.service_resets.len() >= self.needs.service_scopes,
+            ));
+    }
+
+    // ---- pods ----------------------------------------------------------
+
+    pub fn apply_pod(&mut self, pod: PodInfo) {
+        if self.pods.get(&pod.key) == Some(&pod) {
+            return;
+        }
+        let mut dirty = BTreeSet::new();
+        let key = pod.key.clone();
+        if let Some(old) = self.pods.get(&key) {
+            self.pod_keys(old, &mut dirty);
+        }
+        self.unlink_pod(&key);
+        self.link_pod(pod);
+        if let Some(new) = self.pods.get(&key) {
+            self.pod_keys(new, &mut dirty);
+        }
+        self.rebuild(dirty);
+    }
+
+    pub fn delete_pod(&mut self, key: &ObjKey) {
+        let mut dirty = BTreeSet::new();
+        match self.pods.get(key) {
+            Some(old) => self.pod_keys(old, &mut dirty),
+            None => return,
+        }
+        self.unlink_pod(key);
+        self.rebuild(dirty);
+    }
+
+    fn reset_pods(&mut self, namespace: Option<&str>, items: Vec<PodInfo>) {
+        let keep: HashSet<ObjKey> = items.iter().map(|p| p.key.clone()).collect();
+        let gone: Vec<ObjKey> = self
+            .pods
+            .keys()
+            .filter(|k| namespace.is_none_or(|ns| k.namespace == ns) && !keep.contains(k))
+            .cloned()
+            .collect();
+        for k in &gone {
+            self.delete_pod(k);
+        }
+        for p in items {
+            self.apply_pod(p);
+        }
+    }
+
+    /// Every key whose names depend on this pod as it is now.
+    fn pod_keys(&self, pod: &PodInfo, out: &mut BTreeSet<Key>) {
+        let ns = &pod.key.namespace;
+        if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain) {
+            let hk = (ns.clone(), sub.clone(), host.clone());
+            // Pods sharing the hostname: which one wins decides their PTRs
+            // and SRV targets too.
+            for sibling in self.hosts.get(&hk).into_iter().flatten() {
+                if sibling == &pod.key.name {
+                    continue;
+                }
+                if let Some(sp) = self.pods.get(&ObjKey::new(ns.as_str(), sibling.as_str())) {
+                    for ip in &sp.ips {
+                        out.insert(Key::Ptr(*ip));
+                    }
+                    for svc in self.pod_services.get(&sp.key).into_iter().flatten() {
+                        out.insert(Key::Svc(ObjKey::new(ns.clone(), svc.clone())));
+                    }
+                }
+            }
+            out.insert(Key::Host {
+                ns: hk.0,
+                sub: hk.1,
+                host: hk.2,
+            });
+        }
+        if let Some(svcs) = self.pod_services.get(&pod.key) {
+            for svc in svcs {
+                let sk = ObjKey::new(ns.clone(), svc.clone());
+                for ip in &pod.ips {
+                    out.insert(Key::SvcIp(sk.clone(), *ip));
+                }
+                out.insert(Key::Svc(sk));
+            }
+        }
+        for ip in &pod.ips {
+            out.insert(Key::PodIp {
+                ns: ns.clone(),
+                ip: *ip,
+            });
+            out.insert(Key::Ptr(*ip));
+        }
+    }
+
+    fn link_pod(&mut self, pod: PodInfo) {
+        let key = pod.key.clone();
+        let ns = key.namespace.clone();
+        self.ns_pods
+            .entry(ns.clone())
+            .or_default()
+            .insert(key.name.clone());
+        if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain) {
+            self.hosts
+                .entry((ns.clone(), sub.clone(), host.clone()))
+                .or_default()
+                .insert(key.name.clone());
+        }
+        for ip in &pod.ips {
+            self.ip_pods.entry(*ip).or_default().insert(key.clone());
+        }
+        let mut selected = BTreeSet::new();
+        if let Some(svcs) = self.ns_services.get(&ns) {
+            for svc in svcs {
+                let sk = ObjKey::new(ns.clone(), svc.clone());
+                if let Some(s) = self.services.get(&sk)
+                    && selects(s, &pod)
+                {
+                    selected.insert(svc.clone());
+                    self.members.entry(sk).or_default().insert(key.name.clone());
+                }
+            }
+        }
+        if !selected.is_empty() {
+            self.pod_services.insert(key.clone(), selected);
+        }
+        self.pods.insert(key, pod);
+    }
+
+    fn unlink_pod(&mut self, key: &ObjKey) {
+        let Some(pod) = self.pods.remove(key) else {
+            return;
+        };
+        let ns = &key.namespace;
+        remove_from(&mut self.ns_pods, ns, &key.name);
+        if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain) {
+            remove_from(
+                &mut self.hosts,
+                &(ns.clone(), sub.clone(), host.clone()),
+                &key.name,
+            );
+        }
+        for ip in &pod.ips {
+            remove_from(&mut self.ip_pods, ip, key);
+        }
+        if let Some(svcs) = self.pod_services.remove(key) {
+            for svc in svcs {
+                remove_from(&mut self.members, &ObjKey::new(ns.clone(), svc), &key.name);
+            }
+        }
+    }
+
+    // ---- services ------------------------------------------------------
+
+    pub fn apply_service(&mut self, svc: ServiceInfo) {
+        if self.services.get(&svc.key) == Some(&svc) {
+            return;
+        }
+        let key = svc.key.clone();
+        let mut dirty = BTreeSet::new();
+        self.service_keys(&key, &mut dirty);
+        self.unlink_service(&key);
+        self.link_service(svc);
+        self.service_keys(&key, &mut dirty);
+        self.rebuild(dirty);
+    }
+
+    pub fn delete_service(&mut self, key: &ObjKey) {
+        if !self.services.contains_key(key) {
+            return;
+        }
+        let mut dirty = BTreeSet::new();
+        self.service_keys(key, &mut dirty);
+        self.unlink_service(key);
+        self.rebuild(dirty);
+    }
+
+    fn reset_services(&mut self, namespace: Option<&str>, items: Vec<ServiceInfo>) {
+        let keep: HashSet<ObjKey> = items.iter().map(|s| s.key.clone()).collect();
+        let gone: Vec<ObjKey> = self
+            .services
+            .keys()
+            .filter(|k| namespace.is_none_or(|ns| k.namespace == ns) && !keep.contains(k))
+            .cloned()
+            .collect();
+        for k in &gone {
+            self.delete_service(k);
+        }
+        for s in items {
+            self.apply_service(s);
+        }
+    }
+
+    /// Every key whose names depend on this Service as it is now: its own
+    /// names, its members' dashed names and PTRs (whose most specific name
+    /// may be under it), and the hostname names under a subdomain of its name
+    /// (which policies tie to the Service).
+    fn service_keys(&self, key: &ObjKey, out: &mut BTreeSet<Key>) {
+        out.insert(Key::Svc(key.clone()));
+        if let Some(ServiceKind::ClusterIp(ips)) = self.services.get(key).map(|s| &s.kind) {
+            for ip in ips {
+                out.insert(Key::Ptr(*ip));
+            }
+        }
+        if let Some(members) = self.members.get(key) {
+            for name in members {
+                if let Some(p) = self
+                    .pods
+                    .get(&ObjKey::new(key.namespace.clone(), name.clone()))
+                {
+                    for ip in &p.ips {
+                        out.insert(Key::SvcIp(key.clone(), *ip));
+                        out.insert(Key::Ptr(*ip));
+                    }
+                }
+            }
+        }
+        let lo = (key.namespace.clone(), key.name.clone(), String::new());
+        for ((ns, sub, host), pods) in self.hosts.range(lo..) {
+            if ns != &key.namespace || sub != &key.name {
+                break;
+            }
+            out.insert(Key::Host {
+                ns: ns.clone(),
+                sub: sub.clone(),
+                host: host.clone(),
+            });
+            for name in pods {
+                if let Some(p) = self.pods.get(&ObjKey::new(ns.clone(), name.clone())) {
+                    for ip in &p.ips {
+                        out.insert(Key::Ptr(*ip));
+                    }
+                }
+            }
+        }
+    }
+
+    fn link_service(&mut self, svc: ServiceInfo) {
+        let key = svc.key.clone();
+        let ns = key.namespace.clone();
+        self.ns_services
+            .entry(ns.clone())
+            .or_default()
+            .insert(key.name.clone());
+        if let ServiceKind::ClusterIp(ips) = &svc.kind {
+            for ip in ips {
+                self.ip_services.entry(*ip).or_default().insert(key.clone());
+            }
+        }
+        if svc.kind == ServiceKind::Headless && svc.selector.is_some() {
+            // A Service change re-evaluates only its namespace's pods.
+            let mut members = BTreeSet::new();
+            if let Some(names) = self.ns_pods.get(&ns) {
+                for name in names {
+                    let pk = ObjKey::new(ns.clone(), name.clone());
+                    if let Some(p) = self.pods.get(&pk)
+                        && selects(&svc, p)
+                    {
+                        members.insert(name.clone());
+                        self.pod_services
+                            .entry(pk)
+                            .or_default()
+                            .insert(key.name.clone());
+                    }
+                }
+            }
+            if !members.is_empty() {
+                self.members.insert(key.clone(), members);
+            }
+        }
+        self.services.insert(key, svc);
+    }
+
+    fn unlink_service(&mut self, key: &ObjKey) {
+        let Some(svc) = self.services.remove(key) else {
+            return;
+        };
+        remove_from(&mut self.ns_services, &key.namespace, &key.name);
+        if let ServiceKind::ClusterIp(ips) = &svc.kind {
+            for ip in ips {
+                remove_from(&mut self.ip_services, ip, key);
+            }
+        }
+        if let Some(members) = self.members.remove(key) {
+            for name in members {
+                remove_from(
+                    &mut self.pod_services,
+                    &ObjKey::new(key.namespace.clone(), name),
+                    &key.name,
+                );
+            }
+        }
+    }
+
+    // ---- publication ---------------------------------------------------
+
+    /// Is the pod published for a Service whose `publishNotReadyAddresses`
+    /// is `pnr`?
+    fn published(&self, pod: &PodInfo, pnr: bool) -> bool {
+        !pod.ips.is_empty()
+            && !pod.phase.is_terminal()
+            && !pod.deleting
+            && (self.policy.publish == Publish::Ip || pod.ready || pnr)
+    }
+
+    fn headless(&self, ns: &str, name: &str) -> Option<&ServiceInfo> {
+        self.services
+            .get(&ObjKey::new(ns, name))
+            .filter(|s| s.kind == ServiceKind::Headless)
+    }
+
+    /// Published for its hostname name: the headless Service named like the
+    /// subdomain decides `publishNotReadyAddresses`, and, under
+    /// `--hostnames service`, whether the name exists at all.
+    fn host_published(&self, pod: &PodInfo) -> bool {
+        let Some(sub) = &pod.subdomain else {
+            return false;
+        };
+        let svc = self.headless(&pod.key.namespace, sub);
+        if self.policy.hostnames == Hostnames::Service && svc.is_none() {
+            return false;
+        }
+        self.published(pod, svc.is_some_and(|s| s.publish_not_ready))
+    }
+
+    /// Published as a member of any Service, or for its hostname name:
+    /// what PTR and `pod.<zone>` names require.
+    fn published_anywhere(&self, pod: &PodInfo) -> bool {
+        if self.published(pod, false) || self.host_published(pod) {
+            return true;
+        }
+        self.pod_services.get(&pod.key).is_some_and(|svcs| {
+            svcs.iter().any(|s| {
+                self.services
+                    .get(&ObjKey::new(pod.key.namespace.clone(), s.clone()))
+                    .is_some_and(|s| self.published(pod, s.publish_not_ready))
+            })
+        })
+    }
+
+    /// The pods a name answers with, after the duplicate rule: Ready before
+    /// not Ready, then Running, then the older creation, then name.
+    fn choose<'a>(&self, mut pods: Vec<&'a PodInfo>) -> Vec<&'a PodInfo> {
+        pods.sort_by(|a, b| {
+            b.ready
+                .cmp(&a.ready)
+                .then_with(|| (b.phase == Phase::Running).cmp(&(a.phase == Phase::Running)))
+                .then_with(|| a.created.cmp(&b.created))
+                .then_with(|| a.key.name.cmp(&b.key.name))
+        });
+        if self.policy.duplicates == Duplicates::One {
+            pods.truncate(1);
+        }
+        pods
+    }
+
+    /// The name a pod's SRV record and PTR point at under a headless Service:
+    /// its hostname name when its subdomain is that Service, else its dashed
+    /// name under the Service.
+    fn target_under(&self, pod: &PodInfo, svc: &str, ip: IpAddr) -> String {
+        let ns = &pod.key.namespace;
+        if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain)
+            && sub == svc
+            && self
+                .host_winner(ns, sub, host)
+                .is_some_and(|w| w.key == pod.key)
+        {
+            return format!("{host}.{sub}.{ns}.svc");
+        }
+        format!("{}.{svc}.{ns}.svc", dashed(ip))
+    }
+
+    /// The pod that answers for a hostname name (first under the duplicate rule).
+    fn host_winner(&self, ns: &str, sub: &str, host: &str) -> Option<&PodInfo> {
+        let names = self
+            .hosts
+            .get(&(ns.to_string(), sub.to_string(), host.to_string()))?;
+        let pods: Vec<&PodInfo> = names
+            .iter()
+            .filter_map(|n| self.pods.get(&ObjKey::new(ns, n.as_str())))
+            .filter(|p| self.host_published(p))
+            .collect();
+        self.choose(pods).into_iter().next()
+    }
+
+    fn rebuild(&mut self, dirty: BTreeSet<Key>) {
+        for key in dirty {
+            let names = self.build(&key);
+            let old = self.published.remove(&key).unwrap_or_default();
+            let mut now = Vec::with_capacity(names.len());
+            for (name, rrs) in names {
+                self.table.set(&name, Arc::new(rrs));
+                now.push(name.into_boxed_str());
+            }
+            for name in old {
+                if !now.contains(&name) {
+                    self.table.remove(&name);
+                }
+            }
+            if !now.is_empty() {
+                self.published.insert(key, now);
+            }
+        }
+        self.metrics
+            .index_names
+            .set(self.published.values().map(|v| v.len() as i64).sum());
+    }
+
+    /// The names and data of one key, from the model as it is now.
+    fn build(&self, key: &Key) -> Vec<(String, Rrs)> {
+        match key {
+            Key::Host { ns, sub, host } => {
+                let Some(names) = self.hosts.get(&(ns.clone(), sub.clone(), host.clone())) else {
+                    return vec![];
+                };
+                let pods: Vec<&PodInfo> = names
+                    .iter()
+                    .filter_map(|n| self.pods.get(&ObjKey::new(ns.as_str(), n.as_str())))
+                    .filter(|p| self.host_published(p))
+                    .collect();
+                let chosen = self.choose(pods);
+                if chosen.is_empty() {
+                    return vec![];
+                }
+                let mut rrs = Rrs::default();
+                for p in chosen {
+                    add_ips(&mut rrs, &p.ips);
+                }
+                vec![(format!("{host}.{sub}.{ns}.svc"), rrs)]
+            }
+            Key::Svc(sk) => self.build_service(sk),
+            Key::SvcIp(sk, ip) => {
+                let Some(svc) = self
+                    .services
+                    .get(sk)
+                    .filter(|s| s.kind == ServiceKind::Headless)
+                else {
+                    return vec![];
+                };
+                let holds = self.members.get(sk).is_some_and(|m| {
+                    m.iter().any(|n| {
+                        self.pods
+                            .get(&ObjKey::new(sk.namespace.as_str(), n.as_str()))
+                            .is_some_and(|p| {
+                                p.ips.contains(ip) && self.published(p, svc.publish_not_ready)
+                            })
+                    })
+                });
+                if !holds {
+                    return vec![];
+                }
+                let mut rrs = Rrs::default();
+                add_ips(&mut rrs, &[*ip]);
+                vec![(
+                    format!("{}.{}.{}.svc", dashed(*ip), sk.name, sk.namespace),
+                    rrs,
+                )]
+            }
+            Key::PodIp { ns, ip } => {
+                // "Verified" pod names: only if a pod in <ns> has that IP.
+                // hostNetwork pods share the node's IP: no pod name for them.
+                let exists = self.ip_pods.get(ip).is_some_and(|ks| {
+                    ks.iter().any(|k| {
+                        k.namespace == *ns
+                            && self
+                                .pods
+                                .get(k)
+                                .is_some_and(|p| !p.host_network && self.published_anywhere(p))
+                    })
+                });
+                if !exists {
+                    return vec![];
+                }
+                let mut rrs = Rrs::default();
+                add_ips(&mut rrs, &[*ip]);
+                vec![(format!("{}.{ns}.pod", dashed(*ip)), rrs)]
+            }
+            Key::Ptr(ip) => match self.ptr_target(*ip) {
+                Some(target) => {
+                    vec![(
+                        reverse(*ip),
+                        Rrs {
+                            ptr: Some(target.into()),
+                            ..Default::default()
+                        },
+                    )]
+                }
+                None => vec![],
+            },
+        }
+    }
+
+    fn build_service(&self, sk: &ObjKey) -> Vec<(String, Rrs)> {
+        let Some(svc) = self.services.get(sk) else {
+            return vec![];
+        };
+        let base = format!("{}.{}.svc", sk.name, sk.namespace);
+        let mut out = Vec::new();
+        match &svc.kind {
+            ServiceKind::ExternalName(target) => {
+                let rrs = Rrs {
+                    cname: Some(target.to_ascii_lowercase().into()),
+                    ..Default::default()
+                };
+                out.push((base, rrs));
+            }
+            ServiceKind::ClusterIp(ips) => {
+                let mut rrs = Rrs::default();
+                add_ips(&mut rrs, ips);
+                let mut named: BTreeMap<String, Vec<Srv>> = BTreeMap::new();
+                for port in &svc.ports {
+                    let srv = Srv {
+                        port: port.port,
+                        target: base.clone().into(),
+                    };
+                    rrs.srv.push(srv.clone());
+                    if let Some(name) = &port.name {
+                        named
+                            .entry(format!("_{name}._{}.{base}", port.protocol.label()))
+                            .or_default()
+                            .push(srv);
+                    }
+                }
+                rrs.srv.sort();
+                rrs.srv.dedup();
+                out.push((base, rrs));
+                for (name, srv) in named {
+                    out.push((
+                        name,
+                        Rrs {
+                            srv,
+                            ..Default::default()
+                        },
+                    ));
+                }
+            }
+            ServiceKind::Headless => {
+                let mut rrs = Rrs::default();
+                let mut named: BTreeMap<String, Vec<Srv>> = BTreeMap::new();
+                let members = self.members.get(sk);
+                for name in members.into_iter().flatten() {
+                    let Some(p) = self
+                        .pods
+                        .get(&ObjKey::new(sk.namespace.as_str(), name.as_str()))
+                    else {
+                        continue;
+                    };
+                    if !self.published(p, svc.publish_not_ready) {
+                        continue;
+                    }
+                    add_ips(&mut rrs, &p.ips);
+                    for ip in &p.ips {
+                        let target: Box<str> = self.target_under(p, &sk.name, *ip).into();
+                        for port in &svc.ports {
+                            let srv = Srv {
+                                port: pod_port(port, p),
+                                target: target.clone(),
+                            };
+                            rrs.srv.push(srv.clone());
+                            if let Some(pn) = &port.name {
+                                named
+                                    .entry(format!("_{pn}._{}.{base}", port.protocol.label()))
+                                    .or_default()
+                                    .push(srv);
+                            }
+                        }
+                    }
+                }
+                rrs.a.sort();
+                rrs.a.dedup();
+                rrs.aaaa.sort();
+                rrs.aaaa.dedup();
+                rrs.srv.sort();
+                rrs.srv.dedup();
+                out.push((base, rrs));
+                for (name, mut srv) in named {
+                    srv.sort();
+                    srv.dedup();
+                    out.push((
+                        name,
+                        Rrs {
+                            srv,
+                            ..Default::default()
+                        },
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// Most specific name for an IP: a ClusterIP's Service name; a pod's
+    /// hostname name, else its dashed name under a headless Service that
+    /// publishes it, else `<a-b-c-d>.<ns>.pod`. hostNetwork pods get none.
+    fn ptr_target(&self, ip: IpAddr) -> Option<String> {
+        if let Some(sk) = self.ip_services.get(&ip).and_then(|s| s.iter().next()) {
+            return Some(format!("{}.{}.svc", sk.name, sk.namespace));
+        }
+        let pods: Vec<&PodInfo> = self
+            .ip_pods
+            .get(&ip)?
+            .iter()
+            .filter_map(|k| self.pods.get(k))
+            .filter(|p| !p.host_network && self.published_anywhere(p))
+            .collect();
+        let pod = self.choose(pods).into_iter().next()?;
+        let ns = &pod.key.namespace;
+        if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain)
+            && self.host_published(pod)
+            && self
+                .host_winner(ns, sub, host)
+                .is_some_and(|w| w.key == pod.key)
+        {
+            return Some(format!("{host}.{sub}.{ns}.svc"));
+        }
+        if let Some(svcs) = self.pod_services.get(&pod.key) {
+            for s in svcs {
+                if let Some(svc) = self.services.get(&ObjKey::new(ns.as_str(), s.as_str()))
+                    && self.published(pod, svc.publish_not_ready)
+                {
+                    return Some(format!("{}.{s}.{ns}.svc", dashed(ip)));
+                }
+            }
+        }
+        Some(format!("{}.{ns}.pod", dashed(ip)))
+    }
+
+    /// Walltime of one update, for benches.
+    pub fn timed_apply(&mut self, update: Update) -> std::time::Duration {
+        let t = Instant::now();
+        self.apply(update);
+        t.elapsed()
+    }
+}
+
+/// Does the Service select this pod? Only headless Services with a selector
+/// select pods for DNS; an empty selector selects nothing (as for Endpoints).
+fn selects(svc: &ServiceInfo, pod: &PodInfo) -> bool {
+    if svc.kind != ServiceKind::Headless {
+        return false;
+    }
+    match &svc.selector {
+        Some(sel) if !sel.is_empty() => sel
+            .iter()
+            .all(|(k, v)| pod.labels.iter().any(|(pk, pv)| pk == k && pv == v)),
+        _ => false,
+    }
+}
+
+/// The port a headless Service's SRV record names for one pod: `targetPort`
+/// when numeric, the pod's container port of that name when named, else
+/// `port` (what EndpointSlices carry).
+fn pod_port(port: &ServicePort, pod: &PodInfo) -> u16 {
+    match &port.target {
+        TargetPort::Same => port.port,
+        TargetPort::Number(n) => *n,
+        TargetPort::Name(name) => pod
+            .ports
+            .iter()
+            .find(|cp| cp.name.as_deref() == Some(name) && cp.protocol == port.protocol)
+            .map(|cp| cp.port)
+            .unwrap_or(port.port),
+    }
+}
+
+fn add_ips(rrs: &mut Rrs, ips: &[IpAddr]) {
+    for ip in ips {
+        match ip {
+            IpAddr::V4(v4) => rrs.a.push(*v4),
+            IpAddr::V6(v6) => rrs.aaaa.push(*v6),
+        }
+    }
+}
+
+/// Remove `v` from the set at `k`, dropping the set when it empties.
+fn remove_from<K, V, M>(map: &mut M, k: &K, v: &V)
+where
+    M: MapLike<K, BTreeSet<V>>,
+    V: Ord,
+{
+    if let Some(set) = map.get_mut_(k) {
+        set.remove(v);
+        if set.is_empty() {
+            map.remove_(k);
+        }
+    }
+}
+
+trait MapLike<K, V> {
+    fn get_mut_(&mut self, k: &K) -> Option<&mut V>;
+    fn remove_(&mut self, k: &K);
+}
+
+impl<K: std::hash::Hash + Eq, V> MapLike<K, V> for HashMap<K, V> {
+    fn get_mut_(&mut self, k: &K) -> Option<&mut V> {
+        self.get_mut(k)
+    }
+    fn remove_(&mut self, k: &K) {
+        self.remove(k);
+    }
+}
+
+impl<K: Ord, V> MapLike<K, V> for BTreeMap<K, V> {
+    fn get_mut_(&mut self, k: &K) -> Option<&mut V> {
+        self.get_mut(k)
+    }
+    fn remove_(&mut self, k: &K) {
+        self.remove(k);
+    }
+}

@@ -1,0 +1,4 @@
+//! Integration tests: real sockets, the real kube-rs client against
+//! `podns sim`, and dig where it is installed.
+
+mod support;
