@@ -618,3 +618,395 @@ macro_rules! core_v1_resource {
 
 core_v1_resource!(SlimPod, "Pod", "pods");
 core_v1_resource!(SlimService, "Service", "services");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::ObjectList;
+    use kube::core::WatchEvent;
+
+    fn good(name: &str) -> String {
+        format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"ml","uid":"u-{name}","resourceVersion":"5"}},
+               "spec":{{"containers":[{{"name":"c","ports":[{{"containerPort":80}}]}}]}},
+               "status":{{"phase":"Running","podIP":"10.0.0.1"}}}}"#
+        )
+    }
+
+    fn list(items: &[String]) -> String {
+        format!(
+            r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"99"}},"items":[{}]}}"#,
+            items.join(",")
+        )
+    }
+
+    /// Each bad pod sits between two good ones in one list; the list decodes,
+    /// the neighbours are intact, and the bad one is flagged.
+    #[test]
+    fn malformed_items_do_not_fail_the_list() {
+        let bad = [
+            (
+                r#"{"metadata":{"name":"b","namespace":"ml"},"status":{"podIP":10}}"#,
+                "podIP",
+            ),
+            (
+                r#"{"metadata":{"name":"b","namespace":"ml"},"spec":{"containers":"nope"}}"#,
+                "containers",
+            ),
+            (
+                r#"{"metadata":{"name":"b","namespace":"ml","labels":["a","b"]}}"#,
+                "labels",
+            ),
+            (
+                r#"{"metadata":{"name":"b","namespace":"ml","labels":{"a":{"x":[1,2]}}}}"#,
+                "labels",
+            ),
+            (r#"{"metadata":{"name":7,"namespace":"ml"}}"#, "name"),
+            (r#"{"metadata":"x"}"#, "metadata"),
+            (
+                r#"{"metadata":{"name":"b","namespace":"ml"},"spec":{"hostNetwork":"yes"}}"#,
+                "hostNetwork",
+            ),
+            (
+                r#"{"metadata":{"name":"b","namespace":"ml"},"spec":{"containers":[{"ports":[{"containerPort":"80"}]}]}}"#,
+                "containerPort",
+            ),
+            (
+                r#"{"metadata":{"name":"b","namespace":"ml"},"spec":{"containers":[{"ports":[{"containerPort":8.5}]}]}}"#,
+                "containerPort",
+            ),
+            (
+                r#"{"metadata":{"name":"b","namespace":"ml"},"spec":{"containers":[{"ports":[7]}]}}"#,
+                "ports",
+            ),
+            (
+                r#"{"metadata":{"name":"b","namespace":"ml"},"spec":{"containers":[{"ports":[{"containerPort":123456789012345678901234567890}]}]}}"#,
+                "containerPort",
+            ),
+            (
+                r#"{"metadata":{"name":"b","namespace":"ml"},"status":{"podIPs":{"ip":"10.0.0.1"}}}"#,
+                "podIPs",
+            ),
+            (
+                r#"{"metadata":{"name":"b","namespace":"ml"},"status":{"conditions":[{"type":"Ready","status":true}]}}"#,
+                "status",
+            ),
+            (
+                r#"{"metadata":{"name":"b","namespace":"ml"},"status":[]}"#,
+                "status",
+            ),
+            (r#""just a string""#, "object"),
+            (r#"42"#, "object"),
+            (r#"[{"metadata":{}}]"#, "object"),
+        ];
+        for (item, field) in bad {
+            let json = list(&[good("a"), item.to_string(), good("c")]);
+            let l: ObjectList<SlimPod> = serde_json::from_str(&json)
+                .unwrap_or_else(|e| panic!("list with {item} failed: {e}"));
+            assert_eq!(l.metadata.resource_version.as_deref(), Some("99"));
+            assert_eq!(l.items.len(), 3, "{item}");
+            assert_eq!(l.items[1].malformed, Some(field), "{item}");
+            for ok in [&l.items[0], &l.items[2]] {
+                assert_eq!(ok.malformed, None);
+                assert_eq!(ok.status.pod_ip.get().map(String::as_str), Some("10.0.0.1"));
+                assert_eq!(ok.metadata.resource_version.as_deref(), Some("5"));
+            }
+            assert_eq!(l.items[0].metadata.name.as_deref(), Some("a"));
+            assert_eq!(l.items[2].metadata.name.as_deref(), Some("c"));
+        }
+    }
+
+    #[test]
+    fn null_is_absent_and_duplicate_keys_do_not_fail() {
+        let p: SlimPod = serde_json::from_str(
+            r#"{"metadata":{"name":"a","name":"b","namespace":"ml","labels":null,"annotations":null},
+                "spec":null,"status":{"podIP":null,"podIPs":null}}"#,
+        )
+        .unwrap();
+        assert_eq!(p.malformed, None);
+        assert_eq!(p.metadata.name.as_deref(), Some("b"));
+        assert!(p.meta.labels.is_empty());
+    }
+
+    #[test]
+    fn watch_event_with_malformed_object_decodes() {
+        let line = r#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"ml","resourceVersion":"12"},"status":{"podIP":{"v":4}}}}"#;
+        let ev: WatchEvent<SlimPod> = serde_json::from_str(line).unwrap();
+        let WatchEvent::Modified(p) = ev else {
+            panic!("wrong event: {ev:?}")
+        };
+        assert_eq!(p.malformed, Some("podIP"));
+        assert_eq!(
+            kube::ResourceExt::resource_version(&p).as_deref(),
+            Some("12")
+        );
+        // The object before the type, as some proxies reorder keys.
+        let line = r#"{"object":{"metadata":{"name":"a","namespace":"ml","resourceVersion":"13"}},"type":"ADDED"}"#;
+        let ev: WatchEvent<SlimPod> = serde_json::from_str(line).unwrap();
+        assert!(matches!(ev, WatchEvent::Added(p) if p.malformed.is_none()));
+    }
+
+    #[test]
+    fn service_decodes_only_dns_fields() {
+        let s: SlimService = serde_json::from_str(
+            r#"{"kind":"Service","apiVersion":"v1",
+                "metadata":{"name":"api","namespace":"ml","uid":"s1","resourceVersion":"4",
+                  "managedFields":[{"manager":"kubectl","fieldsV1":{"f:spec":{}}}]},
+                "spec":{"type":"ClusterIP","clusterIP":"10.96.0.1","clusterIPs":["10.96.0.1"],
+                  "selector":{"app":"x"},"sessionAffinity":"None","ipFamilies":["IPv4"],
+                  "ports":[{"name":"http","port":80,"protocol":"TCP","targetPort":"web","nodePort":30080}],
+                  "publishNotReadyAddresses":true},
+                "status":{"loadBalancer":{}}}"#,
+        )
+        .unwrap();
+        assert_eq!(s.malformed, None);
+        assert_eq!(
+            s.spec.selector.get().unwrap().entries,
+            vec![("app".into(), "x".into())]
+        );
+        let port = s.spec.ports.get().unwrap()[0].get().unwrap();
+        assert_eq!(port.target_port, Loose::Ok(IntOrStr::Str("web".into())));
+        assert_eq!(s.spec.publish_not_ready_addresses, Loose::Ok(true));
+        assert_eq!(
+            <SlimService as kube::Resource>::url_path(&(), Some("ml")),
+            "/api/v1/namespaces/ml/services"
+        );
+    }
+
+    #[test]
+    fn realistic_gpu_training_pod() {
+        assert!(GPU_POD.len() > 5_000, "fixture is {} bytes", GPU_POD.len());
+        let p: SlimPod = serde_json::from_str(GPU_POD).unwrap();
+        assert_eq!(p.malformed, None);
+        assert_eq!(
+            p.metadata.name.as_deref(),
+            Some("llm-pretrain-worker-3-x7k2p")
+        );
+        assert_eq!(p.metadata.namespace.as_deref(), Some("research"));
+        assert_eq!(p.metadata.resource_version.as_deref(), Some("48213377"));
+        // Only identity reaches ObjectMeta.
+        assert!(p.metadata.managed_fields.is_none());
+        assert!(p.metadata.owner_references.is_none());
+        assert!(p.metadata.labels.is_none());
+        assert_eq!(p.meta.labels.len(), 4);
+        assert_eq!(
+            p.meta.annotations,
+            vec![
+                (
+                    "batch.kubernetes.io/job-completion-index".into(),
+                    "3".into()
+                ),
+                (
+                    "jobset.sigs.k8s.io/jobset-name".into(),
+                    "llm-pretrain".into()
+                ),
+            ]
+        );
+        let ports: Vec<_> = p
+            .spec
+            .containers
+            .get()
+            .unwrap()
+            .iter()
+            .flat_map(|c| c.get().unwrap().ports.get().into_iter().flatten())
+            .map(|p| p.get().unwrap().container_port.get().copied().unwrap())
+            .collect();
+        assert_eq!(ports, vec![29500, 8080]);
+        let info = crate::k8s::convert::pod(&p).unwrap();
+        assert_eq!(info.hostname.as_deref(), Some("llm-pretrain-worker-3"));
+        assert_eq!(info.subdomain.as_deref(), Some("llm-pretrain"));
+        assert!(info.ready);
+        assert_eq!(info.ips.len(), 2);
+        assert_eq!(info.ports.len(), 2);
+    }
+
+    const GPU_POD: &str = r#"{
+  "apiVersion": "v1",
+  "kind": "Pod",
+  "metadata": {
+    "annotations": {
+      "batch.kubernetes.io/job-completion-index": "3",
+      "jobset.sigs.k8s.io/jobset-name": "llm-pretrain",
+      "kubectl.kubernetes.io/default-container": "trainer",
+      "prometheus.io/scrape": "true"
+    },
+    "creationTimestamp": "2025-03-14T09:26:53Z",
+    "finalizers": ["batch.kubernetes.io/job-tracking"],
+    "generateName": "llm-pretrain-worker-3-",
+    "labels": {
+      "batch.kubernetes.io/controller-uid": "5b1c7d2e-9f0a-4c1b-8d3e-2a4f6b8c0d1e",
+      "batch.kubernetes.io/job-completion-index": "3",
+      "jobset.sigs.k8s.io/jobset-name": "llm-pretrain",
+      "training.example.com/role": "worker"
+    },
+    "managedFields": [
+      {
+        "apiVersion": "v1",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {
+          "f:metadata": {"f:annotations": {".": {}, "f:batch.kubernetes.io/job-completion-index": {}},
+            "f:finalizers": {".": {}, "v:\"batch.kubernetes.io/job-tracking\"": {}},
+            "f:generateName": {}, "f:labels": {".": {}, "f:jobset.sigs.k8s.io/jobset-name": {}},
+            "f:ownerReferences": {".": {}, "k:{\"uid\":\"5b1c7d2e-9f0a-4c1b-8d3e-2a4f6b8c0d1e\"}": {}}},
+          "f:spec": {"f:containers": {"k:{\"name\":\"trainer\"}": {".": {}, "f:env": {".": {},
+            "k:{\"name\":\"MASTER_ADDR\"}": {".": {}, "f:name": {}, "f:value": {}}}, "f:image": {}}},
+            "f:hostname": {}, "f:subdomain": {}, "f:tolerations": {}}
+        },
+        "manager": "kube-controller-manager",
+        "operation": "Update",
+        "time": "2025-03-14T09:26:53Z"
+      },
+      {
+        "apiVersion": "v1",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:status": {"f:conditions": {"k:{\"type\":\"Ready\"}": {".": {}, "f:status": {}}},
+          "f:containerStatuses": {}, "f:hostIP": {}, "f:phase": {}, "f:podIP": {}, "f:podIPs": {}}},
+        "manager": "kubelet",
+        "operation": "Update",
+        "subresource": "status",
+        "time": "2025-03-14T09:28:10Z"
+      }
+    ],
+    "name": "llm-pretrain-worker-3-x7k2p",
+    "namespace": "research",
+    "ownerReferences": [
+      {
+        "apiVersion": "batch/v1",
+        "blockOwnerDeletion": true,
+        "controller": true,
+        "kind": "Job",
+        "name": "llm-pretrain-worker",
+        "uid": "5b1c7d2e-9f0a-4c1b-8d3e-2a4f6b8c0d1e"
+      }
+    ],
+    "resourceVersion": "48213377",
+    "uid": "c0ffee00-1234-4abc-9def-0123456789ab"
+  },
+  "spec": {
+    "affinity": {
+      "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+          "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]}]
+        }
+      },
+      "podAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+          "labelSelector": {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": "llm-pretrain"}},
+          "topologyKey": "topology.kubernetes.io/zone"}}]
+      }
+    },
+    "containers": [
+      {
+        "name": "trainer",
+        "image": "registry.example.com/ml/pretrain:2025.03.1",
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["torchrun"],
+        "args": ["--nnodes=64", "--nproc-per-node=8", "--rdzv-backend=c10d",
+                 "--rdzv-endpoint=llm-pretrain-worker-0.llm-pretrain:29500", "train.py", "--config=/etc/train/config.yaml"],
+        "env": [
+          {"name": "MASTER_ADDR", "value": "llm-pretrain-worker-0.llm-pretrain"},
+          {"name": "MASTER_PORT", "value": "29500"},
+          {"name": "NCCL_DEBUG", "value": "WARN"},
+          {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"},
+          {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"apiVersion": "v1",
+            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+          {"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}},
+          {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "api-key"}}}
+        ],
+        "ports": [
+          {"containerPort": 29500, "name": "c10d", "protocol": "TCP"},
+          {"containerPort": 8080, "name": "metrics"}
+        ],
+        "resources": {
+          "limits": {"cpu": "96", "memory": "1600Gi", "nvidia.com/gpu": "8", "rdma/ib": "8"},
+          "requests": {"cpu": "90", "memory": "1500Gi", "nvidia.com/gpu": "8", "rdma/ib": "8"}
+        },
+        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+        "volumeMounts": [
+          {"mountPath": "/dev/shm", "name": "dshm"},
+          {"mountPath": "/etc/train", "name": "config", "readOnly": true},
+          {"mountPath": "/checkpoints", "name": "checkpoints"},
+          {"mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "name": "kube-api-access-9xk2d", "readOnly": true}
+        ]
+      },
+      {
+        "name": "log-shipper",
+        "image": "registry.example.com/infra/fluent-bit:3.1",
+        "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}},
+        "volumeMounts": [{"mountPath": "/var/log/train", "name": "logs"}]
+      }
+    ],
+    "dnsPolicy": "ClusterFirst",
+    "enableServiceLinks": false,
+    "hostname": "llm-pretrain-worker-3",
+    "nodeName": "gpu-node-a17",
+    "preemptionPolicy": "PreemptLowerPriority",
+    "priority": 1000000,
+    "priorityClassName": "training-high",
+    "restartPolicy": "Never",
+    "schedulerName": "default-scheduler",
+    "securityContext": {"fsGroup": 1000, "runAsUser": 1000},
+    "serviceAccountName": "trainer",
+    "subdomain": "llm-pretrain",
+    "terminationGracePeriodSeconds": 30,
+    "tolerations": [
+      {"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"},
+      {"effect": "NoExecute", "key": "node.kubernetes.io/not-ready", "operator": "Exists", "tolerationSeconds": 300},
+      {"effect": "NoExecute", "key": "node.kubernetes.io/unreachable", "operator": "Exists", "tolerationSeconds": 300}
+    ],
+    "volumes": [
+      {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Gi"}},
+      {"name": "config", "configMap": {"name": "llm-pretrain-config", "defaultMode": 420}},
+      {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "llm-pretrain-ckpt"}},
+      {"name": "logs", "emptyDir": {}},
+      {"name": "kube-api-access-9xk2d", "projected": {"defaultMode": 420, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"items": [{"key": "ca.crt", "path": "ca.crt"}], "name": "kube-root-ca.crt"}},
+        {"downwardAPI": {"items": [{"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}, "path": "namespace"}]}}]}}
+    ]
+  },
+  "status": {
+    "conditions": [
+      {"lastProbeTime": null, "lastTransitionTime": "2025-03-14T09:27:30Z", "status": "True", "type": "PodReadyToStartContainers"},
+      {"lastProbeTime": null, "lastTransitionTime": "2025-03-14T09:26:53Z", "status": "True", "type": "Initialized"},
+      {"lastProbeTime": null, "lastTransitionTime": "2025-03-14T09:28:10Z", "status": "True", "type": "Ready"},
+      {"lastProbeTime": null, "lastTransitionTime": "2025-03-14T09:28:10Z", "status": "True", "type": "ContainersReady"},
+      {"lastProbeTime": null, "lastTransitionTime": "2025-03-14T09:26:53Z", "status": "True", "type": "PodScheduled"}
+    ],
+    "containerStatuses": [
+      {
+        "containerID": "containerd://8f1e2d3c4b5a69788796a5b4c3d2e1f00112233445566778899aabbccddeeff",
+        "image": "registry.example.com/ml/pretrain:2025.03.1",
+        "imageID": "registry.example.com/ml/pretrain@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        "lastState": {},
+        "name": "trainer",
+        "ready": true,
+        "restartCount": 0,
+        "started": true,
+        "state": {"running": {"startedAt": "2025-03-14T09:28:02Z"}}
+      },
+      {
+        "containerID": "containerd://11223344556677889900aabbccddeeff00112233445566778899aabbccddeeff",
+        "image": "registry.example.com/infra/fluent-bit:3.1",
+        "imageID": "registry.example.com/infra/fluent-bit@sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
+        "lastState": {},
+        "name": "log-shipper",
+        "ready": true,
+        "restartCount": 0,
+        "started": true,
+        "state": {"running": {"startedAt": "2025-03-14T09:27:29Z"}}
+      }
+    ],
+    "hostIP": "10.20.17.4",
+    "hostIPs": [{"ip": "10.20.17.4"}],
+    "phase": "Running",
+    "podIP": "10.244.17.38",
+    "podIPs": [{"ip": "10.244.17.38"}, {"ip": "fd00:10:244:11::26"}],
+    "qosClass": "Burstable",
+    "startTime": "2025-03-14T09:26:53Z"
+  }
+}"#;
+}
