@@ -711,4 +711,156 @@ mod tests {
         assert_eq!(c.list_semantic, ListSemantic::MostRecent);
         assert_eq!(c.label_selector, None);
     }
+
+    /// A tiny API server: refuses streaming lists with 422 like a server
+    /// without the WatchList feature, serves lists and one watch event.
+    mod against_fake_server {
+        use super::*;
+        use axum::extract::{RawQuery, State};
+        use axum::http::StatusCode;
+        use axum::response::IntoResponse;
+        use std::sync::{Arc, Mutex};
+
+        #[derive(Clone, Default)]
+        struct Fake {
+            queries: Arc<Mutex<Vec<String>>>,
+        }
+
+        async fn pods(State(f): State<Fake>, RawQuery(q): RawQuery) -> axum::response::Response {
+            let q = q.unwrap_or_default();
+            let first_watch = {
+                let mut qs = f.queries.lock().unwrap();
+                qs.push(q.clone());
+                q.contains("watch=true")
+                    && qs.iter().filter(|q| q.contains("watch=true")).count() == 2
+            };
+            if q.contains("sendInitialEvents=true") {
+                let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "reason": "Invalid", "code": 422,
+                    "message": "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"});
+                return (StatusCode::UNPROCESSABLE_ENTITY, body.to_string()).into_response();
+            }
+            if q.contains("watch=true") {
+                if first_watch {
+                    let ev = json!({"type": "ADDED", "object": {"kind": "Pod", "apiVersion": "v1",
+                        "metadata": {"name": "late", "namespace": "ml", "uid": "u-late", "resourceVersion": "11"},
+                        "status": {"podIP": "10.0.0.9"}}});
+                    let chunks =
+                        futures::stream::iter([Ok::<_, std::io::Error>(format!("{ev}\n"))])
+                            .chain(futures::stream::pending());
+                    return axum::body::Body::from_stream(chunks).into_response();
+                }
+                return axum::body::Body::from_stream(futures::stream::pending::<
+                    Result<String, std::io::Error>,
+                >())
+                .into_response();
+            }
+            let list = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "10"},
+            "items": [
+                {"metadata": {"name": "a", "namespace": "ml", "uid": "u-a", "resourceVersion": "9",
+                    "managedFields": [{"manager": "x"}]},
+                 "status": {"podIP": "10.0.0.1"}},
+                {"metadata": {"name": "bad", "namespace": "ml", "uid": "u-bad", "resourceVersion": "9"},
+                 "status": {"podIP": ["10.0.0.2"]}}
+            ]});
+            list.to_string().into_response()
+        }
+
+        async fn services(RawQuery(q): RawQuery) -> axum::response::Response {
+            let q = q.unwrap_or_default();
+            if q.contains("sendInitialEvents=true") {
+                return (StatusCode::BAD_REQUEST, "no streaming here").into_response();
+            }
+            if q.contains("watch=true") {
+                return axum::body::Body::from_stream(futures::stream::pending::<
+                    Result<String, std::io::Error>,
+                >())
+                .into_response();
+            }
+            json!({"kind": "ServiceList", "apiVersion": "v1", "metadata": {"resourceVersion": "10"}, "items": []})
+                .to_string()
+                .into_response()
+        }
+
+        #[tokio::test]
+        async fn auto_falls_back_to_list_then_watch() {
+            let fake = Fake::default();
+            let app = axum::Router::new()
+                .route("/api/v1/pods", axum::routing::get(pods))
+                .route("/api/v1/services", axum::routing::get(services))
+                .with_state(fake.clone());
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+            let url: http::Uri = format!("http://{addr}").parse().unwrap();
+            let client = kube::Client::try_from(kube::Config::new(url)).unwrap();
+            let (tx, mut rx) = mpsc::channel(16);
+            let metrics = Metrics::new();
+            let shutdown = CancellationToken::new();
+            let mut tasks = JoinSet::new();
+            spawn_watchers(
+                client,
+                &WatchConfig::default(),
+                tx,
+                metrics.clone(),
+                &mut tasks,
+                shutdown.clone(),
+            );
+
+            let deadline = std::time::Duration::from_secs(10);
+            let (mut pod_reset, mut svc_reset, mut late) = (None, false, false);
+            while pod_reset.is_none() || !svc_reset || !late {
+                let a = match tokio::time::timeout(deadline, rx.recv()).await {
+                    Ok(a) => a.unwrap(),
+                    Err(_) => panic!(
+                        "timed out: {:?} {pod_reset:?} {svc_reset} {late}",
+                        fake.queries.lock().unwrap()
+                    ),
+                };
+                match a.update {
+                    Update::Pod(Change::Reset { namespace, items }) => {
+                        assert_eq!(namespace, None);
+                        pod_reset = Some(items);
+                    }
+                    Update::Service(Change::Reset { items, .. }) => {
+                        assert!(items.is_empty());
+                        svc_reset = true;
+                    }
+                    Update::Pod(Change::Apply(p)) => {
+                        assert_eq!(p.key, ObjKey::new("ml", "late"));
+                        late = true;
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            let items = pod_reset.unwrap();
+            assert_eq!(items.len(), 1);
+            assert_eq!(items[0].key, ObjKey::new("ml", "a"));
+            assert_eq!(skipped(&metrics), 1);
+            let refused = metrics
+                .watch_restarts
+                .get_or_create(&RestartLabels {
+                    resource: "pods",
+                    reason: "streaming_refused",
+                })
+                .get();
+            assert_eq!(refused, 1);
+
+            // The fallback list came from the watch cache, unpaged.
+            let queries = fake.queries.lock().unwrap().clone();
+            let list = queries.iter().find(|q| !q.contains("watch=true")).unwrap();
+            assert!(list.contains("resourceVersion=0"), "{list}");
+            assert!(!list.contains("limit="), "{list}");
+
+            shutdown.cancel();
+            while let Some(r) = tokio::time::timeout(deadline, tasks.join_next())
+                .await
+                .unwrap()
+            {
+                r.unwrap();
+            }
+            server.abort();
+        }
+    }
 }
