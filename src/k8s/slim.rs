@@ -9,7 +9,7 @@
 //! any other is drained and recorded, and the object comes out with
 //! [`SlimPod::malformed`] set, for `convert` to reject.
 //!
-//! The structs are built by [`loose_struct!`] instead of `#[derive(Deserialize)]`
+//! The structs are built by `loose_struct!` instead of `#[derive(Deserialize)]`
 //! because the derive fails on a duplicate key, and nothing here may fail.
 
 use std::borrow::Cow;
