@@ -1,21 +1,866 @@
-//! TEMPORARY stub until the k8s branch lands.
-use crate::admin::Metrics;
-use crate::index::Arrival;
+//! The Pod and Service watchers: kube-runtime `watcher()` over the slim
+//! types, converted and sent to the single index writer.
+//!
+//! One task per (resource, namespace scope). Each task owns its retry loop
+//! instead of `.default_backoff()`, because it must also honour a 429's
+//! `retryAfterSeconds`, count restarts by reason, and rebuild the watcher
+//! without streaming lists when the server refuses them (kube-runtime does
+//! not fall back by itself).
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
+use kube::Api;
+use kube::core::Status;
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::{self, DefaultBackoff, Event, ListSemantic};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::convert::{self, ConvertError};
+use super::slim::{SlimPod, SlimService};
+use crate::admin::metrics::{EventLabels, Metrics, ResourceLabels, RestartLabels};
+use crate::cli::StreamingList;
+use crate::index::types::{Arrival, Change, ObjKey, PodInfo, ServiceInfo, Update};
+
+/// What to watch and how to list.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WatchConfig {
+    /// Namespaces to watch; empty means the whole cluster.
     pub namespaces: Vec<String>,
+    /// Label selector for the pod watch (Services are not filtered).
     pub label_selector: Option<String>,
+    /// List with a quorum read instead of from the watch cache.
     pub consistent_list: bool,
-    pub streaming: crate::cli::StreamingList,
+    pub streaming: StreamingList,
 }
-pub fn scopes(cfg: &WatchConfig) -> usize {
-    cfg.namespaces.len().max(1)
+
+impl WatchConfig {
+    /// One entry per watch of each resource: the namespaces in the order
+    /// given, without duplicates, or `[None]` for the whole cluster.
+    pub fn scopes(&self) -> Vec<Option<String>> {
+        let mut out: Vec<Option<String>> = Vec::new();
+        for ns in &self.namespaces {
+            if !out.iter().flatten().any(|n| n == ns) {
+                out.push(Some(ns.clone()));
+            }
+        }
+        if out.is_empty() {
+            out.push(None);
+        }
+        out
+    }
 }
+
+/// How many `Change::Reset`s of pods (one per watch) the writer must see
+/// before pods are synced.
+pub fn pod_scopes(cfg: &WatchConfig) -> usize {
+    cfg.scopes().len()
+}
+
+/// How many `Change::Reset`s of services the writer must see before
+/// services are synced (the same scopes as pods).
+pub fn service_scopes(cfg: &WatchConfig) -> usize {
+    cfg.scopes().len()
+}
+
+/// Starts one pod and one service watch per scope in `tasks`. They run until
+/// `shutdown` is cancelled or the writer's receiver is dropped.
 pub fn spawn_watchers(
-    _client: kube::Client,
-    _cfg: &WatchConfig,
-    _tx: tokio::sync::mpsc::Sender<Arrival>,
-    _metrics: Metrics,
-    _tasks: &mut tokio::task::JoinSet<()>,
-    _shutdown: tokio_util::sync::CancellationToken,
+    client: kube::Client,
+    cfg: &WatchConfig,
+    tx: mpsc::Sender<Arrival>,
+    metrics: Metrics,
+    tasks: &mut JoinSet<()>,
+    shutdown: CancellationToken,
 ) {
+    for scope in cfg.scopes() {
+        let pods = Watch::<SlimPod> {
+            api: api(&client, scope.as_deref()),
+            config: list_config(cfg, cfg.label_selector.clone()),
+            streaming: cfg.streaming,
+            mapper: Mapper::new(scope.clone(), metrics.clone()),
+            tx: tx.clone(),
+            metrics: metrics.clone(),
+            shutdown: shutdown.clone(),
+        };
+        let services = Watch::<SlimService> {
+            api: api(&client, scope.as_deref()),
+            config: list_config(cfg, None),
+            streaming: cfg.streaming,
+            mapper: Mapper::new(scope.clone(), metrics.clone()),
+            tx: tx.clone(),
+            metrics: metrics.clone(),
+            shutdown: shutdown.clone(),
+        };
+        let ns = scope.as_deref().unwrap_or("*").to_owned();
+        tasks.spawn(
+            pods.run()
+                .instrument(tracing::info_span!("watch", resource = "pods", namespace = %ns)),
+        );
+        tasks.spawn(
+            services
+                .run()
+                .instrument(tracing::info_span!("watch", resource = "services", namespace = %ns)),
+        );
+    }
+}
+
+fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// The list-then-watch configuration (streaming is added per attempt).
+fn list_config(cfg: &WatchConfig, label_selector: Option<String>) -> watcher::Config {
+    watcher::Config {
+        label_selector,
+        // By default list from the API server's watch cache (resourceVersion=0).
+        // No page size: kube-core drops resourceVersion=0 when a limit is
+        // set, which would turn every relist into a quorum read from etcd.
+        list_semantic: if cfg.consistent_list {
+            ListSemantic::MostRecent
+        } else {
+            ListSemantic::Any
+        },
+        page_size: None,
+        bookmarks: true,
+        ..watcher::Config::default()
+    }
+}
+
+/// A resource podns watches.
+trait Watched:
+    kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+    type Info: Send + 'static;
+    /// The `resource` metric label.
+    const RESOURCE: &'static str;
+    fn convert(&self) -> Result<Self::Info, ConvertError>;
+    fn update(change: Change<Self::Info>) -> Update;
+}
+
+impl Watched for SlimPod {
+    type Info = PodInfo;
+    const RESOURCE: &'static str = "pods";
+    fn convert(&self) -> Result<PodInfo, ConvertError> {
+        convert::pod(self)
+    }
+    fn update(change: Change<PodInfo>) -> Update {
+        Update::Pod(change)
+    }
+}
+
+impl Watched for SlimService {
+    type Info = ServiceInfo;
+    const RESOURCE: &'static str = "services";
+    fn convert(&self) -> Result<ServiceInfo, ConvertError> {
+        convert::service(self)
+    }
+    fn update(change: Change<ServiceInfo>) -> Update {
+        Update::Service(change)
+    }
+}
+
+/// Past this many, the set of uids already reported is cleared (so a
+/// persistently bad object is logged again now and then, and memory stays
+/// bounded).
+const REPORTED_MAX: usize = 10_000;
+
+/// Turns watcher events of one watch into index updates.
+struct Mapper<K: Watched> {
+    namespace: Option<String>,
+    /// The objects of a list in progress (between `Init` and `InitDone`).
+    buffer: Option<Vec<K::Info>>,
+    /// Uids of malformed objects already logged.
+    reported: HashSet<String>,
+    metrics: Metrics,
+}
+
+impl<K: Watched> Mapper<K> {
+    fn new(namespace: Option<String>, metrics: Metrics) -> Self {
+        Self {
+            namespace,
+            buffer: None,
+            reported: HashSet::new(),
+            metrics,
+        }
+    }
+
+    fn count(&self, event: &'static str) {
+        self.metrics
+            .watch_events
+            .get_or_create(&EventLabels {
+                resource: K::RESOURCE,
+                event,
+            })
+            .inc();
+    }
+
+    fn on_event(&mut self, event: Event<K>) -> Option<Update> {
+        match event {
+            Event::Init => {
+                self.count("init");
+                self.buffer = Some(Vec::new());
+                None
+            }
+            Event::InitApply(obj) => {
+                self.count("init_apply");
+                if let Some(info) = self.convert(&obj) {
+                    self.buffer.get_or_insert_with(Vec::new).push(info);
+                }
+                None
+            }
+            Event::InitDone => {
+                self.count("init_done");
+                let items = self.buffer.take().unwrap_or_default();
+                tracing::debug!(items = items.len(), "list complete");
+                Some(K::update(Change::Reset {
+                    namespace: self.namespace.clone(),
+                    items,
+                }))
+            }
+            Event::Apply(obj) => {
+                self.count("apply");
+                match self.convert(&obj) {
+                    Some(info) => Some(K::update(Change::Apply(info))),
+                    // The object is now malformed: withdraw what we knew of
+                    // it rather than keep answering with stale data.
+                    None => convert::key(obj.meta())
+                        .ok()
+                        .map(|key| K::update(Change::Delete(key))),
+                }
+            }
+            Event::Delete(obj) => {
+                self.count("delete");
+                match convert::key(obj.meta()) {
+                    Ok(key) => Some(K::update(Change::Delete(key))),
+                    Err(error) => {
+                        self.skip(&obj, &error);
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    fn convert(&mut self, obj: &K) -> Option<K::Info> {
+        match obj.convert() {
+            Ok(info) => {
+                if !self.reported.is_empty()
+                    && let Some(uid) = obj.meta().uid.as_deref()
+                {
+                    // Fixed: report it again if it breaks again.
+                    self.reported.remove(uid);
+                }
+                Some(info)
+            }
+            Err(error) => {
+                self.skip(obj, &error);
+                None
+            }
+        }
+    }
+
+    /// Counts a skipped object and logs it the first time its uid is seen.
+    fn skip(&mut self, obj: &K, error: &ConvertError) {
+        self.metrics
+            .watch_skipped
+            .get_or_create(&ResourceLabels {
+                resource: K::RESOURCE,
+            })
+            .inc();
+        let meta = obj.meta();
+        let id = match (&meta.uid, &meta.namespace, &meta.name) {
+            (Some(uid), _, _) => uid.clone(),
+            (None, ns, name) => format!(
+                "{}/{}",
+                ns.as_deref().unwrap_or(""),
+                name.as_deref().unwrap_or("")
+            ),
+        };
+        if self.reported.len() >= REPORTED_MAX {
+            self.reported.clear();
+        }
+        if self.reported.insert(id) {
+            let key = ObjKey::new(
+                meta.namespace.as_deref().unwrap_or("?"),
+                meta.name.as_deref().unwrap_or("?"),
+            );
+            tracing::warn!(%key, uid = meta.uid.as_deref().unwrap_or(""), %error, "skipping malformed object");
+        } else {
+            tracing::debug!(%error, "skipping malformed object again");
+        }
+    }
+}
+
+/// How long a streaming list may run without its end bookmark before
+/// `--streaming-list auto` gives up on it. An API server that predates
+/// streaming lists ignores `sendInitialEvents` and never sends the bookmark.
+const STREAMING_INIT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One watch and its retry loop.
+struct Watch<K: Watched> {
+    api: Api<K>,
+    config: watcher::Config,
+    streaming: StreamingList,
+    mapper: Mapper<K>,
+    tx: mpsc::Sender<Arrival>,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+}
+
+impl<K: Watched> Watch<K> {
+    fn restart(&self, reason: &'static str) {
+        self.metrics
+            .watch_restarts
+            .get_or_create(&RestartLabels {
+                resource: K::RESOURCE,
+                reason,
+            })
+            .inc();
+    }
+
+    async fn run(mut self) {
+        let mut streaming = self.streaming != StreamingList::Off;
+        // Auto may fall back until the first streaming list completes.
+        let mut may_fall_back = self.streaming == StreamingList::Auto;
+        let mut backoff = DefaultBackoff::default();
+        loop {
+            let config = if streaming {
+                self.config.clone().streaming_lists()
+            } else {
+                self.config.clone()
+            };
+            tracing::debug!(streaming, "starting watcher");
+            let mut stream = watcher(self.api.clone(), config).boxed();
+            let mut init_deadline: Option<Instant> = None;
+            let refused = loop {
+                let next = tokio::select! {
+                    biased;
+                    () = self.shutdown.cancelled() => return,
+                    () = sleep_until(init_deadline) => {
+                        tracing::warn!(
+                            timeout = ?STREAMING_INIT_TIMEOUT,
+                            "streaming list did not complete, falling back to list-then-watch"
+                        );
+                        break true;
+                    }
+                    next = stream.next() => next,
+                };
+                let at = std::time::Instant::now();
+                match next {
+                    // The watcher never ends; if it did, start a new one.
+                    None => break false,
+                    Some(Ok(event)) => {
+                        backoff.reset();
+                        if may_fall_back {
+                            match event {
+                                Event::Init => {
+                                    init_deadline = Some(Instant::now() + STREAMING_INIT_TIMEOUT);
+                                }
+                                Event::InitDone => {
+                                    may_fall_back = false;
+                                    init_deadline = None;
+                                }
+                                _ => {}
+                            }
+                        }
+                        if let Some(update) = self.mapper.on_event(event) {
+                            let send = self.tx.send(Arrival { update, at });
+                            tokio::select! {
+                                biased;
+                                () = self.shutdown.cancelled() => return,
+                                sent = send => if sent.is_err() {
+                                    tracing::debug!("index writer gone, stopping watch");
+                                    return;
+                                },
+                            }
+                        }
+                    }
+                    Some(Err(error)) => {
+                        if may_fall_back && streaming_refused(&error) {
+                            tracing::warn!(
+                                %error,
+                                "server refused streaming list, falling back to list-then-watch"
+                            );
+                            break true;
+                        }
+                        let reason = restart_reason(&error);
+                        self.restart(reason);
+                        let delay = retry_after(&error)
+                            .or_else(|| backoff.next())
+                            .unwrap_or(Duration::from_secs(30));
+                        tracing::warn!(%error, reason, ?delay, "watch failed, retrying");
+                        tokio::select! {
+                            biased;
+                            () = self.shutdown.cancelled() => return,
+                            () = tokio::time::sleep(delay) => {}
+                        }
+                    }
+                }
+            };
+            if refused {
+                self.restart("streaming_refused");
+                streaming = false;
+                may_fall_back = false;
+            }
+        }
+    }
+}
+
+fn watcher<K: Watched>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = watcher::Result<Event<K>>> + Send {
+    watcher::watcher(api, config)
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The API `Status` an error carries, if any.
+fn status(error: &watcher::Error) -> Option<&Status> {
+    match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => match e {
+            kube::Error::Api(s) => Some(s),
+            _ => None,
+        },
+        watcher::Error::WatchError(s) => Some(s),
+        watcher::Error::NoResourceVersion => None,
+    }
+}
+
+/// The `reason` label of a watch restart.
+pub fn restart_reason(error: &watcher::Error) -> &'static str {
+    match status(error).map(|s| s.code) {
+        Some(410) => return "expired_410",
+        Some(429) => return "throttled_429",
+        Some(500..=599) => return "unavailable",
+        _ => {}
+    }
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::HyperError(_) | kube::Error::Service(_))
+        | watcher::Error::WatchStartFailed(kube::Error::HyperError(_) | kube::Error::Service(_)) => {
+            "unavailable"
+        }
+        watcher::Error::InitialListFailed(_) => "list_failed",
+        watcher::Error::NoResourceVersion => "no_resource_version",
+        _ => "watch_failed",
+    }
+}
+
+/// A 429's `details.retryAfterSeconds`: the server says exactly when to
+/// come back, which beats any backoff guess.
+pub fn retry_after(error: &watcher::Error) -> Option<Duration> {
+    let s = status(error).filter(|s| s.code == 429)?;
+    let secs = s.details.as_ref()?.retry_after_seconds;
+    (secs > 0).then(|| Duration::from_secs(u64::from(secs)))
+}
+
+/// Whether the server refused `sendInitialEvents`: a 4xx when opening the
+/// watch or as its first event. 410 (expired) and 429 (throttled) are the
+/// usual watch errors, and 401/403 are about credentials, not streaming:
+/// none of them says the server cannot stream.
+pub fn streaming_refused(error: &watcher::Error) -> bool {
+    let s = match error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(s)) => s,
+        watcher::Error::WatchError(s) => s,
+        _ => return false,
+    };
+    (400..500).contains(&s.code) && !matches!(s.code, 401 | 403 | 410 | 429)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, ip: serde_json::Value) -> SlimPod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"), "resourceVersion": "1"},
+            "status": {"phase": "Running", "podIP": ip}
+        }))
+        .unwrap()
+    }
+
+    fn skipped(m: &Metrics) -> u64 {
+        m.watch_skipped
+            .get_or_create(&ResourceLabels { resource: "pods" })
+            .get()
+    }
+
+    #[test]
+    fn events_map_to_updates() {
+        let metrics = Metrics::new();
+        let mut m = Mapper::<SlimPod>::new(Some("ml".into()), metrics.clone());
+        assert!(m.on_event(Event::Init).is_none());
+        assert!(
+            m.on_event(Event::InitApply(pod("a", json!("10.0.0.1"))))
+                .is_none()
+        );
+        assert!(m.on_event(Event::InitApply(pod("bad", json!(7)))).is_none());
+        assert!(
+            m.on_event(Event::InitApply(pod("b", json!("10.0.0.2"))))
+                .is_none()
+        );
+        let Some(Update::Pod(Change::Reset { namespace, items })) = m.on_event(Event::InitDone)
+        else {
+            panic!("expected a reset")
+        };
+        assert_eq!(namespace.as_deref(), Some("ml"));
+        let names: Vec<_> = items.iter().map(|p| p.key.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(skipped(&metrics), 1);
+
+        let Some(Update::Pod(Change::Apply(p))) =
+            m.on_event(Event::Apply(pod("c", json!("10.0.0.3"))))
+        else {
+            panic!("expected an apply")
+        };
+        assert_eq!(p.key, ObjKey::new("ml", "c"));
+
+        let Some(Update::Pod(Change::Delete(k))) =
+            m.on_event(Event::Delete(pod("c", json!("10.0.0.3"))))
+        else {
+            panic!("expected a delete")
+        };
+        assert_eq!(k, ObjKey::new("ml", "c"));
+
+        // A second list starts from an empty buffer.
+        m.on_event(Event::Init);
+        let Some(Update::Pod(Change::Reset { items, .. })) = m.on_event(Event::InitDone) else {
+            panic!("expected a reset")
+        };
+        assert!(items.is_empty());
+
+        let events = metrics
+            .watch_events
+            .get_or_create(&EventLabels {
+                resource: "pods",
+                event: "init_apply",
+            })
+            .get();
+        assert_eq!(events, 3);
+    }
+
+    #[test]
+    fn malformed_apply_deletes_and_is_reported_once() {
+        let metrics = Metrics::new();
+        let mut m = Mapper::<SlimPod>::new(None, metrics.clone());
+        for _ in 0..3 {
+            let Some(Update::Pod(Change::Delete(k))) =
+                m.on_event(Event::Apply(pod("a", json!({"x": 1}))))
+            else {
+                panic!("expected a delete")
+            };
+            assert_eq!(k, ObjKey::new("ml", "a"));
+        }
+        assert_eq!(skipped(&metrics), 3);
+        assert_eq!(m.reported.len(), 1);
+        // Fixed, then forgotten, so a new breakage is logged again.
+        assert!(matches!(
+            m.on_event(Event::Apply(pod("a", json!("10.0.0.1")))),
+            Some(Update::Pod(Change::Apply(_)))
+        ));
+        assert!(m.reported.is_empty());
+
+        // Without a name there is nothing to delete.
+        let nameless: SlimPod =
+            serde_json::from_value(json!({"metadata": {"namespace": "ml"}})).unwrap();
+        assert!(m.on_event(Event::Apply(nameless.clone())).is_none());
+        assert!(m.on_event(Event::Delete(nameless)).is_none());
+        assert_eq!(skipped(&metrics), 5);
+    }
+
+    #[test]
+    fn reported_set_is_bounded() {
+        let mut m = Mapper::<SlimPod>::new(None, Metrics::new());
+        for i in 0..(REPORTED_MAX + 10) {
+            m.on_event(Event::Apply(pod(&format!("p{i}"), json!(1))));
+        }
+        assert!(m.reported.len() <= REPORTED_MAX);
+    }
+
+    fn api_err(code: u16, retry: Option<u32>) -> kube::Error {
+        let mut v = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "m", "reason": "r", "code": code});
+        if let Some(r) = retry {
+            v["details"] = json!({"retryAfterSeconds": r});
+        }
+        kube::Error::Api(Box::new(serde_json::from_value::<Status>(v).unwrap()))
+    }
+
+    fn watch_err(code: u16) -> watcher::Error {
+        watcher::Error::WatchError(Box::new(
+            serde_json::from_value::<Status>(json!({"code": code, "message": "m"})).unwrap(),
+        ))
+    }
+
+    #[test]
+    fn fallback_decision() {
+        use watcher::Error::*;
+        assert!(streaming_refused(&WatchStartFailed(api_err(400, None))));
+        assert!(streaming_refused(&WatchStartFailed(api_err(422, None))));
+        assert!(streaming_refused(&watch_err(400)));
+        for code in [401, 403, 410, 429, 500, 503] {
+            assert!(
+                !streaming_refused(&WatchStartFailed(api_err(code, None))),
+                "{code}"
+            );
+        }
+        assert!(!streaming_refused(&InitialListFailed(api_err(400, None))));
+        assert!(!streaming_refused(&WatchFailed(api_err(400, None))));
+        assert!(!streaming_refused(&NoResourceVersion));
+    }
+
+    #[test]
+    fn retry_after_only_from_429_details() {
+        use watcher::Error::*;
+        assert_eq!(
+            retry_after(&InitialListFailed(api_err(429, Some(7)))),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            retry_after(&WatchStartFailed(api_err(429, Some(2)))),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(retry_after(&InitialListFailed(api_err(429, None))), None);
+        assert_eq!(retry_after(&InitialListFailed(api_err(429, Some(0)))), None);
+        assert_eq!(retry_after(&InitialListFailed(api_err(503, Some(5)))), None);
+        assert_eq!(retry_after(&NoResourceVersion), None);
+    }
+
+    #[test]
+    fn restart_reasons() {
+        use watcher::Error::*;
+        assert_eq!(restart_reason(&watch_err(410)), "expired_410");
+        assert_eq!(
+            restart_reason(&InitialListFailed(api_err(410, None))),
+            "expired_410"
+        );
+        assert_eq!(
+            restart_reason(&InitialListFailed(api_err(429, Some(1)))),
+            "throttled_429"
+        );
+        assert_eq!(
+            restart_reason(&WatchStartFailed(api_err(503, None))),
+            "unavailable"
+        );
+        assert_eq!(
+            restart_reason(&InitialListFailed(api_err(403, None))),
+            "list_failed"
+        );
+        assert_eq!(
+            restart_reason(&WatchStartFailed(api_err(403, None))),
+            "watch_failed"
+        );
+        assert_eq!(restart_reason(&NoResourceVersion), "no_resource_version");
+        let io = kube::Error::ReadEvents(std::io::Error::other("reset"));
+        assert_eq!(restart_reason(&WatchFailed(io)), "watch_failed");
+    }
+
+    #[test]
+    fn scopes_and_list_config() {
+        let cfg = WatchConfig {
+            namespaces: vec!["a".into(), "b".into(), "a".into()],
+            label_selector: Some("app=x".into()),
+            ..WatchConfig::default()
+        };
+        assert_eq!(cfg.scopes(), vec![Some("a".into()), Some("b".into())]);
+        assert_eq!(pod_scopes(&cfg), 2);
+        assert_eq!(service_scopes(&WatchConfig::default()), 1);
+        assert_eq!(WatchConfig::default().scopes(), vec![None]);
+
+        let c = list_config(&cfg, cfg.label_selector.clone());
+        assert_eq!(c.list_semantic, ListSemantic::Any);
+        assert_eq!(c.page_size, None);
+        assert!(c.bookmarks);
+        assert_eq!(c.label_selector.as_deref(), Some("app=x"));
+        let c = list_config(
+            &WatchConfig {
+                consistent_list: true,
+                ..cfg
+            },
+            None,
+        );
+        assert_eq!(c.list_semantic, ListSemantic::MostRecent);
+        assert_eq!(c.label_selector, None);
+    }
+
+    /// A tiny API server: refuses streaming lists with 422 like a server
+    /// without the WatchList feature, serves lists and one watch event.
+    mod against_fake_server {
+        use super::*;
+        use axum::extract::{RawQuery, State};
+        use axum::http::StatusCode;
+        use axum::response::IntoResponse;
+        use std::sync::{Arc, Mutex};
+
+        #[derive(Clone, Default)]
+        struct Fake {
+            queries: Arc<Mutex<Vec<String>>>,
+        }
+
+        async fn pods(State(f): State<Fake>, RawQuery(q): RawQuery) -> axum::response::Response {
+            let q = q.unwrap_or_default();
+            let first_watch = {
+                let mut qs = f.queries.lock().unwrap();
+                qs.push(q.clone());
+                q.contains("watch=true")
+                    && qs.iter().filter(|q| q.contains("watch=true")).count() == 2
+            };
+            if q.contains("sendInitialEvents=true") {
+                let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "reason": "Invalid", "code": 422,
+                    "message": "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"});
+                return (StatusCode::UNPROCESSABLE_ENTITY, body.to_string()).into_response();
+            }
+            if q.contains("watch=true") {
+                if first_watch {
+                    let ev = json!({"type": "ADDED", "object": {"kind": "Pod", "apiVersion": "v1",
+                        "metadata": {"name": "late", "namespace": "ml", "uid": "u-late", "resourceVersion": "11"},
+                        "status": {"podIP": "10.0.0.9"}}});
+                    let chunks =
+                        futures::stream::iter([Ok::<_, std::io::Error>(format!("{ev}\n"))])
+                            .chain(futures::stream::pending());
+                    return axum::body::Body::from_stream(chunks).into_response();
+                }
+                return axum::body::Body::from_stream(futures::stream::pending::<
+                    Result<String, std::io::Error>,
+                >())
+                .into_response();
+            }
+            let list = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "10"},
+            "items": [
+                {"metadata": {"name": "a", "namespace": "ml", "uid": "u-a", "resourceVersion": "9",
+                    "managedFields": [{"manager": "x"}]},
+                 "status": {"podIP": "10.0.0.1"}},
+                {"metadata": {"name": "bad", "namespace": "ml", "uid": "u-bad", "resourceVersion": "9"},
+                 "status": {"podIP": ["10.0.0.2"]}}
+            ]});
+            list.to_string().into_response()
+        }
+
+        async fn services(RawQuery(q): RawQuery) -> axum::response::Response {
+            let q = q.unwrap_or_default();
+            if q.contains("sendInitialEvents=true") {
+                return (StatusCode::BAD_REQUEST, "no streaming here").into_response();
+            }
+            if q.contains("watch=true") {
+                return axum::body::Body::from_stream(futures::stream::pending::<
+                    Result<String, std::io::Error>,
+                >())
+                .into_response();
+            }
+            json!({"kind": "ServiceList", "apiVersion": "v1", "metadata": {"resourceVersion": "10"}, "items": []})
+                .to_string()
+                .into_response()
+        }
+
+        #[tokio::test]
+        async fn auto_falls_back_to_list_then_watch() {
+            let fake = Fake::default();
+            let app = axum::Router::new()
+                .route("/api/v1/pods", axum::routing::get(pods))
+                .route("/api/v1/services", axum::routing::get(services))
+                .with_state(fake.clone());
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+            let url: http::Uri = format!("http://{addr}").parse().unwrap();
+            let client = kube::Client::try_from(kube::Config::new(url)).unwrap();
+            let (tx, mut rx) = mpsc::channel(16);
+            let metrics = Metrics::new();
+            let shutdown = CancellationToken::new();
+            let mut tasks = JoinSet::new();
+            spawn_watchers(
+                client,
+                &WatchConfig::default(),
+                tx,
+                metrics.clone(),
+                &mut tasks,
+                shutdown.clone(),
+            );
+
+            let deadline = std::time::Duration::from_secs(10);
+            let (mut pod_reset, mut svc_reset, mut late) = (None, false, false);
+            while pod_reset.is_none() || !svc_reset || !late {
+                let a = match tokio::time::timeout(deadline, rx.recv()).await {
+                    Ok(a) => a.unwrap(),
+                    Err(_) => panic!(
+                        "timed out: {:?} {pod_reset:?} {svc_reset} {late}",
+                        fake.queries.lock().unwrap()
+                    ),
+                };
+                match a.update {
+                    Update::Pod(Change::Reset { namespace, items }) => {
+                        assert_eq!(namespace, None);
+                        pod_reset = Some(items);
+                    }
+                    Update::Service(Change::Reset { items, .. }) => {
+                        assert!(items.is_empty());
+                        svc_reset = true;
+                    }
+                    Update::Pod(Change::Apply(p)) => {
+                        assert_eq!(p.key, ObjKey::new("ml", "late"));
+                        late = true;
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            let items = pod_reset.unwrap();
+            assert_eq!(items.len(), 1);
+            assert_eq!(items[0].key, ObjKey::new("ml", "a"));
+            assert_eq!(skipped(&metrics), 1);
+            let refused = metrics
+                .watch_restarts
+                .get_or_create(&RestartLabels {
+                    resource: "pods",
+                    reason: "streaming_refused",
+                })
+                .get();
+            assert_eq!(refused, 1);
+
+            // The fallback list came from the watch cache, unpaged.
+            let queries = fake.queries.lock().unwrap().clone();
+            let list = queries.iter().find(|q| !q.contains("watch=true")).unwrap();
+            assert!(list.contains("resourceVersion=0"), "{list}");
+            assert!(!list.contains("limit="), "{list}");
+
+            shutdown.cancel();
+            while let Some(r) = tokio::time::timeout(deadline, tasks.join_next())
+                .await
+                .unwrap()
+            {
+                r.unwrap();
+            }
+            server.abort();
+        }
+    }
 }
