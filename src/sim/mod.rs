@@ -1,9 +1,36 @@
 //! `podns sim`: an in-memory Kubernetes API server on loopback.
 //!
-//! (Being built: see issue 2.)
+//! It speaks the real wire protocol for Pods, Services and Namespaces
+//! (list, watch with bookmarks and streaming lists, resume and 410, Status
+//! errors) so that kubectl and kube-rs work against it unchanged, and it
+//! plays kubelet and job controllers to produce realistic workloads.
+//!
+//! - [`store`]: objects as JSON bytes, one global resourceVersion, history ring.
+//! - [`selector`]: label and field selectors.
+//! - [`http`]: the Kubernetes REST paths, lists and watches.
+//! - [`workload`]: kubelet timers, pod IPs, training jobs, churn, scenarios.
+//! - [`control`], [`faults`], [`stats`]: the `/sim/` endpoints.
+
+pub mod control;
+pub mod discovery;
+pub mod faults;
+pub mod http;
+pub mod protobuf;
+pub mod selector;
+pub mod stats;
+pub mod store;
+pub mod table;
+pub mod workload;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use axum::serve::ListenerExt as _;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// Flags of `podns sim`.
 #[derive(clap::Args, Clone, Debug)]
@@ -50,8 +77,239 @@ pub struct SimArgs {
     /// A YAML or JSON list of Kubernetes objects to create at start.
     #[arg(long)]
     pub scenario: Option<PathBuf>,
+    /// Kind of the start-up jobs: indexed-job, jobset, or mixed (alternate).
+    #[arg(long, default_value = "indexed-job")]
+    pub job_kind: String,
 }
 
-pub async fn run(_args: SimArgs) -> anyhow::Result<()> {
-    anyhow::bail!("podns sim is not built yet")
+impl Default for SimArgs {
+    /// The flag defaults, for in-process use (`podns demo`, tests).
+    fn default() -> Self {
+        SimArgs {
+            listen: SocketAddr::from(([127, 0, 0, 1], 6443)),
+            kubeconfig_out: None,
+            kubelet: false,
+            pod_cidr: "10.244.0.0/16".into(),
+            pod_cidr_v6: None,
+            kubelet_delay_ms: 0,
+            ready_delay_ms: 0,
+            default_grace: 0,
+            bookmark_interval: 10,
+            history: 100_000,
+            jobs: 0,
+            ranks: 8,
+            namespaces: 1,
+            scenario: None,
+            job_kind: "indexed-job".into(),
+        }
+    }
+}
+
+/// State shared by every request.
+pub struct Sim {
+    pub store: Arc<store::Store>,
+    pub workload: Arc<workload::Workload>,
+    pub stats: Arc<stats::Stats>,
+    pub faults: faults::Faults,
+    pub shutdown: CancellationToken,
+    pub addr: SocketAddr,
+    pub bookmark_interval: u64,
+}
+
+/// A running simulator.
+pub struct SimHandle {
+    pub addr: SocketAddr,
+    task: JoinHandle<anyhow::Result<()>>,
+    sim: Arc<Sim>,
+}
+
+impl SimHandle {
+    /// A kubeconfig whose server is this simulator.
+    pub fn kubeconfig_yaml(&self) -> String {
+        kubeconfig_yaml(self.addr)
+    }
+
+    /// The base URL, `http://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kube client for this simulator.
+    pub fn client(&self) -> kube::Client {
+        let url = self.url().parse().expect("an http URL parses");
+        let mut config = kube::Config::new(url);
+        config.default_namespace = "default".into();
+        kube::Client::try_from(config).expect("a plain-http kube client builds")
+    }
+
+    /// The in-process state (store, stats), for tests.
+    pub fn sim(&self) -> &Arc<Sim> {
+        &self.sim
+    }
+
+    /// Waits until the server task ends (after the shutdown token fires).
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await.context("simulator task panicked")?
+    }
+}
+
+/// A kubeconfig for `http://addr` with no credentials.
+pub fn kubeconfig_yaml(addr: SocketAddr) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: podns-sim
+  cluster:
+    server: http://{addr}
+contexts:
+- name: podns-sim
+  context:
+    cluster: podns-sim
+    user: podns-sim
+    namespace: default
+current-context: podns-sim
+preferences: {{}}
+users:
+- name: podns-sim
+  user: {{}}
+"
+    )
+}
+
+/// Creates the cluster's fixed objects and the start-up workload.
+fn populate(sim: &Sim, args: &SimArgs) -> anyhow::Result<()> {
+    use serde_json::json;
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        workload::ensure_namespace(&sim.store, ns)?;
+    }
+    // Every cluster has it; DNS serves it like any ClusterIP Service.
+    sim.store.create(
+        store::Kind::Service,
+        "default",
+        json!({"metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+               "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "targetPort": 6443, "protocol": "TCP"}]}}),
+    )?;
+    if let Some(path) = &args.scenario {
+        let text = std::fs::read_to_string(path).map_err(|source| workload::WorkloadError::ReadScenario {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let n = sim.workload.load_scenario(&text)?;
+        tracing::info!(objects = n, path = %path.display(), "scenario loaded");
+    }
+    let nss = args.namespaces.max(1);
+    for j in 0..args.jobs {
+        let namespace = if nss == 1 { "default".to_string() } else { format!("team-{}", j % nss) };
+        let kind = match args.job_kind.as_str() {
+            "mixed" => if j % 2 == 0 { "indexed-job" } else { "jobset" },
+            k => k,
+        };
+        let req = workload::JobRequest {
+            namespace,
+            name: format!("train-{j}"),
+            ranks: args.ranks,
+            kind: kind.to_string(),
+        };
+        sim.workload.create_job(&req).map_err(|e| anyhow::anyhow!("failed to create job {}: {e}", req.name))?;
+    }
+    Ok(())
+}
+
+/// Starts the simulator on an already-bound listener. The start-up
+/// workload exists when this returns (with `--kubelet`, pods may still be
+/// turning Running).
+pub async fn spawn(args: SimArgs, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<SimHandle> {
+    let addr = listener.local_addr().context("failed to read the listener address")?;
+    let store = store::Store::new(args.history);
+    let workload = workload::Workload::new(store.clone(), &args, shutdown.clone())?;
+    let sim = Arc::new(Sim {
+        store,
+        workload,
+        stats: Arc::new(stats::Stats::default()),
+        faults: faults::Faults::default(),
+        shutdown: shutdown.clone(),
+        addr,
+        bookmark_interval: args.bookmark_interval,
+    });
+    {
+        let (sim, args) = (sim.clone(), args.clone());
+        tokio::task::spawn_blocking(move || populate(&sim, &args))
+            .await
+            .context("start-up workload panicked")??;
+    }
+    let router = axum::Router::new()
+        .fallback(http::handle)
+        .with_state(sim.clone());
+    let listener = listener.tap_io(|tcp| {
+        // Watch events are small writes that must leave at once.
+        let _ = tcp.set_nodelay(true);
+    });
+    let token = shutdown.clone();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move { token.cancelled().await })
+            .await
+            .context("simulator server failed")
+    });
+    Ok(SimHandle { addr, task, sim })
+}
+
+/// `podns sim`: bind, announce, serve until SIGINT/SIGTERM.
+pub async fn run(args: SimArgs) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("failed to bind {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    // Connections queue in the backlog until the workload exists, so a
+    // harness may connect as soon as it reads this line.
+    tracing::info!("listening api http {addr}");
+    if let Some(path) = &args.kubeconfig_out {
+        std::fs::write(path, kubeconfig_yaml(addr))
+            .with_context(|| format!("failed to write kubeconfig {}", path.display()))?;
+    }
+    let shutdown = CancellationToken::new();
+    let started = std::time::Instant::now();
+    let handle = spawn(args, listener, shutdown.clone()).await?;
+    let counts = handle.sim.store.counts();
+    tracing::info!(
+        pods = counts[0],
+        services = counts[1],
+        namespaces = counts[2],
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "simulator ready"
+    );
+    let signal = {
+        let token = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down");
+            token.cancel();
+        })
+    };
+    let r = handle.wait().await;
+    signal.abort();
+    r
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

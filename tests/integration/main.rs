@@ -2,3 +2,4 @@
 //! `podns sim`, and dig where it is installed.
 
 mod support;
+mod sim;

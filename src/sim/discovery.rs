@@ -1,0 +1,47 @@
+//! Discovery documents: enough for kubectl and client-go to find pods,
+//! services and namespaces in the core group.
+
+use std::net::SocketAddr;
+
+use serde_json::{Value, json};
+
+pub fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": "33",
+        "gitVersion": "v1.33.0-podns-sim",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2025-04-23T00:00:00Z",
+        "goVersion": "go1.24.2",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    })
+}
+
+pub fn api_versions(addr: SocketAddr) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": addr.to_string()}],
+    })
+}
+
+pub fn api_v1() -> Value {
+    let rw = json!(["create", "delete", "get", "list", "patch", "update", "watch"]);
+    let status = json!(["get", "patch", "update"]);
+    json!({
+        "kind": "APIResourceList",
+        "groupVersion": "v1",
+        "resources": [
+            {"name": "namespaces", "singularName": "namespace", "namespaced": false, "kind": "Namespace",
+             "verbs": rw, "shortNames": ["ns"], "storageVersionHash": "Q3oi5N2YM8M="},
+            {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
+             "verbs": rw, "shortNames": ["po"], "categories": ["all"], "storageVersionHash": "xPOwRZ+Yhw8="},
+            {"name": "pods/status", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": status},
+            {"name": "services", "singularName": "service", "namespaced": true, "kind": "Service",
+             "verbs": rw, "shortNames": ["svc"], "categories": ["all"], "storageVersionHash": "0/CO1lhkEBI="},
+            {"name": "services/status", "singularName": "", "namespaced": true, "kind": "Service", "verbs": status},
+        ],
+    })
+}

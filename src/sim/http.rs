@@ -1,0 +1,641 @@
+//! The HTTP face of the simulator: Kubernetes REST paths under `/api`,
+//! discovery, and the simulator's own controls under `/sim/`.
+//!
+//! Every answer is JSON (`application/json`), whatever protobuf or Table
+//! media type the client prefers first; kubectl and client-go fall back.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderValue, Method, StatusCode, header};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::Sim;
+use super::selector::{FieldSelector, LabelSelector};
+use super::store::{ApiError, EvType, Filter, Kind, Obj, decode_continue, event_line};
+use super::table;
+
+type Query = HashMap<String, String>;
+
+const MAX_BODY: usize = 64 << 20;
+
+pub fn json_response(code: u16, body: impl Into<Bytes>) -> Response {
+    let mut r = Response::new(Body::from(body.into()));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn value_response(code: u16, v: &Value) -> Response {
+    json_response(code, serde_json::to_vec(v).unwrap_or_default())
+}
+
+pub fn error_response(e: &ApiError) -> Response {
+    let mut r = value_response(e.code, &e.status());
+    if let Some(s) = e.details.as_ref().and_then(|d| d["retryAfterSeconds"].as_u64()) {
+        r.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from_str(&s.to_string()).unwrap_or(HeaderValue::from_static("1")),
+        );
+    }
+    r
+}
+
+/// The single entry point: counts, applies faults, routes.
+pub async fn handle(State(sim): State<Arc<Sim>>, req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    if let Some(rest) = path.strip_prefix("/sim/") {
+        sim.stats.count("sim", rest.split('/').next().unwrap_or(""));
+        let r = super::control::handle(&sim, req, rest).await;
+        return sim.stats.sent(r);
+    }
+    if let Some(e) = sim.faults.check().await {
+        sim.stats.count("fault", "");
+        return sim.stats.sent(error_response(&e));
+    }
+    let r = match api(&sim, req, &path).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    };
+    sim.stats.sent(r)
+}
+
+fn parse_query(q: Option<&str>) -> Result<Query, ApiError> {
+    match q {
+        None => Ok(Query::new()),
+        Some(q) => serde_urlencoded::from_str::<Vec<(String, String)>>(q)
+            .map(|v| v.into_iter().collect())
+            .map_err(|e| ApiError::bad_request(format!("invalid query: {e}"))),
+    }
+}
+
+fn truthy(q: &Query, k: &str) -> bool {
+    matches!(q.get(k).map(String::as_str), Some("true" | "1"))
+}
+
+/// What a Kubernetes path names.
+struct Target {
+    kind: Kind,
+    ns: Option<String>,
+    name: Option<String>,
+    status: bool,
+}
+
+fn not_found_path(path: &str) -> ApiError {
+    ApiError::new(404, "NotFound", "the server could not find the requested resource")
+        .with_details(json!({"causes": [{"reason": "UnexpectedServerResponse", "message": format!("404 page not found: {path}")}]}))
+}
+
+fn parse_target(segs: &[&str], path: &str) -> Result<Target, ApiError> {
+    let nf = || not_found_path(path);
+    let kind = |s: &str| Kind::from_plural(s).ok_or_else(nf);
+    let t = match segs {
+        [p] => Target {
+            kind: kind(p)?,
+            ns: None,
+            name: None,
+            status: false,
+        },
+        ["namespaces", name] => Target {
+            kind: Kind::Namespace,
+            ns: None,
+            name: Some(name.to_string()),
+            status: false,
+        },
+        ["namespaces", name, "status"] => Target {
+            kind: Kind::Namespace,
+            ns: None,
+            name: Some(name.to_string()),
+            status: true,
+        },
+        ["namespaces", ns, p] if *p != "namespaces" => Target {
+            kind: kind(p)?,
+            ns: Some(ns.to_string()),
+            name: None,
+            status: false,
+        },
+        ["namespaces", ns, p, name] if *p != "namespaces" => Target {
+            kind: kind(p)?,
+            ns: Some(ns.to_string()),
+            name: Some(name.to_string()),
+            status: false,
+        },
+        ["namespaces", ns, p, name, "status"] if *p != "namespaces" => Target {
+            kind: kind(p)?,
+            ns: Some(ns.to_string()),
+            name: Some(name.to_string()),
+            status: true,
+        },
+        _ => return Err(nf()),
+    };
+    if t.kind.namespaced() && t.name.is_some() && t.ns.is_none() {
+        return Err(nf());
+    }
+    Ok(t)
+}
+
+async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiError> {
+    let trimmed = path.trim_end_matches('/');
+    match trimmed {
+        "/version" => {
+            sim.stats.count("get", "version");
+            return Ok(value_response(200, &super::discovery::version()));
+        }
+        "/api" => {
+            sim.stats.count("get", "discovery");
+            return Ok(value_response(200, &super::discovery::api_versions(sim.addr)));
+        }
+        "/api/v1" => {
+            sim.stats.count("get", "discovery");
+            return Ok(value_response(200, &super::discovery::api_v1()));
+        }
+        "/apis" => {
+            sim.stats.count("get", "discovery");
+            return Ok(value_response(200, &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})));
+        }
+        "/healthz" | "/readyz" | "/livez" => {
+            return Ok(Response::new(Body::from("ok")));
+        }
+        _ => {}
+    }
+    let Some(rest) = trimmed.strip_prefix("/api/v1/") else {
+        sim.stats.count("unknown", "");
+        return Err(not_found_path(path));
+    };
+    let mut q = parse_query(req.uri().query())?;
+    let mut segs: Vec<&str> = rest.split('/').collect();
+    if segs.first() == Some(&"watch") {
+        segs.remove(0);
+        q.insert("watch".into(), "true".into());
+    }
+    let t = parse_target(&segs, path)?;
+    let method = req.method().clone();
+    let resource = if t.status {
+        format!("{}/status", t.kind.plural())
+    } else {
+        t.kind.plural().to_string()
+    };
+    let watch = truthy(&q, "watch");
+    let verb = match (&method, &t.name, watch) {
+        (&Method::GET, _, true) => "watch",
+        (&Method::GET, Some(_), false) => "get",
+        (&Method::GET, None, false) => "list",
+        (&Method::POST, None, _) => "create",
+        (&Method::PUT, Some(_), _) => "update",
+        (&Method::PATCH, Some(_), _) => "patch",
+        (&Method::DELETE, Some(_), _) => "delete",
+        _ => "unsupported",
+    };
+    sim.stats.count(verb, &resource);
+    let ns = t.ns.clone().unwrap_or_default();
+    let name = t.name.clone().unwrap_or_default();
+    match verb {
+        "get" => {
+            let o = sim.store.get(t.kind, &ns, &name)?;
+            if wants_table(req.headers()) {
+                let page = super::store::Page { rv: o.rv, items: vec![o], cont: None };
+                return Ok(value_response(200, &table::table(t.kind, &page)));
+            }
+            Ok(obj_response(200, &o))
+        }
+        "list" => list(sim, &t, &q, req.headers()),
+        "watch" => {
+            let mut q = q;
+            if let Some(n) = &t.name {
+                q.insert("fieldSelector".into(), format!("metadata.name={n}"));
+            }
+            watch_start(sim, &t, &q)
+        }
+        "create" => {
+            if t.status {
+                return Err(ApiError::new(405, "MethodNotAllowed", "create is not supported on status"));
+            }
+            if t.kind.namespaced() && t.ns.is_none() {
+                return Err(ApiError::new(405, "MethodNotAllowed", "create needs a namespaced path"));
+            }
+            let v = body_json(req).await?;
+            let o = sim.store.create(t.kind, &ns, v)?;
+            Ok(obj_response(201, &o))
+        }
+        "update" => {
+            let v = body_json(req).await?;
+            let o = sim.store.replace(t.kind, &ns, &name, v, t.status)?;
+            Ok(obj_response(200, &o))
+        }
+        "patch" => {
+            let ct = req
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            if !(ct.starts_with("application/merge-patch+json")
+                || ct.starts_with("application/strategic-merge-patch+json"))
+            {
+                return Err(ApiError::new(
+                    415,
+                    "UnsupportedMediaType",
+                    format!("the body of the request was in an unknown format - accepted media types include: application/merge-patch+json, application/strategic-merge-patch+json (got {ct:?})"),
+                ));
+            }
+            let v = body_json(req).await?;
+            let o = sim.store.patch(t.kind, &ns, &name, v, t.status)?;
+            Ok(obj_response(200, &o))
+        }
+        "delete" => {
+            let mut grace: Option<u64> = match q.get("gracePeriodSeconds") {
+                Some(g) => Some(g.parse().map_err(|_| ApiError::bad_request("invalid gracePeriodSeconds"))?),
+                None => None,
+            };
+            let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY)
+                .await
+                .map_err(|e| ApiError::bad_request(format!("failed to read body: {e}")))?;
+            let mut uid = None;
+            if !bytes.iter().all(u8::is_ascii_whitespace) {
+                let opts: Value = serde_json::from_slice(&bytes)
+                    .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
+                if let Some(g) = opts["gracePeriodSeconds"].as_u64() {
+                    grace = Some(g);
+                }
+                uid = opts["preconditions"]["uid"].as_str().map(str::to_string);
+            }
+            let grace = grace.unwrap_or(sim.workload.default_grace);
+            let o = if t.kind == Kind::Pod {
+                sim.workload.delete_pod(&ns, &name, grace, uid.as_deref())?
+            } else {
+                sim.store.delete(t.kind, &ns, &name, 0, uid.as_deref())?.0
+            };
+            Ok(obj_response(200, &o))
+        }
+        _ => Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            format!("the server does not allow this method on the requested resource ({method})"),
+        )),
+    }
+}
+
+/// kubectl's `get` asks for server-side printing first.
+fn wants_table(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=Table"))
+}
+
+fn obj_response(code: u16, o: &Obj) -> Response {
+    json_response(code, o.bytes.clone())
+}
+
+async fn body_json(req: Request) -> Result<Value, ApiError> {
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_string();
+    if ct.contains("protobuf") {
+        let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY)
+            .await
+            .map_err(|e| ApiError::bad_request(format!("failed to read body: {e}")))?;
+        return super::protobuf::decode(&bytes).map_err(|e| {
+            ApiError::new(415, "UnsupportedMediaType", format!("{e}; send application/json"))
+        });
+    }
+    if ct.contains("cbor") || ct.contains("yaml") {
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!("the body of the request was in an unknown format - accepted media types include: application/json (got {ct:?})"),
+        ));
+    }
+    let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("failed to read body: {e}")))?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the request body is not valid JSON: {e}"
+        ))
+    })
+}
+
+fn filter(t: &Target, q: &Query) -> Result<Filter, ApiError> {
+    let labels = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let fields = FieldSelector::parse(
+        q.get("fieldSelector").map(String::as_str).unwrap_or(""),
+        t.kind.fields(),
+    )
+    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(Filter {
+        ns: t.ns.clone(),
+        labels,
+        fields,
+    })
+}
+
+fn parse_rv(s: &str) -> Result<u64, ApiError> {
+    s.parse()
+        .map_err(|_| ApiError::bad_request(format!("invalid resource version {s:?}")))
+}
+
+fn list(sim: &Arc<Sim>, t: &Target, q: &Query, headers: &http::HeaderMap) -> Result<Response, ApiError> {
+    let f = filter(t, q)?;
+    let limit = match q.get("limit") {
+        Some(l) => Some(l.parse::<usize>().map_err(|_| ApiError::bad_request("invalid limit"))?),
+        None => None,
+    };
+    let rv = q.get("resourceVersion").filter(|s| !s.is_empty());
+    let rvm = q.get("resourceVersionMatch").filter(|s| !s.is_empty());
+    let invalid = |m: &str| ApiError::invalid(t.kind, "", m.to_string());
+    let (at, start) = if let Some(c) = q.get("continue").filter(|s| !s.is_empty()) {
+        if rv.is_some() && rv.map(String::as_str) != Some("0") {
+            return Err(invalid("resourceVersion: Forbidden: specifying resource version is not allowed when using continue"));
+        }
+        let (crv, key) = decode_continue(c).ok_or_else(|| ApiError::bad_request("continue key is not valid"))?;
+        (Some(crv), Some(key))
+    } else {
+        match (rv.map(String::as_str), rvm.map(String::as_str)) {
+            (None, Some(_)) => {
+                return Err(invalid("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"));
+            }
+            (None, None) | (Some("0"), None | Some("NotOlderThan")) => (None, None),
+            (Some(v), None | Some("NotOlderThan")) => {
+                let want = parse_rv(v)?;
+                let cur = sim.store.current_rv();
+                if want > cur {
+                    return Err(ApiError::new(504, "Timeout", format!("Too large resource version: {want}, current: {cur}"))
+                        .with_details(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1})));
+                }
+                (None, None)
+            }
+            (Some(v), Some("Exact")) => {
+                let want = parse_rv(v)?;
+                if want == 0 {
+                    return Err(invalid("resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""));
+                }
+                (Some(want), None)
+            }
+            (Some(_), Some(m)) => {
+                return Err(invalid(&format!("resourceVersionMatch: Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\", \"\"")));
+            }
+        }
+    };
+    let continuing = start.is_some();
+    let page = sim.store.list(t.kind, &f, at, start, limit).map_err(|e| {
+        if continuing && e.code == 410 {
+            ApiError::expired(
+                "The provided continue parameter is too old to display a consistent list result. \
+                 You can start a new list without the continue parameter.",
+            )
+        } else {
+            e
+        }
+    })?;
+    if wants_table(headers) {
+        return Ok(value_response(200, &table::table(t.kind, &page)));
+    }
+    let mut head = format!(
+        "{{\"kind\":\"{}\",\"apiVersion\":\"v1\",\"metadata\":{{\"resourceVersion\":\"{}\"",
+        t.kind.list_name(),
+        page.rv
+    );
+    if let Some(c) = &page.cont {
+        head.push_str(&format!(",\"continue\":\"{c}\""));
+    }
+    head.push_str("},\"items\":[");
+    // Stream the body in chunks, so a 100k-pod list never exists as one
+    // buffer and the first bytes leave at once.
+    let items = page.items;
+    let stream = futures::stream::unfold((0usize, Some(head)), move |(i, head)| {
+        let items = items.clone();
+        async move {
+            if let Some(h) = head {
+                return Some((Ok::<_, Infallible>(Bytes::from(h)), (0, None)));
+            }
+            if i > items.len() {
+                return None;
+            }
+            if i == items.len() {
+                return Some((Ok(Bytes::from_static(b"]}")), (i + 1, None)));
+            }
+            let end = (i + 256).min(items.len());
+            let size: usize = items[i..end].iter().map(|o| o.bytes.len() + 1).sum();
+            let mut buf = Vec::with_capacity(size);
+            for (j, o) in items[i..end].iter().enumerate() {
+                if i + j > 0 {
+                    buf.push(b',');
+                }
+                buf.extend_from_slice(&o.bytes);
+            }
+            Some((Ok(Bytes::from(buf)), (end, None)))
+        }
+    });
+    let counted = sim.stats.clone();
+    let stream = futures::StreamExt::map(stream, move |c: Result<Bytes, Infallible>| {
+        if let Ok(b) = &c {
+            counted.bytes_sent.fetch_add(b.len() as u64, Ordering::Relaxed);
+        }
+        c
+    });
+    let mut r = Response::new(Body::from_stream(stream));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    // Already counted chunk by chunk.
+    r.extensions_mut().insert(super::stats::Counted);
+    Ok(r)
+}
+
+fn bookmark(kind: Kind, rv: u64, initial_end: bool) -> Bytes {
+    let ann = if initial_end {
+        ",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}"
+    } else {
+        ""
+    };
+    Bytes::from(format!(
+        "{{\"type\":\"BOOKMARK\",\"object\":{{\"kind\":\"{}\",\"apiVersion\":\"v1\",\"metadata\":{{\"resourceVersion\":\"{rv}\"{ann}}}}}}}\n",
+        kind.name()
+    ))
+}
+
+fn watch_start(sim: &Arc<Sim>, t: &Target, q: &Query) -> Result<Response, ApiError> {
+    let f = filter(t, q)?;
+    let bookmarks = truthy(q, "allowWatchBookmarks");
+    let send_initial = q.get("sendInitialEvents").map(|s| s == "true" || s == "1");
+    let rv = q.get("resourceVersion").filter(|s| !s.is_empty()).cloned();
+    let rvm = q.get("resourceVersionMatch").filter(|s| !s.is_empty()).cloned();
+    let invalid = |m: &str| ApiError::invalid(t.kind, "", m.to_string());
+    if send_initial.is_some() {
+        // As the apiserver validates streaming lists (KEP-3157).
+        if rvm.as_deref() != Some("NotOlderThan") {
+            return Err(invalid("resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"));
+        }
+        if !bookmarks {
+            return Err(invalid("allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true"));
+        }
+    } else if rvm.is_some() {
+        return Err(invalid("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"));
+    }
+    let timeout = match q.get("timeoutSeconds") {
+        Some(s) => Some(Duration::from_secs(
+            s.parse().map_err(|_| ApiError::bad_request("invalid timeoutSeconds"))?,
+        )),
+        None => None,
+    };
+    let start_rv = match rv.as_deref() {
+        None | Some("0") => None,
+        Some(v) => Some(parse_rv(v)?),
+    };
+    // Synthetic ADDED events: for an unset/"0" rv, unless sendInitialEvents
+    // says otherwise; for any rv with sendInitialEvents=true.
+    let initial = match send_initial {
+        Some(b) => b,
+        None => start_rv.is_none(),
+    };
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let w = WatchTask {
+        sim: sim.clone(),
+        kind: t.kind,
+        filter: f,
+        bookmarks,
+        initial,
+        initial_end_bookmark: send_initial == Some(true),
+        start_rv,
+        deadline: timeout.map(|d| Instant::now() + d),
+        tx,
+    };
+    sim.stats.open_watches.fetch_add(1, Ordering::Relaxed);
+    tokio::spawn(w.run());
+    let mut r = Response::new(Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+    r.extensions_mut().insert(super::stats::Counted);
+    Ok(r)
+}
+
+struct WatchTask {
+    sim: Arc<Sim>,
+    kind: Kind,
+    filter: Filter,
+    bookmarks: bool,
+    initial: bool,
+    initial_end_bookmark: bool,
+    start_rv: Option<u64>,
+    deadline: Option<Instant>,
+    tx: mpsc::Sender<Result<Bytes, Infallible>>,
+}
+
+impl WatchTask {
+    async fn send(&self, b: Bytes) -> bool {
+        let n = b.len() as u64;
+        if self.tx.send(Ok(b)).await.is_err() {
+            return false;
+        }
+        let s = &self.sim.stats;
+        s.watch_events_sent.fetch_add(1, Ordering::Relaxed);
+        s.watch_bytes_sent.fetch_add(n, Ordering::Relaxed);
+        s.bytes_sent.fetch_add(n, Ordering::Relaxed);
+        true
+    }
+
+    async fn run(self) {
+        let _ = self.run_inner().await;
+        self.sim.stats.open_watches.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Decides what a watcher with this filter sees of one event.
+    fn visible(&self, ev: &super::store::Event) -> Option<EvType> {
+        if ev.kind != self.kind {
+            return None;
+        }
+        let now = self.filter.matches(&ev.obj);
+        let before = ev.prev.as_ref().is_some_and(|p| self.filter.matches(p));
+        match ev.ty {
+            EvType::Added => now.then_some(EvType::Added),
+            EvType::Deleted => (now || before).then_some(EvType::Deleted),
+            EvType::Modified => match (before, now) {
+                (true, true) => Some(EvType::Modified),
+                (false, true) => Some(EvType::Added),
+                (true, false) => Some(EvType::Deleted),
+                (false, false) => None,
+            },
+        }
+    }
+
+    async fn run_inner(&self) -> Option<()> {
+        let store = &self.sim.store;
+        let cancel = self.sim.faults.watch_token();
+        let shutdown = self.sim.shutdown.clone();
+        let mut changes = store.subscribe();
+        let mut cursor = match self.start_rv {
+            Some(rv) if !self.initial => rv,
+            _ => {
+                let (rv, objs) = store.snapshot(self.kind, &self.filter);
+                for o in objs {
+                    if !self.send(event_line("ADDED", &o.bytes)).await {
+                        return None;
+                    }
+                }
+                if self.initial_end_bookmark && !self.send(bookmark(self.kind, rv, true)).await {
+                    return None;
+                }
+                rv
+            }
+        };
+        let interval = Duration::from_secs(self.sim.bookmark_interval.max(1));
+        let mut next_bookmark = Instant::now() + interval;
+        loop {
+            changes.borrow_and_update();
+            match store.events_after(cursor, 1024) {
+                Err(_) => {
+                    let e = ApiError::expired(format!(
+                        "too old resource version: {cursor} ({})",
+                        store.oldest_resumable() + 1
+                    ));
+                    let line = event_line("ERROR", &serde_json::to_vec(&e.status()).unwrap_or_default());
+                    self.send(line).await;
+                    return None;
+                }
+                Ok((evs, upto)) => {
+                    let full = evs.len() == 1024;
+                    for ev in evs {
+                        if let Some(ty) = self.visible(&ev)
+                            && !self.send(ev.line(ty)).await
+                        {
+                            return None;
+                        }
+                    }
+                    cursor = upto;
+                    if full {
+                        continue;
+                    }
+                }
+            }
+            let deadline = self.deadline;
+            tokio::select! {
+                r = changes.changed() => { r.ok()?; }
+                _ = tokio::time::sleep_until(next_bookmark), if self.bookmarks => {
+                    if !self.send(bookmark(self.kind, cursor, false)).await {
+                        return None;
+                    }
+                    next_bookmark = Instant::now() + interval;
+                }
+                _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => return None,
+                _ = cancel.cancelled() => return None,
+                _ = shutdown.cancelled() => return None,
+                _ = self.tx.closed() => return None,
+            }
+        }
+    }
+}

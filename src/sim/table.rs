@@ -1,0 +1,163 @@
+//! Server-side printing (`Accept: ...;as=Table;g=meta.k8s.io`): the columns
+//! `kubectl get` shows, computed the way the apiserver's printers do.
+
+use serde_json::{Value, json};
+
+use super::store::{Kind, Page};
+
+fn age(created: &str) -> String {
+    let Ok(t) = created.parse::<jiff::Timestamp>() else {
+        return "<unknown>".into();
+    };
+    let s = jiff::Timestamp::now()
+        .duration_since(t)
+        .as_secs()
+        .max(0);
+    match s {
+        0..120 => format!("{s}s"),
+        120..7200 => format!("{}m", s / 60),
+        7200..172800 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}
+
+fn col(name: &str, ty: &str, priority: u8) -> Value {
+    let format = if name == "Name" { "name" } else { "" };
+    json!({"name": name, "type": ty, "format": format, "description": name, "priority": priority})
+}
+
+fn columns(kind: Kind) -> Vec<Value> {
+    match kind {
+        Kind::Pod => vec![
+            col("Name", "string", 0),
+            col("Ready", "string", 0),
+            col("Status", "string", 0),
+            col("Restarts", "string", 0),
+            col("Age", "string", 0),
+            col("IP", "string", 1),
+            col("Node", "string", 1),
+            col("Nominated Node", "string", 1),
+            col("Readiness Gates", "string", 1),
+        ],
+        Kind::Service => vec![
+            col("Name", "string", 0),
+            col("Type", "string", 0),
+            col("Cluster-IP", "string", 0),
+            col("External-IP", "string", 0),
+            col("Port(s)", "string", 0),
+            col("Age", "string", 0),
+            col("Selector", "string", 1),
+        ],
+        Kind::Namespace => vec![
+            col("Name", "string", 0),
+            col("Status", "string", 0),
+            col("Age", "string", 0),
+        ],
+    }
+}
+
+fn or_none(v: &Value) -> String {
+    match v.as_str() {
+        Some(s) if !s.is_empty() => s.to_string(),
+        _ => "<none>".into(),
+    }
+}
+
+fn cells(kind: Kind, v: &Value) -> Vec<Value> {
+    let name = v["metadata"]["name"].clone();
+    let created = age(v["metadata"]["creationTimestamp"].as_str().unwrap_or(""));
+    match kind {
+        Kind::Pod => {
+            let total = v["spec"]["containers"].as_array().map_or(0, Vec::len);
+            let statuses = v["status"]["containerStatuses"].as_array();
+            let ready = statuses.map_or(0, |s| s.iter().filter(|c| c["ready"] == true).count());
+            let restarts: u64 = statuses.map_or(0, |s| {
+                s.iter().filter_map(|c| c["restartCount"].as_u64()).sum()
+            });
+            let status = if !v["metadata"]["deletionTimestamp"].is_null() {
+                "Terminating".to_string()
+            } else {
+                v["status"]["phase"].as_str().unwrap_or("Unknown").to_string()
+            };
+            vec![
+                name,
+                format!("{ready}/{total}").into(),
+                status.into(),
+                restarts.to_string().into(),
+                created.into(),
+                or_none(&v["status"]["podIP"]).into(),
+                or_none(&v["spec"]["nodeName"]).into(),
+                "<none>".into(),
+                "<none>".into(),
+            ]
+        }
+        Kind::Service => {
+            let spec = &v["spec"];
+            let ports: Vec<String> = spec["ports"]
+                .as_array()
+                .map(|ps| {
+                    ps.iter()
+                        .map(|p| format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP")))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let ports = if ports.is_empty() { "<none>".into() } else { ports.join(",") };
+            let cluster_ip = if spec["type"] == "ExternalName" {
+                "<none>".to_string()
+            } else {
+                or_none(&spec["clusterIP"])
+            };
+            let external = if spec["type"] == "ExternalName" {
+                or_none(&spec["externalName"])
+            } else {
+                "<none>".to_string()
+            };
+            let selector: Vec<String> = spec["selector"]
+                .as_object()
+                .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect())
+                .unwrap_or_default();
+            let selector = if selector.is_empty() { "<none>".into() } else { selector.join(",") };
+            vec![
+                name,
+                spec["type"].as_str().unwrap_or("ClusterIP").into(),
+                cluster_ip.into(),
+                external.into(),
+                ports.into(),
+                created.into(),
+                selector.into(),
+            ]
+        }
+        Kind::Namespace => vec![name, or_none(&v["status"]["phase"]).into(), created.into()],
+    }
+}
+
+/// A `meta.k8s.io/v1` Table of a page, rows carrying object metadata
+/// (`includeObject=Metadata`, what kubectl asks for).
+pub fn table(kind: Kind, page: &Page) -> Value {
+    let rows: Vec<Value> = page
+        .items
+        .iter()
+        .map(|o| {
+            let v = o.value();
+            json!({
+                "cells": cells(kind, &v),
+                "object": {
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": v["metadata"],
+                },
+            })
+        })
+        .collect();
+    let mut meta = json!({"resourceVersion": page.rv.to_string()});
+    if let Some(c) = &page.cont {
+        meta["continue"] = c.clone().into();
+    }
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": meta,
+        "columnDefinitions": columns(kind),
+        "rows": rows,
+    })
+}

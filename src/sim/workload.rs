@@ -1,0 +1,854 @@
+//! Workload: the kubelet stand-in (one timer task for every pod), pod IP
+//! allocation, training jobs shaped like the Job and JobSet controllers
+//! make them, gang restarts, churn and scenario files.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::store::{ApiError, EvType, Filter, Hooks, Kind, Obj, Store, new_uid, now_rfc3339, rand_suffix};
+
+/// A failure to build the start-up workload or to read a scenario.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    #[error("failed to parse CIDR {0:?}")]
+    Cidr(String),
+    #[error("failed to read scenario {path}: {source}")]
+    ReadScenario {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to parse scenario: {0}")]
+    ParseScenario(String),
+    #[error("failed to create object: {0}")]
+    Api(#[from] ApiError),
+}
+
+/// A range of addresses handed out in order, then reused oldest-freed first.
+struct Pool {
+    base: u128,
+    size: u128,
+    v6: bool,
+    next: u128,
+    free: VecDeque<u128>,
+    warned: bool,
+}
+
+impl Pool {
+    fn parse(cidr: &str) -> Result<Pool, WorkloadError> {
+        let err = || WorkloadError::Cidr(cidr.to_string());
+        let (ip, bits) = cidr.split_once('/').ok_or_else(err)?;
+        let ip: IpAddr = ip.parse().map_err(|_| err())?;
+        let bits: u32 = bits.parse().map_err(|_| err())?;
+        let (base, width, v6) = match ip {
+            IpAddr::V4(a) => (u32::from(a) as u128, 32, false),
+            IpAddr::V6(a) => (u128::from(a), 128, true),
+        };
+        if bits > width || bits + 2 > width {
+            return Err(err());
+        }
+        let host = width - bits;
+        let size = if host >= 127 { 1u128 << 126 } else { 1u128 << host };
+        let mask = if host >= 128 { 0 } else { !((1u128 << host) - 1) };
+        Ok(Pool {
+            base: base & mask,
+            size,
+            v6,
+            // Skip the network address (and .1, the gateway by habit).
+            next: 2,
+            free: VecDeque::new(),
+            warned: false,
+        })
+    }
+
+    fn addr(&self, off: u128) -> IpAddr {
+        if self.v6 {
+            IpAddr::V6(Ipv6Addr::from(self.base + off))
+        } else {
+            IpAddr::V4(Ipv4Addr::from((self.base + off) as u32))
+        }
+    }
+
+    fn alloc(&mut self) -> (u128, IpAddr) {
+        // Fresh addresses first, so a restarted pod gets a new IP.
+        let last = self.size - 1; // broadcast (v4)
+        let off = if self.next < last {
+            self.next += 1;
+            self.next - 1
+        } else if let Some(o) = self.free.pop_front() {
+            o
+        } else {
+            if !self.warned {
+                self.warned = true;
+                tracing::warn!(
+                    size = %self.size,
+                    "pod CIDR exhausted: handing out duplicate IPs; pass a larger --pod-cidr"
+                );
+            }
+            self.next = 2;
+            self.next += 1;
+            2
+        };
+        (off, self.addr(off))
+    }
+
+    fn release(&mut self, off: u128) {
+        self.free.push_back(off);
+    }
+}
+
+#[derive(Debug)]
+enum Step {
+    Run,
+    Ready,
+    FinishDelete,
+}
+
+#[derive(Debug)]
+struct Timer {
+    at: Instant,
+    step: Step,
+    ns: String,
+    name: String,
+    uid: String,
+}
+
+/// A training job created through `/sim/jobs`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct JobRequest {
+    #[serde(default = "default_ns")]
+    pub namespace: String,
+    pub name: String,
+    #[serde(default = "default_ranks")]
+    pub ranks: usize,
+    #[serde(default = "default_kind")]
+    pub kind: String,
+}
+
+fn default_ns() -> String {
+    "default".into()
+}
+fn default_ranks() -> usize {
+    8
+}
+fn default_kind() -> String {
+    "indexed-job".into()
+}
+
+#[derive(Clone, Debug)]
+struct JobInfo {
+    kind: String,
+    ranks: usize,
+    uid: String,
+    key: String,
+    attempt: u32,
+}
+
+/// The kubelet, scheduler and job controllers, collapsed into one.
+pub struct Workload {
+    store: Arc<Store>,
+    kubelet: bool,
+    kubelet_delay: Duration,
+    ready_delay: Duration,
+    pub default_grace: u64,
+    timers: mpsc::UnboundedSender<Timer>,
+    ips: Mutex<IpState>,
+    jobs: Mutex<HashMap<(String, String), JobInfo>>,
+    nodes: AtomicU64,
+    pub churned: AtomicU64,
+}
+
+struct IpState {
+    v4: Pool,
+    v6: Option<Pool>,
+    by_uid: HashMap<String, (u128, Option<u128>)>,
+}
+
+impl Hooks for Workload {
+    fn pod_written(&self, obj: &Arc<Obj>, ty: EvType) {
+        match ty {
+            EvType::Added if self.kubelet && !obj.has_ip && !obj.deleting => {
+                self.schedule(self.kubelet_delay, Step::Run, obj);
+            }
+            EvType::Deleted => {
+                let mut ips = self.ips.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some((a, b)) = ips.by_uid.remove(&obj.uid) {
+                    ips.v4.release(a);
+                    if let (Some(b), Some(p)) = (b, ips.v6.as_mut()) {
+                        p.release(b);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Workload {
+    pub fn new(
+        store: Arc<Store>,
+        args: &super::SimArgs,
+        shutdown: CancellationToken,
+    ) -> Result<Arc<Workload>, WorkloadError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let v6 = args.pod_cidr_v6.as_deref().map(Pool::parse).transpose()?;
+        let w = Arc::new(Workload {
+            store: store.clone(),
+            kubelet: args.kubelet,
+            kubelet_delay: Duration::from_millis(args.kubelet_delay_ms),
+            ready_delay: Duration::from_millis(args.ready_delay_ms),
+            default_grace: args.default_grace,
+            timers: tx,
+            ips: Mutex::new(IpState {
+                v4: Pool::parse(&args.pod_cidr)?,
+                v6,
+                by_uid: HashMap::new(),
+            }),
+            jobs: Mutex::new(HashMap::new()),
+            nodes: AtomicU64::new(0),
+            churned: AtomicU64::new(0),
+        });
+        store.set_hooks(w.clone());
+        tokio::spawn(timer_loop(Arc::downgrade(&w), rx, shutdown));
+        Ok(w)
+    }
+
+    fn schedule(&self, after: Duration, step: Step, obj: &Obj) {
+        let _ = self.timers.send(Timer {
+            at: Instant::now() + after,
+            step,
+            ns: obj.ns.clone(),
+            name: obj.name.clone(),
+            uid: obj.uid.clone(),
+        });
+    }
+
+    /// Deletes a pod the way the apiserver and kubelet do together: with a
+    /// grace period it is marked and removed when the period ends.
+    pub fn delete_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        grace: u64,
+        uid: Option<&str>,
+    ) -> Result<Arc<Obj>, ApiError> {
+        let (obj, pending) = self.store.delete(Kind::Pod, ns, name, grace, uid)?;
+        if pending {
+            let g = Duration::from_secs(grace);
+            self.schedule(g, Step::FinishDelete, &obj);
+        }
+        Ok(obj)
+    }
+
+    fn fire(&self, t: Timer) {
+        let skip = || ApiError::new(0, "Skip", "");
+        match t.step {
+            Step::FinishDelete => self.store.finish_delete(&t.ns, &t.name, &t.uid),
+            Step::Run => {
+                let res = self.store.modify(Kind::Pod, &t.ns, &t.name, None, |old| {
+                    if old["metadata"]["uid"] != t.uid.as_str()
+                        || !old["metadata"]["deletionTimestamp"].is_null()
+                        || old["status"]["podIP"].as_str().is_some_and(|s| !s.is_empty())
+                    {
+                        return Err(skip());
+                    }
+                    Ok(self.run_pod(old))
+                });
+                if let Ok(obj) = res
+                    && obj.has_ip
+                {
+                    self.schedule(self.ready_delay, Step::Ready, &obj);
+                }
+            }
+            Step::Ready => {
+                let _ = self.store.modify(Kind::Pod, &t.ns, &t.name, None, |old| {
+                    if old["metadata"]["uid"] != t.uid.as_str()
+                        || !old["metadata"]["deletionTimestamp"].is_null()
+                    {
+                        return Err(skip());
+                    }
+                    let mut v = old.clone();
+                    let now = now_rfc3339();
+                    if let Some(conds) = v["status"]["conditions"].as_array_mut() {
+                        for c in conds {
+                            if c["type"] == "Ready" || c["type"] == "ContainersReady" {
+                                c["status"] = "True".into();
+                                c["lastTransitionTime"] = now.clone().into();
+                            }
+                        }
+                    }
+                    if let Some(cs) = v["status"]["containerStatuses"].as_array_mut() {
+                        for c in cs {
+                            c["ready"] = true.into();
+                        }
+                    }
+                    Ok(v)
+                });
+            }
+        }
+    }
+
+    /// Schedules the pod, gives it IPs and starts its containers.
+    fn run_pod(&self, old: &Value) -> Value {
+        let mut v = old.clone();
+        let uid = old["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+        let (v4, v6) = {
+            let mut ips = self.ips.lock().unwrap_or_else(|p| p.into_inner());
+            let (o4, a4) = ips.v4.alloc();
+            let b = ips.v6.as_mut().map(|p| p.alloc());
+            ips.by_uid.insert(uid, (o4, b.map(|x| x.0)));
+            (a4, b.map(|x| x.1))
+        };
+        let node = match v["spec"]["nodeName"].as_str() {
+            Some(n) if !n.is_empty() => n.to_string(),
+            _ => {
+                // Eight GPUs per node, so eight ranks share a node.
+                let n = self.nodes.fetch_add(1, Ordering::Relaxed) / 8;
+                let name = format!("gpu-node-{n:05}");
+                v["spec"]["nodeName"] = name.clone().into();
+                name
+            }
+        };
+        let node_idx: u32 = node
+            .rsplit('-')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let host_ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(172, 16, 0, 0)) + node_idx + 2);
+        let now = now_rfc3339();
+        let mut pod_ips = vec![json!({"ip": v4.to_string()})];
+        if let Some(a) = v6 {
+            pod_ips.push(json!({"ip": a.to_string()}));
+        }
+        let cond = |t: &str, s: &str| json!({"type": t, "status": s, "lastProbeTime": null, "lastTransitionTime": now});
+        let statuses: Vec<Value> = v["spec"]["containers"]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| {
+                        let image = c["image"].as_str().unwrap_or("busybox");
+                        json!({
+                            "name": c["name"],
+                            "state": {"running": {"startedAt": now}},
+                            "lastState": {},
+                            "ready": false,
+                            "restartCount": 0,
+                            "image": image,
+                            "imageID": format!("{image}@sha256:{}{}", new_uid().replace('-', ""), "0000"),
+                            "containerID": format!("containerd://{}{}", new_uid().replace('-', ""), new_uid().replace('-', "")),
+                            "started": true,
+                            "volumeMounts": c["volumeMounts"].as_array().map(|m| m.iter().map(|m| json!({"name": m["name"], "mountPath": m["mountPath"]})).collect::<Vec<_>>()).unwrap_or_default(),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let qos = v["status"]["qosClass"].clone();
+        v["status"] = json!({
+            "phase": "Running",
+            "conditions": [
+                cond("PodReadyToStartContainers", "True"),
+                cond("Initialized", "True"),
+                cond("Ready", "False"),
+                cond("ContainersReady", "False"),
+                cond("PodScheduled", "True"),
+            ],
+            "hostIP": host_ip.to_string(),
+            "hostIPs": [{"ip": host_ip.to_string()}],
+            "podIP": v4.to_string(),
+            "podIPs": pod_ips,
+            "startTime": now,
+            "containerStatuses": statuses,
+            "qosClass": qos,
+        });
+        v
+    }
+
+    /// Creates a training job: its headless Service and `ranks` pods.
+    pub fn create_job(&self, req: &JobRequest) -> Result<Value, ApiError> {
+        if req.kind != "indexed-job" && req.kind != "jobset" {
+            return Err(ApiError::bad_request(format!(
+                "kind must be indexed-job or jobset, not {:?}",
+                req.kind
+            )));
+        }
+        ensure_namespace(&self.store, &req.namespace)?;
+        let info = JobInfo {
+            kind: req.kind.clone(),
+            ranks: req.ranks,
+            uid: new_uid(),
+            key: new_uid().replace('-', ""),
+            attempt: 0,
+        };
+        {
+            let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            let k = (req.namespace.clone(), req.name.clone());
+            if jobs.contains_key(&k) {
+                return Err(ApiError::already_exists(Kind::Service, &req.name));
+            }
+            jobs.insert(k, info.clone());
+        }
+        let selector = if info.kind == "jobset" {
+            json!({"jobset.sigs.k8s.io/jobset-name": req.name})
+        } else {
+            json!({"job-name": req.name})
+        };
+        let svc = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": req.name, "namespace": req.namespace,
+                         "labels": {"app.kubernetes.io/managed-by": "podns-sim"}},
+            "spec": {"clusterIP": "None", "selector": selector,
+                     "publishNotReadyAddresses": true,
+                     "ports": [{"name": "nccl", "port": 29500, "targetPort": 29500, "protocol": "TCP"}]},
+        });
+        match self.store.create(Kind::Service, &req.namespace, svc) {
+            Ok(_) => {}
+            Err(e) if e.reason == "AlreadyExists" => {}
+            Err(e) => return Err(e),
+        }
+        let mut names = Vec::with_capacity(req.ranks);
+        for i in 0..req.ranks {
+            let pod = job_pod(&req.namespace, &req.name, i, &info);
+            let o = self.store.create(Kind::Pod, &req.namespace, pod)?;
+            names.push(o.name.clone());
+        }
+        Ok(json!({"namespace": req.namespace, "name": req.name, "kind": req.kind,
+                  "ranks": req.ranks, "service": req.name, "pods": names}))
+    }
+
+    /// A gang restart as JobSet's Recreate policy does it: every pod goes,
+    /// and a pod with the same hostname (and a new IP) replaces it.
+    pub fn restart_job(&self, ns: &str, name: &str, grace: Option<u64>) -> Result<Value, ApiError> {
+        let info = {
+            let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            let j = jobs
+                .get_mut(&(ns.to_string(), name.to_string()))
+                .ok_or_else(|| ApiError::new(404, "NotFound", format!("job \"{name}\" not found")))?;
+            j.attempt += 1;
+            j.clone()
+        };
+        let grace = grace.unwrap_or(self.default_grace);
+        let label = if info.kind == "jobset" {
+            "jobset.sigs.k8s.io/jobset-name"
+        } else {
+            "job-name"
+        };
+        let f = Filter {
+            ns: Some(ns.to_string()),
+            labels: super::selector::LabelSelector::parse(&format!("{label}={name}"))
+                .map_err(|e| ApiError::bad_request(e.to_string()))?,
+            ..Default::default()
+        };
+        let (_, pods) = self.store.snapshot(Kind::Pod, &f);
+        let mut deleted = 0;
+        for p in &pods {
+            if p.deleting {
+                continue;
+            }
+            if self.delete_pod(ns, &p.name, grace, Some(&p.uid)).is_ok() {
+                deleted += 1;
+            }
+        }
+        let mut names = Vec::new();
+        for i in 0..info.ranks {
+            let o = self.store.create(Kind::Pod, ns, job_pod(ns, name, i, &info))?;
+            names.push(o.name.clone());
+        }
+        Ok(json!({"namespace": ns, "name": name, "deleted": deleted, "attempt": info.attempt, "pods": names}))
+    }
+
+    /// Replaces one random pod; job pods come back under the same hostname.
+    fn churn_one(&self, keys: &[(String, String)]) {
+        if keys.is_empty() {
+            return;
+        }
+        let (ns, name) = &keys[rand::random_range(0..keys.len())];
+        let Ok(old) = self.store.get(Kind::Pod, ns, name) else {
+            return;
+        };
+        if old.deleting {
+            return;
+        }
+        let v = old.value();
+        let job = old.labels.get("job-name").cloned();
+        let idx = old
+            .labels
+            .get("batch.kubernetes.io/job-completion-index")
+            .and_then(|s| s.parse::<usize>().ok());
+        if self.delete_pod(ns, name, self.default_grace, Some(&old.uid)).is_err() {
+            return;
+        }
+        let info = job.as_ref().and_then(|j| {
+            self.jobs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&(ns.clone(), j.clone()))
+                .cloned()
+        });
+        let new = match (job, idx, info) {
+            (Some(j), Some(i), Some(info)) => job_pod(ns, &j, i, &info),
+            _ => {
+                let mut n = v;
+                if let Some(m) = n["metadata"].as_object_mut() {
+                    for k in ["uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+                        m.remove(k);
+                    }
+                    if m.get("generateName").and_then(Value::as_str).is_some_and(|g| !g.is_empty()) {
+                        m.remove("name");
+                    }
+                }
+                if let Some(s) = n["spec"].as_object_mut() {
+                    s.remove("nodeName");
+                }
+                n
+            }
+        };
+        if self.store.create(Kind::Pod, ns, new).is_ok() {
+            self.churned.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Replaces random pods at `rate` per second for `seconds`.
+    pub fn start_churn(self: &Arc<Self>, rate: f64, seconds: f64, shutdown: CancellationToken) {
+        let w = self.clone();
+        tokio::spawn(async move {
+            let total = (rate * seconds).round() as u64;
+            if total == 0 || rate <= 0.0 {
+                return;
+            }
+            let period = Duration::from_secs_f64(1.0 / rate);
+            let start = Instant::now();
+            let mut keys = w.store.pod_keys(&Filter::default());
+            let mut keys_at = Instant::now();
+            for n in 0..total {
+                let at = start + period.mul_f64(n as f64);
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep_until(at) => {}
+                }
+                if keys_at.elapsed() > Duration::from_secs(1) {
+                    keys = w.store.pod_keys(&Filter::default());
+                    keys_at = Instant::now();
+                }
+                w.churn_one(&keys);
+            }
+            tracing::info!(total, "churn finished");
+        });
+    }
+
+    /// Creates each object of a scenario (namespaces made as needed).
+    pub fn load_scenario(&self, text: &str) -> Result<usize, WorkloadError> {
+        let mut objs = Vec::new();
+        for doc in serde_yaml::Deserializer::from_str(text) {
+            let v = Value::deserialize(doc).map_err(|e| WorkloadError::ParseScenario(e.to_string()))?;
+            collect_objects(v, &mut objs);
+        }
+        let mut n = 0;
+        for o in objs {
+            let kind = match o["kind"].as_str() {
+                Some("Pod") => Kind::Pod,
+                Some("Service") => Kind::Service,
+                Some("Namespace") => Kind::Namespace,
+                other => {
+                    tracing::warn!(kind = ?other, "scenario object of an unserved kind skipped");
+                    continue;
+                }
+            };
+            let ns = o["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+            if kind == Kind::Namespace {
+                let name = o["metadata"]["name"].as_str().unwrap_or_default();
+                if self.store.get(Kind::Namespace, "", name).is_ok() {
+                    continue;
+                }
+            } else {
+                ensure_namespace(&self.store, &ns)?;
+            }
+            self.store.create(kind, &ns, o)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+fn collect_objects(v: Value, out: &mut Vec<Value>) {
+    match v {
+        Value::Array(xs) => xs.into_iter().for_each(|x| collect_objects(x, out)),
+        Value::Object(mut m) if m.get("items").is_some_and(Value::is_array) => {
+            if let Some(Value::Array(xs)) = m.remove("items") {
+                xs.into_iter().for_each(|x| collect_objects(x, out));
+            }
+        }
+        Value::Null => {}
+        other => out.push(other),
+    }
+}
+
+/// Creates a namespace unless it exists.
+pub fn ensure_namespace(store: &Store, ns: &str) -> Result<(), ApiError> {
+    if store.get(Kind::Namespace, "", ns).is_ok() {
+        return Ok(());
+    }
+    match store.create(Kind::Namespace, "", json!({"metadata": {"name": ns}})) {
+        Ok(_) => Ok(()),
+        Err(e) if e.reason == "AlreadyExists" => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+async fn timer_loop(
+    w: std::sync::Weak<Workload>,
+    mut rx: mpsc::UnboundedReceiver<Timer>,
+    shutdown: CancellationToken,
+) {
+    // One task and one heap for every pod: 100k pods are 100k heap entries,
+    // not 100k tasks.
+    let mut heap: BinaryHeap<Reverse<(Instant, u64)>> = BinaryHeap::new();
+    let mut pending: HashMap<u64, Timer> = HashMap::new();
+    let mut seq = 0u64;
+    loop {
+        let next = heap.peek().map(|Reverse((at, _))| *at);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            t = rx.recv() => {
+                let Some(t) = t else { return };
+                seq += 1;
+                heap.push(Reverse((t.at, seq)));
+                pending.insert(seq, t);
+                // Take whatever else is queued before sleeping again.
+                while let Ok(t) = rx.try_recv() {
+                    seq += 1;
+                    heap.push(Reverse((t.at, seq)));
+                    pending.insert(seq, t);
+                }
+            }
+            _ = async { tokio::time::sleep_until(next.unwrap_or_else(Instant::now)).await },
+                if next.is_some() => {}
+        }
+        let now = Instant::now();
+        let mut fired = 0;
+        while let Some(Reverse((at, id))) = heap.peek().copied() {
+            if at > now {
+                break;
+            }
+            heap.pop();
+            let Some(t) = pending.remove(&id) else { continue };
+            let Some(w) = w.upgrade() else { return };
+            w.fire(t);
+            fired += 1;
+            if fired % 256 == 0 {
+                // Let API requests in between long bursts.
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+}
+
+/// A pod as the Job controller creates it for a GPU training rank: the
+/// size and shape of `kubectl get pod -o json` on a real cluster.
+fn job_pod(ns: &str, job: &str, idx: usize, info: &JobInfo) -> Value {
+    let host = format!("{job}-{idx}");
+    let name = format!("{host}-{}", rand_suffix());
+    let now = now_rfc3339();
+    let i = idx.to_string();
+    let mut labels = json!({
+        "batch.kubernetes.io/controller-uid": info.uid,
+        "batch.kubernetes.io/job-name": job,
+        "controller-uid": info.uid,
+        "job-name": job,
+        "batch.kubernetes.io/job-completion-index": i,
+        "app.kubernetes.io/name": "llm-pretrain",
+        "app.kubernetes.io/component": "worker",
+        "training.kubeflow.org/replica-type": "worker",
+    });
+    let mut annotations = json!({
+        "batch.kubernetes.io/job-completion-index": i,
+        "kubectl.kubernetes.io/default-container": "trainer",
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "9400",
+    });
+    if info.kind == "jobset" {
+        for (k, v) in [
+            ("jobset.sigs.k8s.io/jobset-name", job.to_string()),
+            ("jobset.sigs.k8s.io/jobset-uid", info.uid.clone()),
+            ("jobset.sigs.k8s.io/replicatedjob-name", "workers".to_string()),
+            ("jobset.sigs.k8s.io/replicatedjob-replicas", "1".to_string()),
+            ("jobset.sigs.k8s.io/job-index", "0".to_string()),
+            ("jobset.sigs.k8s.io/job-global-index", "0".to_string()),
+            ("jobset.sigs.k8s.io/restart-attempt", info.attempt.to_string()),
+            ("jobset.sigs.k8s.io/job-key", info.key.clone()),
+            ("jobset.sigs.k8s.io/coordinator", format!("{job}-0.{job}")),
+        ] {
+            labels[k] = v.clone().into();
+            annotations[k] = v.into();
+        }
+    }
+    let env = |n: &str, v: String| json!({"name": n, "value": v});
+    let world = info.ranks.to_string();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "generateName": format!("{host}-"),
+            "namespace": ns,
+            "labels": labels,
+            "annotations": annotations,
+            "finalizers": ["batch.kubernetes.io/job-tracking"],
+            "ownerReferences": [{
+                "apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": info.uid,
+                "controller": true, "blockOwnerDeletion": true
+            }],
+            "managedFields": [{
+                "manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
+                "time": now, "fieldsType": "FieldsV1",
+                "fieldsV1": {
+                    "f:metadata": {
+                        "f:annotations": {".": {}, "f:batch.kubernetes.io/job-completion-index": {}},
+                        "f:finalizers": {".": {}, "v:\"batch.kubernetes.io/job-tracking\"": {}},
+                        "f:generateName": {},
+                        "f:labels": {".": {}, "f:batch.kubernetes.io/controller-uid": {}, "f:batch.kubernetes.io/job-completion-index": {}, "f:batch.kubernetes.io/job-name": {}, "f:controller-uid": {}, "f:job-name": {}},
+                        "f:ownerReferences": {".": {}, format!("k:{{\"uid\":\"{}\"}}", info.uid): {}}
+                    },
+                    "f:spec": {
+                        "f:affinity": {".": {}, "f:nodeAffinity": {".": {}, "f:requiredDuringSchedulingIgnoredDuringExecution": {}}},
+                        "f:containers": {"k:{\"name\":\"trainer\"}": {".": {}, "f:command": {}, "f:env": {".": {}}, "f:image": {}, "f:imagePullPolicy": {}, "f:name": {}, "f:ports": {".": {}}, "f:resources": {".": {}, "f:limits": {}, "f:requests": {}}, "f:terminationMessagePath": {}, "f:terminationMessagePolicy": {}, "f:volumeMounts": {".": {}}}},
+                        "f:dnsPolicy": {}, "f:enableServiceLinks": {}, "f:hostname": {}, "f:restartPolicy": {}, "f:schedulerName": {}, "f:securityContext": {}, "f:subdomain": {}, "f:terminationGracePeriodSeconds": {}, "f:tolerations": {}, "f:volumes": {".": {}}
+                    }
+                }
+            }]
+        },
+        "spec": {
+            "hostname": host,
+            "subdomain": job,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "schedulerName": "default-scheduler",
+            "serviceAccountName": "default",
+            "serviceAccount": "default",
+            "enableServiceLinks": true,
+            "preemptionPolicy": "PreemptLowerPriority",
+            "priority": 1000,
+            "priorityClassName": "training-high",
+            "securityContext": {},
+            "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+            "containers": [{
+                "name": "trainer",
+                "image": "registry.example.com/ml/llm-pretrain:2025.06.1-cuda12.4",
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["torchrun", "--nnodes", world, "--nproc-per-node", "8",
+                            "--rdzv-backend", "c10d", "--rdzv-endpoint", format!("{job}-0.{job}:29500"),
+                            "/workspace/train.py", "--config", "/etc/train/config.yaml"],
+                "env": [
+                    env("MASTER_ADDR", format!("{job}-0.{job}")),
+                    env("MASTER_PORT", "29500".into()),
+                    env("WORLD_SIZE", world.clone()),
+                    env("NODE_RANK", i.clone()),
+                    {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}},
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+                    env("NCCL_DEBUG", "WARN".into()),
+                    env("NCCL_SOCKET_IFNAME", "eth0".into()),
+                    env("NCCL_IB_HCA", "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7".into()),
+                    env("NCCL_IB_GID_INDEX", "3".into()),
+                    env("NCCL_CROSS_NIC", "0".into()),
+                    env("NCCL_NVLS_ENABLE", "1".into()),
+                    env("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1".into()),
+                    env("CUDA_DEVICE_MAX_CONNECTIONS", "1".into()),
+                    env("PYTHONUNBUFFERED", "1".into()),
+                    env("HF_HOME", "/data/hf-cache".into()),
+                    env("CHECKPOINT_DIR", format!("/checkpoints/{ns}/{job}")),
+                ],
+                "ports": [{"name": "nccl", "containerPort": 29500, "protocol": "TCP"},
+                          {"name": "metrics", "containerPort": 9400, "protocol": "TCP"}],
+                "resources": {
+                    "limits": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1600Gi", "ephemeral-storage": "500Gi", "rdma/ib": "8"},
+                    "requests": {"nvidia.com/gpu": "8", "cpu": "90", "memory": "1500Gi", "ephemeral-storage": "400Gi", "rdma/ib": "8"}
+                },
+                "securityContext": {"capabilities": {"add": ["IPC_LOCK", "SYS_RESOURCE"]}},
+                "volumeMounts": [
+                    {"name": "dshm", "mountPath": "/dev/shm"},
+                    {"name": "data", "mountPath": "/data", "readOnly": true},
+                    {"name": "checkpoints", "mountPath": "/checkpoints"},
+                    {"name": "config", "mountPath": "/etc/train"},
+                    {"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}
+                ],
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "FallbackToLogsOnError"
+            }],
+            "volumes": [
+                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Gi"}},
+                {"name": "data", "persistentVolumeClaim": {"claimName": "training-data", "readOnly": true}},
+                {"name": "checkpoints", "persistentVolumeClaim": {"claimName": format!("{job}-checkpoints")}},
+                {"name": "config", "configMap": {"name": format!("{job}-config"), "defaultMode": 420}},
+                {"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}
+                ]}}
+            ],
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "rdma/ib", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            ],
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}
+                ]}]}},
+                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+                    "labelSelector": {"matchExpressions": [{"key": "job-name", "operator": "In", "values": [job]}]},
+                    "topologyKey": "cloud.provider.com/topology-block"
+                }}]}
+            }
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_hands_out_fresh_then_freed() {
+        let mut p = Pool::parse("10.244.0.0/30").unwrap();
+        let (o, a) = p.alloc();
+        assert_eq!(a, "10.244.0.2".parse::<IpAddr>().unwrap());
+        p.release(o);
+        // The /30 has one usable fresh address; then the freed one.
+        let (_, b) = p.alloc();
+        assert_eq!(b, "10.244.0.2".parse::<IpAddr>().unwrap());
+        let mut p6 = Pool::parse("fd00:10:244::/64").unwrap();
+        assert_eq!(p6.alloc().1, "fd00:10:244::2".parse::<IpAddr>().unwrap());
+        assert!(Pool::parse("10.0.0.0").is_err());
+        assert!(Pool::parse("10.0.0.0/33").is_err());
+    }
+
+    #[test]
+    fn job_pod_is_realistic_size() {
+        let info = JobInfo {
+            kind: "jobset".into(),
+            ranks: 1000,
+            uid: new_uid(),
+            key: "k".into(),
+            attempt: 0,
+        };
+        let p = job_pod("team-a", "llama-70b", 17, &info);
+        let n = serde_json::to_vec(&p).unwrap().len();
+        assert!((4000..8192).contains(&n), "pod body is {n} bytes");
+        assert_eq!(p["spec"]["hostname"], "llama-70b-17");
+        assert_eq!(p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"], "llama-70b");
+    }
+}
