@@ -1,7 +1,181 @@
-//! `podns demo`: simulator and server in one process on loopback.
+//! `podns demo`: the simulator (with kubelet simulation and a sample
+//! training workload) and `serve` in one process on loopback, then dig
+//! command lines that work as printed.
 
-use crate::cli::DemoArgs;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
-pub async fn run(_args: DemoArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+use anyhow::Context;
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{DemoArgs, ServeArgs};
+use crate::index::Lookup;
+use crate::serve::{self, Listeners};
+use crate::sim::{self, SimArgs};
+
+/// The sample workload: two training jobs in `ml` and services in `web`.
+const JOBS: [(&str, &str, usize, &str); 2] = [
+    ("ml", "llama-pretrain", 512, "jobset"),
+    ("ml", "bert-finetune", 64, "indexed-job"),
+];
+
+#[derive(Parser)]
+struct ServeFlags {
+    #[command(flatten)]
+    args: ServeArgs,
+}
+
+#[derive(Parser)]
+struct SimFlags {
+    #[command(flatten)]
+    args: SimArgs,
+}
+
+/// Serve flags for a loopback server (the defaults otherwise).
+pub fn loopback_serve_args(dns: SocketAddr, admin: SocketAddr) -> ServeArgs {
+    ServeFlags::parse_from([
+        "serve".to_string(),
+        format!("--dns-listen={dns}"),
+        format!("--admin-listen={admin}"),
+        "--udp-sockets=2".to_string(),
+        "--ns-address=127.0.0.1".to_string(),
+    ])
+    .args
+}
+
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    let sim_args = SimFlags::parse_from([
+        "sim".to_string(),
+        format!("--listen={}", args.api_listen),
+        "--kubelet".to_string(),
+        "--kubelet-delay-ms=20".to_string(),
+        "--ready-delay-ms=200".to_string(),
+    ])
+    .args;
+    let api = tokio::net::TcpListener::bind(args.api_listen)
+        .await
+        .map_err(|e| serve::ConfigError(format!("failed to bind api {}: {e}", args.api_listen)))?;
+    let sim = sim::spawn(sim_args, api, shutdown.clone())
+        .await
+        .context("failed to start the simulator")?;
+    tracing::info!("listening api http {}", sim.addr);
+    if let Some(path) = &args.kubeconfig_out {
+        std::fs::write(path, sim.kubeconfig_yaml())
+            .with_context(|| format!("failed to write {}", path.display()))?;
+    }
+    let client = sim.client();
+    create_workload(&client).await?;
+
+    let serve_args = loopback_serve_args(args.dns_listen, args.admin_listen);
+    let listeners = Listeners::bind(args.dns_listen, 2, args.admin_listen)
+        .map_err(|e| serve::ConfigError(format!("{e:#}")))?;
+    let running = serve::start(&serve_args, client, listeners, shutdown.clone());
+
+    // Ready when the index is synced and the last rank of each job answers.
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(60);
+    loop {
+        let all = JOBS.iter().all(|(ns, job, ranks, _)| {
+            let key = format!("{job}-{}.{job}.{ns}.svc", ranks - 1);
+            matches!(running.table.lookup(&key), Lookup::Found(_))
+        });
+        if running.table.is_synced() && all {
+            break;
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("the demo workload did not become resolvable within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    print_walkthrough(
+        running.dns_addr,
+        running.admin_addr,
+        sim.addr,
+        started.elapsed(),
+    );
+
+    if !args.exit_when_ready {
+        serve::wait_for_signal().await;
+    }
+    running
+        .drain(Duration::ZERO, shutdown.clone(), std::future::pending())
+        .await;
+    shutdown.cancel();
+    Ok(())
+}
+
+async fn create_workload(client: &kube::Client) -> anyhow::Result<()> {
+    for (ns, name, ranks, kind) in JOBS {
+        sim_post(
+            client,
+            "/sim/jobs",
+            serde_json::json!({"namespace": ns, "name": name, "ranks": ranks, "kind": kind}),
+        )
+        .await?;
+    }
+    let services = [
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "inference", "namespace": "web"},
+            "spec": {"selector": {"app": "inference"}, "ports": [
+                {"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"},
+                {"name": "grpc", "port": 9000, "protocol": "TCP"}]}
+        }),
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "datasets", "namespace": "web"},
+            "spec": {"type": "ExternalName", "externalName": "datasets.storage.example.com"}
+        }),
+    ];
+    let ns =
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "web"}});
+    sim_post(client, "/api/v1/namespaces", ns).await?;
+    for svc in services {
+        sim_post(client, "/api/v1/namespaces/web/services", svc).await?;
+    }
+    Ok(())
+}
+
+async fn sim_post(
+    client: &kube::Client,
+    path: &str,
+    body: serde_json::Value,
+) -> anyhow::Result<()> {
+    let req = http::Request::post(path)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body)?)?;
+    client
+        .request_text(req)
+        .await
+        .with_context(|| format!("POST {path} failed"))?;
+    Ok(())
+}
+
+fn print_walkthrough(dns: SocketAddr, admin: SocketAddr, api: SocketAddr, took: Duration) {
+    let at = format!("@{} -p {}", dns.ip(), dns.port());
+    println!(
+        "podns demo is ready ({} ms): 576 training ranks in namespace ml, services in web.",
+        took.as_millis()
+    );
+    println!();
+    println!("# one rank of a JobSet (hostname + subdomain):");
+    println!("dig {at} llama-pretrain-0.llama-pretrain.ml.svc.cluster.local A +norec");
+    println!("# the whole gang as a headless set (64 ranks; over TCP when large):");
+    println!("dig {at} bert-finetune.ml.svc.cluster.local A +tcp +norec");
+    println!("# a rank that does not exist: NXDOMAIN with a 1 s negative TTL:");
+    println!("dig {at} bert-finetune-64.bert-finetune.ml.svc.cluster.local A +norec");
+    println!("# a ClusterIP service's named port:");
+    println!("dig {at} _http._tcp.inference.web.svc.cluster.local SRV +norec");
+    println!("# an ExternalName service:");
+    println!("dig {at} datasets.web.svc.cluster.local CNAME +norec");
+    println!("# reverse lookup of a rank's IP (torchrun does this):");
+    println!(
+        "dig {at} -x $(dig {at} +short llama-pretrain-1.llama-pretrain.ml.svc.cluster.local) +norec"
+    );
+    println!();
+    println!("metrics: curl -s http://{admin}/metrics | grep podns_");
+    println!("kubectl: kubectl --server http://{api} get pods -n ml | head");
+    println!("(Ctrl-C to stop)");
 }

@@ -186,21 +186,16 @@ pub fn start(
         consistent_list: args.consistent_list,
         streaming: args.streaming_list,
     };
-    let scopes = watch::scopes(&wcfg);
+    let needs = SyncNeeds {
+        pod_scopes: watch::pod_scopes(&wcfg),
+        service_scopes: watch::service_scopes(&wcfg),
+    };
     let policy = Policy {
         publish: args.publish,
         hostnames: args.hostnames,
         duplicates: args.duplicate_hostnames,
     };
-    let writer = Writer::new(
-        table.clone(),
-        policy,
-        metrics.clone(),
-        SyncNeeds {
-            pod_scopes: scopes,
-            service_scopes: scopes,
-        },
-    );
+    let writer = Writer::new(table.clone(), policy, metrics.clone(), needs);
     let (tx, rx) = mpsc::channel(4096);
     tasks.spawn(writer.run(rx));
     watch::spawn_watchers(

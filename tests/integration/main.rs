@@ -1,5 +1,7 @@
 //! Integration tests: real sockets, the real kube-rs client against
 //! `podns sim`, and dig where it is installed.
 
-mod support;
+mod cli;
+mod dns;
 mod sim;
+mod support;

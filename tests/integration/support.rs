@@ -1,1 +1,317 @@
-//! Shared helpers: start servers on port 0, poll with a deadline.
+//! Shared helpers: start the simulator and the server in-process on port 0,
+//! make Kubernetes objects, ask DNS over real sockets, poll with a deadline.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::{Name, RData, RecordType};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use podns::cli::ServeArgs;
+use podns::serve::{Listeners, Running};
+use podns::sim::{SimArgs, SimHandle};
+
+pub const ZONE: &str = "cluster.local";
+
+#[derive(Parser)]
+struct SimFlags {
+    #[command(flatten)]
+    args: SimArgs,
+}
+
+#[derive(Parser)]
+struct ServeFlags {
+    #[command(flatten)]
+    args: ServeArgs,
+}
+
+/// A simulator and a server, both on loopback port 0, stopped on drop.
+pub struct Env {
+    pub sim: SimHandle,
+    pub server: Option<Running>,
+    pub dns: SocketAddr,
+    pub admin: SocketAddr,
+    pub client: kube::Client,
+    pub shutdown: CancellationToken,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Start a simulator with extra flags (e.g. `--kubelet`).
+pub async fn start_sim(flags: &[&str], shutdown: &CancellationToken) -> SimHandle {
+    let mut argv = vec!["sim", "--listen=127.0.0.1:0"];
+    argv.extend_from_slice(flags);
+    let args = SimFlags::parse_from(argv).args;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    podns::sim::spawn(args, listener, shutdown.clone())
+        .await
+        .expect("sim starts")
+}
+
+/// Serve flags with loopback listeners and the given extras.
+pub fn serve_args(extra: &[&str]) -> ServeArgs {
+    let mut argv = vec![
+        "serve",
+        "--dns-listen=127.0.0.1:0",
+        "--admin-listen=127.0.0.1:0",
+        "--udp-sockets=2",
+    ];
+    argv.extend_from_slice(extra);
+    ServeFlags::parse_from(argv).args
+}
+
+/// Simulator plus server, waiting until the index is synced.
+pub async fn env(sim_flags: &[&str], serve_flags: &[&str]) -> Env {
+    let shutdown = CancellationToken::new();
+    let sim = start_sim(sim_flags, &shutdown).await;
+    let client = sim.client();
+    let args = serve_args(serve_flags);
+    let listeners = Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen).unwrap();
+    let server = podns::serve::start(&args, client.clone(), listeners, shutdown.clone());
+    let (dns, admin) = (server.dns_addr, server.admin_addr);
+    let table = server.table.clone();
+    wait_for("index synced", Duration::from_secs(20), || {
+        let t = table.clone();
+        async move { t.is_synced() }
+    })
+    .await;
+    Env {
+        sim,
+        server: Some(server),
+        dns,
+        admin,
+        client,
+        shutdown,
+    }
+}
+
+/// Poll `check` every 10 ms until it is true; panic with `what` after `limit`.
+pub async fn wait_for<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if check().await {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+// ---- DNS over real sockets ------------------------------------------------
+
+pub fn query_msg(name: &str, qtype: RecordType, edns: Option<u16>) -> Message {
+    let mut m = Message::new(rand_id(), MessageType::Query, OpCode::Query);
+    m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
+    if let Some(size) = edns {
+        let mut e = Edns::new();
+        e.set_max_payload(size);
+        m.set_edns(e);
+    }
+    m
+}
+
+fn rand_id() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static N: AtomicU16 = AtomicU16::new(1);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// One UDP query, with retries on timeout (UDP may drop).
+pub async fn udp(addr: SocketAddr, msg: &Message) -> Message {
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let bytes = msg.to_vec().unwrap();
+    let mut buf = vec![0u8; 65535];
+    for _ in 0..5 {
+        sock.send_to(&bytes, addr).await.unwrap();
+        if let Ok(Ok((n, _))) =
+            tokio::time::timeout(Duration::from_secs(1), sock.recv_from(&mut buf)).await
+        {
+            let r = Message::from_vec(&buf[..n]).expect("server sends valid messages");
+            assert_eq!(r.metadata.id, msg.metadata.id);
+            return r;
+        }
+    }
+    panic!("no UDP answer from {addr}");
+}
+
+/// One TCP query (2-byte length framing).
+pub async fn tcp(addr: SocketAddr, msg: &Message) -> Message {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
+        .await
+        .expect("tcp connect in time")
+        .unwrap();
+    let bytes = msg.to_vec().unwrap();
+    s.write_all(&(bytes.len() as u16).to_be_bytes())
+        .await
+        .unwrap();
+    s.write_all(&bytes).await.unwrap();
+    let mut len = [0u8; 2];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut len))
+        .await
+        .expect("tcp answer in time")
+        .unwrap();
+    let mut buf = vec![0u8; u16::from_be_bytes(len) as usize];
+    s.read_exact(&mut buf).await.unwrap();
+    Message::from_vec(&buf).unwrap()
+}
+
+/// Ask for `name` (relative names get the zone appended) over UDP.
+pub async fn ask(addr: SocketAddr, name: &str, qtype: RecordType) -> Message {
+    udp(addr, &query_msg(&fqdn(name), qtype, Some(1232))).await
+}
+
+pub fn fqdn(name: &str) -> String {
+    if name.ends_with('.') {
+        name.to_string()
+    } else {
+        format!("{name}.{ZONE}.")
+    }
+}
+
+/// The addresses in the answer section, sorted, as strings.
+pub fn addrs(m: &Message) -> Vec<String> {
+    let mut v: Vec<String> = m
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::A(a) => Some(a.0.to_string()),
+            RData::AAAA(a) => Some(a.0.to_string()),
+            _ => None,
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+pub fn rcode(m: &Message) -> ResponseCode {
+    m.metadata.response_code
+}
+
+// ---- Kubernetes objects through the real API --------------------------------
+
+pub fn pod_json(ns: &str, name: &str, labels: serde_json::Value) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"containers": [{"name": "main", "image": "trainer:latest",
+                  "ports": [{"name": "nccl", "containerPort": 29500}]}]}
+    })
+}
+
+pub async fn ensure_ns(client: &kube::Client, ns: &str) {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+    let _ = api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(body).unwrap(),
+        )
+        .await;
+}
+
+pub async fn create_pod(client: &kube::Client, body: serde_json::Value) -> Pod {
+    let ns = body["metadata"]["namespace"].as_str().unwrap().to_string();
+    ensure_ns(client, &ns).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(body).unwrap(),
+    )
+    .await
+    .unwrap()
+}
+
+/// Write a pod's status as a kubelet would: IPs, phase, Ready.
+pub async fn set_status(client: &kube::Client, ns: &str, name: &str, ips: &[&str], ready: bool) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod_ips: Vec<_> = ips.iter().map(|ip| json!({"ip": ip})).collect();
+    let status = json!({"status": {
+        "phase": "Running",
+        "podIP": ips.first(),
+        "podIPs": pod_ips,
+        "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]
+    }});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+pub async fn create_service(client: &kube::Client, body: serde_json::Value) -> Service {
+    let ns = body["metadata"]["namespace"].as_str().unwrap().to_string();
+    ensure_ns(client, &ns).await;
+    let api: Api<Service> = Api::namespaced(client.clone(), &ns);
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(body).unwrap(),
+    )
+    .await
+    .unwrap()
+}
+
+pub fn headless_json(ns: &str, name: &str, app: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"clusterIP": "None", "selector": {"app": app},
+                 "publishNotReadyAddresses": true,
+                 "ports": [{"name": "nccl", "port": 29500, "targetPort": "nccl"}]}
+    })
+}
+
+/// POST to a simulator endpoint under /sim/.
+pub async fn sim_post(client: &kube::Client, path: &str, body: serde_json::Value) -> String {
+    let req = http::Request::post(path)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).unwrap())
+        .unwrap();
+    client
+        .request_text(req)
+        .await
+        .unwrap_or_else(|e| panic!("POST {path}: {e}"))
+}
+
+/// GET a simulator endpoint as JSON.
+pub async fn sim_get(client: &kube::Client, path: &str) -> serde_json::Value {
+    let req = http::Request::get(path).body(Vec::new()).unwrap();
+    serde_json::from_str(&client.request_text(req).await.unwrap()).unwrap()
+}
+
+/// GET an admin endpoint: (status, body).
+pub async fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}

@@ -1,0 +1,266 @@
+//! The binary as an operator runs it: flags, signals, the demo, dig.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::ResponseCode;
+use hickory_proto::rr::RecordType;
+use serde_json::json;
+
+use crate::support::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_podns");
+
+fn has(cmd: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {cmd}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn bad_flags_exit_64_with_one_line() {
+    for args in [
+        vec!["serve", "--zone", "bad..zone"],
+        vec!["serve", "--publish", "sometimes"],
+        vec!["serve", "--dns-listen", "nowhere"],
+        vec!["serve", "--reverse-cidr", "10.0.0.0/99"],
+        vec!["serve", "--shutdown-grace", "soon"],
+        vec!["serve", "--no-such-flag"],
+        vec![
+            "serve",
+            "--namespace",
+            "Bad_NS",
+            "--kubeconfig",
+            "/nonexistent",
+        ],
+        vec!["nosuchcommand"],
+    ] {
+        let out = Command::new(BIN)
+            .args(&args)
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: one line, got {err:?}"
+        );
+    }
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert!(out.status.success());
+}
+
+#[test]
+fn an_unreadable_kubeconfig_is_a_config_error() {
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--dns-listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("kubeconfig"));
+}
+
+/// Read stderr lines until one contains `what`; return the address after it.
+fn wait_listening(lines: &mut impl Iterator<Item = String>, what: &str) -> std::net::SocketAddr {
+    for line in lines {
+        if let Some(rest) = line.split(what).nth(1) {
+            let addr = rest.split_whitespace().next().unwrap();
+            return addr.parse().unwrap();
+        }
+    }
+    panic!("process ended before logging {what:?}");
+}
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_then_exits_zero() {
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let sim = start_sim(&[], &shutdown).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(&kc, sim.kubeconfig_yaml()).unwrap();
+    let mut child = Kill(
+        Command::new(BIN)
+            .args([
+                "serve",
+                "--dns-listen=127.0.0.1:0",
+                "--admin-listen=127.0.0.1:0",
+                "--shutdown-grace=2s",
+            ])
+            .arg(format!("--kubeconfig={}", kc.display()))
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+    let dns = wait_listening(&mut lines, "listening dns udp ");
+    let admin = wait_listening(&mut lines, "listening admin http ");
+    std::thread::spawn(move || for _ in lines {});
+    wait_for("ready", Duration::from_secs(20), || async {
+        admin_get(admin, "/readyz").await.0 == 200
+    })
+    .await;
+    let pid = child.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    wait_for(
+        "readyz 503 while draining",
+        Duration::from_secs(5),
+        || async { admin_get(admin, "/readyz").await.0 == 503 },
+    )
+    .await;
+    // Still answering during the grace period.
+    assert_eq!(
+        rcode(&ask(dns, "cluster.local.", RecordType::SOA).await),
+        ResponseCode::NoError
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            assert!(status.success(), "{status:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "did not exit after the grace period"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shutdown.cancel();
+}
+
+/// `podns demo` prints dig command lines that work as printed.
+#[test]
+fn demo_prints_dig_lines_that_work() {
+    if !has("dig") {
+        eprintln!("dig not installed: skipping (CI installs bind9-dnsutils)");
+        return;
+    }
+    let mut child = Kill(
+        Command::new(BIN)
+            .args([
+                "demo",
+                "--dns-listen=127.0.0.1:0",
+                "--admin-listen=127.0.0.1:0",
+                "--api-listen=127.0.0.1:0",
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let mut digs = Vec::new();
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        if line.starts_with("dig ") {
+            digs.push(line.clone());
+        }
+        if line.contains("Ctrl-C") {
+            break;
+        }
+    }
+    assert!(digs.len() >= 5, "{digs:?}");
+    for cmd in &digs {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{cmd} +time=2 +tries=2"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{cmd}: {text}");
+        let expect_nx = cmd.contains("bert-finetune-64");
+        let status = if expect_nx {
+            "status: NXDOMAIN"
+        } else {
+            "status: NOERROR"
+        };
+        assert!(text.contains(status), "{cmd}:\n{text}");
+        if !expect_nx {
+            assert!(text.contains("ANSWER SECTION"), "{cmd}:\n{text}");
+        }
+        assert!(text.contains(" aa"), "authoritative: {cmd}:\n{text}");
+    }
+}
+
+/// dig against a running server: A, AAAA (NODATA), SRV, PTR and TCP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dig_agrees() {
+    if !has("dig") {
+        eprintln!("dig not installed: skipping (CI installs bind9-dnsutils)");
+        return;
+    }
+    let env = env(&[], &[]).await;
+    let mut body = pod_json("ml", "r-0-x", json!({"app": "r"}));
+    body["spec"]["hostname"] = json!("r-0");
+    body["spec"]["subdomain"] = json!("r");
+    create_pod(&env.client, body).await;
+    create_service(&env.client, headless_json("ml", "r", "r")).await;
+    set_status(&env.client, "ml", "r-0-x", &["10.244.9.9"], true).await;
+    wait_for("pod answers", Duration::from_secs(20), || async {
+        !ask(env.dns, "r-0.r.ml.svc", RecordType::A)
+            .await
+            .answers
+            .is_empty()
+    })
+    .await;
+    let dig = |args: &str| {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "dig @{} -p {} +time=2 +tries=2 {args}",
+                env.dns.ip(),
+                env.dns.port()
+            ))
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let a = dig("r-0.r.ml.svc.cluster.local A");
+    assert!(
+        a.contains("status: NOERROR") && a.contains("10.244.9.9"),
+        "{a}"
+    );
+    let aaaa = dig("r-0.r.ml.svc.cluster.local AAAA");
+    assert!(
+        aaaa.contains("status: NOERROR") && aaaa.contains("ANSWER: 0") && aaaa.contains("SOA"),
+        "{aaaa}"
+    );
+    let srv = dig("_nccl._tcp.r.ml.svc.cluster.local SRV");
+    assert!(srv.contains("29500 r-0.r.ml.svc.cluster.local."), "{srv}");
+    let ptr = dig("-x 10.244.9.9");
+    assert!(ptr.contains("PTR\tr-0.r.ml.svc.cluster.local."), "{ptr}");
+    let t = dig("+tcp r.ml.svc.cluster.local A");
+    assert!(t.contains("10.244.9.9") && t.contains("(TCP)"), "{t}");
+    let nx = dig("nobody.r.ml.svc.cluster.local A");
+    assert!(nx.contains("status: NXDOMAIN"), "{nx}");
+}

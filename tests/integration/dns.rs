@@ -1,0 +1,399 @@
+//! End to end: pods and services written through the real API of
+//! `podns sim`, watched by `podns serve`, asked over real UDP and TCP.
+
+use std::time::Duration;
+
+use hickory_proto::op::ResponseCode;
+use hickory_proto::rr::{RData, RecordType};
+use serde_json::json;
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(20);
+
+async fn answers(env: &Env, name: &str, want: &[&str]) -> bool {
+    let m = ask(env.dns, name, RecordType::A).await;
+    addrs(&m) == want.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_answers_once_its_ip_is_written() {
+    let env = env(&[], &[]).await;
+    let mut body = pod_json("ml", "trainer-0-abcde", json!({"app": "trainer"}));
+    body["spec"]["hostname"] = json!("trainer-0");
+    body["spec"]["subdomain"] = json!("trainer");
+    create_pod(&env.client, body).await;
+    create_service(&env.client, headless_json("ml", "trainer", "trainer")).await;
+    let name = "trainer-0.trainer.ml.svc";
+    // No IP yet: the name does not exist.
+    wait_for("headless service visible", T, || async {
+        rcode(&ask(env.dns, "trainer.ml.svc", RecordType::A).await) == ResponseCode::NoError
+    })
+    .await;
+    assert_eq!(
+        rcode(&ask(env.dns, name, RecordType::A).await),
+        ResponseCode::NXDomain
+    );
+    set_status(&env.client, "ml", "trainer-0-abcde", &["10.244.7.7"], false).await;
+    wait_for("pod answers", T, || answers(&env, name, &["10.244.7.7"])).await;
+
+    // Case-insensitive, spelling kept.
+    let m = ask(env.dns, "Trainer-0.TRAINER.ml.svc", RecordType::A).await;
+    assert_eq!(addrs(&m), ["10.244.7.7"]);
+    assert_eq!(
+        m.answers[0].name.to_ascii(),
+        "Trainer-0.TRAINER.ml.svc.cluster.local."
+    );
+    assert!(m.metadata.authoritative);
+    // AAAA: NODATA with SOA.
+    let m = ask(env.dns, name, RecordType::AAAA).await;
+    assert_eq!(rcode(&m), ResponseCode::NoError);
+    assert!(m.answers.is_empty() && matches!(m.authorities[0].data, RData::SOA(_)));
+    // Headless set, dashed name, pod name, SRV with the container port and glue, PTR.
+    assert!(answers(&env, "trainer.ml.svc", &["10.244.7.7"]).await);
+    assert!(answers(&env, "10-244-7-7.trainer.ml.svc", &["10.244.7.7"]).await);
+    assert!(answers(&env, "10-244-7-7.ml.pod", &["10.244.7.7"]).await);
+    let m = ask(env.dns, "_nccl._tcp.trainer.ml.svc", RecordType::SRV).await;
+    match &m.answers[0].data {
+        RData::SRV(s) => {
+            assert_eq!(s.port, 29500);
+            assert_eq!(
+                s.target.to_ascii(),
+                "trainer-0.trainer.ml.svc.cluster.local."
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        m.additionals
+            .iter()
+            .any(|r| matches!(&r.data, RData::A(a) if a.0.to_string() == "10.244.7.7"))
+    );
+    let m = ask(env.dns, "7.7.244.10.in-addr.arpa.", RecordType::PTR).await;
+    assert!(
+        matches!(&m.answers[0].data, RData::PTR(p) if p.0.to_ascii() == "trainer-0.trainer.ml.svc.cluster.local.")
+    );
+    // Same over TCP.
+    let m = tcp(env.dns, &query_msg(&fqdn(name), RecordType::A, None)).await;
+    assert_eq!(addrs(&m), ["10.244.7.7"]);
+
+    // Terminating: withdrawn at once (deletionTimestamp), then gone.
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(env.client.clone(), "ml");
+    api.delete(
+        "trainer-0-abcde",
+        &kube::api::DeleteParams {
+            grace_period_seconds: Some(30),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    wait_for("terminating pod withdrawn", T, || async {
+        rcode(&ask(env.dns, name, RecordType::A).await) == ResponseCode::NXDomain
+    })
+    .await;
+    let m = ask(env.dns, "7.7.244.10.in-addr.arpa.", RecordType::PTR).await;
+    assert_eq!(rcode(&m), ResponseCode::NXDomain);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_of_every_kind() {
+    let env = env(&[], &[]).await;
+    create_service(
+        &env.client,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "api", "namespace": "web"},
+               "spec": {"selector": {"app": "api"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
+    )
+    .await;
+    create_service(
+        &env.client,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ext", "namespace": "web"},
+               "spec": {"type": "ExternalName", "externalName": "storage.example.com"}}),
+    )
+    .await;
+    wait_for("services visible", T, || async {
+        rcode(&ask(env.dns, "ext.web.svc", RecordType::CNAME).await) == ResponseCode::NoError
+    })
+    .await;
+    let m = ask(env.dns, "api.web.svc", RecordType::A).await;
+    assert_eq!(
+        m.answers.len(),
+        1,
+        "one ClusterIP allocated by the simulator: {m:?}"
+    );
+    let cluster_ip = addrs(&m)[0].clone();
+    let m = ask(env.dns, "_http._tcp.api.web.svc", RecordType::SRV).await;
+    assert!(matches!(&m.answers[0].data, RData::SRV(s) if s.port == 80));
+    let m = ask(env.dns, "ext.web.svc", RecordType::A).await;
+    assert!(
+        matches!(&m.answers[0].data, RData::CNAME(c) if c.0.to_ascii() == "storage.example.com.")
+    );
+    let octets: Vec<&str> = cluster_ip.split('.').rev().collect();
+    let m = ask(
+        env.dns,
+        &format!("{}.in-addr.arpa.", octets.join(".")),
+        RecordType::PTR,
+    )
+    .await;
+    assert!(
+        matches!(&m.answers[0].data, RData::PTR(p) if p.0.to_ascii() == "api.web.svc.cluster.local.")
+    );
+    // Apex, version, out of zone, transfers.
+    assert!(matches!(
+        ask(env.dns, "cluster.local.", RecordType::SOA)
+            .await
+            .answers[0]
+            .data,
+        RData::SOA(_)
+    ));
+    let m = ask(env.dns, "dns-version", RecordType::TXT).await;
+    assert!(matches!(&m.answers[0].data, RData::TXT(t) if t.to_string().contains("1.1.0")));
+    assert_eq!(
+        rcode(&ask(env.dns, "example.com.", RecordType::A).await),
+        ResponseCode::Refused
+    );
+    assert_eq!(
+        rcode(
+            &tcp(
+                env.dns,
+                &query_msg("cluster.local.", RecordType::AXFR, None)
+            )
+            .await
+        ),
+        ResponseCode::Refused
+    );
+    assert_eq!(
+        rcode(&ask(env.dns, "web.svc", RecordType::A).await),
+        ResponseCode::NoError,
+        "empty non-terminal"
+    );
+    assert_eq!(
+        rcode(&ask(env.dns, "nope.web.svc", RecordType::A).await),
+        ResponseCode::NXDomain
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_300_pod_headless_set_truncates_over_udp_and_comes_whole_over_tcp() {
+    let env = env(&["--kubelet"], &[]).await;
+    sim_post(
+        &env.client,
+        "/sim/jobs",
+        json!({"namespace": "big", "name": "gang", "ranks": 300, "kind": "indexed-job"}),
+    )
+    .await;
+    wait_for("300 ranks published", Duration::from_secs(60), || async {
+        let m = tcp(
+            env.dns,
+            &query_msg(&fqdn("gang.big.svc"), RecordType::A, None),
+        )
+        .await;
+        m.answers.len() == 300
+    })
+    .await;
+    let m = udp(
+        env.dns,
+        &query_msg(&fqdn("gang.big.svc"), RecordType::A, None),
+    )
+    .await;
+    assert!(m.metadata.truncation, "TC=1 past 512 bytes");
+    let m = udp(
+        env.dns,
+        &query_msg(&fqdn("gang.big.svc"), RecordType::A, Some(1232)),
+    )
+    .await;
+    assert!(m.metadata.truncation, "TC=1 past 1232 bytes");
+    assert!(m.edns.is_some(), "EDNS echoed");
+    let m = tcp(
+        env.dns,
+        &query_msg(&fqdn("gang.big.svc"), RecordType::A, Some(1232)),
+    )
+    .await;
+    assert!(!m.metadata.truncation);
+    assert_eq!(m.answers.len(), 300);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servfail_and_not_ready_until_the_api_answers() {
+    // An API server address where nothing listens.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = dead.local_addr().unwrap();
+    drop(dead);
+    let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let args = serve_args(&[]);
+    let listeners =
+        podns::serve::Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen)
+            .unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = podns::serve::start(&args, client, listeners, shutdown.clone());
+    let m = ask(running.dns_addr, "x.ml.svc", RecordType::A).await;
+    assert_eq!(rcode(&m), ResponseCode::ServFail);
+    assert_eq!(
+        rcode(&ask(running.dns_addr, "example.com.", RecordType::A).await),
+        ResponseCode::Refused
+    );
+    let (status, body) = admin_get(running.admin_addr, "/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(admin_get(running.admin_addr, "/healthz").await.0, 200);
+    shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_readiness_after_sync() {
+    let env = env(&[], &[]).await;
+    let _ = ask(env.dns, "nothing.svc", RecordType::A).await;
+    assert_eq!(admin_get(env.admin, "/readyz").await.0, 200);
+    let (status, body) = admin_get(env.admin, "/metrics").await;
+    assert_eq!(status, 200);
+    for m in [
+        "podns_dns_requests_total",
+        "podns_dns_responses_total",
+        "podns_dns_request_duration_seconds",
+        "podns_index_pods",
+        "podns_watch_synced",
+        "podns_propagation_seconds",
+    ] {
+        assert!(body.contains(m), "{m} missing in\n{body}");
+    }
+    assert!(body.contains("rcode=\"NXDOMAIN\""), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_hostnames_answer_one_pod_through_a_restart_overlap() {
+    let env = env(&[], &[]).await;
+    let mk = |name: &str| {
+        let mut b = pod_json("ml", name, json!({"app": "w"}));
+        b["spec"]["hostname"] = json!("w-0");
+        b["spec"]["subdomain"] = json!("w");
+        b
+    };
+    create_pod(&env.client, mk("w-0-old")).await;
+    set_status(&env.client, "ml", "w-0-old", &["10.244.1.1"], true).await;
+    wait_for("old answers", T, || {
+        answers(&env, "w-0.w.ml.svc", &["10.244.1.1"])
+    })
+    .await;
+    // The replacement appears before the old one is gone: one answer, the Ready one.
+    create_pod(&env.client, mk("w-0-new")).await;
+    set_status(&env.client, "ml", "w-0-new", &["10.244.1.2"], false).await;
+    wait_for("new pod indexed", T, || async {
+        rcode(&ask(env.dns, "10-244-1-2.ml.pod", RecordType::A).await) == ResponseCode::NoError
+    })
+    .await;
+    for _ in 0..20 {
+        assert!(
+            answers(&env, "w-0.w.ml.svc", &["10.244.1.1"]).await,
+            "never alternates"
+        );
+    }
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(env.client.clone(), "ml");
+    api.delete("w-0-old", &Default::default()).await.unwrap();
+    wait_for("new answers", T, || {
+        answers(&env, "w-0.w.ml.svc", &["10.244.1.2"])
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_packets_to_the_socket_never_stop_the_server() {
+    let env = env(&[], &[]).await;
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let seed = query_msg("x.ml.svc.cluster.local.", RecordType::A, Some(1232))
+        .to_vec()
+        .unwrap();
+    let mut x: u64 = 0x2545F4914F6CDD1D;
+    for i in 0..5000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let mut b = if i % 2 == 0 {
+            seed.clone()
+        } else {
+            x.to_le_bytes().repeat((x % 8) as usize)
+        };
+        if !b.is_empty() {
+            let at = (x as usize) % b.len();
+            b[at] ^= (x >> 8) as u8;
+        }
+        sock.send_to(&b, env.dns).await.unwrap();
+    }
+    // Still answering, over both transports.
+    assert_eq!(
+        rcode(&ask(env.dns, "cluster.local.", RecordType::SOA).await),
+        ResponseCode::NoError
+    );
+    assert_eq!(
+        rcode(&tcp(env.dns, &query_msg("cluster.local.", RecordType::SOA, None)).await),
+        ResponseCode::NoError
+    );
+}
+
+/// Names of live pods keep answering, with the right address, while the
+/// simulator drops watches, forgets history (410) and goes down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_faults_never_cost_a_live_name() {
+    let env = env(&["--kubelet"], &[]).await;
+    sim_post(
+        &env.client,
+        "/sim/jobs",
+        json!({"namespace": "ft", "name": "job", "ranks": 8, "kind": "jobset"}),
+    )
+    .await;
+    let names: Vec<String> = (0..8).map(|i| format!("job-{i}.job.ft.svc")).collect();
+    wait_for("ranks answer", T, || async {
+        for n in &names {
+            if ask(env.dns, n, RecordType::A).await.answers.is_empty() {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    let mut expect = Vec::new();
+    for n in &names {
+        expect.push(addrs(&ask(env.dns, n, RecordType::A).await));
+    }
+    let check = |phase: &'static str| {
+        let names = names.clone();
+        let expect = expect.clone();
+        let dns = env.dns;
+        async move {
+            for (n, want) in names.iter().zip(&expect) {
+                let m = ask(dns, n, RecordType::A).await;
+                assert_eq!(rcode(&m), ResponseCode::NoError, "{phase}: {n}");
+                assert_eq!(&addrs(&m), want, "{phase}: {n}");
+            }
+        }
+    };
+    sim_post(&env.client, "/sim/faults/drop-watches", json!({})).await;
+    check("after drop").await;
+    sim_post(&env.client, "/sim/faults/compact", json!({})).await;
+    sim_post(&env.client, "/sim/faults/drop-watches", json!({})).await;
+    check("after compaction").await;
+    sim_post(&env.client, "/sim/faults/outage?seconds=2", json!({})).await;
+    for _ in 0..10 {
+        check("during outage").await;
+    }
+    // After the outage a new pod still gets through: the watch recovered.
+    sim_post(
+        &env.client,
+        "/sim/jobs",
+        json!({"namespace": "ft", "name": "late", "ranks": 1, "kind": "indexed-job"}),
+    )
+    .await;
+    wait_for(
+        "watch recovered after outage",
+        Duration::from_secs(60),
+        || async {
+            !ask(env.dns, "late-0.late.ft.svc", RecordType::A)
+                .await
+                .answers
+                .is_empty()
+        },
+    )
+    .await;
+    check("after recovery").await;
+}
