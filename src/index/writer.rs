@@ -72,6 +72,9 @@ pub struct Writer {
     /// The names each key published last time it was built.
     published: HashMap<Key, Vec<Box<str>>>,
     needs: SyncNeeds,
+    /// Keys touched since the last flush: a batch of events (a relist, a
+    /// burst during a gang restart) rebuilds each touched name once.
+    dirty: BTreeSet<Key>,
     pod_resets: HashSet<Option<String>>,
     service_resets: HashSet<Option<String>>,
 }
@@ -94,6 +97,7 @@ impl Writer {
             ip_services: HashMap::new(),
             published: HashMap::new(),
             needs,
+            dirty: BTreeSet::new(),
             pod_resets: HashSet::new(),
             service_resets: HashSet::new(),
         }
@@ -111,13 +115,21 @@ impl Writer {
         self.services.len()
     }
 
-    /// Apply one update from a watch, then publish gauges.
+    /// Apply one update and make it visible.
     pub fn apply(&mut self, update: Update) {
+        self.stage(update);
+        self.flush();
+    }
+
+    /// Change the model for one update; names are rebuilt by [`Self::flush`].
+    pub fn stage(&mut self, update: Update) {
         match update {
             Update::Pod(Change::Apply(p)) => self.apply_pod(p),
             Update::Pod(Change::Delete(k)) => self.delete_pod(&k),
             Update::Pod(Change::Reset { namespace, items }) => {
                 self.reset_pods(namespace.as_deref(), items);
+                // Synced only once the names are rebuilt.
+                self.flush();
                 self.pod_resets.insert(namespace);
                 self.update_synced();
             }
@@ -125,20 +137,46 @@ impl Writer {
             Update::Service(Change::Delete(k)) => self.delete_service(&k),
             Update::Service(Change::Reset { namespace, items }) => {
                 self.reset_services(namespace.as_deref(), items);
+                self.flush();
                 self.service_resets.insert(namespace);
                 self.update_synced();
             }
         }
-        self.table.bump_generation();
+    }
+
+    /// Rebuild every name touched since the last flush, then publish gauges.
+    pub fn flush(&mut self) {
+        if !self.dirty.is_empty() {
+            let dirty = std::mem::take(&mut self.dirty);
+            self.rebuild(dirty);
+            self.table.bump_generation();
+        }
         self.metrics.index_pods.set(self.pods.len() as i64);
         self.metrics.index_services.set(self.services.len() as i64);
     }
 
-    /// Run as the writer task: apply every arrival until the channel closes.
+    /// Run as the writer task: take every arrival that is already queued
+    /// (up to a bound), apply them, flush once, until the channel closes.
     pub async fn run(mut self, mut rx: tokio::sync::mpsc::Receiver<Arrival>) {
-        while let Some(Arrival { update, at }) = rx.recv().await {
-            self.apply(update);
-            self.metrics.propagation.observe(at.elapsed().as_secs_f64());
+        const BATCH: usize = 1024;
+        let mut arrived = Vec::with_capacity(BATCH);
+        while let Some(first) = rx.recv().await {
+            arrived.clear();
+            arrived.push(first.at);
+            self.stage(first.update);
+            while arrived.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(Arrival { update, at }) => {
+                        arrived.push(at);
+                        self.stage(update);
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.flush();
+            for at in &arrived {
+                self.metrics.propagation.observe(at.elapsed().as_secs_f64());
+            }
         }
     }
 
@@ -173,7 +211,7 @@ impl Writer {
         if self.pods.get(&pod.key) == Some(&pod) {
             return;
         }
-        let mut dirty = BTreeSet::new();
+        let mut dirty = std::mem::take(&mut self.dirty);
         let key = pod.key.clone();
         if let Some(old) = self.pods.get(&key) {
             self.pod_keys(old, &mut dirty);
@@ -183,17 +221,17 @@ impl Writer {
         if let Some(new) = self.pods.get(&key) {
             self.pod_keys(new, &mut dirty);
         }
-        self.rebuild(dirty);
+        self.dirty = dirty;
     }
 
     pub fn delete_pod(&mut self, key: &ObjKey) {
-        let mut dirty = BTreeSet::new();
+        let mut dirty = std::mem::take(&mut self.dirty);
         match self.pods.get(key) {
             Some(old) => self.pod_keys(old, &mut dirty),
             None => return,
         }
         self.unlink_pod(key);
-        self.rebuild(dirty);
+        self.dirty = dirty;
     }
 
     fn reset_pods(&mut self, namespace: Option<&str>, items: Vec<PodInfo>) {
@@ -320,22 +358,22 @@ impl Writer {
             return;
         }
         let key = svc.key.clone();
-        let mut dirty = BTreeSet::new();
+        let mut dirty = std::mem::take(&mut self.dirty);
         self.service_keys(&key, &mut dirty);
         self.unlink_service(&key);
         self.link_service(svc);
         self.service_keys(&key, &mut dirty);
-        self.rebuild(dirty);
+        self.dirty = dirty;
     }
 
     pub fn delete_service(&mut self, key: &ObjKey) {
         if !self.services.contains_key(key) {
             return;
         }
-        let mut dirty = BTreeSet::new();
+        let mut dirty = std::mem::take(&mut self.dirty);
         self.service_keys(key, &mut dirty);
         self.unlink_service(key);
-        self.rebuild(dirty);
+        self.dirty = dirty;
     }
 
     fn reset_services(&mut self, namespace: Option<&str>, items: Vec<ServiceInfo>) {
@@ -786,13 +824,6 @@ impl Writer {
             }
         }
         Some(format!("{}.{ns}.pod", dashed(ip)))
-    }
-
-    /// Walltime of one update, for benches.
-    pub fn timed_apply(&mut self, update: Update) -> std::time::Duration {
-        let t = Instant::now();
-        self.apply(update);
-        t.elapsed()
     }
 }
 
