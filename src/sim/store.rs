@@ -412,9 +412,15 @@ impl Store {
     }
 
     /// Forgets the history: the next resume from an older rv gets 410.
+    ///
+    /// The counter moves on by one (as an etcd compaction does not, but a
+    /// write to an object we do not serve would), so that a watcher caught
+    /// up to the last event cannot resume either, while a fresh list's rv
+    /// stays resumable.
     pub fn compact(&self) {
         let mut g = self.lock();
         g.ring.clear();
+        g.rv += 1;
         g.first_rv = g.rv + 1;
     }
 

@@ -347,7 +347,6 @@ impl Workload {
                             "imageID": format!("{image}@sha256:{}{}", new_uid().replace('-', ""), "0000"),
                             "containerID": format!("containerd://{}{}", new_uid().replace('-', ""), new_uid().replace('-', "")),
                             "started": true,
-                            "volumeMounts": c["volumeMounts"].as_array().map(|m| m.iter().map(|m| json!({"name": m["name"], "mountPath": m["mountPath"]})).collect::<Vec<_>>()).unwrap_or_default(),
                         })
                     })
                     .collect()
@@ -688,8 +687,10 @@ fn job_pod(ns: &str, job: &str, idx: usize, info: &JobInfo) -> Value {
             ("jobset.sigs.k8s.io/job-key", info.key.clone()),
             ("jobset.sigs.k8s.io/coordinator", format!("{job}-0.{job}")),
         ] {
-            labels[k] = v.clone().into();
-            annotations[k] = v.into();
+            if matches!(k, "jobset.sigs.k8s.io/jobset-name" | "jobset.sigs.k8s.io/job-index") {
+                annotations[k] = v.clone().into();
+            }
+            labels[k] = v.into();
         }
     }
     let env = |n: &str, v: String| json!({"name": n, "value": v});
