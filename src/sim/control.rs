@@ -41,7 +41,10 @@ fn seconds(q: &HashMap<String, String>, k: &str) -> Result<f64, ApiError> {
         .ok_or_else(|| ApiError::bad_request(format!("invalid {k}: {s:?}")))
 }
 
-async fn body<T: for<'de> Deserialize<'de>>(req: Request, empty_ok: bool) -> Result<Option<T>, ApiError> {
+async fn body<T: for<'de> Deserialize<'de>>(
+    req: Request,
+    empty_ok: bool,
+) -> Result<Option<T>, ApiError> {
     let bytes = axum::body::to_bytes(req.into_body(), 1 << 20)
         .await
         .map_err(|e| ApiError::bad_request(format!("failed to read body: {e}")))?;
@@ -66,7 +69,9 @@ pub async fn handle(sim: &Arc<Sim>, req: Request, rest: &str) -> Response {
 
 async fn route(sim: &Arc<Sim>, req: Request, rest: &str) -> Result<Response, ApiError> {
     let q: HashMap<String, String> = match req.uri().query() {
-        Some(q) => serde_urlencoded::from_str(q).map_err(|e| ApiError::bad_request(e.to_string()))?,
+        Some(q) => {
+            serde_urlencoded::from_str(q).map_err(|e| ApiError::bad_request(e.to_string()))?
+        }
         None => HashMap::new(),
     };
     let segs: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
@@ -79,17 +84,25 @@ async fn route(sim: &Arc<Sim>, req: Request, rest: &str) -> Result<Response, Api
             Ok(ok(sim.stats_json()))
         }
         (&Method::POST, ["jobs"]) => {
-            let j: JobRequest = body(req, false).await?.ok_or_else(|| ApiError::bad_request("a JSON body is required"))?;
+            let j: JobRequest = body(req, false)
+                .await?
+                .ok_or_else(|| ApiError::bad_request("a JSON body is required"))?;
             let w = sim.workload.clone();
             let r = tokio::task::spawn_blocking(move || w.create_job(&j))
                 .await
                 .map_err(|e| ApiError::new(500, "InternalError", e.to_string()))??;
-            Ok(json_response(201, serde_json::to_vec(&r).unwrap_or_default()))
+            Ok(json_response(
+                201,
+                serde_json::to_vec(&r).unwrap_or_default(),
+            ))
         }
         (&Method::POST, ["jobs", ns, name, "restart"]) => {
             let r: Restart = body(req, true).await?.unwrap_or_default();
             let grace = match q.get("gracePeriodSeconds") {
-                Some(g) => Some(g.parse().map_err(|_| ApiError::bad_request("invalid gracePeriodSeconds"))?),
+                Some(g) => Some(
+                    g.parse()
+                        .map_err(|_| ApiError::bad_request("invalid gracePeriodSeconds"))?,
+                ),
                 None => r.grace,
             };
             let (w, ns, name) = (sim.workload.clone(), ns.to_string(), name.to_string());
@@ -99,12 +112,17 @@ async fn route(sim: &Arc<Sim>, req: Request, rest: &str) -> Result<Response, Api
             Ok(ok(r))
         }
         (&Method::POST, ["churn"]) => {
-            let c: Churn = body(req, false).await?.ok_or_else(|| ApiError::bad_request("a JSON body is required"))?;
+            let c: Churn = body(req, false)
+                .await?
+                .ok_or_else(|| ApiError::bad_request("a JSON body is required"))?;
             if !(c.rate.is_finite() && c.rate > 0.0 && c.seconds.is_finite() && c.seconds >= 0.0) {
                 return Err(ApiError::bad_request("rate must be > 0 and seconds >= 0"));
             }
-            sim.workload.start_churn(c.rate, c.seconds, sim.shutdown.clone());
-            Ok(ok(json!({"rate": c.rate, "seconds": c.seconds, "pods": (c.rate * c.seconds).round()})))
+            sim.workload
+                .start_churn(c.rate, c.seconds, sim.shutdown.clone());
+            Ok(ok(
+                json!({"rate": c.rate, "seconds": c.seconds, "pods": (c.rate * c.seconds).round()}),
+            ))
         }
         (&Method::POST, ["faults", "compact"]) => {
             sim.store.compact();
@@ -131,7 +149,11 @@ async fn route(sim: &Arc<Sim>, req: Request, rest: &str) -> Result<Response, Api
             sim.faults.clear();
             Ok(ok(json!({"cleared": true})))
         }
-        _ => Err(ApiError::new(404, "NotFound", format!("no simulator endpoint {m} /sim/{rest}"))),
+        _ => Err(ApiError::new(
+            404,
+            "NotFound",
+            format!("no simulator endpoint {m} /sim/{rest}"),
+        )),
     }
 }
 

@@ -28,7 +28,9 @@ pub fn api_versions(addr: SocketAddr) -> Value {
 }
 
 pub fn api_v1() -> Value {
-    let rw = json!(["create", "delete", "get", "list", "patch", "update", "watch"]);
+    let rw = json!([
+        "create", "delete", "get", "list", "patch", "update", "watch"
+    ]);
     let status = json!(["get", "patch", "update"]);
     json!({
         "kind": "APIResourceList",

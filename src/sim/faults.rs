@@ -91,7 +91,10 @@ impl Faults {
             ));
         }
         if let Some(u) = throttle {
-            let secs = u.saturating_duration_since(Instant::now()).as_secs().clamp(1, 60);
+            let secs = u
+                .saturating_duration_since(Instant::now())
+                .as_secs()
+                .clamp(1, 60);
             // Like the apiserver's max-in-flight filter: header and
             // details.retryAfterSeconds both say when to come back.
             return Some(

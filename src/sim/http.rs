@@ -44,7 +44,11 @@ fn value_response(code: u16, v: &Value) -> Response {
 
 pub fn error_response(e: &ApiError) -> Response {
     let mut r = value_response(e.code, &e.status());
-    if let Some(s) = e.details.as_ref().and_then(|d| d["retryAfterSeconds"].as_u64()) {
+    if let Some(s) = e
+        .details
+        .as_ref()
+        .and_then(|d| d["retryAfterSeconds"].as_u64())
+    {
         r.headers_mut().insert(
             header::RETRY_AFTER,
             HeaderValue::from_str(&s.to_string()).unwrap_or(HeaderValue::from_static("1")),
@@ -155,7 +159,10 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
         }
         "/api" => {
             sim.stats.count("get", "discovery");
-            return Ok(value_response(200, &super::discovery::api_versions(sim.addr)));
+            return Ok(value_response(
+                200,
+                &super::discovery::api_versions(sim.addr),
+            ));
         }
         "/api/v1" => {
             sim.stats.count("get", "discovery");
@@ -163,7 +170,10 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
         }
         "/apis" => {
             sim.stats.count("get", "discovery");
-            return Ok(value_response(200, &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})));
+            return Ok(value_response(
+                200,
+                &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
+            ));
         }
         "/healthz" | "/readyz" | "/livez" => {
             return Ok(Response::new(Body::from("ok")));
@@ -205,7 +215,11 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
         "get" => {
             let o = sim.store.get(t.kind, &ns, &name)?;
             if wants_table(req.headers()) {
-                let page = super::store::Page { rv: o.rv, items: vec![o], cont: None };
+                let page = super::store::Page {
+                    rv: o.rv,
+                    items: vec![o],
+                    cont: None,
+                };
                 return Ok(value_response(200, &table::table(t.kind, &page)));
             }
             Ok(obj_response(200, &o))
@@ -220,10 +234,18 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
         }
         "create" => {
             if t.status {
-                return Err(ApiError::new(405, "MethodNotAllowed", "create is not supported on status"));
+                return Err(ApiError::new(
+                    405,
+                    "MethodNotAllowed",
+                    "create is not supported on status",
+                ));
             }
             if t.kind.namespaced() && t.ns.is_none() {
-                return Err(ApiError::new(405, "MethodNotAllowed", "create needs a namespaced path"));
+                return Err(ApiError::new(
+                    405,
+                    "MethodNotAllowed",
+                    "create needs a namespaced path",
+                ));
             }
             let v = body_json(req).await?;
             let o = sim.store.create(t.kind, &ns, v)?;
@@ -247,7 +269,9 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
                 return Err(ApiError::new(
                     415,
                     "UnsupportedMediaType",
-                    format!("the body of the request was in an unknown format - accepted media types include: application/merge-patch+json, application/strategic-merge-patch+json (got {ct:?})"),
+                    format!(
+                        "the body of the request was in an unknown format - accepted media types include: application/merge-patch+json, application/strategic-merge-patch+json (got {ct:?})"
+                    ),
                 ));
             }
             let v = body_json(req).await?;
@@ -256,7 +280,10 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
         }
         "delete" => {
             let mut grace: Option<u64> = match q.get("gracePeriodSeconds") {
-                Some(g) => Some(g.parse().map_err(|_| ApiError::bad_request("invalid gracePeriodSeconds"))?),
+                Some(g) => Some(
+                    g.parse()
+                        .map_err(|_| ApiError::bad_request("invalid gracePeriodSeconds"))?,
+                ),
                 None => None,
             };
             let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY)
@@ -311,24 +338,27 @@ async fn body_json(req: Request) -> Result<Value, ApiError> {
             .await
             .map_err(|e| ApiError::bad_request(format!("failed to read body: {e}")))?;
         return super::protobuf::decode(&bytes).map_err(|e| {
-            ApiError::new(415, "UnsupportedMediaType", format!("{e}; send application/json"))
+            ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                format!("{e}; send application/json"),
+            )
         });
     }
     if ct.contains("cbor") || ct.contains("yaml") {
         return Err(ApiError::new(
             415,
             "UnsupportedMediaType",
-            format!("the body of the request was in an unknown format - accepted media types include: application/json (got {ct:?})"),
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json (got {ct:?})"
+            ),
         ));
     }
     let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY)
         .await
         .map_err(|e| ApiError::bad_request(format!("failed to read body: {e}")))?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::bad_request(format!(
-            "the request body is not valid JSON: {e}"
-        ))
-    })
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
 }
 
 fn filter(t: &Target, q: &Query) -> Result<Filter, ApiError> {
@@ -351,10 +381,18 @@ fn parse_rv(s: &str) -> Result<u64, ApiError> {
         .map_err(|_| ApiError::bad_request(format!("invalid resource version {s:?}")))
 }
 
-fn list(sim: &Arc<Sim>, t: &Target, q: &Query, headers: &http::HeaderMap) -> Result<Response, ApiError> {
+fn list(
+    sim: &Arc<Sim>,
+    t: &Target,
+    q: &Query,
+    headers: &http::HeaderMap,
+) -> Result<Response, ApiError> {
     let f = filter(t, q)?;
     let limit = match q.get("limit") {
-        Some(l) => Some(l.parse::<usize>().map_err(|_| ApiError::bad_request("invalid limit"))?),
+        Some(l) => Some(
+            l.parse::<usize>()
+                .map_err(|_| ApiError::bad_request("invalid limit"))?,
+        ),
         None => None,
     };
     let rv = q.get("resourceVersion").filter(|s| !s.is_empty());
@@ -362,14 +400,19 @@ fn list(sim: &Arc<Sim>, t: &Target, q: &Query, headers: &http::HeaderMap) -> Res
     let invalid = |m: &str| ApiError::invalid(t.kind, "", m.to_string());
     let (at, start) = if let Some(c) = q.get("continue").filter(|s| !s.is_empty()) {
         if rv.is_some() && rv.map(String::as_str) != Some("0") {
-            return Err(invalid("resourceVersion: Forbidden: specifying resource version is not allowed when using continue"));
+            return Err(invalid(
+                "resourceVersion: Forbidden: specifying resource version is not allowed when using continue",
+            ));
         }
-        let (crv, key) = decode_continue(c).ok_or_else(|| ApiError::bad_request("continue key is not valid"))?;
+        let (crv, key) =
+            decode_continue(c).ok_or_else(|| ApiError::bad_request("continue key is not valid"))?;
         (Some(crv), Some(key))
     } else {
         match (rv.map(String::as_str), rvm.map(String::as_str)) {
             (None, Some(_)) => {
-                return Err(invalid("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"));
+                return Err(invalid(
+                    "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
             }
             (None, None) | (Some("0"), None | Some("NotOlderThan")) => (None, None),
             (Some(v), None | Some("NotOlderThan")) => {
@@ -384,12 +427,16 @@ fn list(sim: &Arc<Sim>, t: &Target, q: &Query, headers: &http::HeaderMap) -> Res
             (Some(v), Some("Exact")) => {
                 let want = parse_rv(v)?;
                 if want == 0 {
-                    return Err(invalid("resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""));
+                    return Err(invalid(
+                        "resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                    ));
                 }
                 (Some(want), None)
             }
             (Some(_), Some(m)) => {
-                return Err(invalid(&format!("resourceVersionMatch: Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\", \"\"")));
+                return Err(invalid(&format!(
+                    "resourceVersionMatch: Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
+                )));
             }
         }
     };
@@ -446,12 +493,17 @@ fn list(sim: &Arc<Sim>, t: &Target, q: &Query, headers: &http::HeaderMap) -> Res
     let counted = sim.stats.clone();
     let stream = futures::StreamExt::map(stream, move |c: Result<Bytes, Infallible>| {
         if let Ok(b) = &c {
-            counted.bytes_sent.fetch_add(b.len() as u64, Ordering::Relaxed);
+            counted
+                .bytes_sent
+                .fetch_add(b.len() as u64, Ordering::Relaxed);
         }
         c
     });
     let mut r = Response::new(Body::from_stream(stream));
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     // Already counted chunk by chunk.
     r.extensions_mut().insert(super::stats::Counted);
     Ok(r)
@@ -474,23 +526,34 @@ fn watch_start(sim: &Arc<Sim>, t: &Target, q: &Query) -> Result<Response, ApiErr
     let bookmarks = truthy(q, "allowWatchBookmarks");
     let send_initial = q.get("sendInitialEvents").map(|s| s == "true" || s == "1");
     let rv = q.get("resourceVersion").filter(|s| !s.is_empty()).cloned();
-    let rvm = q.get("resourceVersionMatch").filter(|s| !s.is_empty()).cloned();
+    let rvm = q
+        .get("resourceVersionMatch")
+        .filter(|s| !s.is_empty())
+        .cloned();
     let invalid = |m: &str| ApiError::invalid(t.kind, "", m.to_string());
     if send_initial.is_some() {
         // As the apiserver validates streaming lists (KEP-3157).
         if rvm.as_deref() != Some("NotOlderThan") {
-            return Err(invalid("resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"));
+            return Err(invalid(
+                "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
         }
         if !bookmarks {
-            return Err(invalid("allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true"));
+            return Err(invalid(
+                "allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true",
+            ));
         }
     } else if rvm.is_some() {
-        return Err(invalid("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"));
+        return Err(invalid(
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ));
     }
     let timeout = match q.get("timeoutSeconds") {
-        Some(s) => Some(Duration::from_secs(
-            s.parse().map_err(|_| ApiError::bad_request("invalid timeoutSeconds"))?,
-        )),
+        Some(s) => {
+            Some(Duration::from_secs(s.parse().map_err(|_| {
+                ApiError::bad_request("invalid timeoutSeconds")
+            })?))
+        }
         None => None,
     };
     let start_rv = match rv.as_deref() {
@@ -517,9 +580,17 @@ fn watch_start(sim: &Arc<Sim>, t: &Target, q: &Query) -> Result<Response, ApiErr
     };
     sim.stats.open_watches.fetch_add(1, Ordering::Relaxed);
     tokio::spawn(w.run());
-    let mut r = Response::new(Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)));
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+    let mut r = Response::new(Body::from_stream(
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+    ));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
     r.extensions_mut().insert(super::stats::Counted);
     Ok(r)
 }
@@ -603,7 +674,10 @@ impl WatchTask {
                         "too old resource version: {cursor} ({})",
                         store.oldest_resumable() + 1
                     ));
-                    let line = event_line("ERROR", &serde_json::to_vec(&e.status()).unwrap_or_default());
+                    let line = event_line(
+                        "ERROR",
+                        &serde_json::to_vec(&e.status()).unwrap_or_default(),
+                    );
                     self.send(line).await;
                     return None;
                 }

@@ -191,18 +191,30 @@ fn populate(sim: &Sim, args: &SimArgs) -> anyhow::Result<()> {
                "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "targetPort": 6443, "protocol": "TCP"}]}}),
     )?;
     if let Some(path) = &args.scenario {
-        let text = std::fs::read_to_string(path).map_err(|source| workload::WorkloadError::ReadScenario {
-            path: path.display().to_string(),
-            source,
+        let text = std::fs::read_to_string(path).map_err(|source| {
+            workload::WorkloadError::ReadScenario {
+                path: path.display().to_string(),
+                source,
+            }
         })?;
         let n = sim.workload.load_scenario(&text)?;
         tracing::info!(objects = n, path = %path.display(), "scenario loaded");
     }
     let nss = args.namespaces.max(1);
     for j in 0..args.jobs {
-        let namespace = if nss == 1 { "default".to_string() } else { format!("team-{}", j % nss) };
+        let namespace = if nss == 1 {
+            "default".to_string()
+        } else {
+            format!("team-{}", j % nss)
+        };
         let kind = match args.job_kind.as_str() {
-            "mixed" => if j % 2 == 0 { "indexed-job" } else { "jobset" },
+            "mixed" => {
+                if j % 2 == 0 {
+                    "indexed-job"
+                } else {
+                    "jobset"
+                }
+            }
             k => k,
         };
         let req = workload::JobRequest {
@@ -211,7 +223,9 @@ fn populate(sim: &Sim, args: &SimArgs) -> anyhow::Result<()> {
             ranks: args.ranks,
             kind: kind.to_string(),
         };
-        sim.workload.create_job(&req).map_err(|e| anyhow::anyhow!("failed to create job {}: {e}", req.name))?;
+        sim.workload
+            .create_job(&req)
+            .map_err(|e| anyhow::anyhow!("failed to create job {}: {e}", req.name))?;
     }
     Ok(())
 }
@@ -219,8 +233,14 @@ fn populate(sim: &Sim, args: &SimArgs) -> anyhow::Result<()> {
 /// Starts the simulator on an already-bound listener. The start-up
 /// workload exists when this returns (with `--kubelet`, pods may still be
 /// turning Running).
-pub async fn spawn(args: SimArgs, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<SimHandle> {
-    let addr = listener.local_addr().context("failed to read the listener address")?;
+pub async fn spawn(
+    args: SimArgs,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<SimHandle> {
+    let addr = listener
+        .local_addr()
+        .context("failed to read the listener address")?;
     let store = store::Store::new(args.history);
     let workload = workload::Workload::new(store.clone(), &args, shutdown.clone())?;
     let sim = Arc::new(Sim {

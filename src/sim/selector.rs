@@ -132,8 +132,12 @@ fn parse_requirement(t: &str) -> Result<Requirement, String> {
         }
         let inner = &rest[1..rest.len() - 1];
         let mut words = head.split_whitespace();
-        let key = words.next().ok_or_else(|| format!("missing key in {t:?}"))?;
-        let op = words.next().ok_or_else(|| format!("missing operator in {t:?}"))?;
+        let key = words
+            .next()
+            .ok_or_else(|| format!("missing key in {t:?}"))?;
+        let op = words
+            .next()
+            .ok_or_else(|| format!("missing operator in {t:?}"))?;
         if words.next().is_some() || !valid_key(key) {
             return Err(format!("invalid requirement {t:?}"));
         }
@@ -143,7 +147,9 @@ fn parse_requirement(t: &str) -> Result<Requirement, String> {
             .filter(|v| !v.is_empty())
             .collect();
         if values.is_empty() && op == "in" {
-            return Err(format!("for 'in' operator, values set can't be empty: {t:?}"));
+            return Err(format!(
+                "for 'in' operator, values set can't be empty: {t:?}"
+            ));
         }
         if let Some(bad) = values.iter().find(|v| !valid_value(v)) {
             return Err(format!("invalid label value {bad:?}"));

@@ -52,8 +52,14 @@ impl Stats {
     }
 
     pub fn reset(&self) {
-        self.requests.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        self.responses.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.responses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         self.requests_total.store(0, Ordering::Relaxed);
         self.watch_events_sent.store(0, Ordering::Relaxed);
         self.watch_bytes_sent.store(0, Ordering::Relaxed);
@@ -64,7 +70,11 @@ impl Stats {
     /// the store: bytes per pod mutation is `watch_bytes_sent / pod_mutations`
     /// over a window (take two snapshots, or reset first).
     pub fn snapshot(&self, objects: Value, pod_mutations: u64, resource_version: u64) -> Value {
-        let requests = self.requests.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let requests = self
+            .requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let responses: BTreeMap<String, u64> = self
             .responses
             .lock()

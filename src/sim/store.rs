@@ -309,6 +309,7 @@ pub struct Store {
 }
 
 /// A page of a list, served at `rv`.
+#[derive(Debug)]
 pub struct Page {
     pub rv: u64,
     pub items: Vec<Arc<Obj>>,
@@ -484,7 +485,11 @@ impl Store {
     fn check_kind(kind: Kind, v: &Value) -> Result<(), ApiError> {
         let name = v["metadata"]["name"].as_str().unwrap_or_default();
         let Some(o) = v.as_object() else {
-            return Err(ApiError::invalid(kind, name, "the body is not a JSON object"));
+            return Err(ApiError::invalid(
+                kind,
+                name,
+                "the body is not a JSON object",
+            ));
         };
         if let Some(k) = o.get("kind")
             && k.as_str() != Some(kind.name())
@@ -509,7 +514,11 @@ impl Store {
         }
         for f in ["spec", "status"] {
             if !o.get(f).is_none_or(|x| x.is_object() || x.is_null()) {
-                return Err(ApiError::invalid(kind, name, format!("{f}: must be an object")));
+                return Err(ApiError::invalid(
+                    kind,
+                    name,
+                    format!("{f}: must be an object"),
+                ));
             }
         }
         Ok(())
@@ -1001,7 +1010,10 @@ fn default_object(kind: Kind, v: &mut Value, g: &mut Inner) -> Result<(), ApiErr
             if !v["spec"].is_object() {
                 v["spec"] = json!({});
             }
-            let name = v["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let name = v["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             let spec = &mut v["spec"];
             let ty = spec["type"].as_str().unwrap_or("ClusterIP").to_string();
             spec["type"] = ty.clone().into();
@@ -1020,8 +1032,10 @@ fn default_object(kind: Kind, v: &mut Value, g: &mut Inner) -> Result<(), ApiErr
                         // 10.96.0.0/12; .0.1 is the `kubernetes` Service.
                         g.service_ips += 1;
                         let n = g.service_ips + 1;
-                        std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 96, 0, 0)) + n)
-                            .to_string()
+                        std::net::Ipv4Addr::from(
+                            u32::from(std::net::Ipv4Addr::new(10, 96, 0, 0)) + n,
+                        )
+                        .to_string()
                     }
                 };
                 spec["clusterIP"] = ip.clone().into();
@@ -1047,7 +1061,10 @@ fn default_object(kind: Kind, v: &mut Value, g: &mut Inner) -> Result<(), ApiErr
             v["status"] = json!({"loadBalancer": {}});
         }
         Kind::Namespace => {
-            let name = v["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let name = v["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             v["metadata"]["labels"]["kubernetes.io/metadata.name"] = name.into();
             v["spec"] = json!({"finalizers": ["kubernetes"]});
             v["status"] = json!({"phase": "Active"});
@@ -1064,7 +1081,7 @@ pub fn encode_continue(rv: u64, k: &Key) -> String {
 }
 
 pub fn decode_continue(s: &str) -> Option<(u64, Key)> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..s.len())
@@ -1082,10 +1099,7 @@ pub fn decode_continue(s: &str) -> Option<(u64, Key)> {
 /// Counts objects by kind for stats.
 pub fn kind_counts(store: &Store) -> HashMap<&'static str, usize> {
     let c = store.counts();
-    Kind::ALL
-        .iter()
-        .map(|k| (k.plural(), c[k.idx()]))
-        .collect()
+    Kind::ALL.iter().map(|k| (k.plural(), c[k.idx()])).collect()
 }
 
 #[cfg(test)]
@@ -1128,7 +1142,11 @@ mod tests {
             .unwrap();
         assert!(o.name.starts_with("w-") && o.name.len() == 7, "{}", o.name);
         let e = s
-            .create(Kind::Pod, "ns", json!({"kind": "Service", "metadata": {"name": "x"}}))
+            .create(
+                Kind::Pod,
+                "ns",
+                json!({"kind": "Service", "metadata": {"name": "x"}}),
+            )
             .unwrap_err();
         assert_eq!((e.code, e.reason), (422, "Invalid"));
         let e = s.create(Kind::Pod, "ns", json!([1, 2])).unwrap_err();
@@ -1164,12 +1182,25 @@ mod tests {
     fn service_cluster_ip() {
         let s = store();
         let a = s
-            .create(Kind::Service, "ns", json!({"metadata": {"name": "a"}, "spec": {"ports": [{"port": 80}]}}))
+            .create(
+                Kind::Service,
+                "ns",
+                json!({"metadata": {"name": "a"}, "spec": {"ports": [{"port": 80}]}}),
+            )
             .unwrap()
             .value();
-        assert!(a["spec"]["clusterIP"].as_str().unwrap().starts_with("10.96."));
+        assert!(
+            a["spec"]["clusterIP"]
+                .as_str()
+                .unwrap()
+                .starts_with("10.96.")
+        );
         let h = s
-            .create(Kind::Service, "ns", json!({"metadata": {"name": "h"}, "spec": {"clusterIP": "None"}}))
+            .create(
+                Kind::Service,
+                "ns",
+                json!({"metadata": {"name": "h"}, "spec": {"clusterIP": "None"}}),
+            )
             .unwrap()
             .value();
         assert_eq!(h["spec"]["clusterIP"], "None");
@@ -1179,7 +1210,11 @@ mod tests {
             .value();
         assert!(x["spec"].get("clusterIP").is_none());
         let g = s
-            .create(Kind::Service, "ns", json!({"metadata": {"name": "g"}, "spec": {"clusterIP": "10.96.9.9"}}))
+            .create(
+                Kind::Service,
+                "ns",
+                json!({"metadata": {"name": "g"}, "spec": {"clusterIP": "10.96.9.9"}}),
+            )
             .unwrap()
             .value();
         assert_eq!(g["spec"]["clusterIP"], "10.96.9.9");
@@ -1189,7 +1224,8 @@ mod tests {
     fn paged_list_is_a_snapshot() {
         let s = store();
         for i in 0..5 {
-            s.create(Kind::Pod, "ns", pod(&format!("p{i}"), "x")).unwrap();
+            s.create(Kind::Pod, "ns", pod(&format!("p{i}"), "x"))
+                .unwrap();
         }
         let f = Filter::default();
         let p1 = s.list(Kind::Pod, &f, None, None, Some(2)).unwrap();
@@ -1199,12 +1235,19 @@ mod tests {
         // Changes after the first page do not show in later pages.
         s.delete(Kind::Pod, "ns", "p3", 0, None).unwrap();
         s.create(Kind::Pod, "ns", pod("p9", "x")).unwrap();
-        let p2 = s.list(Kind::Pod, &f, Some(rv), Some(key), Some(10)).unwrap();
+        let p2 = s
+            .list(Kind::Pod, &f, Some(rv), Some(key), Some(10))
+            .unwrap();
         let names: Vec<_> = p2.items.iter().map(|o| o.name.clone()).collect();
         assert_eq!(names, ["p2", "p3", "p4"]);
         assert!(p2.cont.is_none());
         s.compact();
-        assert_eq!(s.list(Kind::Pod, &f, Some(rv), None, None).unwrap_err().code, 410);
+        assert_eq!(
+            s.list(Kind::Pod, &f, Some(rv), None, None)
+                .unwrap_err()
+                .code,
+            410
+        );
     }
 
     #[test]
@@ -1217,7 +1260,10 @@ mod tests {
         let kinds: Vec<_> = evs.iter().map(|e| (e.kind, e.ty)).collect();
         assert_eq!(
             kinds,
-            [(Kind::Pod, EvType::Deleted), (Kind::Namespace, EvType::Deleted)]
+            [
+                (Kind::Pod, EvType::Deleted),
+                (Kind::Namespace, EvType::Deleted)
+            ]
         );
         assert_eq!(s.counts(), [0, 0, 0]);
     }
@@ -1226,8 +1272,12 @@ mod tests {
     fn ring_forgets_old_events() {
         let s = Store::new(3);
         for i in 0..6 {
-            s.create(Kind::Namespace, "", json!({"metadata": {"name": format!("n{i}")}}))
-                .unwrap();
+            s.create(
+                Kind::Namespace,
+                "",
+                json!({"metadata": {"name": format!("n{i}")}}),
+            )
+            .unwrap();
         }
         assert!(s.events_after(1, 10).is_err());
         let (evs, upto) = s.events_after(3, 10).unwrap();

@@ -9,10 +9,7 @@ fn age(created: &str) -> String {
     let Ok(t) = created.parse::<jiff::Timestamp>() else {
         return "<unknown>".into();
     };
-    let s = jiff::Timestamp::now()
-        .duration_since(t)
-        .as_secs()
-        .max(0);
+    let s = jiff::Timestamp::now().duration_since(t).as_secs().max(0);
     match s {
         0..120 => format!("{s}s"),
         120..7200 => format!("{}m", s / 60),
@@ -77,7 +74,10 @@ fn cells(kind: Kind, v: &Value) -> Vec<Value> {
             let status = if !v["metadata"]["deletionTimestamp"].is_null() {
                 "Terminating".to_string()
             } else {
-                v["status"]["phase"].as_str().unwrap_or("Unknown").to_string()
+                v["status"]["phase"]
+                    .as_str()
+                    .unwrap_or("Unknown")
+                    .to_string()
             };
             vec![
                 name,
@@ -97,11 +97,17 @@ fn cells(kind: Kind, v: &Value) -> Vec<Value> {
                 .as_array()
                 .map(|ps| {
                     ps.iter()
-                        .map(|p| format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP")))
+                        .map(|p| {
+                            format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP"))
+                        })
                         .collect()
                 })
                 .unwrap_or_default();
-            let ports = if ports.is_empty() { "<none>".into() } else { ports.join(",") };
+            let ports = if ports.is_empty() {
+                "<none>".into()
+            } else {
+                ports.join(",")
+            };
             let cluster_ip = if spec["type"] == "ExternalName" {
                 "<none>".to_string()
             } else {
@@ -114,9 +120,17 @@ fn cells(kind: Kind, v: &Value) -> Vec<Value> {
             };
             let selector: Vec<String> = spec["selector"]
                 .as_object()
-                .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect())
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                        .collect()
+                })
                 .unwrap_or_default();
-            let selector = if selector.is_empty() { "<none>".into() } else { selector.join(",") };
+            let selector = if selector.is_empty() {
+                "<none>".into()
+            } else {
+                selector.join(",")
+            };
             vec![
                 name,
                 spec["type"].as_str().unwrap_or("ClusterIP").into(),

@@ -15,7 +15,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::store::{ApiError, EvType, Filter, Hooks, Kind, Obj, Store, new_uid, now_rfc3339, rand_suffix};
+use super::store::{
+    ApiError, EvType, Filter, Hooks, Kind, Obj, Store, new_uid, now_rfc3339, rand_suffix,
+};
 
 /// A failure to build the start-up workload or to read a scenario.
 #[derive(Debug, thiserror::Error)]
@@ -58,8 +60,16 @@ impl Pool {
             return Err(err());
         }
         let host = width - bits;
-        let size = if host >= 127 { 1u128 << 126 } else { 1u128 << host };
-        let mask = if host >= 128 { 0 } else { !((1u128 << host) - 1) };
+        let size = if host >= 127 {
+            1u128 << 126
+        } else {
+            1u128 << host
+        };
+        let mask = if host >= 128 {
+            0
+        } else {
+            !((1u128 << host) - 1)
+        };
         Ok(Pool {
             base: base & mask,
             size,
@@ -258,7 +268,9 @@ impl Workload {
                 let res = self.store.modify(Kind::Pod, &t.ns, &t.name, None, |old| {
                     if old["metadata"]["uid"] != t.uid.as_str()
                         || !old["metadata"]["deletionTimestamp"].is_null()
-                        || old["status"]["podIP"].as_str().is_some_and(|s| !s.is_empty())
+                        || old["status"]["podIP"]
+                            .as_str()
+                            .is_some_and(|s| !s.is_empty())
                     {
                         return Err(skip());
                     }
@@ -301,7 +313,10 @@ impl Workload {
     /// Schedules the pod, gives it IPs and starts its containers.
     fn run_pod(&self, old: &Value) -> Value {
         let mut v = old.clone();
-        let uid = old["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+        let uid = old["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         let (v4, v6) = {
             let mut ips = self.ips.lock().unwrap_or_else(|p| p.into_inner());
             let (o4, a4) = ips.v4.alloc();
@@ -421,8 +436,10 @@ impl Workload {
             let o = self.store.create(Kind::Pod, &req.namespace, pod)?;
             names.push(o.name.clone());
         }
-        Ok(json!({"namespace": req.namespace, "name": req.name, "kind": req.kind,
-                  "ranks": req.ranks, "service": req.name, "pods": names}))
+        Ok(
+            json!({"namespace": req.namespace, "name": req.name, "kind": req.kind,
+                  "ranks": req.ranks, "service": req.name, "pods": names}),
+        )
     }
 
     /// A gang restart as JobSet's Recreate policy does it: every pod goes,
@@ -432,7 +449,9 @@ impl Workload {
             let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
             let j = jobs
                 .get_mut(&(ns.to_string(), name.to_string()))
-                .ok_or_else(|| ApiError::new(404, "NotFound", format!("job \"{name}\" not found")))?;
+                .ok_or_else(|| {
+                    ApiError::new(404, "NotFound", format!("job \"{name}\" not found"))
+                })?;
             j.attempt += 1;
             j.clone()
         };
@@ -460,10 +479,14 @@ impl Workload {
         }
         let mut names = Vec::new();
         for i in 0..info.ranks {
-            let o = self.store.create(Kind::Pod, ns, job_pod(ns, name, i, &info))?;
+            let o = self
+                .store
+                .create(Kind::Pod, ns, job_pod(ns, name, i, &info))?;
             names.push(o.name.clone());
         }
-        Ok(json!({"namespace": ns, "name": name, "deleted": deleted, "attempt": info.attempt, "pods": names}))
+        Ok(
+            json!({"namespace": ns, "name": name, "deleted": deleted, "attempt": info.attempt, "pods": names}),
+        )
     }
 
     /// Replaces one random pod; job pods come back under the same hostname.
@@ -484,7 +507,10 @@ impl Workload {
             .labels
             .get("batch.kubernetes.io/job-completion-index")
             .and_then(|s| s.parse::<usize>().ok());
-        if self.delete_pod(ns, name, self.default_grace, Some(&old.uid)).is_err() {
+        if self
+            .delete_pod(ns, name, self.default_grace, Some(&old.uid))
+            .is_err()
+        {
             return;
         }
         let info = job.as_ref().and_then(|j| {
@@ -499,10 +525,19 @@ impl Workload {
             _ => {
                 let mut n = v;
                 if let Some(m) = n["metadata"].as_object_mut() {
-                    for k in ["uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+                    for k in [
+                        "uid",
+                        "resourceVersion",
+                        "creationTimestamp",
+                        "deletionTimestamp",
+                        "deletionGracePeriodSeconds",
+                    ] {
                         m.remove(k);
                     }
-                    if m.get("generateName").and_then(Value::as_str).is_some_and(|g| !g.is_empty()) {
+                    if m.get("generateName")
+                        .and_then(Value::as_str)
+                        .is_some_and(|g| !g.is_empty())
+                    {
                         m.remove("name");
                     }
                 }
@@ -549,7 +584,8 @@ impl Workload {
     pub fn load_scenario(&self, text: &str) -> Result<usize, WorkloadError> {
         let mut objs = Vec::new();
         for doc in serde_yaml::Deserializer::from_str(text) {
-            let v = Value::deserialize(doc).map_err(|e| WorkloadError::ParseScenario(e.to_string()))?;
+            let v =
+                Value::deserialize(doc).map_err(|e| WorkloadError::ParseScenario(e.to_string()))?;
             collect_objects(v, &mut objs);
         }
         let mut n = 0;
@@ -563,7 +599,10 @@ impl Workload {
                     continue;
                 }
             };
-            let ns = o["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+            let ns = o["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string();
             if kind == Kind::Namespace {
                 let name = o["metadata"]["name"].as_str().unwrap_or_default();
                 if self.store.get(Kind::Namespace, "", name).is_ok() {
@@ -634,17 +673,19 @@ async fn timer_loop(
                 if next.is_some() => {}
         }
         let now = Instant::now();
-        let mut fired = 0;
+        let mut fired = 0u32;
         while let Some(Reverse((at, id))) = heap.peek().copied() {
             if at > now {
                 break;
             }
             heap.pop();
-            let Some(t) = pending.remove(&id) else { continue };
+            let Some(t) = pending.remove(&id) else {
+                continue;
+            };
             let Some(w) = w.upgrade() else { return };
             w.fire(t);
             fired += 1;
-            if fired % 256 == 0 {
+            if fired.is_multiple_of(256) {
                 // Let API requests in between long bursts.
                 tokio::task::yield_now().await;
             }
@@ -679,15 +720,24 @@ fn job_pod(ns: &str, job: &str, idx: usize, info: &JobInfo) -> Value {
         for (k, v) in [
             ("jobset.sigs.k8s.io/jobset-name", job.to_string()),
             ("jobset.sigs.k8s.io/jobset-uid", info.uid.clone()),
-            ("jobset.sigs.k8s.io/replicatedjob-name", "workers".to_string()),
+            (
+                "jobset.sigs.k8s.io/replicatedjob-name",
+                "workers".to_string(),
+            ),
             ("jobset.sigs.k8s.io/replicatedjob-replicas", "1".to_string()),
             ("jobset.sigs.k8s.io/job-index", "0".to_string()),
             ("jobset.sigs.k8s.io/job-global-index", "0".to_string()),
-            ("jobset.sigs.k8s.io/restart-attempt", info.attempt.to_string()),
+            (
+                "jobset.sigs.k8s.io/restart-attempt",
+                info.attempt.to_string(),
+            ),
             ("jobset.sigs.k8s.io/job-key", info.key.clone()),
             ("jobset.sigs.k8s.io/coordinator", format!("{job}-0.{job}")),
         ] {
-            if matches!(k, "jobset.sigs.k8s.io/jobset-name" | "jobset.sigs.k8s.io/job-index") {
+            if matches!(
+                k,
+                "jobset.sigs.k8s.io/jobset-name" | "jobset.sigs.k8s.io/job-index"
+            ) {
                 annotations[k] = v.clone().into();
             }
             labels[k] = v.into();
@@ -850,6 +900,9 @@ mod tests {
         let n = serde_json::to_vec(&p).unwrap().len();
         assert!((4000..8192).contains(&n), "pod body is {n} bytes");
         assert_eq!(p["spec"]["hostname"], "llama-70b-17");
-        assert_eq!(p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"], "llama-70b");
+        assert_eq!(
+            p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"],
+            "llama-70b"
+        );
     }
 }
