@@ -309,6 +309,7 @@ pub struct Store {
 }
 
 /// A page of a list, served at `rv`.
+#[derive(Debug)]
 pub struct Page {
     pub rv: u64,
     pub items: Vec<Arc<Obj>>,
@@ -412,9 +413,15 @@ impl Store {
     }
 
     /// Forgets the history: the next resume from an older rv gets 410.
+    ///
+    /// The counter moves on by one (as an etcd compaction does not, but a
+    /// write to an object we do not serve would), so that a watcher caught
+    /// up to the last event cannot resume either, while a fresh list's rv
+    /// stays resumable.
     pub fn compact(&self) {
         let mut g = self.lock();
         g.ring.clear();
+        g.rv += 1;
         g.first_rv = g.rv + 1;
     }
 
@@ -1074,7 +1081,7 @@ pub fn encode_continue(rv: u64, k: &Key) -> String {
 }
 
 pub fn decode_continue(s: &str) -> Option<(u64, Key)> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..s.len())

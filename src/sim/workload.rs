@@ -362,7 +362,6 @@ impl Workload {
                             "imageID": format!("{image}@sha256:{}{}", new_uid().replace('-', ""), "0000"),
                             "containerID": format!("containerd://{}{}", new_uid().replace('-', ""), new_uid().replace('-', "")),
                             "started": true,
-                            "volumeMounts": c["volumeMounts"].as_array().map(|m| m.iter().map(|m| json!({"name": m["name"], "mountPath": m["mountPath"]})).collect::<Vec<_>>()).unwrap_or_default(),
                         })
                     })
                     .collect()
@@ -674,7 +673,7 @@ async fn timer_loop(
                 if next.is_some() => {}
         }
         let now = Instant::now();
-        let mut fired = 0;
+        let mut fired = 0u32;
         while let Some(Reverse((at, id))) = heap.peek().copied() {
             if at > now {
                 break;
@@ -686,7 +685,7 @@ async fn timer_loop(
             let Some(w) = w.upgrade() else { return };
             w.fire(t);
             fired += 1;
-            if fired % 256 == 0 {
+            if fired.is_multiple_of(256) {
                 // Let API requests in between long bursts.
                 tokio::task::yield_now().await;
             }
@@ -735,8 +734,13 @@ fn job_pod(ns: &str, job: &str, idx: usize, info: &JobInfo) -> Value {
             ("jobset.sigs.k8s.io/job-key", info.key.clone()),
             ("jobset.sigs.k8s.io/coordinator", format!("{job}-0.{job}")),
         ] {
-            labels[k] = v.clone().into();
-            annotations[k] = v.into();
+            if matches!(
+                k,
+                "jobset.sigs.k8s.io/jobset-name" | "jobset.sigs.k8s.io/job-index"
+            ) {
+                annotations[k] = v.clone().into();
+            }
+            labels[k] = v.into();
         }
     }
     let env = |n: &str, v: String| json!({"name": n, "value": v});

@@ -1,1 +1,1444 @@
-//! Tests of `podns sim`.
+//! Tests of `podns sim` over real HTTP on loopback: kube-rs watchers,
+//! kubectl, and the raw protocol (lists, watches, Status errors).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::watcher;
+use podns::sim::{SimArgs, SimHandle, spawn};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, timeout};
+use tokio_util::sync::CancellationToken;
+
+const DEADLINE: Duration = Duration::from_secs(10);
+
+struct Sim {
+    h: SimHandle,
+    token: CancellationToken,
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        self.token.cancel();
+    }
+}
+
+impl std::ops::Deref for Sim {
+    type Target = SimHandle;
+    fn deref(&self) -> &SimHandle {
+        &self.h
+    }
+}
+
+async fn start(args: SimArgs) -> Sim {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let token = CancellationToken::new();
+    let h = spawn(args, listener, token.clone()).await.unwrap();
+    Sim { h, token }
+}
+
+async fn start_default() -> Sim {
+    start(SimArgs::default()).await
+}
+
+/// Polls `f` until it returns `Some`, or panics at the deadline.
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let end = Instant::now() + DEADLINE;
+    loop {
+        if let Some(t) = f().await {
+            return t;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A response of the raw client.
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+    fn header(&self, k: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(h, _)| h.eq_ignore_ascii_case(k))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sends one HTTP/1.1 request and reads the whole (possibly chunked)
+/// response. Every call has a deadline: a hung connection fails the test.
+async fn http(addr: SocketAddr, method: &str, path: &str, ct: Option<&str>, body: &[u8]) -> Resp {
+    timeout(DEADLINE, async {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\naccept: application/json\r\ncontent-length: {}\r\n",
+            body.len()
+        );
+        if let Some(ct) = ct {
+            req.push_str(&format!("content-type: {ct}\r\n"));
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        s.write_all(body).await.unwrap();
+        let mut r = BufReader::new(s);
+        let (status, headers) = read_head(&mut r).await;
+        let chunked = headers
+            .iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+        let mut body = Vec::new();
+        if chunked {
+            while let Some(c) = read_chunk(&mut r).await {
+                body.extend_from_slice(&c);
+            }
+        } else {
+            r.read_to_end(&mut body).await.unwrap();
+        }
+        Resp { status, headers, body }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{method} {path} hung"))
+}
+
+async fn get(addr: SocketAddr, path: &str) -> Resp {
+    http(addr, "GET", path, None, b"").await
+}
+
+async fn post_json(addr: SocketAddr, path: &str, v: &Value) -> Resp {
+    http(
+        addr,
+        "POST",
+        path,
+        Some("application/json"),
+        v.to_string().as_bytes(),
+    )
+    .await
+}
+
+async fn read_head(r: &mut BufReader<TcpStream>) -> (u16, Vec<(String, String)>) {
+    let mut line = String::new();
+    r.read_line(&mut line).await.unwrap();
+    let status: u16 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut headers = Vec::new();
+    loop {
+        let mut l = String::new();
+        r.read_line(&mut l).await.unwrap();
+        let l = l.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        let (k, v) = l.split_once(':').unwrap();
+        headers.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    (status, headers)
+}
+
+async fn read_chunk(r: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
+    let mut l = String::new();
+    if r.read_line(&mut l).await.ok()? == 0 {
+        return None;
+    }
+    let n = usize::from_str_radix(l.trim(), 16).ok()?;
+    let mut buf = vec![0; n + 2];
+    r.read_exact(&mut buf).await.ok()?;
+    buf.truncate(n);
+    (n > 0).then_some(buf)
+}
+
+/// A raw watch: yields one JSON event per line as it arrives.
+struct RawWatch {
+    r: BufReader<TcpStream>,
+    pending: Vec<u8>,
+    pub status: u16,
+}
+
+impl RawWatch {
+    async fn open(addr: SocketAddr, path: &str) -> RawWatch {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let req =
+            format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\naccept: application/json\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut r = BufReader::new(s);
+        let (status, _) = timeout(DEADLINE, read_head(&mut r))
+            .await
+            .expect("watch head");
+        RawWatch {
+            r,
+            pending: Vec::new(),
+            status,
+        }
+    }
+
+    /// The next event, or `None` when the stream ended.
+    async fn next(&mut self) -> Option<Value> {
+        timeout(DEADLINE, async {
+            loop {
+                if let Some(i) = self.pending.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = self.pending.drain(..=i).collect();
+                    return Some(serde_json::from_slice(&line).unwrap());
+                }
+                let c = read_chunk(&mut self.r).await?;
+                self.pending.extend_from_slice(&c);
+            }
+        })
+        .await
+        .expect("watch event within the deadline")
+    }
+
+    /// Skips to the first event satisfying `f`.
+    async fn until(&mut self, f: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let e = self.next().await.expect("stream ended early");
+            if f(&e) {
+                return e;
+            }
+        }
+    }
+}
+
+fn pod(name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "labels": labels},
+           "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+           "unknownTopLevel": {"kept": 1}})
+}
+
+async fn create_pod(addr: SocketAddr, ns: &str, name: &str, labels: Value) -> Value {
+    let r = post_json(
+        addr,
+        &format!("/api/v1/namespaces/{ns}/pods"),
+        &pod(name, labels),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    r.json()
+}
+
+fn names(list: &Value) -> Vec<String> {
+    let mut v: Vec<String> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+fn ev(e: &Value) -> (String, String) {
+    (
+        e["type"].as_str().unwrap_or_default().to_string(),
+        e["object"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+// ---------------------------------------------------------------- kube-rs
+
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Init,
+    InitApply(String),
+    InitDone,
+    Apply(String),
+    Delete(String),
+}
+
+fn run_watcher(
+    client: kube::Client,
+    cfg: watcher::Config,
+) -> (mpsc::UnboundedReceiver<Seen>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let api: Api<Pod> = Api::namespaced(client, "default");
+    let task = tokio::spawn(async move {
+        let mut s = watcher(api, cfg).boxed();
+        while let Some(e) = s.next().await {
+            let seen = match e {
+                Ok(watcher::Event::Init) => Seen::Init,
+                Ok(watcher::Event::InitApply(p)) => Seen::InitApply(p.metadata.name.unwrap()),
+                Ok(watcher::Event::InitDone) => Seen::InitDone,
+                Ok(watcher::Event::Apply(p)) => Seen::Apply(p.metadata.name.unwrap()),
+                Ok(watcher::Event::Delete(p)) => Seen::Delete(p.metadata.name.unwrap()),
+                // Errors (a closed watch, a 410) are retried by the watcher.
+                Err(_) => continue,
+            };
+            if tx.send(seen).is_err() {
+                return;
+            }
+        }
+    });
+    (rx, task)
+}
+
+/// Reads events until `want`, returning the ones before it.
+async fn expect_seen(rx: &mut mpsc::UnboundedReceiver<Seen>, want: Seen) -> Vec<Seen> {
+    let mut before = Vec::new();
+    timeout(DEADLINE, async {
+        loop {
+            let s = rx.recv().await.expect("watcher ended");
+            if s == want {
+                return;
+            }
+            before.push(s);
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("did not see {want:?}; saw {before:?}"));
+    before
+}
+
+fn stat(v: &Value, verb: &str, res: &str) -> u64 {
+    v["requests"][verb][res].as_u64().unwrap_or(0)
+}
+
+/// The whole life of a kube-rs watcher: initial list, live events, resume
+/// after dropped watches without relisting, relist after compaction.
+async fn exercise_watcher(cfg: watcher::Config, streaming: bool) {
+    let sim = start_default().await;
+    let addr = sim.addr;
+    for i in 0..7 {
+        create_pod(addr, "default", &format!("pre-{i}"), json!({"app": "x"})).await;
+    }
+    let (mut rx, task) = run_watcher(sim.client(), cfg);
+    let before = expect_seen(&mut rx, Seen::InitDone).await;
+    assert_eq!(before.first(), Some(&Seen::Init));
+    let mut listed: Vec<_> = before
+        .iter()
+        .filter_map(|s| match s {
+            Seen::InitApply(n) => Some(n.clone()),
+            _ => None,
+        })
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        (0..7).map(|i| format!("pre-{i}")).collect::<Vec<_>>()
+    );
+
+    create_pod(addr, "default", "live-1", json!({})).await;
+    expect_seen(&mut rx, Seen::Apply("live-1".into())).await;
+
+    // Dropped watches: the watcher resumes from its resourceVersion.
+    let lists_before = stat(&get(addr, "/sim/stats").await.json(), "list", "pods");
+    let watches_before = stat(&get(addr, "/sim/stats").await.json(), "watch", "pods");
+    assert_eq!(
+        post_json(addr, "/sim/faults/drop-watches", &json!({}))
+            .await
+            .status,
+        200
+    );
+    create_pod(addr, "default", "live-2", json!({})).await;
+    let between = expect_seen(&mut rx, Seen::Apply("live-2".into())).await;
+    assert!(
+        !between.contains(&Seen::Init),
+        "resume must not relist: {between:?}"
+    );
+    let s = get(addr, "/sim/stats").await.json();
+    assert_eq!(
+        stat(&s, "list", "pods"),
+        lists_before,
+        "resume must not list"
+    );
+    assert!(
+        stat(&s, "watch", "pods") > watches_before,
+        "a new watch was opened"
+    );
+
+    // Compaction: the resume gets 410 and the watcher relists.
+    assert_eq!(
+        post_json(addr, "/sim/faults/compact", &json!({}))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        post_json(addr, "/sim/faults/drop-watches", &json!({}))
+            .await
+            .status,
+        200
+    );
+    let relist = expect_seen(&mut rx, Seen::InitDone).await;
+    assert!(relist.contains(&Seen::Init), "{relist:?}");
+    assert!(
+        relist.contains(&Seen::InitApply("live-2".into())),
+        "{relist:?}"
+    );
+    let s = get(addr, "/sim/stats").await.json();
+    if streaming {
+        assert_eq!(stat(&s, "list", "pods"), 0, "streaming lists never list");
+    } else {
+        assert!(stat(&s, "list", "pods") > lists_before, "relisted");
+    }
+    let del = http(
+        addr,
+        "DELETE",
+        "/api/v1/namespaces/default/pods/live-1",
+        None,
+        b"",
+    )
+    .await;
+    assert_eq!(del.status, 200);
+    expect_seen(&mut rx, Seen::Delete("live-1".into())).await;
+    task.abort();
+}
+
+#[tokio::test]
+async fn kube_watcher_default_config() {
+    exercise_watcher(watcher::Config::default().page_size(3), false).await;
+}
+
+#[tokio::test]
+async fn kube_watcher_streaming_lists() {
+    exercise_watcher(watcher::Config::default().streaming_lists(), true).await;
+}
+
+#[tokio::test]
+async fn kube_watcher_any_semantic_without_page_size() {
+    let mut cfg = watcher::Config::default().any_semantic();
+    cfg.page_size = None;
+    exercise_watcher(cfg, false).await;
+}
+
+#[tokio::test]
+async fn kube_client_crud_and_status_subresource() {
+    let sim = start_default().await;
+    let client = sim.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let p: Pod = serde_json::from_value(pod("a", json!({"app": "x"}))).unwrap();
+    let created = pods.create(&PostParams::default(), &p).await.unwrap();
+    assert_eq!(
+        created.status.as_ref().unwrap().phase.as_deref(),
+        Some("Pending")
+    );
+    let mut st = created.clone();
+    st.status.as_mut().unwrap().phase = Some("Running".into());
+    st.status.as_mut().unwrap().pod_ip = Some("10.244.0.9".into());
+    let after = pods
+        .replace_status("a", &PostParams::default(), &st)
+        .await
+        .unwrap();
+    assert_eq!(after.status.unwrap().pod_ip.as_deref(), Some("10.244.0.9"));
+    // A replace with the stale resourceVersion conflicts.
+    let err = pods
+        .replace("a", &PostParams::default(), &created)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 409 && s.reason == "Conflict"),
+        "{err:?}"
+    );
+    let svcs: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc: Service = serde_json::from_value(
+        json!({"metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}]}}),
+    )
+    .unwrap();
+    let svc = svcs.create(&PostParams::default(), &svc).await.unwrap();
+    let ip = svc.spec.unwrap().cluster_ip.unwrap();
+    assert!(ip.starts_with("10.96."), "{ip}");
+    let nss: Api<Namespace> = Api::all(client);
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap();
+    nss.create(&PostParams::default(), &ns).await.unwrap();
+    assert!(nss.list(&ListParams::default()).await.unwrap().items.len() >= 5);
+    pods.delete("a", &DeleteParams::default()).await.unwrap();
+    assert!(pods.get_opt("a").await.unwrap().is_none());
+}
+
+// ------------------------------------------------------------ protocol
+
+#[tokio::test]
+async fn discovery_documents() {
+    let sim = start_default().await;
+    let v = get(sim.addr, "/api/v1").await.json();
+    let names: Vec<&str> = v["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    for want in [
+        "pods",
+        "pods/status",
+        "services",
+        "services/status",
+        "namespaces",
+    ] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    assert_eq!(get(sim.addr, "/api").await.json()["versions"][0], "v1");
+    assert_eq!(get(sim.addr, "/apis").await.json()["kind"], "APIGroupList");
+    assert_eq!(get(sim.addr, "/version").await.json()["major"], "1");
+}
+
+#[tokio::test]
+async fn pagination_limit_continue_and_expiry() {
+    let sim = start_default().await;
+    let addr = sim.addr;
+    for i in 0..5 {
+        create_pod(addr, "default", &format!("p{i}"), json!({})).await;
+    }
+    let first = get(addr, "/api/v1/namespaces/default/pods?limit=2")
+        .await
+        .json();
+    assert_eq!(names(&first), ["p0", "p1"]);
+    let rv = first["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let token = first["metadata"]["continue"].as_str().unwrap().to_string();
+    // A change after the first page does not show in later pages.
+    create_pod(addr, "default", "p10", json!({})).await;
+    let second = get(
+        addr,
+        &format!("/api/v1/namespaces/default/pods?limit=2&continue={token}"),
+    )
+    .await
+    .json();
+    assert_eq!(names(&second), ["p2", "p3"]);
+    assert_eq!(second["metadata"]["resourceVersion"], rv.as_str());
+    let t2 = second["metadata"]["continue"].as_str().unwrap().to_string();
+    let third = get(
+        addr,
+        &format!("/api/v1/namespaces/default/pods?limit=2&continue={t2}"),
+    )
+    .await
+    .json();
+    assert_eq!(names(&third), ["p4"]);
+    assert!(third["metadata"]["continue"].is_null());
+    // Cluster-wide list sees everything at once.
+    assert_eq!(
+        get(addr, "/api/v1/pods").await.json()["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        6
+    );
+    // After compaction the old token is Expired.
+    post_json(addr, "/sim/faults/compact", &json!({})).await;
+    let r = get(
+        addr,
+        &format!("/api/v1/namespaces/default/pods?limit=2&continue={t2}"),
+    )
+    .await;
+    assert_eq!(r.status, 410);
+    assert_eq!(r.json()["reason"], "Expired");
+    let r = get(addr, "/api/v1/pods?limit=2&continue=garbage").await;
+    assert_eq!(r.status, 400);
+}
+
+#[tokio::test]
+async fn label_and_field_selectors() {
+    let sim = start_default().await;
+    let addr = sim.addr;
+    create_pod(addr, "default", "a", json!({"app": "x", "tier": "web"})).await;
+    create_pod(addr, "default", "b", json!({"app": "y", "tier": "db"})).await;
+    create_pod(addr, "default", "c", json!({"app": "z"})).await;
+    let q = |sel: &str| {
+        let sel = sel
+            .replace(' ', "%20")
+            .replace('!', "%21")
+            .replace('(', "%28")
+            .replace(')', "%29")
+            .replace(',', "%2C")
+            .replace('=', "%3D");
+        format!("/api/v1/namespaces/default/pods?labelSelector={sel}")
+    };
+    let cases: [(&str, &[&str]); 9] = [
+        ("app=x", &["a"]),
+        ("app==y", &["b"]),
+        ("app!=x", &["b", "c"]),
+        ("app in (x,y)", &["a", "b"]),
+        ("app notin (x,y)", &["c"]),
+        ("tier", &["a", "b"]),
+        ("!tier", &["c"]),
+        ("app in (x,y,z),tier!=db", &["a", "c"]),
+        ("", &["a", "b", "c"]),
+    ];
+    for (sel, want) in cases {
+        let got = names(&get(addr, &q(sel)).await.json());
+        assert_eq!(got, want, "labelSelector {sel:?}");
+    }
+    // Field selectors: set b's status, then select on it.
+    let r = http(
+        addr,
+        "PATCH",
+        "/api/v1/namespaces/default/pods/b/status",
+        Some("application/merge-patch+json"),
+        br#"{"status":{"phase":"Running"}}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let f = |s: &str| {
+        format!(
+            "/api/v1/pods?fieldSelector={}",
+            s.replace('=', "%3D")
+                .replace('!', "%21")
+                .replace(',', "%2C")
+        )
+    };
+    assert_eq!(
+        names(&get(addr, &f("status.phase=Running")).await.json()),
+        ["b"]
+    );
+    assert_eq!(
+        names(&get(addr, &f("status.phase!=Running")).await.json()),
+        ["a", "c"]
+    );
+    assert_eq!(
+        names(&get(addr, &f("metadata.name==c")).await.json()),
+        ["c"]
+    );
+    assert_eq!(
+        names(
+            &get(addr, &f("metadata.namespace=default,spec.nodeName="))
+                .await
+                .json()
+        ),
+        ["a", "b", "c"]
+    );
+    assert_eq!(
+        names(&get(addr, &f("metadata.namespace=other")).await.json()),
+        Vec::<String>::new()
+    );
+    // Bad selectors are Status errors, not panics.
+    for bad in [q("app in (x"), f("spec.foo=1"), f("nonsense")] {
+        let r = get(addr, &bad).await;
+        assert_eq!(r.status, 400, "{bad}");
+        assert_eq!(r.json()["kind"], "Status");
+    }
+}
+
+#[tokio::test]
+async fn watch_selector_transitions() {
+    let sim = start_default().await;
+    let addr = sim.addr;
+    create_pod(addr, "default", "a", json!({"app": "x"})).await;
+    let mut w = RawWatch::open(
+        addr,
+        "/api/v1/namespaces/default/pods?watch=true&labelSelector=app%3Dx",
+    )
+    .await;
+    assert_eq!(w.status, 200);
+    assert_eq!(ev(&w.next().await.unwrap()), ("ADDED".into(), "a".into()));
+    let patch = |name: &'static str, app: &'static str| {
+        let body = json!({"metadata": {"labels": {"app": app}}}).to_string();
+        async move {
+            let r = http(
+                addr,
+                "PATCH",
+                &format!("/api/v1/namespaces/default/pods/{name}"),
+                Some("application/strategic-merge-patch+json"),
+                body.as_bytes(),
+            )
+            .await;
+            assert_eq!(r.status, 200);
+        }
+    };
+    patch("a", "y").await;
+    assert_eq!(ev(&w.next().await.unwrap()), ("DELETED".into(), "a".into()));
+    create_pod(addr, "default", "b", json!({"app": "y"})).await;
+    patch("b", "x").await;
+    assert_eq!(ev(&w.next().await.unwrap()), ("ADDED".into(), "b".into()));
+    patch("a", "x").await;
+    assert_eq!(ev(&w.next().await.unwrap()), ("ADDED".into(), "a".into()));
+    let r = http(
+        addr,
+        "PATCH",
+        "/api/v1/namespaces/default/pods/a",
+        Some("application/merge-patch+json"),
+        br#"{"metadata":{"annotations":{"k":"v"}}}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let e = w.next().await.unwrap();
+    assert_eq!(ev(&e), ("MODIFIED".into(), "a".into()));
+    assert_eq!(e["object"]["metadata"]["annotations"]["k"], "v");
+    assert_eq!(
+        e["object"]["unknownTopLevel"]["kept"], 1,
+        "unknown fields round-trip"
+    );
+}
+
+#[tokio::test]
+async fn resource_version_semantics() {
+    let sim = start_default().await;
+    let addr = sim.addr;
+    let a = create_pod(addr, "default", "a", json!({})).await;
+    let rv_a: u64 = a["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let b = create_pod(addr, "default", "b", json!({})).await;
+    let rv_b: u64 = b["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(rv_b > rv_a, "one global counter");
+    // A service write moves the same counter.
+    let s = post_json(
+        addr,
+        "/api/v1/namespaces/default/services",
+        &json!({"metadata": {"name": "s"}}),
+    )
+    .await
+    .json();
+    let rv_s: u64 = s["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(rv_s, rv_b + 1);
+    let list = get(addr, "/api/v1/namespaces/default/pods").await.json();
+    assert_eq!(list["metadata"]["resourceVersion"], rv_s.to_string());
+    // Exact: the state at that version.
+    let exact = get(
+        addr,
+        &format!(
+            "/api/v1/namespaces/default/pods?resourceVersion={rv_a}&resourceVersionMatch=Exact"
+        ),
+    )
+    .await
+    .json();
+    assert_eq!(names(&exact), ["a"]);
+    assert_eq!(exact["metadata"]["resourceVersion"], rv_a.to_string());
+    let nlt = get(addr, &format!("/api/v1/namespaces/default/pods?resourceVersion={rv_a}&resourceVersionMatch=NotOlderThan")).await.json();
+    assert_eq!(names(&nlt), ["a", "b"]);
+    let r = get(
+        addr,
+        "/api/v1/namespaces/default/pods?resourceVersionMatch=Exact",
+    )
+    .await;
+    assert_eq!(r.status, 422);
+    // Watch from a specific version resumes exactly after it.
+    let mut w = RawWatch::open(
+        addr,
+        &format!("/api/v1/namespaces/default/pods?watch=1&resourceVersion={rv_a}"),
+    )
+    .await;
+    let e = w.next().await.unwrap();
+    assert_eq!(ev(&e), ("ADDED".into(), "b".into()));
+    assert_eq!(e["object"]["metadata"]["resourceVersion"], rv_b.to_string());
+    // Watch with rv "0": synthetic ADDED for current objects.
+    let mut w0 = RawWatch::open(
+        addr,
+        "/api/v1/namespaces/default/pods?watch=1&resourceVersion=0",
+    )
+    .await;
+    let mut got = vec![
+        ev(&w0.next().await.unwrap()).1,
+        ev(&w0.next().await.unwrap()).1,
+    ];
+    got.sort();
+    assert_eq!(got, ["a", "b"]);
+    // Compacted history: 200, then an ERROR event with a 410 Status.
+    post_json(addr, "/sim/faults/compact", &json!({})).await;
+    let mut old = RawWatch::open(
+        addr,
+        &format!("/api/v1/namespaces/default/pods?watch=1&resourceVersion={rv_a}"),
+    )
+    .await;
+    assert_eq!(old.status, 200);
+    let e = old.next().await.unwrap();
+    assert_eq!(e["type"], "ERROR");
+    assert_eq!(e["object"]["code"], 410);
+    assert_eq!(e["object"]["reason"], "Expired");
+    assert!(old.next().await.is_none(), "stream closes after the ERROR");
+    let r = get(
+        addr,
+        &format!(
+            "/api/v1/namespaces/default/pods?resourceVersion={rv_a}&resourceVersionMatch=Exact"
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 410);
+}
+
+#[tokio::test]
+async fn streaming_list_and_bookmarks() {
+    let sim = start(SimArgs {
+        bookmark_interval: 1,
+        ..SimArgs::default()
+    })
+    .await;
+    let addr = sim.addr;
+    create_pod(addr, "default", "a", json!({})).await;
+    create_pod(addr, "default", "b", json!({})).await;
+    for bad in [
+        "/api/v1/pods?watch=1&sendInitialEvents=true&allowWatchBookmarks=true",
+        "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan",
+    ] {
+        let r = get(addr, bad).await;
+        assert_eq!(r.status, 422, "{bad}");
+        assert_eq!(r.json()["reason"], "Invalid");
+    }
+    let mut w = RawWatch::open(
+        addr,
+        "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=0&timeoutSeconds=5",
+    )
+    .await;
+    let mut added = vec![ev(&w.next().await.unwrap()), ev(&w.next().await.unwrap())];
+    added.sort();
+    assert_eq!(
+        added,
+        [
+            ("ADDED".to_string(), "a".to_string()),
+            ("ADDED".into(), "b".into())
+        ]
+    );
+    let bm = w.next().await.unwrap();
+    assert_eq!(bm["type"], "BOOKMARK");
+    assert_eq!(bm["object"]["kind"], "Pod");
+    assert_eq!(
+        bm["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    let rv = bm["object"]["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(rv, sim.sim().store.current_rv().to_string());
+    // Periodic bookmarks follow (every second here).
+    let next = w.until(|e| e["type"] == "BOOKMARK").await;
+    assert!(next["object"]["metadata"]["annotations"].is_null());
+    assert_eq!(next["object"]["apiVersion"], "v1");
+    // timeoutSeconds closes the stream.
+    let end = Instant::now() + DEADLINE;
+    while w.next().await.is_some() {
+        assert!(Instant::now() < end);
+    }
+}
+
+#[tokio::test]
+async fn grace_period_deletion() {
+    let sim = start_default().await;
+    let addr = sim.addr;
+    create_pod(addr, "default", "sched", json!({})).await;
+    create_pod(addr, "default", "unsched", json!({})).await;
+    let r = http(
+        addr,
+        "PATCH",
+        "/api/v1/namespaces/default/pods/sched",
+        Some("application/merge-patch+json"),
+        br#"{"spec":{"nodeName":"n1"}}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let mut w = RawWatch::open(
+        addr,
+        "/api/v1/namespaces/default/pods?watch=1&resourceVersion=0",
+    )
+    .await;
+    w.next().await;
+    w.next().await;
+    let r = http(
+        addr,
+        "DELETE",
+        "/api/v1/namespaces/default/pods/sched",
+        Some("application/json"),
+        br#"{"gracePeriodSeconds":1}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert!(!r.json()["metadata"]["deletionTimestamp"].is_null());
+    let e = w.next().await.unwrap();
+    assert_eq!(ev(&e), ("MODIFIED".into(), "sched".into()));
+    assert_eq!(e["object"]["metadata"]["deletionGracePeriodSeconds"], 1);
+    assert_eq!(
+        get(addr, "/api/v1/namespaces/default/pods/sched")
+            .await
+            .status,
+        200
+    );
+    // Never scheduled: goes at once despite the grace period.
+    let r = http(
+        addr,
+        "DELETE",
+        "/api/v1/namespaces/default/pods/unsched?gracePeriodSeconds=30",
+        None,
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        ev(&w.next().await.unwrap()),
+        ("DELETED".into(), "unsched".into())
+    );
+    // The scheduled pod disappears when its grace period ends.
+    assert_eq!(
+        ev(&w.next().await.unwrap()),
+        ("DELETED".into(), "sched".into())
+    );
+    assert_eq!(
+        get(addr, "/api/v1/namespaces/default/pods/sched")
+            .await
+            .status,
+        404
+    );
+}
+
+#[tokio::test]
+async fn status_errors() {
+    let sim = start_default().await;
+    let addr = sim.addr;
+    let check = |r: Resp, code: u16, reason: &str| {
+        assert_eq!(r.status, code, "{}", String::from_utf8_lossy(&r.body));
+        let s = r.json();
+        assert_eq!(s["kind"], "Status");
+        assert_eq!(s["status"], "Failure");
+        assert_eq!(s["code"], code);
+        assert_eq!(s["reason"], reason);
+    };
+    check(
+        get(addr, "/api/v1/namespaces/default/pods/nope").await,
+        404,
+        "NotFound",
+    );
+    check(get(addr, "/api/v1/namespaces/nope").await, 404, "NotFound");
+    check(get(addr, "/api/v1/frobs").await, 404, "NotFound");
+    check(get(addr, "/no/such/path").await, 404, "NotFound");
+    check(
+        post_json(addr, "/api/v1/namespaces/nope/pods", &pod("a", json!({}))).await,
+        404,
+        "NotFound",
+    );
+    create_pod(addr, "default", "a", json!({})).await;
+    check(
+        post_json(
+            addr,
+            "/api/v1/namespaces/default/pods",
+            &pod("a", json!({})),
+        )
+        .await,
+        409,
+        "AlreadyExists",
+    );
+    let mut stale = pod("a", json!({}));
+    stale["metadata"]["resourceVersion"] = "1".into();
+    check(
+        http(
+            addr,
+            "PUT",
+            "/api/v1/namespaces/default/pods/a",
+            Some("application/json"),
+            stale.to_string().as_bytes(),
+        )
+        .await,
+        409,
+        "Conflict",
+    );
+    let mut svc = pod("s", json!({}));
+    svc["kind"] = "Service".into();
+    check(
+        post_json(addr, "/api/v1/namespaces/default/pods", &svc).await,
+        422,
+        "Invalid",
+    );
+    check(
+        post_json(addr, "/api/v1/namespaces/default/pods", &json!([1])).await,
+        422,
+        "Invalid",
+    );
+    check(
+        post_json(
+            addr,
+            "/api/v1/namespaces/default/pods",
+            &json!({"metadata": {}}),
+        )
+        .await,
+        422,
+        "Invalid",
+    );
+    check(
+        http(
+            addr,
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            Some("application/json"),
+            b"{not json",
+        )
+        .await,
+        400,
+        "BadRequest",
+    );
+    check(
+        http(
+            addr,
+            "PATCH",
+            "/api/v1/namespaces/default/pods/a",
+            Some("application/merge-patch+json"),
+            b"[",
+        )
+        .await,
+        400,
+        "BadRequest",
+    );
+    check(
+        http(
+            addr,
+            "PATCH",
+            "/api/v1/namespaces/default/pods/a",
+            Some("application/apply-patch+yaml"),
+            b"{}",
+        )
+        .await,
+        415,
+        "UnsupportedMediaType",
+    );
+    check(get(addr, "/api/v1/pods?limit=abc").await, 400, "BadRequest");
+    check(
+        http(addr, "DELETE", "/api/v1/namespaces/default/pods", None, b"").await,
+        405,
+        "MethodNotAllowed",
+    );
+    // A generateName create gets a 5-character suffix.
+    let g = post_json(
+        addr,
+        "/api/v1/namespaces/default/pods",
+        &json!({"metadata": {"generateName": "w-"}}),
+    )
+    .await
+    .json();
+    let n = g["metadata"]["name"].as_str().unwrap();
+    assert!(n.starts_with("w-") && n.len() == 7, "{n}");
+}
+
+#[tokio::test]
+async fn namespace_delete_cascades_with_events() {
+    let sim = start_default().await;
+    let addr = sim.addr;
+    assert_eq!(
+        post_json(
+            addr,
+            "/api/v1/namespaces",
+            &json!({"metadata": {"name": "t"}})
+        )
+        .await
+        .status,
+        201
+    );
+    create_pod(addr, "t", "p", json!({})).await;
+    post_json(
+        addr,
+        "/api/v1/namespaces/t/services",
+        &json!({"metadata": {"name": "s"}, "spec": {"clusterIP": "None"}}),
+    )
+    .await;
+    let mut w = RawWatch::open(addr, "/api/v1/pods?watch=1&resourceVersion=0").await;
+    w.until(|e| ev(e) == ("ADDED".into(), "p".into())).await;
+    assert_eq!(
+        http(addr, "DELETE", "/api/v1/namespaces/t", None, b"")
+            .await
+            .status,
+        200
+    );
+    w.until(|e| ev(e) == ("DELETED".into(), "p".into())).await;
+    assert_eq!(
+        get(addr, "/api/v1/namespaces/t/services/s").await.status,
+        404
+    );
+    assert_eq!(get(addr, "/api/v1/namespaces/t").await.status, 404);
+}
+
+// ------------------------------------------------------------- workload
+
+#[tokio::test]
+async fn kubelet_jobs_restart_and_churn() {
+    let sim = start(SimArgs {
+        kubelet: true,
+        pod_cidr_v6: Some("fd00:10:244::/64".into()),
+        ready_delay_ms: 20,
+        jobs: 1,
+        ranks: 3,
+        ..SimArgs::default()
+    })
+    .await;
+    let addr = sim.addr;
+    let r = post_json(
+        addr,
+        "/sim/jobs",
+        &json!({"namespace": "ml", "name": "llm", "ranks": 4, "kind": "jobset"}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let svc = get(addr, "/api/v1/namespaces/ml/services/llm").await.json();
+    assert_eq!(svc["spec"]["clusterIP"], "None");
+    assert_eq!(svc["spec"]["publishNotReadyAddresses"], true);
+    let ready = |p: &Value| {
+        p["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+    };
+    let pods = eventually("4 ready pods", || async {
+        let l = get(addr, "/api/v1/namespaces/ml/pods").await.json();
+        let items = l["items"].as_array().unwrap().clone();
+        (items.len() == 4 && items.iter().all(ready)).then_some(items)
+    })
+    .await;
+    let mut old_ips = Vec::new();
+    for p in &pods {
+        let ip: std::net::Ipv4Addr = p["status"]["podIP"].as_str().unwrap().parse().unwrap();
+        assert_eq!(ip.octets()[..2], [10, 244], "{ip}");
+        let ips = p["status"]["podIPs"].as_array().unwrap();
+        assert_eq!(ips.len(), 2);
+        assert!(ips[1]["ip"].as_str().unwrap().starts_with("fd00:10:244::"));
+        assert_eq!(ips[0]["ip"], p["status"]["podIP"]);
+        assert_eq!(p["status"]["phase"], "Running");
+        assert!(!p["spec"]["nodeName"].as_str().unwrap().is_empty());
+        let idx = p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
+            .as_str()
+            .unwrap();
+        assert_eq!(p["spec"]["hostname"], format!("llm-{idx}"));
+        assert_eq!(p["spec"]["subdomain"], "llm");
+        assert_eq!(
+            p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"],
+            "llm"
+        );
+        assert_eq!(
+            p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"],
+            idx
+        );
+        let size = serde_json::to_vec(p).unwrap().len();
+        assert!((5000..=8192).contains(&size), "running pod is {size} bytes");
+        old_ips.push(p["status"]["podIP"].as_str().unwrap().to_string());
+    }
+    // The start-up job.
+    let l = get(
+        addr,
+        "/api/v1/namespaces/default/pods?labelSelector=job-name%3Dtrain-0",
+    )
+    .await
+    .json();
+    assert_eq!(l["items"].as_array().unwrap().len(), 3);
+
+    // Gang restart: same hostnames, new names and IPs.
+    let r = post_json(addr, "/sim/jobs/ml/llm/restart", &json!({})).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let new = eventually("restarted pods ready", || async {
+        let l = get(addr, "/api/v1/namespaces/ml/pods").await.json();
+        let items = l["items"].as_array().unwrap().clone();
+        (items.len() == 4 && items.iter().all(ready)).then_some(items)
+    })
+    .await;
+    let mut hosts: Vec<String> = new
+        .iter()
+        .map(|p| p["spec"]["hostname"].as_str().unwrap().to_string())
+        .collect();
+    hosts.sort();
+    assert_eq!(hosts, ["llm-0", "llm-1", "llm-2", "llm-3"]);
+    for p in &new {
+        assert!(!old_ips.contains(&p["status"]["podIP"].as_str().unwrap().to_string()));
+        assert!(
+            !pods
+                .iter()
+                .any(|o| o["metadata"]["name"] == p["metadata"]["name"])
+        );
+        assert_eq!(
+            p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"],
+            "1"
+        );
+    }
+    assert_eq!(
+        post_json(addr, "/sim/jobs/ml/nope/restart", &json!({}))
+            .await
+            .status,
+        404
+    );
+
+    // Churn: bounded replacement; the pod count stays the same.
+    let before = get(addr, "/sim/stats").await.json()["pod_mutations"]
+        .as_u64()
+        .unwrap();
+    let r = post_json(addr, "/sim/churn", &json!({"rate": 50, "seconds": 0.2})).await;
+    assert_eq!(r.status, 200);
+    eventually("churn mutations", || async {
+        let s = get(addr, "/sim/stats").await.json();
+        (s["pod_mutations"].as_u64().unwrap() >= before + 10 * 2).then_some(())
+    })
+    .await;
+    eventually("pods replaced and ready", || async {
+        let l = get(addr, "/api/v1/pods").await.json();
+        let items = l["items"].as_array().unwrap().clone();
+        (items.len() == 7 && items.iter().all(ready)).then_some(())
+    })
+    .await;
+    assert_eq!(
+        post_json(addr, "/sim/churn", &json!({"rate": -1, "seconds": 1}))
+            .await
+            .status,
+        400
+    );
+    assert_eq!(
+        post_json(addr, "/sim/jobs", &json!({"name": "x", "kind": "bogus"}))
+            .await
+            .status,
+        400
+    );
+}
+
+#[tokio::test]
+async fn scenario_file_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.yaml");
+    std::fs::write(
+        &path,
+        "- apiVersion: v1\n  kind: Service\n  metadata: {name: web, namespace: shop}\n  spec: {clusterIP: None, selector: {app: web}}\n\
+         - apiVersion: v1\n  kind: Pod\n  metadata: {name: web-0, namespace: shop, labels: {app: web}}\n  spec: {hostname: web-0, subdomain: web, containers: [{name: c, image: i}]}\n",
+    )
+    .unwrap();
+    let sim = start(SimArgs {
+        scenario: Some(path),
+        ..SimArgs::default()
+    })
+    .await;
+    assert_eq!(
+        get(sim.addr, "/api/v1/namespaces/shop/pods/web-0")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        get(sim.addr, "/api/v1/namespaces/shop/services/web")
+            .await
+            .json()["spec"]["clusterIP"],
+        "None"
+    );
+    let bad = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(bad.path(), "{{{").unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let args = SimArgs {
+        scenario: Some(bad.path().to_path_buf()),
+        ..SimArgs::default()
+    };
+    assert!(
+        spawn(args, listener, CancellationToken::new())
+            .await
+            .is_err()
+    );
+}
+
+// ---------------------------------------------------------------- faults
+
+#[tokio::test]
+async fn faults_and_stats() {
+    let sim = start_default().await;
+    let addr = sim.addr;
+    // Drop watches: an open watch ends.
+    let mut w = RawWatch::open(addr, "/api/v1/pods?watch=1&resourceVersion=0").await;
+    eventually("watch counted", || async {
+        (get(addr, "/sim/stats").await.json()["open_watches"] == 1).then_some(())
+    })
+    .await;
+    post_json(addr, "/sim/faults/drop-watches", &json!({})).await;
+    assert!(w.next().await.is_none());
+    eventually("watch closed", || async {
+        (get(addr, "/sim/stats").await.json()["open_watches"] == 0).then_some(())
+    })
+    .await;
+
+    assert_eq!(
+        post_json(addr, "/sim/faults/throttle?seconds=30", &json!({}))
+            .await
+            .status,
+        200
+    );
+    let r = get(addr, "/api/v1/pods").await;
+    assert_eq!(r.status, 429);
+    assert!(r.header("retry-after").unwrap().parse::<u64>().unwrap() >= 1);
+    let s = r.json();
+    assert_eq!(s["reason"], "TooManyRequests");
+    assert!(s["details"]["retryAfterSeconds"].as_u64().unwrap() >= 1);
+    post_json(addr, "/sim/faults/clear", &json!({})).await;
+
+    assert_eq!(
+        post_json(addr, "/sim/faults/outage?seconds=30", &json!({}))
+            .await
+            .status,
+        200
+    );
+    let r = get(addr, "/api/v1/pods").await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json()["reason"], "ServiceUnavailable");
+    // /sim/ stays reachable during an outage.
+    assert_eq!(get(addr, "/sim/stats").await.status, 200);
+    post_json(addr, "/sim/faults/clear", &json!({})).await;
+
+    post_json(addr, "/sim/faults/latency?ms=50&seconds=30", &json!({})).await;
+    let t = Instant::now();
+    assert_eq!(get(addr, "/api/v1/pods").await.status, 200);
+    assert!(t.elapsed() >= Duration::from_millis(50));
+    post_json(addr, "/sim/faults/clear", &json!({})).await;
+    assert_eq!(
+        post_json(addr, "/sim/faults/outage", &json!({}))
+            .await
+            .status,
+        400
+    );
+
+    // Stats: by verb and resource; bytes of a watch event are counted.
+    post_json(addr, "/sim/stats/reset", &json!({})).await;
+    let mut w = RawWatch::open(addr, "/api/v1/pods?watch=1").await;
+    let p = create_pod(addr, "default", "p", json!({})).await;
+    w.until(|e| ev(e).1 == "p").await;
+    let s = eventually("event counted", || async {
+        let s = get(addr, "/sim/stats").await.json();
+        (s["watch_events_sent"] == 1).then_some(s)
+    })
+    .await;
+    assert_eq!(s["requests"]["watch"]["pods"], 1);
+    assert_eq!(s["requests"]["create"]["pods"], 1);
+    let line = serde_json::to_vec(&json!({"type": "ADDED", "object": p}))
+        .unwrap()
+        .len() as u64
+        + 1;
+    assert_eq!(s["watch_bytes_sent"], line);
+    assert!(s["bytes_sent"].as_u64().unwrap() >= line);
+    assert_eq!(s["objects"]["pods"], 1);
+}
+
+// ---------------------------------------------------------------- kubectl
+
+fn kubectl_binary() -> Option<String> {
+    for c in ["/usr/bin/kubectl", "kubectl"] {
+        if std::process::Command::new(c)
+            .arg("version")
+            .arg("--client")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return Some(c.to_string());
+        }
+    }
+    None
+}
+
+#[tokio::test]
+async fn kubectl_works_unchanged() {
+    let Some(bin) = kubectl_binary() else {
+        eprintln!("kubectl not found: skipping kubectl_works_unchanged");
+        return;
+    };
+    let sim = start(SimArgs {
+        kubelet: true,
+        jobs: 1,
+        ranks: 2,
+        ..SimArgs::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("k.yaml");
+    std::fs::write(&kc, sim.kubeconfig_yaml()).unwrap();
+    // kubectl runs as a child process; the simulator keeps serving on this
+    // runtime while we await it.
+    let run = async |args: &[&str]| {
+        let out = tokio::process::Command::new(&bin)
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(["--request-timeout", "10s"])
+            .args(args)
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let v: Value = serde_json::from_str(&run(&["get", "pods", "-A", "-o", "json"]).await).unwrap();
+    assert_eq!(v["items"].as_array().unwrap().len(), 2);
+    let table = run(&["get", "pods", "-A"]).await;
+    assert!(
+        table.contains("NAMESPACE") && table.contains("train-0-0-"),
+        "{table}"
+    );
+    // A watch sees a later create.
+    let mut watch = tokio::process::Command::new(&bin)
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args(["get", "pods", "-w", "-o", "json"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    eventually("kubectl watch open", || async {
+        (get(sim.addr, "/sim/stats").await.json()["open_watches"].as_i64() >= Some(1)).then_some(())
+    })
+    .await;
+    let pod_file = dir.path().join("pod.json");
+    std::fs::write(
+        &pod_file,
+        pod("from-kubectl", json!({"app": "x"})).to_string(),
+    )
+    .unwrap();
+    run(&[
+        "create",
+        "-f",
+        pod_file.to_str().unwrap(),
+        "--validate=false",
+    ])
+    .await;
+    let mut lines = BufReader::new(stdout).lines();
+    timeout(DEADLINE, async {
+        while let Some(l) = lines.next_line().await.unwrap() {
+            if l.contains("\"name\": \"from-kubectl\"") {
+                return;
+            }
+        }
+        panic!("kubectl watch ended");
+    })
+    .await
+    .expect("kubectl -w saw the create");
+    watch.kill().await.unwrap();
+    let y = run(&["get", "pod", "from-kubectl", "-o", "yaml"]).await;
+    assert!(
+        y.contains("name: from-kubectl") && y.contains("resourceVersion:"),
+        "{y}"
+    );
+    let l = run(&["get", "pods", "-l", "app=x"]).await;
+    assert!(l.contains("from-kubectl") && !l.contains("train-0"), "{l}");
+    run(&["delete", "pod", "from-kubectl"]).await;
+    assert_eq!(
+        get(sim.addr, "/api/v1/namespaces/default/pods/from-kubectl")
+            .await
+            .status,
+        404
+    );
+    run(&["create", "namespace", "made-by-kubectl"]).await;
+    assert_eq!(
+        get(sim.addr, "/api/v1/namespaces/made-by-kubectl")
+            .await
+            .status,
+        200
+    );
+    let svcs = run(&["get", "svc", "-A"]).await;
+    assert!(
+        svcs.contains("kubernetes") && svcs.contains("train-0") && svcs.contains("None"),
+        "{svcs}"
+    );
+}
