@@ -197,7 +197,7 @@ pub fn start(
     };
     let writer = Writer::new(table.clone(), policy, metrics.clone(), needs);
     let (tx, rx) = mpsc::channel(4096);
-    tasks.spawn(writer.run(rx));
+    tasks.spawn_blocking(move || writer.run_blocking(rx));
     watch::spawn_watchers(
         client,
         &wcfg,

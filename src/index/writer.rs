@@ -8,7 +8,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::admin::Metrics;
 use crate::cli::{Duplicates, Hostnames, Publish};
@@ -155,12 +154,14 @@ impl Writer {
         self.metrics.index_services.set(self.services.len() as i64);
     }
 
-    /// Run as the writer task: take every arrival that is already queued
-    /// (up to a bound), apply them, flush once, until the channel closes.
-    pub async fn run(mut self, mut rx: tokio::sync::mpsc::Receiver<Arrival>) {
+    /// Run as the writer, on a thread of its own (a 100k-pod relist is
+    /// seconds of CPU that must not stall the runtime's DNS loops): take
+    /// every arrival that is already queued (up to a bound), apply them,
+    /// flush once, until the channel closes.
+    pub fn run_blocking(mut self, mut rx: tokio::sync::mpsc::Receiver<Arrival>) {
         const BATCH: usize = 1024;
         let mut arrived = Vec::with_capacity(BATCH);
-        while let Some(first) = rx.recv().await {
+        while let Some(first) = rx.blocking_recv() {
             arrived.clear();
             arrived.push(first.at);
             self.stage(first.update);
