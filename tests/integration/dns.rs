@@ -397,3 +397,141 @@ async fn watch_faults_never_cost_a_live_name() {
     .await;
     check("after recovery").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dual_stack_pods_answer_a_and_aaaa_and_ip6_ptr() {
+    let env = env(&[], &[]).await;
+    let mut body = pod_json("ml", "ds-0-x", json!({"app": "ds"}));
+    body["spec"]["hostname"] = json!("ds-0");
+    body["spec"]["subdomain"] = json!("ds");
+    create_pod(&env.client, body).await;
+    set_status(
+        &env.client,
+        "ml",
+        "ds-0-x",
+        &["10.244.3.3", "fd00:10:244::3"],
+        true,
+    )
+    .await;
+    wait_for("dual-stack pod answers", T, || {
+        answers(&env, "ds-0.ds.ml.svc", &["10.244.3.3"])
+    })
+    .await;
+    let m = ask(env.dns, "ds-0.ds.ml.svc", RecordType::AAAA).await;
+    assert_eq!(addrs(&m), ["fd00:10:244::3"]);
+    let m = ask(env.dns, "fd00-10-244--3.ml.pod", RecordType::AAAA).await;
+    assert_eq!(addrs(&m), ["fd00:10:244::3"]);
+    let ip6: std::net::IpAddr = "fd00:10:244::3".parse().unwrap();
+    let m = ask(
+        env.dns,
+        &format!("{}.", podns::index::names::reverse(ip6)),
+        RecordType::PTR,
+    )
+    .await;
+    assert!(
+        matches!(&m.answers[0].data, RData::PTR(p) if p.0.to_ascii() == "ds-0.ds.ml.svc.cluster.local.")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_ready_and_hostnames_service_policies() {
+    let env = env(&[], &["--publish=ready", "--hostnames=service"]).await;
+    for (name, host) in [("a-0-x", "a-0"), ("a-1-x", "a-1")] {
+        let mut body = pod_json("pol", name, json!({"app": "a"}));
+        body["spec"]["hostname"] = json!(host);
+        body["spec"]["subdomain"] = json!("a");
+        create_pod(&env.client, body).await;
+    }
+    set_status(&env.client, "pol", "a-0-x", &["10.244.5.1"], true).await;
+    set_status(&env.client, "pol", "a-1-x", &["10.244.5.2"], false).await;
+    wait_for("pods indexed", T, || {
+        answers(&env, "10-244-5-1.pol.pod", &["10.244.5.1"])
+    })
+    .await;
+    // --hostnames service: no headless Service named like the subdomain, no name.
+    assert_eq!(
+        rcode(&ask(env.dns, "a-0.a.pol.svc", RecordType::A).await),
+        ResponseCode::NXDomain
+    );
+    let mut svc = headless_json("pol", "a", "a");
+    svc["spec"]["publishNotReadyAddresses"] = json!(false);
+    create_service(&env.client, svc).await;
+    wait_for("hostname name once the Service exists", T, || {
+        answers(&env, "a-0.a.pol.svc", &["10.244.5.1"])
+    })
+    .await;
+    // --publish ready: the not-Ready pod is left out of the set and has no name.
+    assert!(answers(&env, "a.pol.svc", &["10.244.5.1"]).await);
+    assert_eq!(
+        rcode(&ask(env.dns, "a-1.a.pol.svc", RecordType::A).await),
+        ResponseCode::NXDomain
+    );
+    set_status(&env.client, "pol", "a-1-x", &["10.244.5.2"], true).await;
+    wait_for("ready pod joins", T, || {
+        answers(&env, "a.pol.svc", &["10.244.5.1", "10.244.5.2"])
+    })
+    .await;
+}
+
+/// A JobSet-style gang restart: every rank's pod is replaced with a new IP.
+/// While it happens a rank name answers its old IP, nothing, or its new IP,
+/// never another rank's; once converged, only new IPs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gang_restart_converges_to_new_ips_without_cross_talk() {
+    let env = env(&["--kubelet", "--default-grace=1"], &[]).await;
+    let ranks = 16;
+    sim_post(
+        &env.client,
+        "/sim/jobs",
+        json!({"namespace": "gr", "name": "g", "ranks": ranks, "kind": "jobset"}),
+    )
+    .await;
+    let names: Vec<String> = (0..ranks).map(|i| format!("g-{i}.g.gr.svc")).collect();
+    wait_for("ranks answer", T, || async {
+        for n in &names {
+            if ask(env.dns, n, RecordType::A).await.answers.is_empty() {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    let mut old = Vec::new();
+    for n in &names {
+        old.push(addrs(&ask(env.dns, n, RecordType::A).await));
+    }
+    sim_post(&env.client, "/sim/jobs/gr/g/restart", json!({})).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let all_old: std::collections::HashSet<String> = old.iter().flatten().cloned().collect();
+    loop {
+        let mut converged = true;
+        for (i, n) in names.iter().enumerate() {
+            let got = addrs(&ask(env.dns, n, RecordType::A).await);
+            assert!(got.len() <= 1, "one answer per rank: {n} {got:?}");
+            match got.first() {
+                Some(ip) if *ip == old[i][0] => converged = false,
+                Some(ip) => assert!(
+                    !all_old.contains(ip),
+                    "{n} answered another rank's old IP {ip}"
+                ),
+                None => converged = false,
+            }
+        }
+        if converged {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "restart did not converge"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Converged: every rank has a new IP, stable over repeated asks.
+    for (i, n) in names.iter().enumerate() {
+        for _ in 0..3 {
+            let got = addrs(&ask(env.dns, n, RecordType::A).await);
+            assert_eq!(got.len(), 1);
+            assert_ne!(got, old[i], "{n} still answers the old IP");
+        }
+    }
+}
