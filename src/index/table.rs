@@ -123,12 +123,18 @@ impl Table {
         v
     }
 
-    /// Set (or replace) the data of `key`. Returns true if the name is new.
-    pub(crate) fn set(&self, key: &str, rrs: Arc<Rrs>) -> bool {
+    /// Set (or replace) the data of `key`; identical data is left alone so
+    /// readers keep sharing it. Returns true if the name is new.
+    pub(crate) fn set(&self, key: &str, rrs: Rrs) -> bool {
+        if let Some(e) = self.names.get(key)
+            && e.rrs.as_deref() == Some(&rrs)
+        {
+            return false;
+        }
         let fresh = {
             let mut e = self.names.entry(key.into()).or_default();
             let fresh = e.rrs.is_none();
-            e.rrs = Some(rrs);
+            e.rrs = Some(Arc::new(rrs));
             fresh
         };
         if fresh {
@@ -164,11 +170,11 @@ impl Table {
 mod tests {
     use super::*;
 
-    fn rrs(a: &str) -> Arc<Rrs> {
-        Arc::new(Rrs {
+    fn rrs(a: &str) -> Rrs {
+        Rrs {
             a: vec![a.parse().unwrap()],
             ..Default::default()
-        })
+        }
     }
 
     #[test]

@@ -74,6 +74,8 @@ pub struct Writer {
     /// Keys touched since the last flush: a batch of events (a relist, a
     /// burst during a gang restart) rebuilds each touched name once.
     dirty: BTreeSet<Key>,
+    /// Names with data in the table (kept here: counting is O(names)).
+    name_count: i64,
     pod_resets: HashSet<Option<String>>,
     service_resets: HashSet<Option<String>>,
 }
@@ -97,6 +99,7 @@ impl Writer {
             published: HashMap::new(),
             needs,
             dirty: BTreeSet::new(),
+            name_count: 0,
             pod_resets: HashSet::new(),
             service_resets: HashSet::new(),
         }
@@ -591,21 +594,21 @@ impl Writer {
             let old = self.published.remove(&key).unwrap_or_default();
             let mut now = Vec::with_capacity(names.len());
             for (name, rrs) in names {
-                self.table.set(&name, Arc::new(rrs));
+                if self.table.set(&name, rrs) {
+                    self.name_count += 1;
+                }
                 now.push(name.into_boxed_str());
             }
             for name in old {
-                if !now.contains(&name) {
-                    self.table.remove(&name);
+                if !now.contains(&name) && self.table.remove(&name) {
+                    self.name_count -= 1;
                 }
             }
             if !now.is_empty() {
                 self.published.insert(key, now);
             }
         }
-        self.metrics
-            .index_names
-            .set(self.published.values().map(|v| v.len() as i64).sum());
+        self.metrics.index_names.set(self.name_count);
     }
 
     /// The names and data of one key, from the model as it is now.
