@@ -642,13 +642,16 @@ impl Writer {
                 else {
                     return vec![];
                 };
-                let holds = self.members.get(sk).is_some_and(|m| {
-                    m.iter().any(|n| {
-                        self.pods
-                            .get(&ObjKey::new(sk.namespace.as_str(), n.as_str()))
-                            .is_some_and(|p| {
-                                p.ips.contains(ip) && self.published(p, svc.publish_not_ready)
-                            })
+                // Through the pods holding this IP, not the Service's members:
+                // O(1) per name, not O(size of the gang).
+                let holds = self.ip_pods.get(ip).is_some_and(|ks| {
+                    ks.iter().any(|k| {
+                        k.namespace == sk.namespace
+                            && self.pod_services.get(k).is_some_and(|s| s.contains(&sk.name))
+                            && self
+                                .pods
+                                .get(k)
+                                .is_some_and(|p| self.published(p, svc.publish_not_ready))
                     })
                 });
                 if !holds {
