@@ -230,7 +230,7 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
             if let Some(n) = &t.name {
                 q.insert("fieldSelector".into(), format!("metadata.name={n}"));
             }
-            watch_start(sim, &t, &q)
+            watch_start(sim, &t, &q, wants_table(req.headers()))
         }
         "create" => {
             if t.status {
@@ -521,7 +521,7 @@ fn bookmark(kind: Kind, rv: u64, initial_end: bool) -> Bytes {
     ))
 }
 
-fn watch_start(sim: &Arc<Sim>, t: &Target, q: &Query) -> Result<Response, ApiError> {
+fn watch_start(sim: &Arc<Sim>, t: &Target, q: &Query, table: bool) -> Result<Response, ApiError> {
     let f = filter(t, q)?;
     let bookmarks = truthy(q, "allowWatchBookmarks");
     let send_initial = q.get("sendInitialEvents").map(|s| s == "true" || s == "1");
@@ -568,6 +568,7 @@ fn watch_start(sim: &Arc<Sim>, t: &Target, q: &Query) -> Result<Response, ApiErr
     };
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     let w = WatchTask {
+        table,
         sim: sim.clone(),
         kind: t.kind,
         filter: f,
@@ -602,6 +603,8 @@ struct WatchTask {
     bookmarks: bool,
     initial: bool,
     initial_end_bookmark: bool,
+    /// kubectl's `get -w` asks for Table rows; each event carries one.
+    table: bool,
     start_rv: Option<u64>,
     deadline: Option<Instant>,
     tx: mpsc::Sender<Result<Bytes, Infallible>>,
@@ -623,6 +626,22 @@ impl WatchTask {
     async fn run(self) {
         let _ = self.run_inner().await;
         self.sim.stats.open_watches.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A line for one object, built for this watcher (initial events and
+    /// Table watches; shared events use `Event::line`).
+    fn object_line(&self, ty: EvType, o: &Arc<Obj>) -> Bytes {
+        if self.table {
+            let page = super::store::Page {
+                rv: o.rv,
+                items: vec![o.clone()],
+                cont: None,
+            };
+            let t = serde_json::to_vec(&table::table(self.kind, &page)).unwrap_or_default();
+            event_line(ty.as_str(), &t)
+        } else {
+            event_line(ty.as_str(), &o.bytes)
+        }
     }
 
     /// Decides what a watcher with this filter sees of one event.
@@ -654,7 +673,7 @@ impl WatchTask {
             _ => {
                 let (rv, objs) = store.snapshot(self.kind, &self.filter);
                 for o in objs {
-                    if !self.send(event_line("ADDED", &o.bytes)).await {
+                    if !self.send(self.object_line(EvType::Added, &o)).await {
                         return None;
                     }
                 }
@@ -685,7 +704,13 @@ impl WatchTask {
                     let full = evs.len() == 1024;
                     for ev in evs {
                         if let Some(ty) = self.visible(&ev)
-                            && !self.send(ev.line(ty)).await
+                            && !self
+                                .send(if self.table {
+                                    self.object_line(ty, &ev.obj)
+                                } else {
+                                    ev.line(ty)
+                                })
+                                .await
                         {
                             return None;
                         }

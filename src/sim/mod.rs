@@ -200,6 +200,10 @@ fn populate(sim: &Sim, args: &SimArgs) -> anyhow::Result<()> {
         let n = sim.workload.load_scenario(&text)?;
         tracing::info!(objects = n, path = %path.display(), "scenario loaded");
     }
+    let prerun = args.kubelet && args.kubelet_delay_ms == 0 && args.ready_delay_ms == 0;
+    sim.workload
+        .prerun
+        .store(prerun, std::sync::atomic::Ordering::Relaxed);
     let nss = args.namespaces.max(1);
     for j in 0..args.jobs {
         let namespace = if nss == 1 {
@@ -227,6 +231,9 @@ fn populate(sim: &Sim, args: &SimArgs) -> anyhow::Result<()> {
             .create_job(&req)
             .map_err(|e| anyhow::anyhow!("failed to create job {}: {e}", req.name))?;
     }
+    sim.workload
+        .prerun
+        .store(false, std::sync::atomic::Ordering::Relaxed);
     Ok(())
 }
 

@@ -435,10 +435,22 @@ impl Store {
         mut v: Value,
         prev: Option<Arc<Obj>>,
     ) -> Arc<Obj> {
+        set_rv(&mut v, g.rv + 1);
+        let obj = Arc::new(Obj::from_value(&v, g.rv + 1));
+        self.commit_obj(g, kind, ty, obj, prev)
+    }
+
+    fn commit_obj(
+        &self,
+        g: &mut Inner,
+        kind: Kind,
+        ty: EvType,
+        obj: Arc<Obj>,
+        prev: Option<Arc<Obj>>,
+    ) -> Arc<Obj> {
         g.rv += 1;
         let rv = g.rv;
-        set_rv(&mut v, rv);
-        let obj = Arc::new(Obj::from_value(&v, rv));
+        debug_assert_eq!(obj.rv, rv);
         let key = (obj.ns.clone(), obj.name.clone());
         if ty == EvType::Deleted {
             g.objects[kind.idx()].remove(&key);
@@ -525,7 +537,19 @@ impl Store {
     }
 
     /// Creates an object. `ns` is the namespace of the request path.
-    pub fn create(&self, kind: Kind, ns: &str, mut v: Value) -> Result<Arc<Obj>, ApiError> {
+    pub fn create(&self, kind: Kind, ns: &str, v: Value) -> Result<Arc<Obj>, ApiError> {
+        self.create_with(kind, ns, v, false)
+    }
+
+    /// Creates an object; `keep_status` keeps the given `uid` and `status`
+    /// (for the simulator's own controllers, never for API clients).
+    pub fn create_with(
+        &self,
+        kind: Kind,
+        ns: &str,
+        mut v: Value,
+        keep_status: bool,
+    ) -> Result<Arc<Obj>, ApiError> {
         Self::check_kind(kind, &v)?;
         v["kind"] = kind.name().into();
         v["apiVersion"] = "v1".into();
@@ -583,7 +607,9 @@ impl Store {
         {
             let m = &mut v["metadata"];
             m["name"] = name.clone().into();
-            m["uid"] = new_uid().into();
+            if !(keep_status && m["uid"].as_str().is_some_and(|u| !u.is_empty())) {
+                m["uid"] = new_uid().into();
+            }
             m["creationTimestamp"] = now_rfc3339().into();
             m["generation"] = 1.into();
             if let Some(o) = m.as_object_mut() {
@@ -591,8 +617,42 @@ impl Store {
                 o.remove("deletionGracePeriodSeconds");
             }
         }
+        let status = if keep_status {
+            v.get("status").cloned()
+        } else {
+            None
+        };
         default_object(kind, &mut v, &mut g)?;
+        if let Some(st) = status {
+            v["status"] = st;
+        }
         let obj = self.commit(&mut g, kind, EvType::Added, v, None);
+        drop(g);
+        self.after_commit(obj.rv, kind, &obj, EvType::Added);
+        Ok(obj)
+    }
+
+    /// Inserts an object built by the simulator itself from prebuilt bytes
+    /// (`make` gets the resourceVersion to stamp in). No defaulting or
+    /// validation: the caller builds a complete object.
+    pub fn insert_raw(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+        make: impl FnOnce(u64) -> Obj,
+    ) -> Result<Arc<Obj>, ApiError> {
+        let mut g = self.lock();
+        if kind.namespaced()
+            && !g.objects[Kind::Namespace.idx()].contains_key(&(String::new(), ns.to_string()))
+        {
+            return Err(ApiError::not_found(Kind::Namespace, ns));
+        }
+        if g.objects[kind.idx()].contains_key(&(ns_key(kind, ns), name.to_string())) {
+            return Err(ApiError::already_exists(kind, name));
+        }
+        let obj = Arc::new(make(g.rv + 1));
+        let obj = self.commit_obj(&mut g, kind, EvType::Added, obj, None);
         drop(g);
         self.after_commit(obj.rv, kind, &obj, EvType::Added);
         Ok(obj)
