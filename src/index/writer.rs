@@ -647,7 +647,10 @@ impl Writer {
                 let holds = self.ip_pods.get(ip).is_some_and(|ks| {
                     ks.iter().any(|k| {
                         k.namespace == sk.namespace
-                            && self.pod_services.get(k).is_some_and(|s| s.contains(&sk.name))
+                            && self
+                                .pod_services
+                                .get(k)
+                                .is_some_and(|s| s.contains(&sk.name))
                             && self
                                 .pods
                                 .get(k)

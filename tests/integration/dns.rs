@@ -535,3 +535,106 @@ async fn gang_restart_converges_to_new_ips_without_cross_talk() {
         }
     }
 }
+
+/// API requests so far, not counting the simulator's own /sim/ endpoints.
+async fn api_requests(client: &kube::Client) -> u64 {
+    let stats = sim_get(client, "/sim/stats").await;
+    let mut n = 0;
+    for (verb, by_resource) in stats["requests"].as_object().unwrap() {
+        if verb == "sim" {
+            continue;
+        }
+        n += by_resource
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum::<u64>();
+    }
+    n
+}
+
+/// A throttled API server (429 + Retry-After) is waited for, not hammered,
+/// and names keep answering meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_is_waited_out_as_retry_after_says() {
+    let env = env(&["--kubelet"], &[]).await;
+    sim_post(
+        &env.client,
+        "/sim/jobs",
+        json!({"namespace": "th", "name": "t", "ranks": 2, "kind": "indexed-job"}),
+    )
+    .await;
+    wait_for("ranks answer", T, || async {
+        !ask(env.dns, "t-1.t.th.svc", RecordType::A)
+            .await
+            .answers
+            .is_empty()
+    })
+    .await;
+    let before = api_requests(&env.client).await;
+    sim_post(&env.client, "/sim/faults/throttle?seconds=6", json!({})).await;
+    sim_post(&env.client, "/sim/faults/drop-watches", json!({})).await;
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(4) {
+        assert_eq!(
+            ask(env.dns, "t-1.t.th.svc", RecordType::A)
+                .await
+                .answers
+                .len(),
+            1,
+            "answers during throttling"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let during = api_requests(&env.client).await - before;
+    // Two watches (pods, services), each told to come back in 5-6 s: one
+    // try each within these 4 s. Backoff alone (0.8 s, 1.6 s, …) would make
+    // three each.
+    assert!(
+        during <= 3,
+        "{during} API requests during 4 s of throttling"
+    );
+    sim_post(
+        &env.client,
+        "/sim/jobs",
+        json!({"namespace": "th", "name": "after", "ranks": 1, "kind": "indexed-job"}),
+    )
+    .await;
+    wait_for(
+        "watch resumed after throttling",
+        Duration::from_secs(30),
+        || async {
+            !ask(env.dns, "after-0.after.th.svc", RecordType::A)
+                .await
+                .answers
+                .is_empty()
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_and_label_scopes_limit_the_pod_watch() {
+    let env = env(&[], &["--namespace=in", "--label-selector=dns=yes"]).await;
+    for (ns, name, label, ip) in [
+        ("in", "a", "yes", "10.244.8.1"),
+        ("in", "b", "no", "10.244.8.2"),
+        ("out", "c", "yes", "10.244.8.3"),
+    ] {
+        create_pod(&env.client, pod_json(ns, name, json!({"dns": label}))).await;
+        set_status(&env.client, ns, name, &[ip], true).await;
+    }
+    wait_for("in-scope pod", T, || {
+        answers(&env, "10-244-8-1.in.pod", &["10.244.8.1"])
+    })
+    .await;
+    assert_eq!(
+        rcode(&ask(env.dns, "10-244-8-2.in.pod", RecordType::A).await),
+        ResponseCode::NXDomain
+    );
+    assert_eq!(
+        rcode(&ask(env.dns, "10-244-8-3.out.pod", RecordType::A).await),
+        ResponseCode::NXDomain
+    );
+}
