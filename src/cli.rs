@@ -225,9 +225,26 @@ pub struct ServeArgs {
     /// Kubeconfig context to use.
     #[arg(long, env = "PODNS_CONTEXT")]
     pub context: Option<String>,
+    /// Serve the rank view (`<i>.<job>.<ns>.rank.<zone>`, leader, TXT summary) and watch Jobs for it (the default).
+    #[arg(long = "rank-view", overrides_with = "no_rank_view")]
+    pub rank_view: bool,
+    /// Turn the rank view and its Job watch off (no RBAC on jobs needed).
+    #[arg(
+        long = "no-rank-view",
+        env = "PODNS_NO_RANK_VIEW",
+        overrides_with = "rank_view"
+    )]
+    pub no_rank_view: bool,
     /// How long to keep answering after SIGTERM while /readyz reports 503.
     #[arg(long, env = "PODNS_SHUTDOWN_GRACE", default_value = "5s")]
     pub shutdown_grace: Secs,
+}
+
+impl ServeArgs {
+    /// Is the rank view on? (`--rank-view` is the default; `--no-rank-view` wins when last.)
+    pub fn rank_view_enabled(&self) -> bool {
+        !self.no_rank_view
+    }
 }
 
 /// Flags of `podns demo`.

@@ -185,15 +185,18 @@ pub fn start(
         label_selector: args.label_selector.clone(),
         consistent_list: args.consistent_list,
         streaming: args.streaming_list,
+        jobs: args.rank_view_enabled(),
     };
     let needs = SyncNeeds {
         pod_scopes: watch::pod_scopes(&wcfg),
         service_scopes: watch::service_scopes(&wcfg),
+        job_scopes: watch::job_scopes(&wcfg),
     };
     let policy = Policy {
         publish: args.publish,
         hostnames: args.hostnames,
         duplicates: args.duplicate_hostnames,
+        rank_view: args.rank_view_enabled(),
     };
     let writer = Writer::new(table.clone(), policy, metrics.clone(), needs);
     let (tx, rx) = mpsc::channel(4096);

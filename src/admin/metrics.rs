@@ -33,6 +33,10 @@ pub const WATCH_SKIPPED: &str = "podns_watch_skipped_objects";
 pub const WATCH_SYNCED: &str = "podns_watch_synced";
 /// Time from a watch event's arrival to the index answering it, in seconds.
 pub const PROPAGATION: &str = "podns_propagation_seconds";
+/// Gangs (Jobs and JobSets) in the rank view.
+pub const RANK_JOBS: &str = "podns_rank_jobs";
+/// From the earliest creation of a generation's pods to every rank of it published, in seconds.
+pub const GANG_COMPLETE: &str = "podns_rank_gang_complete_seconds";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -77,6 +81,8 @@ pub struct Metrics {
     pub watch_skipped: Family<ResourceLabels, Counter<u64, AtomicU64>>,
     pub watch_synced: Family<ResourceLabels, Gauge>,
     pub propagation: Histogram,
+    pub rank_jobs: Gauge<i64, AtomicI64>,
+    pub gang_complete: Histogram,
     registry: Arc<Registry>,
 }
 
@@ -105,6 +111,12 @@ impl Metrics {
         // 10 µs … 10 s: the target is ≤ 1 ms; seconds mean a backlog.
         let propagation = Histogram::new([
             1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 0.1, 1.0, 10.0,
+        ]);
+
+        let rank_jobs = Gauge::<i64, AtomicI64>::default();
+        // 0.5 s … 30 min: pod start-up to a whole gang resolvable.
+        let gang_complete = Histogram::new([
+            0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
         ]);
 
         let mut registry = Registry::default();
@@ -148,7 +160,19 @@ impl Metrics {
             "Watch event arrival to index answering it",
             propagation.clone(),
         );
+        registry.register(
+            RANK_JOBS,
+            "Jobs and JobSets in the rank view",
+            rank_jobs.clone(),
+        );
+        registry.register(
+            GANG_COMPLETE,
+            "Earliest pod creation of a generation to every rank published",
+            gang_complete.clone(),
+        );
         Self {
+            rank_jobs,
+            gang_complete,
             requests,
             responses,
             request_duration,

@@ -28,6 +28,7 @@ fn world_with(policy: Policy, cfg: AnswerConfig) -> World {
         SyncNeeds {
             pod_scopes: 1,
             service_scopes: 1,
+            job_scopes: 0,
         },
     );
     writer.apply(Update::Pod(Change::Reset {
@@ -533,6 +534,7 @@ fn servfail_in_zone_until_synced_refused_outside() {
         SyncNeeds {
             pod_scopes: 1,
             service_scopes: 1,
+            job_scopes: 0,
         },
     );
     let a = Answerer::new(table, AnswerConfig::default());

@@ -129,3 +129,34 @@ impl SvcExt for ServiceInfo {
         self
     }
 }
+
+/// A batch/v1 Job with `completions` ranks (optionally part of a JobSet).
+pub fn job(ns: &str, name: &str, completions: u32, jobset: Option<&str>) -> JobInfo {
+    let mut labels = vec![];
+    if let Some(js) = jobset {
+        labels.push(("jobset.sigs.k8s.io/jobset-name".to_string(), js.to_string()));
+    }
+    JobInfo {
+        key: ObjKey::new(ns, name),
+        uid: format!("uid-job-{ns}-{name}"),
+        completions: Some(completions),
+        parallelism: Some(completions),
+        labels,
+    }
+}
+
+/// A pod of rank `index` of Job `job`, shaped as the Job controller makes it.
+pub fn rank_pod(ns: &str, job: &str, index: u32, ip: &str) -> PodInfo {
+    pod(
+        ns,
+        &format!("{job}-{index}-x{}", ip.replace(['.', ':'], "")),
+        ip,
+    )
+    .host(&format!("{job}-{index}"), job)
+    .label("batch.kubernetes.io/job-name", job)
+    .label("job-name", job)
+    .label(
+        "batch.kubernetes.io/job-completion-index",
+        &index.to_string(),
+    )
+}

@@ -150,6 +150,17 @@ pub struct ServiceInfo {
     pub ports: Vec<ServicePort>,
 }
 
+/// The rank-view part of a batch/v1 Job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobInfo {
+    pub key: ObjKey,
+    pub uid: String,
+    /// `spec.completions`: the number of ranks of an Indexed Job.
+    pub completions: Option<u32>,
+    pub parallelism: Option<u32>,
+    pub labels: Vec<(String, String)>,
+}
+
 /// One change from a watch, as the writer applies it.
 #[derive(Clone, Debug)]
 pub enum Change<T> {
@@ -172,6 +183,7 @@ pub enum Change<T> {
 pub enum Update {
     Pod(Change<PodInfo>),
     Service(Change<ServiceInfo>),
+    Job(Change<JobInfo>),
 }
 
 /// An update and the moment its watch event arrived, so the writer can

@@ -12,6 +12,11 @@ use std::sync::Arc;
 use crate::admin::Metrics;
 use crate::cli::{Duplicates, Hostnames, Publish};
 
+#[path = "ranks.rs"]
+pub mod ranks;
+
+use ranks::{Group, Ranks};
+
 use super::names::{dashed, reverse};
 use super::table::{Rrs, Srv, Table};
 use super::types::*;
@@ -22,6 +27,8 @@ pub struct Policy {
     pub publish: Publish,
     pub hostnames: Hostnames,
     pub duplicates: Duplicates,
+    /// Serve `rank.<zone>` from Job labels (and watch Jobs for it).
+    pub rank_view: bool,
 }
 
 /// A logical group of names that is rebuilt as one unit.
@@ -41,6 +48,14 @@ enum Key {
     PodIp { ns: String, ip: IpAddr },
     /// the reverse name of an IP
     Ptr(IpAddr),
+    // The rank view comes last: a batch rebuilds ranks (which move the
+    // gang counters) before the summaries that print them.
+    /// `<i>.<group>.<ns>.rank`
+    Rank(Group, u32),
+    /// `leader.<group>.<ns>.rank`
+    Leader(Group),
+    /// `<group>.<ns>.rank` TXT
+    Summary(Group),
 }
 
 /// How many complete lists (one per watch scope) each resource needs before
@@ -49,6 +64,8 @@ enum Key {
 pub struct SyncNeeds {
     pub pod_scopes: usize,
     pub service_scopes: usize,
+    /// 0 when the rank view (and its Job watch) is off.
+    pub job_scopes: usize,
 }
 
 pub struct Writer {
@@ -57,6 +74,8 @@ pub struct Writer {
     metrics: Metrics,
     pods: HashMap<ObjKey, PodInfo>,
     services: HashMap<ObjKey, ServiceInfo>,
+    jobs: HashMap<ObjKey, JobInfo>,
+    ranks: Ranks,
     /// Pod names and Service names by namespace.
     ns_pods: HashMap<String, BTreeSet<String>>,
     ns_services: HashMap<String, BTreeSet<String>>,
@@ -78,6 +97,7 @@ pub struct Writer {
     name_count: i64,
     pod_resets: HashSet<Option<String>>,
     service_resets: HashSet<Option<String>>,
+    job_resets: HashSet<Option<String>>,
 }
 
 impl Writer {
@@ -89,6 +109,8 @@ impl Writer {
             metrics,
             pods: HashMap::new(),
             services: HashMap::new(),
+            jobs: HashMap::new(),
+            ranks: Ranks::default(),
             ns_pods: HashMap::new(),
             ns_services: HashMap::new(),
             hosts: BTreeMap::new(),
@@ -102,6 +124,7 @@ impl Writer {
             name_count: 0,
             pod_resets: HashSet::new(),
             service_resets: HashSet::new(),
+            job_resets: HashSet::new(),
         }
     }
 
@@ -143,6 +166,14 @@ impl Writer {
                 self.service_resets.insert(namespace);
                 self.update_synced();
             }
+            Update::Job(Change::Apply(j)) => self.apply_job(j),
+            Update::Job(Change::Delete(k)) => self.delete_job(&k),
+            Update::Job(Change::Reset { namespace, items }) => {
+                self.reset_jobs(namespace.as_deref(), items);
+                self.flush();
+                self.job_resets.insert(namespace);
+                self.update_synced();
+            }
         }
     }
 
@@ -155,6 +186,7 @@ impl Writer {
         }
         self.metrics.index_pods.set(self.pods.len() as i64);
         self.metrics.index_services.set(self.services.len() as i64);
+        self.metrics.rank_jobs.set(self.ranks.groups() as i64);
     }
 
     /// Run as the writer, on a thread of its own (a 100k-pod relist is
@@ -186,7 +218,8 @@ impl Writer {
 
     fn update_synced(&mut self) {
         let synced = self.pod_resets.len() >= self.needs.pod_scopes
-            && self.service_resets.len() >= self.needs.service_scopes;
+            && self.service_resets.len() >= self.needs.service_scopes
+            && self.job_resets.len() >= self.needs.job_scopes;
         if synced && !self.table.is_synced() {
             tracing::info!(
                 pods = self.pods.len(),
@@ -296,6 +329,7 @@ impl Writer {
             });
             out.insert(Key::Ptr(*ip));
         }
+        self.rank_keys(pod, out);
     }
 
     fn link_pod(&mut self, pod: PodInfo) {
@@ -329,6 +363,7 @@ impl Writer {
         if !selected.is_empty() {
             self.pod_services.insert(key.clone(), selected);
         }
+        self.link_ranks(&pod);
         self.pods.insert(key, pod);
     }
 
@@ -353,6 +388,7 @@ impl Writer {
                 remove_from(&mut self.members, &ObjKey::new(ns.clone(), svc), &key.name);
             }
         }
+        self.unlink_ranks(&pod);
     }
 
     // ---- services ------------------------------------------------------
@@ -559,6 +595,20 @@ impl Writer {
         pods
     }
 
+    /// One pod by the duplicate rule, whatever `--duplicate-hostnames` says
+    /// (a rank name must name one rank).
+    fn choose_one<'a>(&self, pods: Vec<&'a PodInfo>) -> Option<&'a PodInfo> {
+        let mut pods = pods;
+        pods.sort_by(|a, b| {
+            b.ready
+                .cmp(&a.ready)
+                .then_with(|| (b.phase == Phase::Running).cmp(&(a.phase == Phase::Running)))
+                .then_with(|| a.created.cmp(&b.created))
+                .then_with(|| a.key.name.cmp(&b.key.name))
+        });
+        pods.into_iter().next()
+    }
+
     /// The name a pod's SRV record and PTR point at under a headless Service:
     /// its hostname name when its subdomain is that Service, else its dashed
     /// name under the Service.
@@ -590,6 +640,11 @@ impl Writer {
 
     fn rebuild(&mut self, dirty: BTreeSet<Key>) {
         for key in dirty {
+            match &key {
+                Key::Rank(group, idx) => self.update_rank_state(group, *idx),
+                Key::Summary(group) => self.settle_group(group),
+                _ => {}
+            }
             let names = self.build(&key);
             let old = self.published.remove(&key).unwrap_or_default();
             let mut now = Vec::with_capacity(names.len());
@@ -686,6 +741,9 @@ impl Writer {
                 add_ips(&mut rrs, &[*ip]);
                 vec![(format!("{}.{ns}.pod", dashed(*ip)), rrs)]
             }
+            Key::Rank(group, idx) => self.build_rank(group, *idx),
+            Key::Leader(group) => self.build_leader(group),
+            Key::Summary(group) => self.build_summary(group),
             Key::Ptr(ip) => match self.ptr_target(*ip) {
                 Some(target) => {
                     vec![(
@@ -912,3 +970,7 @@ impl<K: Ord, V> MapLike<K, V> for BTreeMap<K, V> {
         self.remove(k);
     }
 }
+
+#[cfg(test)]
+#[path = "ranks_tests.rs"]
+mod ranks_tests;

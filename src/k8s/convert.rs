@@ -4,10 +4,11 @@
 use std::net::IpAddr;
 
 use crate::index::types::{
-    ContainerPort, ObjKey, Phase, PodInfo, Proto, ServiceInfo, ServiceKind, ServicePort, TargetPort,
+    ContainerPort, JobInfo, ObjKey, Phase, PodInfo, Proto, ServiceInfo, ServiceKind, ServicePort,
+    TargetPort,
 };
 
-use super::slim::{IntOrStr, Loose, SlimMeta, SlimPod, SlimService};
+use super::slim::{IntOrStr, Loose, SlimJob, SlimMeta, SlimPod, SlimService};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Why an object cannot be indexed.
@@ -92,6 +93,22 @@ pub fn pod(p: &SlimPod) -> Result<PodInfo, ConvertError> {
         labels: p.meta.labels.clone(),
         annotations: p.meta.annotations.clone(),
         ports,
+    })
+}
+
+/// The index input of a Job (rank view).
+pub fn job(j: &SlimJob) -> Result<JobInfo, ConvertError> {
+    if let Some(field) = j.malformed {
+        return Err(ConvertError::Malformed(field));
+    }
+    let key = key(&j.metadata)?;
+    let count = |v: &Loose<i64>| v.get().and_then(|n| u32::try_from(*n).ok());
+    Ok(JobInfo {
+        key,
+        uid: j.metadata.uid.clone().unwrap_or_default(),
+        completions: count(&j.spec.completions),
+        parallelism: count(&j.spec.parallelism),
+        labels: j.meta.labels.clone(),
     })
 }
 

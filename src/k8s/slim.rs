@@ -492,6 +492,21 @@ loose_struct! {
     }
 }
 
+loose_struct! {
+    /// `spec` of a batch/v1 Job, as far as the rank view cares.
+    pub struct JobSpecRaw {
+        pub completions: Loose<i64> = "completions",
+        pub parallelism: Loose<i64> = "parallelism",
+    }
+}
+
+loose_struct! {
+    pub struct JobRaw {
+        pub metadata: LooseObj<MetaRaw> = "metadata",
+        pub spec: LooseObj<JobSpecRaw> = "spec",
+    }
+}
+
 /// The metadata DNS reads beyond identity.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SlimMeta {
@@ -585,8 +600,37 @@ impl<'de> Deserialize<'de> for SlimService {
     }
 }
 
+/// A batch/v1 Job with only what the rank view reads.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SlimJob {
+    /// Name, namespace, uid and resourceVersion; nothing else is set.
+    pub metadata: ObjectMeta,
+    pub meta: SlimMeta,
+    pub spec: JobSpecRaw,
+    /// JSON key of the first field that had the wrong shape.
+    pub malformed: Option<&'static str>,
+}
+
+impl<'de> Deserialize<'de> for SlimJob {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Loose::<JobRaw>::deserialize(d)?;
+        let malformed = raw.problem_at("object");
+        let raw = raw.into_option().unwrap_or_default();
+        let (metadata, meta) = split_meta(raw.metadata);
+        Ok(SlimJob {
+            metadata,
+            meta,
+            spec: raw.spec.into_option().unwrap_or_default(),
+            malformed,
+        })
+    }
+}
+
 macro_rules! core_v1_resource {
     ($ty:ty, $kind:literal, $plural:literal) => {
+        core_v1_resource!($ty, $kind, $plural, "", "v1", "v1");
+    };
+    ($ty:ty, $kind:literal, $plural:literal, $group:literal, $version:literal, $api_version:literal) => {
         impl kube::Resource for $ty {
             type DynamicType = ();
             type Scope = k8s_openapi::NamespaceResourceScope;
@@ -595,13 +639,13 @@ macro_rules! core_v1_resource {
                 Cow::Borrowed($kind)
             }
             fn group(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed("")
+                Cow::Borrowed($group)
             }
             fn version(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed("v1")
+                Cow::Borrowed($version)
             }
             fn api_version(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed("v1")
+                Cow::Borrowed($api_version)
             }
             fn plural(_: &()) -> Cow<'_, str> {
                 Cow::Borrowed($plural)
@@ -618,6 +662,7 @@ macro_rules! core_v1_resource {
 
 core_v1_resource!(SlimPod, "Pod", "pods");
 core_v1_resource!(SlimService, "Service", "services");
+core_v1_resource!(SlimJob, "Job", "jobs", "batch", "v1", "batch/v1");
 
 #[cfg(test)]
 mod tests {

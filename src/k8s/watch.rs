@@ -25,10 +25,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::convert::{self, ConvertError};
-use super::slim::{SlimPod, SlimService};
+use super::slim::{SlimJob, SlimPod, SlimService};
 use crate::admin::metrics::{EventLabels, Metrics, ResourceLabels, RestartLabels};
 use crate::cli::StreamingList;
-use crate::index::types::{Arrival, Change, ObjKey, PodInfo, ServiceInfo, Update};
+use crate::index::types::{Arrival, Change, JobInfo, ObjKey, PodInfo, ServiceInfo, Update};
 
 /// What to watch and how to list.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -40,6 +40,8 @@ pub struct WatchConfig {
     /// List with a quorum read instead of from the watch cache.
     pub consistent_list: bool,
     pub streaming: StreamingList,
+    /// Also watch batch/v1 Jobs (the rank view needs their completions).
+    pub jobs: bool,
 }
 
 impl WatchConfig {
@@ -69,6 +71,12 @@ pub fn pod_scopes(cfg: &WatchConfig) -> usize {
 /// services are synced (the same scopes as pods).
 pub fn service_scopes(cfg: &WatchConfig) -> usize {
     cfg.scopes().len()
+}
+
+/// How many `Change::Reset`s of Jobs the writer must see (0 without the
+/// rank view).
+pub fn job_scopes(cfg: &WatchConfig) -> usize {
+    if cfg.jobs { cfg.scopes().len() } else { 0 }
 }
 
 /// Starts one pod and one service watch per scope in `tasks`. They run until
@@ -101,6 +109,21 @@ pub fn spawn_watchers(
             shutdown: shutdown.clone(),
         };
         let ns = scope.as_deref().unwrap_or("*").to_owned();
+        if cfg.jobs {
+            let jobs = Watch::<SlimJob> {
+                api: api(&client, scope.as_deref()),
+                config: list_config(cfg, None),
+                streaming: cfg.streaming,
+                mapper: Mapper::new(scope.clone(), metrics.clone()),
+                tx: tx.clone(),
+                metrics: metrics.clone(),
+                shutdown: shutdown.clone(),
+            };
+            tasks.spawn(
+                jobs.run()
+                    .instrument(tracing::info_span!("watch", resource = "jobs", namespace = %ns)),
+            );
+        }
         tasks.spawn(
             pods.run()
                 .instrument(tracing::info_span!("watch", resource = "pods", namespace = %ns)),
@@ -177,6 +200,17 @@ impl Watched for SlimService {
     }
     fn update(change: Change<ServiceInfo>) -> Update {
         Update::Service(change)
+    }
+}
+
+impl Watched for SlimJob {
+    type Info = JobInfo;
+    const RESOURCE: &'static str = "jobs";
+    fn convert(&self) -> Result<JobInfo, ConvertError> {
+        convert::job(self)
+    }
+    fn update(change: Change<JobInfo>) -> Update {
+        Update::Job(change)
     }
 }
 

@@ -1,0 +1,481 @@
+//! The rank view: training ranks by index under `rank.<zone>`, the leader,
+//! and a one-TXT summary of a gang, kept up to date by the writer so that
+//! every query is one lookup.
+//!
+//! - `<i>.<job>.<ns>.rank`: the pod of Job `<job>` with completion index `<i>`
+//! - `<g>.<jobset>.<ns>.rank`: g = job-global-index × completions + index
+//! - `leader.<job|jobset>.<ns>.rank`: rank 0, or the JobSet coordinator
+//! - `<job|jobset>.<ns>.rank` TXT: `world=W published=P ready=R generation=G`
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::*;
+
+pub const JOB_NAME: &str = "batch.kubernetes.io/job-name";
+pub const LEGACY_JOB_NAME: &str = "job-name";
+pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+pub const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
+pub const GLOBAL_INDEX: &str = "jobset.sigs.k8s.io/job-global-index";
+pub const RESTART_ATTEMPT: &str = "jobset.sigs.k8s.io/restart-attempt";
+pub const COORDINATOR: &str = "jobset.sigs.k8s.io/coordinator";
+
+/// A gang: a Job (`set == false`) or a JobSet (`set == true`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Group {
+    pub set: bool,
+    pub ns: String,
+    pub name: String,
+}
+
+/// Counters of one gang, maintained as ranks change.
+#[derive(Debug, Default)]
+pub(super) struct GroupState {
+    /// Pods linked to the gang, in any state.
+    pods: u32,
+    /// Rank indices with at least one pod (the world when no Job says).
+    ranks: u32,
+    published: u32,
+    ready: u32,
+    /// Pods per restart attempt, and the earliest creation in each.
+    generations: BTreeMap<u64, u32>,
+    gen_created: BTreeMap<u64, i64>,
+    /// Generations whose completion time was observed.
+    completed: BTreeSet<u64>,
+    coordinator: Option<String>,
+}
+
+/// Writer-side state of the rank view.
+#[derive(Debug, Default)]
+pub(super) struct Ranks {
+    pods: HashMap<(Group, u32), BTreeSet<String>>,
+    links: HashMap<ObjKey, Vec<(Group, u32)>>,
+    /// Pods by their Job, to relink when the Job's completions change.
+    job_pods: HashMap<ObjKey, BTreeSet<String>>,
+    groups: HashMap<Group, GroupState>,
+    /// (published, ready) of each rank as last built.
+    state: HashMap<(Group, u32), (bool, bool)>,
+    /// Jobs of each JobSet, by (namespace, jobset).
+    jobset_jobs: HashMap<(String, String), BTreeSet<String>>,
+}
+
+impl Ranks {
+    pub(super) fn groups(&self) -> usize {
+        self.groups.len()
+    }
+}
+
+fn label<'a>(pod: &'a PodInfo, key: &str) -> Option<&'a str> {
+    pod.labels
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+fn annotation<'a>(pod: &'a PodInfo, key: &str) -> Option<&'a str> {
+    pod.annotations
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+fn job_label<'a>(labels: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    labels
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+/// The Job a pod belongs to: `batch.kubernetes.io/job-name`, else `job-name`.
+fn job_of(pod: &PodInfo) -> Option<&str> {
+    label(pod, JOB_NAME).or_else(|| label(pod, LEGACY_JOB_NAME))
+}
+
+fn generation_of(pod: &PodInfo) -> u64 {
+    label(pod, RESTART_ATTEMPT)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Writer {
+    /// The ranks a pod holds under the current Jobs.
+    fn rank_links(&self, pod: &PodInfo) -> Vec<(Group, u32)> {
+        if !self.policy.rank_view {
+            return vec![];
+        }
+        let Some(job) = job_of(pod) else {
+            return vec![];
+        };
+        let Some(index) = label(pod, COMPLETION_INDEX)
+            .or_else(|| annotation(pod, COMPLETION_INDEX))
+            .and_then(|v| v.parse::<u32>().ok())
+        else {
+            return vec![];
+        };
+        let ns = pod.key.namespace.clone();
+        let mut out = vec![(
+            Group {
+                set: false,
+                ns: ns.clone(),
+                name: job.to_string(),
+            },
+            index,
+        )];
+        if let (Some(js), Some(gi)) = (
+            label(pod, JOBSET_NAME),
+            label(pod, GLOBAL_INDEX).and_then(|v| v.parse::<u32>().ok()),
+        ) && let Some(completions) = self
+            .jobs
+            .get(&ObjKey::new(ns.as_str(), job))
+            .and_then(|j| j.completions)
+            && let Some(g) = gi
+                .checked_mul(completions)
+                .and_then(|v| v.checked_add(index))
+        {
+            out.push((
+                Group {
+                    set: true,
+                    ns,
+                    name: js.to_string(),
+                },
+                g,
+            ));
+        }
+        out
+    }
+
+    pub(super) fn link_ranks(&mut self, pod: &PodInfo) {
+        if !self.policy.rank_view {
+            return;
+        }
+        if let Some(job) = job_of(pod) {
+            self.ranks
+                .job_pods
+                .entry(ObjKey::new(pod.key.namespace.as_str(), job))
+                .or_default()
+                .insert(pod.key.name.clone());
+        }
+        let links = self.rank_links(pod);
+        if links.is_empty() {
+            return;
+        }
+        let generation = generation_of(pod);
+        for (group, idx) in &links {
+            let set = self.ranks.pods.entry((group.clone(), *idx)).or_default();
+            let new_rank = set.is_empty();
+            set.insert(pod.key.name.clone());
+            let g = self.ranks.groups.entry(group.clone()).or_default();
+            g.pods += 1;
+            g.ranks += u32::from(new_rank);
+            *g.generations.entry(generation).or_default() += 1;
+            let created = g.gen_created.entry(generation).or_insert(pod.created);
+            *created = (*created).min(pod.created);
+            if let Some(c) = annotation(pod, COORDINATOR).or_else(|| label(pod, COORDINATOR)) {
+                g.coordinator = Some(c.to_string());
+            }
+        }
+        self.ranks.links.insert(pod.key.clone(), links);
+    }
+
+    pub(super) fn unlink_ranks(&mut self, pod: &PodInfo) {
+        if let Some(job) = job_of(pod) {
+            let jk = ObjKey::new(pod.key.namespace.as_str(), job);
+            if let Some(set) = self.ranks.job_pods.get_mut(&jk) {
+                set.remove(&pod.key.name);
+                if set.is_empty() {
+                    self.ranks.job_pods.remove(&jk);
+                }
+            }
+        }
+        let Some(links) = self.ranks.links.remove(&pod.key) else {
+            return;
+        };
+        let generation = generation_of(pod);
+        for (group, idx) in links {
+            let rk = (group.clone(), idx);
+            let mut rank_gone = false;
+            if let Some(set) = self.ranks.pods.get_mut(&rk) {
+                set.remove(&pod.key.name);
+                if set.is_empty() {
+                    self.ranks.pods.remove(&rk);
+                    rank_gone = true;
+                }
+            }
+            if let Some(g) = self.ranks.groups.get_mut(&group) {
+                g.pods = g.pods.saturating_sub(1);
+                g.ranks = g.ranks.saturating_sub(u32::from(rank_gone));
+                if let Some(n) = g.generations.get_mut(&generation) {
+                    *n -= 1;
+                    if *n == 0 {
+                        g.generations.remove(&generation);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keys of the rank view that depend on this pod as it is linked now.
+    pub(super) fn rank_keys(&self, pod: &PodInfo, out: &mut BTreeSet<Key>) {
+        for (group, idx) in self.ranks.links.get(&pod.key).into_iter().flatten() {
+            out.insert(Key::Rank(group.clone(), *idx));
+            out.insert(Key::Leader(group.clone()));
+            out.insert(Key::Summary(group.clone()));
+        }
+    }
+
+    // ---- Jobs -----------------------------------------------------------
+
+    pub(super) fn apply_job(&mut self, job: JobInfo) {
+        if self.jobs.get(&job.key) == Some(&job) {
+            return;
+        }
+        let key = job.key.clone();
+        let old = self.jobs.remove(&key);
+        if let Some(old) = &old {
+            self.unlink_jobset(old);
+        }
+        self.link_jobset(&job);
+        self.jobs.insert(key.clone(), job);
+        self.relink_job_pods(&key);
+    }
+
+    pub(super) fn delete_job(&mut self, key: &ObjKey) {
+        let Some(old) = self.jobs.remove(key) else {
+            return;
+        };
+        self.unlink_jobset(&old);
+        self.relink_job_pods(key);
+    }
+
+    pub(super) fn reset_jobs(&mut self, namespace: Option<&str>, items: Vec<JobInfo>) {
+        let keep: std::collections::HashSet<ObjKey> = items.iter().map(|j| j.key.clone()).collect();
+        let gone: Vec<ObjKey> = self
+            .jobs
+            .keys()
+            .filter(|k| namespace.is_none_or(|ns| k.namespace == ns) && !keep.contains(k))
+            .cloned()
+            .collect();
+        for k in &gone {
+            self.delete_job(k);
+        }
+        for j in items {
+            self.apply_job(j);
+        }
+    }
+
+    fn link_jobset(&mut self, job: &JobInfo) {
+        self.dirty.insert(Key::Summary(Group {
+            set: false,
+            ns: job.key.namespace.clone(),
+            name: job.key.name.clone(),
+        }));
+        if let Some(js) = job_label(&job.labels, JOBSET_NAME) {
+            self.ranks
+                .jobset_jobs
+                .entry((job.key.namespace.clone(), js.to_string()))
+                .or_default()
+                .insert(job.key.name.clone());
+            self.dirty.insert(Key::Summary(Group {
+                set: true,
+                ns: job.key.namespace.clone(),
+                name: js.to_string(),
+            }));
+        }
+    }
+
+    fn unlink_jobset(&mut self, job: &JobInfo) {
+        self.dirty.insert(Key::Summary(Group {
+            set: false,
+            ns: job.key.namespace.clone(),
+            name: job.key.name.clone(),
+        }));
+        if let Some(js) = job_label(&job.labels, JOBSET_NAME) {
+            let k = (job.key.namespace.clone(), js.to_string());
+            if let Some(set) = self.ranks.jobset_jobs.get_mut(&k) {
+                set.remove(&job.key.name);
+                if set.is_empty() {
+                    self.ranks.jobset_jobs.remove(&k);
+                }
+            }
+            self.dirty.insert(Key::Summary(Group {
+                set: true,
+                ns: job.key.namespace.clone(),
+                name: js.to_string(),
+            }));
+        }
+    }
+
+    /// A Job's completions decide its pods' JobSet-wide ranks.
+    fn relink_job_pods(&mut self, job: &ObjKey) {
+        let names: Vec<String> = self
+            .ranks
+            .job_pods
+            .get(job)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        let mut dirty = std::mem::take(&mut self.dirty);
+        for name in names {
+            let pk = ObjKey::new(job.namespace.as_str(), name.as_str());
+            let Some(pod) = self.pods.get(&pk).cloned() else {
+                continue;
+            };
+            self.rank_keys(&pod, &mut dirty);
+            self.unlink_ranks(&pod);
+            self.link_ranks(&pod);
+            self.rank_keys(&pod, &mut dirty);
+        }
+        self.dirty.extend(dirty);
+    }
+
+    // ---- building ------------------------------------------------------
+
+    /// The pod that answers for a rank (the duplicate-hostname rule; always one).
+    fn rank_pod(&self, group: &Group, idx: u32) -> Option<&PodInfo> {
+        let names = self.ranks.pods.get(&(group.clone(), idx))?;
+        let pods: Vec<&PodInfo> = names
+            .iter()
+            .filter_map(|n| self.pods.get(&ObjKey::new(group.ns.as_str(), n.as_str())))
+            .filter(|p| self.published(p, true))
+            .collect();
+        self.choose_one(pods)
+    }
+
+    /// Before a rank's names are built: move the gang's counters by the
+    /// difference between the rank's old and new state.
+    pub(super) fn update_rank_state(&mut self, group: &Group, idx: u32) {
+        let new = self
+            .rank_pod(group, idx)
+            .map(|p| (true, p.ready))
+            .unwrap_or((false, false));
+        let key = (group.clone(), idx);
+        let old = if new == (false, false) {
+            self.ranks.state.remove(&key)
+        } else {
+            self.ranks.state.insert(key, new)
+        }
+        .unwrap_or((false, false));
+        if old == new {
+            return;
+        }
+        if let Some(g) = self.ranks.groups.get_mut(group) {
+            g.published = g.published + u32::from(new.0) - u32::from(old.0);
+            g.ready = g.ready + u32::from(new.1) - u32::from(old.1);
+        }
+    }
+
+    pub(super) fn build_rank(&self, group: &Group, idx: u32) -> Vec<(String, Rrs)> {
+        let Some(pod) = self.rank_pod(group, idx) else {
+            return vec![];
+        };
+        let mut rrs = Rrs::default();
+        add_ips(&mut rrs, &pod.ips);
+        vec![(format!("{idx}.{}.{}.rank", group.name, group.ns), rrs)]
+    }
+
+    pub(super) fn build_leader(&self, group: &Group) -> Vec<(String, Rrs)> {
+        let coordinator = self
+            .ranks
+            .groups
+            .get(group)
+            .and_then(|g| g.coordinator.as_deref());
+        // The JobSet coordinator is named `<hostname>.<subdomain>[...]`.
+        let by_coordinator = coordinator.and_then(|c| {
+            let mut labels = c.split('.');
+            let (host, sub) = (labels.next()?, labels.next()?);
+            self.host_winner(&group.ns, sub, host)
+        });
+        let Some(pod) = by_coordinator.or_else(|| self.rank_pod(group, 0)) else {
+            return vec![];
+        };
+        let mut rrs = Rrs::default();
+        add_ips(&mut rrs, &pod.ips);
+        vec![(format!("leader.{}.{}.rank", group.name, group.ns), rrs)]
+    }
+
+    /// The declared world size: a Job's completions, or the sum over a
+    /// JobSet's Jobs; without Job objects, the ranks seen.
+    fn world(&self, group: &Group) -> u32 {
+        let declared: u32 = if group.set {
+            self.ranks
+                .jobset_jobs
+                .get(&(group.ns.clone(), group.name.clone()))
+                .into_iter()
+                .flatten()
+                .filter_map(|j| self.jobs.get(&ObjKey::new(group.ns.as_str(), j.as_str())))
+                .filter_map(|j| j.completions)
+                .sum()
+        } else {
+            self.jobs
+                .get(&ObjKey::new(group.ns.as_str(), group.name.as_str()))
+                .and_then(|j| j.completions)
+                .unwrap_or(0)
+        };
+        if declared > 0 {
+            declared
+        } else {
+            self.ranks.groups.get(group).map_or(0, |g| g.ranks)
+        }
+    }
+
+    fn group_known(&self, group: &Group) -> bool {
+        self.ranks.groups.get(group).is_some_and(|g| g.pods > 0)
+            || if group.set {
+                self.ranks
+                    .jobset_jobs
+                    .contains_key(&(group.ns.clone(), group.name.clone()))
+            } else {
+                self.jobs
+                    .contains_key(&ObjKey::new(group.ns.as_str(), group.name.as_str()))
+            }
+    }
+
+    /// Before a summary is built: drop a gang nobody refers to any more, and
+    /// observe the gang completion time the first time every rank of the
+    /// current generation is published.
+    pub(super) fn settle_group(&mut self, group: &Group) {
+        if !self.group_known(group) {
+            self.ranks.groups.remove(group);
+            return;
+        }
+        let world = self.world(group);
+        let Some(g) = self.ranks.groups.get_mut(group) else {
+            return;
+        };
+        let generation = g.generations.keys().next_back().copied().unwrap_or(0);
+        if world > 0 && g.published >= world && !g.completed.contains(&generation) {
+            g.completed.insert(generation);
+            if let Some(created) = g.gen_created.get(&generation) {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs_f64())
+                    .unwrap_or(0.0);
+                self.metrics
+                    .gang_complete
+                    .observe((now - *created as f64).max(0.0));
+            }
+        }
+    }
+
+    pub(super) fn build_summary(&self, group: &Group) -> Vec<(String, Rrs)> {
+        if !self.group_known(group) {
+            return vec![];
+        }
+        let (published, ready, generation) = self.ranks.groups.get(group).map_or((0, 0, 0), |g| {
+            (
+                g.published,
+                g.ready,
+                g.generations.keys().next_back().copied().unwrap_or(0),
+            )
+        });
+        let txt = format!(
+            "world={} published={published} ready={ready} generation={generation}",
+            self.world(group)
+        );
+        vec![(
+            format!("{}.{}.rank", group.name, group.ns),
+            Rrs {
+                txt: Some(txt.into()),
+                ..Default::default()
+            },
+        )]
+    }
+}
