@@ -174,6 +174,10 @@ fn print_walkthrough(dns: SocketAddr, admin: SocketAddr, api: SocketAddr, took: 
     println!(
         "dig {at} -x $(dig {at} +short llama-pretrain-1.llama-pretrain.ml.svc.cluster.local) +norec"
     );
+    println!("# rank view: rank 7 of the JobSet, its leader, and the gang's readiness in one TXT:");
+    println!("dig {at} 7.llama-pretrain.ml.rank.cluster.local A +norec");
+    println!("dig {at} leader.bert-finetune.ml.rank.cluster.local A +norec");
+    println!("dig {at} llama-pretrain.ml.rank.cluster.local TXT +norec");
     println!();
     println!("metrics: curl -s http://{admin}/metrics | grep podns_");
     println!("kubectl: kubectl --server http://{api} get pods -n ml | head");
