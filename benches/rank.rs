@@ -1,0 +1,60 @@
+//! Rank-view lookups cost the same whatever the gang size: the TXT summary
+//! and a rank's A record, answered through the same path UDP uses, for a
+//! JobSet of 8 and of 8,192 ranks.
+//!
+//! Run: `cargo bench --bench rank` (about a minute).
+
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use hickory_proto::op::{Message, MessageType, OpCode, Query};
+use hickory_proto::rr::{Name, RecordType};
+
+use podns::admin::Metrics;
+use podns::dns::answer::{AnswerConfig, Answerer, Transport};
+use podns::index::testing::{PodExt, job, rank_pod};
+use podns::index::{Change, Policy, SyncNeeds, Table, Update, Writer};
+
+fn world(ranks: u32) -> Answerer {
+    let table = Table::new();
+    let policy = Policy { rank_view: true, ..Default::default() };
+    let needs = SyncNeeds { pod_scopes: 1, service_scopes: 1, job_scopes: 1 };
+    let mut w = Writer::new(table.clone(), policy, Metrics::new(), needs);
+    let pods = (0..ranks)
+        .map(|i| {
+            rank_pod("ml", "gang-workers-0", i, &format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255))
+                .label("jobset.sigs.k8s.io/jobset-name", "gang")
+                .label("jobset.sigs.k8s.io/job-global-index", "0")
+        })
+        .collect();
+    w.apply(Update::Job(Change::Reset { namespace: None, items: vec![job("ml", "gang-workers-0", ranks, Some("gang"))] }));
+    w.apply(Update::Service(Change::Reset { namespace: None, items: vec![] }));
+    w.apply(Update::Pod(Change::Reset { namespace: None, items: pods }));
+    Answerer::new(table, AnswerConfig::default())
+}
+
+fn query(name: &str, t: RecordType) -> Vec<u8> {
+    let mut m = Message::new(1, MessageType::Query, OpCode::Query);
+    m.add_query(Query::query(Name::from_ascii(name).unwrap(), t));
+    m.to_vec().unwrap()
+}
+
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("rank_view");
+    for ranks in [8u32, 8192] {
+        let a = world(ranks);
+        let txt = query("gang.ml.rank.cluster.local.", RecordType::TXT);
+        let rank = query(&format!("{}.gang.ml.rank.cluster.local.", ranks - 1), RecordType::A);
+        assert!(a.handle(&rank, Transport::Udp).is_some_and(|r| !r.bytes.is_empty()));
+        g.bench_with_input(BenchmarkId::new("txt_summary", ranks), &txt, |b, q| {
+            b.iter(|| a.handle(black_box(q), Transport::Udp))
+        });
+        g.bench_with_input(BenchmarkId::new("rank_a", ranks), &rank, |b, q| {
+            b.iter(|| a.handle(black_box(q), Transport::Udp))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
