@@ -17,19 +17,40 @@ use podns::index::{Change, Policy, SyncNeeds, Table, Update, Writer};
 
 fn world(ranks: u32) -> Answerer {
     let table = Table::new();
-    let policy = Policy { rank_view: true, ..Default::default() };
-    let needs = SyncNeeds { pod_scopes: 1, service_scopes: 1, job_scopes: 1 };
+    let policy = Policy {
+        rank_view: true,
+        ..Default::default()
+    };
+    let needs = SyncNeeds {
+        pod_scopes: 1,
+        service_scopes: 1,
+        job_scopes: 1,
+    };
     let mut w = Writer::new(table.clone(), policy, Metrics::new(), needs);
     let pods = (0..ranks)
         .map(|i| {
-            rank_pod("ml", "gang-workers-0", i, &format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255))
-                .label("jobset.sigs.k8s.io/jobset-name", "gang")
-                .label("jobset.sigs.k8s.io/job-global-index", "0")
+            rank_pod(
+                "ml",
+                "gang-workers-0",
+                i,
+                &format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255),
+            )
+            .label("jobset.sigs.k8s.io/jobset-name", "gang")
+            .label("jobset.sigs.k8s.io/job-global-index", "0")
         })
         .collect();
-    w.apply(Update::Job(Change::Reset { namespace: None, items: vec![job("ml", "gang-workers-0", ranks, Some("gang"))] }));
-    w.apply(Update::Service(Change::Reset { namespace: None, items: vec![] }));
-    w.apply(Update::Pod(Change::Reset { namespace: None, items: pods }));
+    w.apply(Update::Job(Change::Reset {
+        namespace: None,
+        items: vec![job("ml", "gang-workers-0", ranks, Some("gang"))],
+    }));
+    w.apply(Update::Service(Change::Reset {
+        namespace: None,
+        items: vec![],
+    }));
+    w.apply(Update::Pod(Change::Reset {
+        namespace: None,
+        items: pods,
+    }));
     Answerer::new(table, AnswerConfig::default())
 }
 
@@ -44,8 +65,14 @@ fn bench(c: &mut Criterion) {
     for ranks in [8u32, 8192] {
         let a = world(ranks);
         let txt = query("gang.ml.rank.cluster.local.", RecordType::TXT);
-        let rank = query(&format!("{}.gang.ml.rank.cluster.local.", ranks - 1), RecordType::A);
-        assert!(a.handle(&rank, Transport::Udp).is_some_and(|r| !r.bytes.is_empty()));
+        let rank = query(
+            &format!("{}.gang.ml.rank.cluster.local.", ranks - 1),
+            RecordType::A,
+        );
+        assert!(
+            a.handle(&rank, Transport::Udp)
+                .is_some_and(|r| !r.bytes.is_empty())
+        );
         g.bench_with_input(BenchmarkId::new("txt_summary", ranks), &txt, |b, q| {
             b.iter(|| a.handle(black_box(q), Transport::Udp))
         });

@@ -1,0 +1,146 @@
+//! Writer cost: what one watch event, and one relist, costs the index.
+//!
+//! - `index/pod_ip_change_100k`: Apply of a modified pod (its IP changes)
+//!   in a synced world of 100 Jobs × 1,000 ranks, one headless Service each.
+//! - `index/pod_add_delete/<ranks>`: one pod added to, then deleted from, a
+//!   Job of 8 or 8,192 ranks (two events per iteration). If the time grows
+//!   with the ranks, per-event cost depends on the size of the headless set.
+//! - `index/relist/initial_100k`: `Change::Reset` of 100k pods into an index
+//!   that has only the Services (the initial sync).
+//! - `index/relist/diff_1pct_100k`: `Change::Reset` of 100k pods into the
+//!   full index with 1% of them changed (a relist after a 410).
+//!
+//! Run: `cargo bench --bench index` (about 2–3 minutes on 2 cores; add a
+//! filter such as `-- relist` to run a part).
+
+mod common;
+
+use std::hint::black_box;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use criterion::{BatchSize, BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
+use podns::index::{Change, ObjKey, PodInfo, Update};
+
+use common::*;
+
+const JOBS: usize = 100;
+const RANKS: usize = 1_000;
+
+fn pod_ip_change(c: &mut Criterion) {
+    let mut w = synced(job_services(JOBS), job_pods(JOBS, RANKS, Labels::App));
+    let (j, i) = (42, 517);
+    let a = rank_pod(j, i, j * RANKS + i, Labels::App);
+    let b = rank_pod_with_ip(j, i, Ipv4Addr::new(10, 250, 2, 5), Labels::App);
+    let mut g = c.benchmark_group("index");
+    g.sample_size(20);
+    g.warm_up_time(Duration::from_millis(500));
+    g.measurement_time(Duration::from_secs(5));
+    let mut flip = false;
+    g.bench_function("pod_ip_change_100k", |bch| {
+        bch.iter_batched(
+            || {
+                // Alternate between the two IPs: every apply is a real change.
+                flip = !flip;
+                if flip { b.clone() } else { a.clone() }
+            },
+            |p| w.apply(Update::Pod(Change::Apply(black_box(p)))),
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+    std::mem::forget(w);
+}
+
+fn pod_add_delete(c: &mut Criterion) {
+    let mut g = c.benchmark_group("index/pod_add_delete");
+    g.sample_size(20);
+    g.warm_up_time(Duration::from_millis(500));
+    g.measurement_time(Duration::from_secs(4));
+    for ranks in [8usize, 8_192] {
+        let mut w = synced(job_services(1), job_pods(1, ranks, Labels::App));
+        // One more rank of the same Job: it joins the headless set.
+        let extra = rank_pod_with_ip(0, ranks, Ipv4Addr::new(10, 250, 0, 1), Labels::App);
+        let key: ObjKey = extra.key.clone();
+        g.bench_with_input(BenchmarkId::from_parameter(ranks), &ranks, |bch, _| {
+            bch.iter_batched(
+                || extra.clone(),
+                |p: PodInfo| {
+                    w.apply(Update::Pod(Change::Apply(black_box(p))));
+                    w.apply(Update::Pod(Change::Delete(key.clone())));
+                },
+                BatchSize::SmallInput,
+            )
+        });
+        drop(w); // outside the timed section
+    }
+    g.finish();
+}
+
+fn relist(c: &mut Criterion) {
+    let services = job_services(JOBS);
+    let pods = job_pods(JOBS, RANKS, Labels::App);
+    let mut g = c.benchmark_group("index/relist");
+    g.sample_size(10);
+    g.sampling_mode(SamplingMode::Flat);
+    g.warm_up_time(Duration::from_millis(100));
+    g.measurement_time(Duration::from_secs(10));
+
+    g.bench_function("initial_100k", |bch| {
+        bch.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let mut w = writer_with_services(services.clone());
+                let items = pods.clone();
+                let t = Instant::now();
+                w.apply(Update::Pod(Change::Reset {
+                    namespace: None,
+                    items: black_box(items),
+                }));
+                total += t.elapsed();
+                assert!(w.table().is_synced());
+                drop(w); // outside the timed section
+            }
+            total
+        })
+    });
+
+    // Every 100th pod has a new IP (restarted ranks spread over all Jobs).
+    let changed: Vec<PodInfo> = pods
+        .iter()
+        .enumerate()
+        .map(|(n, p)| {
+            if n % 100 == 0 {
+                let (j, i) = (n / RANKS, n % RANKS);
+                let ip = Ipv4Addr::new(10, 251, (n >> 8) as u8, n as u8);
+                rank_pod_with_ip(j, i, ip, Labels::App)
+            } else {
+                p.clone()
+            }
+        })
+        .collect();
+    let mut w = synced(services.clone(), pods.clone());
+    let mut flip = false;
+    g.bench_function("diff_1pct_100k", |bch| {
+        bch.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                // Alternate: each relist differs from the index by 1%.
+                flip = !flip;
+                let items = if flip { changed.clone() } else { pods.clone() };
+                let t = Instant::now();
+                w.apply(Update::Pod(Change::Reset {
+                    namespace: None,
+                    items: black_box(items),
+                }));
+                total += t.elapsed();
+            }
+            total
+        })
+    });
+    g.finish();
+    std::mem::forget(w);
+}
+
+criterion_group!(benches, pod_ip_change, pod_add_delete, relist);
+criterion_main!(benches);

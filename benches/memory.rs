@@ -1,0 +1,152 @@
+//! Index memory per pod: live heap bytes, counted by a global allocator,
+//! before and after building a synced index of 10k and 100k pods.
+//!
+//! World: Jobs of 1,000 ranks in one namespace, one headless Service each
+//! (`publishNotReadyAddresses`, no ports, as JobSet makes it); every pod
+//! has hostname `<job>-<i>`, subdomain `<job>`, `app=<job>` and the nine
+//! labels of a JobSet / Indexed Job pod, plus the five Job/JobSet
+//! annotations `k8s::slim` keeps. Reported per pod:
+//! - input: the `Vec<PodInfo>` the watcher hands over (freed by the relist);
+//! - writer+table: everything the index holds once synced, input dropped;
+//! - table: the name table alone (what DNS reads), after dropping the writer;
+//! - peak: the most live bytes at any moment of the build (input included).
+//!
+//! Run: `cargo bench --bench memory` (a plain `main`, no criterion; under a
+//! minute). The target in DESIGN.md is ≤ 256 bytes per pod.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Instant;
+
+use podns::index::{Change, Update};
+
+use common::*;
+
+/// `System`, counting live bytes and their high-water mark.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static PEAK: AtomicIsize = AtomicIsize::new(0);
+
+fn add(n: usize) {
+    let now = LIVE.fetch_add(n as isize, Ordering::Relaxed) + n as isize;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+fn sub(n: usize) {
+    LIVE.fetch_sub(n as isize, Ordering::Relaxed);
+}
+
+// SAFETY: every call forwards to `System` with the caller's arguments; the
+// counters only observe sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded unchanged.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            add(layout.size());
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded unchanged.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            add(layout.size());
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged.
+        unsafe { System.dealloc(ptr, layout) };
+        sub(layout.size());
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded unchanged.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            add(new_size);
+            sub(layout.size());
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+struct Row {
+    pods: usize,
+    names: usize,
+    input: isize,
+    total: isize,
+    table: isize,
+    peak: isize,
+    secs: f64,
+}
+
+fn measure(jobs: usize, ranks: usize) -> Row {
+    let pods = jobs * ranks;
+    let base = live();
+    let items = job_pods(jobs, ranks, Labels::JobSet);
+    let input = live() - base;
+    let services = job_services(jobs);
+
+    PEAK.store(live(), Ordering::Relaxed);
+    let t = Instant::now();
+    let mut w = writer_with_services(services);
+    w.apply(Update::Pod(Change::Reset {
+        namespace: None,
+        items, // moved: the relist consumes (and frees) the input Vec
+    }));
+    let secs = t.elapsed().as_secs_f64();
+    assert!(w.table().is_synced());
+    assert_eq!(w.pod_count(), pods);
+    let peak = PEAK.load(Ordering::Relaxed) - base;
+    let total = live() - base;
+
+    let table = w.table().clone();
+    let names = table.len();
+    drop(w);
+    let table_only = live() - base;
+    drop(table);
+    Row {
+        pods,
+        names,
+        input,
+        total,
+        table: table_only,
+        peak,
+        secs,
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument is accepted and ignored.
+    println!("index memory per pod (live heap bytes; JobSet-shaped pods, 1,000 ranks per job)");
+    println!(
+        "{:>8} {:>8} {:>10} {:>14} {:>10} {:>10} {:>8}",
+        "pods", "names", "input/pod", "writer+table", "table", "peak/pod", "build s"
+    );
+    for jobs in [10, 100] {
+        let r = measure(jobs, 1_000);
+        let per = |b: isize| b as f64 / r.pods as f64;
+        println!(
+            "{:>8} {:>8} {:>10.0} {:>14.0} {:>10.0} {:>10.0} {:>8.2}",
+            r.pods,
+            r.names,
+            per(r.input),
+            per(r.total),
+            per(r.table),
+            per(r.peak),
+            r.secs
+        );
+    }
+    println!("(writer+table: the index once synced, input dropped; table: the name table alone)");
+}
