@@ -818,6 +818,11 @@ impl Writer {
                         continue;
                     }
                     add_ips(&mut rrs, &p.ips);
+                    if svc.ports.is_empty() {
+                        // JobSet's Services have no ports: no SRV, and no
+                        // per-member target to work out.
+                        continue;
+                    }
                     for ip in &p.ips {
                         let target: Box<str> = self.target_under(p, &sk.name, *ip).into();
                         for port in &svc.ports {
