@@ -80,13 +80,13 @@ pub struct Writer {
     ns_pods: HashMap<String, BTreeSet<String>>,
     ns_services: HashMap<String, BTreeSet<String>>,
     /// Pods by (namespace, subdomain, hostname), in any state.
-    hosts: BTreeMap<(String, String, String), BTreeSet<String>>,
+    hosts: BTreeMap<(String, String, String), SmallSet<String>>,
     /// Pods selected by each headless Service, in any state, and the reverse.
     members: HashMap<ObjKey, BTreeSet<String>>,
-    pod_services: HashMap<ObjKey, BTreeSet<String>>,
+    pod_services: HashMap<ObjKey, SmallSet<String>>,
     /// Pods holding each IP, and Services holding each ClusterIP.
-    ip_pods: HashMap<IpAddr, BTreeSet<ObjKey>>,
-    ip_services: HashMap<IpAddr, BTreeSet<ObjKey>>,
+    ip_pods: HashMap<IpAddr, SmallSet<ObjKey>>,
+    ip_services: HashMap<IpAddr, SmallSet<ObjKey>>,
     /// The names each key published last time it was built.
     published: HashMap<Key, Vec<Box<str>>>,
     needs: SyncNeeds,
@@ -348,7 +348,7 @@ impl Writer {
         for ip in &pod.ips {
             self.ip_pods.entry(*ip).or_default().insert(key.clone());
         }
-        let mut selected = BTreeSet::new();
+        let mut selected = SmallSet::default();
         if let Some(svcs) = self.ns_services.get(&ns) {
             for svc in svcs {
                 let sk = ObjKey::new(ns.clone(), svc.clone());
@@ -940,14 +940,14 @@ fn add_ips(rrs: &mut Rrs, ips: &[IpAddr]) {
 }
 
 /// Remove `v` from the set at `k`, dropping the set when it empties.
-fn remove_from<K, V, M>(map: &mut M, k: &K, v: &V)
+fn remove_from<K, V, S, M>(map: &mut M, k: &K, v: &V)
 where
-    M: MapLike<K, BTreeSet<V>>,
-    V: Ord,
+    M: MapLike<K, S>,
+    S: SetLike<V>,
 {
     if let Some(set) = map.get_mut_(k) {
-        set.remove(v);
-        if set.is_empty() {
+        set.remove_(v);
+        if set.is_empty_() {
             map.remove_(k);
         }
     }
@@ -973,6 +973,88 @@ impl<K: Ord, V> MapLike<K, V> for BTreeMap<K, V> {
     }
     fn remove_(&mut self, k: &K) {
         self.remove(k);
+    }
+}
+
+trait SetLike<V> {
+    fn remove_(&mut self, v: &V);
+    fn is_empty_(&self) -> bool;
+}
+
+impl<V: Ord> SetLike<V> for BTreeSet<V> {
+    fn remove_(&mut self, v: &V) {
+        self.remove(v);
+    }
+    fn is_empty_(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+impl<V: Ord> SetLike<V> for SmallSet<V> {
+    fn remove_(&mut self, v: &V) {
+        self.remove(v);
+    }
+    fn is_empty_(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+/// A sorted set in a `Vec`: most of the writer's sets hold one element
+/// (the pods of one IP, the Services of one pod), where a `BTreeSet`
+/// allocates a whole node (≈ 0.5 KB).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SmallSet<T>(Vec<T>);
+
+impl<T> Default for SmallSet<T> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<T: Ord> SmallSet<T> {
+    pub(crate) fn insert(&mut self, v: T) -> bool {
+        match self.0.binary_search(&v) {
+            Ok(_) => false,
+            Err(i) => {
+                self.0.insert(i, v);
+                self.0.shrink_to_fit();
+                true
+            }
+        }
+    }
+    pub(crate) fn remove(&mut self, v: &T) -> bool {
+        match self.0.binary_search(v) {
+            Ok(i) => {
+                self.0.remove(i);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+    pub(crate) fn contains(&self, v: &T) -> bool {
+        self.0.binary_search(v).is_ok()
+    }
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub(crate) fn iter(&self) -> std::slice::Iter<'_, T> {
+        self.0.iter()
+    }
+}
+
+impl<'a, T> IntoIterator for &'a SmallSet<T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl<T> IntoIterator for SmallSet<T> {
+    type Item = T;
+    type IntoIter = std::vec::IntoIter<T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
     }
 }
 
