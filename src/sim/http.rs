@@ -381,6 +381,15 @@ fn parse_rv(s: &str) -> Result<u64, ApiError> {
         .map_err(|_| ApiError::bad_request(format!("invalid resource version {s:?}")))
 }
 
+fn too_large(want: u64, cur: u64) -> ApiError {
+    ApiError::new(
+        504,
+        "Timeout",
+        format!("Too large resource version: {want}, current: {cur}"),
+    )
+    .with_details(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}))
+}
+
 fn list(
     sim: &Arc<Sim>,
     t: &Target,
@@ -419,8 +428,7 @@ fn list(
                 let want = parse_rv(v)?;
                 let cur = sim.store.current_rv();
                 if want > cur {
-                    return Err(ApiError::new(504, "Timeout", format!("Too large resource version: {want}, current: {cur}"))
-                        .with_details(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1})));
+                    return Err(too_large(want, cur));
                 }
                 (None, None)
             }
@@ -560,6 +568,14 @@ fn watch_start(sim: &Arc<Sim>, t: &Target, q: &Query, table: bool) -> Result<Res
         None | Some("0") => None,
         Some(v) => Some(parse_rv(v)?),
     };
+    if let Some(want) = start_rv {
+        let cur = sim.store.current_rv();
+        if want > cur {
+            // The apiserver waits a few seconds for a future version, then
+            // gives up the same way.
+            return Err(too_large(want, cur));
+        }
+    }
     // Synthetic ADDED events: for an unset/"0" rv, unless sendInitialEvents
     // says otherwise; for any rv with sendInitialEvents=true.
     let initial = match send_initial {
