@@ -825,7 +825,7 @@ async fn streaming_list_and_bookmarks() {
     }
     let mut w = RawWatch::open(
         addr,
-        "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=0&timeoutSeconds=5",
+        "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=0&timeoutSeconds=2",
     )
     .await;
     let mut added = vec![ev(&w.next().await.unwrap()), ev(&w.next().await.unwrap())];
