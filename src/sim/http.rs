@@ -473,18 +473,18 @@ fn list(
     head.push_str("},\"items\":[");
     // Stream the body in chunks, so a 100k-pod list never exists as one
     // buffer and the first bytes leave at once.
-    let items = page.items;
-    let stream = futures::stream::unfold((0usize, Some(head)), move |(i, head)| {
-        let items = items.clone();
-        async move {
+    // One pass over the page; `unfold` owns the items, never copies them.
+    let stream = futures::stream::unfold(
+        (page.items, 0usize, Some(head)),
+        |(items, i, head)| async move {
             if let Some(h) = head {
-                return Some((Ok::<_, Infallible>(Bytes::from(h)), (0, None)));
+                return Some((Ok::<_, Infallible>(Bytes::from(h)), (items, 0, None)));
             }
             if i > items.len() {
                 return None;
             }
             if i == items.len() {
-                return Some((Ok(Bytes::from_static(b"]}")), (i + 1, None)));
+                return Some((Ok(Bytes::from_static(b"]}")), (items, i + 1, None)));
             }
             let end = (i + 256).min(items.len());
             let size: usize = items[i..end].iter().map(|o| o.bytes.len() + 1).sum();
@@ -495,9 +495,9 @@ fn list(
                 }
                 buf.extend_from_slice(&o.bytes);
             }
-            Some((Ok(Bytes::from(buf)), (end, None)))
-        }
-    });
+            Some((Ok(Bytes::from(buf)), (items, end, None)))
+        },
+    );
     let counted = sim.stats.clone();
     let stream = futures::StreamExt::map(stream, move |c: Result<Bytes, Infallible>| {
         if let Ok(b) = &c {
