@@ -381,6 +381,15 @@ fn parse_rv(s: &str) -> Result<u64, ApiError> {
         .map_err(|_| ApiError::bad_request(format!("invalid resource version {s:?}")))
 }
 
+fn too_large(want: u64, cur: u64) -> ApiError {
+    ApiError::new(
+        504,
+        "Timeout",
+        format!("Too large resource version: {want}, current: {cur}"),
+    )
+    .with_details(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}))
+}
+
 fn list(
     sim: &Arc<Sim>,
     t: &Target,
@@ -419,8 +428,7 @@ fn list(
                 let want = parse_rv(v)?;
                 let cur = sim.store.current_rv();
                 if want > cur {
-                    return Err(ApiError::new(504, "Timeout", format!("Too large resource version: {want}, current: {cur}"))
-                        .with_details(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1})));
+                    return Err(too_large(want, cur));
                 }
                 (None, None)
             }
@@ -465,18 +473,18 @@ fn list(
     head.push_str("},\"items\":[");
     // Stream the body in chunks, so a 100k-pod list never exists as one
     // buffer and the first bytes leave at once.
-    let items = page.items;
-    let stream = futures::stream::unfold((0usize, Some(head)), move |(i, head)| {
-        let items = items.clone();
-        async move {
+    // One pass over the page; `unfold` owns the items, never copies them.
+    let stream = futures::stream::unfold(
+        (page.items, 0usize, Some(head)),
+        |(items, i, head)| async move {
             if let Some(h) = head {
-                return Some((Ok::<_, Infallible>(Bytes::from(h)), (0, None)));
+                return Some((Ok::<_, Infallible>(Bytes::from(h)), (items, 0, None)));
             }
             if i > items.len() {
                 return None;
             }
             if i == items.len() {
-                return Some((Ok(Bytes::from_static(b"]}")), (i + 1, None)));
+                return Some((Ok(Bytes::from_static(b"]}")), (items, i + 1, None)));
             }
             let end = (i + 256).min(items.len());
             let size: usize = items[i..end].iter().map(|o| o.bytes.len() + 1).sum();
@@ -487,9 +495,9 @@ fn list(
                 }
                 buf.extend_from_slice(&o.bytes);
             }
-            Some((Ok(Bytes::from(buf)), (end, None)))
-        }
-    });
+            Some((Ok(Bytes::from(buf)), (items, end, None)))
+        },
+    );
     let counted = sim.stats.clone();
     let stream = futures::StreamExt::map(stream, move |c: Result<Bytes, Infallible>| {
         if let Ok(b) = &c {
@@ -560,6 +568,14 @@ fn watch_start(sim: &Arc<Sim>, t: &Target, q: &Query, table: bool) -> Result<Res
         None | Some("0") => None,
         Some(v) => Some(parse_rv(v)?),
     };
+    if let Some(want) = start_rv {
+        let cur = sim.store.current_rv();
+        if want > cur {
+            // The apiserver waits a few seconds for a future version, then
+            // gives up the same way.
+            return Err(too_large(want, cur));
+        }
+    }
     // Synthetic ADDED events: for an unset/"0" rv, unless sendInitialEvents
     // says otherwise; for any rv with sendInitialEvents=true.
     let initial = match send_initial {

@@ -10,6 +10,9 @@
 //! - [`http`]: the Kubernetes REST paths, lists and watches.
 //! - [`workload`]: kubelet timers, pod IPs, training jobs, churn, scenarios.
 //! - [`control`], [`faults`], [`stats`]: the `/sim/` endpoints.
+//! - [`discovery`], [`table`], [`protobuf`]: what kubectl needs besides
+//!   JSON objects (discovery documents, `as=Table` printing, and the one
+//!   protobuf body it sends, `create namespace`).
 
 pub mod control;
 pub mod discovery;

@@ -503,17 +503,32 @@ impl Workload {
     }
 
     /// Replaces one random pod; job pods come back under the same hostname.
-    fn churn_one(&self, keys: &[(String, String)]) {
-        if keys.is_empty() {
-            return;
+    /// `keys` is kept current: a replaced pod's key is swapped for its
+    /// successor's, a vanished one is dropped and another tried.
+    fn churn_one(&self, keys: &mut Vec<(String, String)>) {
+        loop {
+            if keys.is_empty() {
+                return;
+            }
+            let at = rand::random_range(0..keys.len());
+            let (ns, name) = keys[at].clone();
+            match self.store.get(Kind::Pod, &ns, &name) {
+                Ok(old) if !old.deleting => {
+                    if let Some(new) = self.replace_pod(&ns, &name, &old) {
+                        keys[at] = (ns, new);
+                    }
+                    return;
+                }
+                _ => {
+                    keys.swap_remove(at);
+                }
+            }
         }
-        let (ns, name) = &keys[rand::random_range(0..keys.len())];
-        let Ok(old) = self.store.get(Kind::Pod, ns, name) else {
-            return;
-        };
-        if old.deleting {
-            return;
-        }
+    }
+
+    /// Deletes a pod and creates its replacement; returns the new name.
+    fn replace_pod(&self, ns: &str, name: &str, old: &Obj) -> Option<String> {
+        let ns = &ns.to_string();
         let v = old.value();
         let job = old.labels.get("job-name").cloned();
         let idx = old
@@ -524,7 +539,7 @@ impl Workload {
             .delete_pod(ns, name, self.default_grace, Some(&old.uid))
             .is_err()
         {
-            return;
+            return None;
         }
         let info = job.as_ref().and_then(|j| {
             self.jobs
@@ -560,9 +575,9 @@ impl Workload {
                 n
             }
         };
-        if self.store.create(Kind::Pod, ns, new).is_ok() {
-            self.churned.fetch_add(1, Ordering::Relaxed);
-        }
+        let o = self.store.create(Kind::Pod, ns, new).ok()?;
+        self.churned.fetch_add(1, Ordering::Relaxed);
+        Some(o.name.clone())
     }
 
     /// Replaces random pods at `rate` per second for `seconds`.
@@ -587,7 +602,7 @@ impl Workload {
                     keys = w.store.pod_keys(&Filter::default());
                     keys_at = Instant::now();
                 }
-                w.churn_one(&keys);
+                w.churn_one(&mut keys);
             }
             tracing::info!(total, "churn finished");
         });

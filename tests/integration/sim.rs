@@ -773,6 +773,36 @@ async fn resource_version_semantics() {
     )
     .await;
     assert_eq!(r.status, 410);
+    // A version from the future is refused, for lists and watches alike.
+    let future = rv_s + 100;
+    for path in [
+        format!("/api/v1/pods?resourceVersion={future}"),
+        format!("/api/v1/pods?watch=1&resourceVersion={future}"),
+    ] {
+        let r = get(addr, &path).await;
+        assert_eq!(r.status, 504, "{path}");
+        assert_eq!(
+            r.json()["details"]["causes"][0]["reason"],
+            "ResourceVersionTooLarge"
+        );
+    }
+}
+
+#[tokio::test]
+async fn shutdown_token_ends_the_server_with_open_watches() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let token = CancellationToken::new();
+    let h = spawn(SimArgs::default(), listener, token.clone())
+        .await
+        .unwrap();
+    let mut w = RawWatch::open(h.addr, "/api/v1/pods?watch=1").await;
+    assert_eq!(w.status, 200);
+    token.cancel();
+    assert!(w.next().await.is_none(), "the watch ends at shutdown");
+    timeout(DEADLINE, h.wait())
+        .await
+        .expect("server ends")
+        .unwrap();
 }
 
 #[tokio::test]
@@ -795,7 +825,7 @@ async fn streaming_list_and_bookmarks() {
     }
     let mut w = RawWatch::open(
         addr,
-        "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=0&timeoutSeconds=5",
+        "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=0&timeoutSeconds=2",
     )
     .await;
     let mut added = vec![ev(&w.next().await.unwrap()), ev(&w.next().await.unwrap())];
