@@ -177,6 +177,10 @@ trait Watched:
     type Info: Send + 'static;
     /// The `resource` metric label.
     const RESOURCE: &'static str;
+    /// An optional resource (the rank view's Jobs): when the API refuses it
+    /// (403 without RBAC, 404 on a server without it), the index is told it
+    /// is empty so DNS still becomes ready, and the watch keeps retrying.
+    const OPTIONAL: bool = false;
     fn convert(&self) -> Result<Self::Info, ConvertError>;
     fn update(change: Change<Self::Info>) -> Update;
 }
@@ -206,6 +210,7 @@ impl Watched for SlimService {
 impl Watched for SlimJob {
     type Info = JobInfo;
     const RESOURCE: &'static str = "jobs";
+    const OPTIONAL: bool = true;
     fn convert(&self) -> Result<JobInfo, ConvertError> {
         convert::job(self)
     }
@@ -237,6 +242,10 @@ impl<K: Watched> Mapper<K> {
             reported: HashSet::new(),
             metrics,
         }
+    }
+
+    fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
     }
 
     fn count(&self, event: &'static str) {
@@ -378,6 +387,7 @@ impl<K: Watched> Watch<K> {
         // Auto may fall back until the first streaming list completes.
         let mut may_fall_back = self.streaming == StreamingList::Auto;
         let mut backoff = DefaultBackoff::default();
+        let mut stood_in = false;
         loop {
             let config = if streaming {
                 self.config.clone().streaming_lists()
@@ -437,6 +447,24 @@ impl<K: Watched> Watch<K> {
                                 "server refused streaming list, falling back to list-then-watch"
                             );
                             break true;
+                        }
+                        if K::OPTIONAL
+                            && !stood_in
+                            && status(&error).is_some_and(|s| s.code == 403 || s.code == 404)
+                        {
+                            stood_in = true;
+                            tracing::error!(
+                                %error,
+                                "cannot list {}: serving without them until it can (check RBAC)",
+                                K::RESOURCE
+                            );
+                            let update = K::update(Change::Reset {
+                                namespace: self.mapper.namespace().map(str::to_owned),
+                                items: Vec::new(),
+                            });
+                            if self.tx.send(Arrival { update, at }).await.is_err() {
+                                return;
+                            }
                         }
                         let reason = restart_reason(&error);
                         self.restart(reason);

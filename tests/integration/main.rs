@@ -3,5 +3,6 @@
 
 mod cli;
 mod dns;
+mod rank;
 mod sim;
 mod support;
