@@ -212,12 +212,15 @@ pub fn start(
 
     let answerer = Arc::new(Answerer::new(table.clone(), answer_config(args)));
     for sock in listeners.udp {
-        tasks.spawn(server::run_udp(
-            sock,
-            answerer.clone(),
-            metrics.clone(),
-            shutdown.clone(),
-        ));
+        let (a, m, stop) = (answerer.clone(), metrics.clone(), shutdown.clone());
+        match sock.into_std() {
+            Ok(sock) => {
+                tasks.spawn_blocking(move || server::run_udp_blocking(sock, a, m, stop));
+            }
+            Err(error) => {
+                tracing::error!(%error, "udp socket could not be detached from the runtime")
+            }
+        }
     }
     tasks.spawn(server::run_tcp(
         listeners.tcp,

@@ -94,6 +94,9 @@ pub struct Answerer {
     /// in `by_len` so nested zones match the most specific.
     zone_strs: Vec<String>,
     by_len: Vec<usize>,
+    /// Per zone: `ns.dns.<zone>.` and `hostmaster.<zone>.`, built once
+    /// (negative answers, the ndots:5 search-path misses, are the common case).
+    soa_names: Vec<(Name, Name)>,
 }
 
 impl Answerer {
@@ -106,11 +109,23 @@ impl Answerer {
             .collect();
         let mut by_len: Vec<usize> = (0..zone_strs.len()).collect();
         by_len.sort_by_key(|&i| std::cmp::Reverse(zone_strs[i].len()));
+        let label = |l: &str, z: &Name| Name::from_ascii(l).and_then(|n| n.append_domain(z));
+        let soa_names = cfg
+            .zones
+            .iter()
+            .map(|z| {
+                (
+                    label("ns.dns", z).unwrap_or_else(|_| z.clone()),
+                    label("hostmaster", z).unwrap_or_else(|_| z.clone()),
+                )
+            })
+            .collect();
         Self {
             table,
             cfg,
             zone_strs,
             by_len,
+            soa_names,
         }
     }
 
@@ -132,17 +147,25 @@ impl Answerer {
         if req.metadata.message_type != MessageType::Query {
             return None; // never answer a response: no reflection loops
         }
-        let resp = self.answer(&req);
-        let qtype = req.queries.first().map(|q| q.query_type());
         let limit = match transport {
             Transport::Tcp => usize::from(u16::MAX),
             Transport::Udp => usize::from(udp_limit(&req)),
         };
+        let resp = self.answer_within(&req, limit);
+        let qtype = req.queries.first().map(|q| q.query_type());
         encode_within(resp, limit, qtype)
     }
 
     /// The record rules: a response for a parsed query.
     pub fn answer(&self, req: &Message) -> Message {
+        self.answer_within(req, usize::from(u16::MAX))
+    }
+
+    /// The record rules, for a reply that may be at most `limit` bytes: an
+    /// address or SRV set that cannot fit is not even built (a 1,000-rank
+    /// gang's set costs ~100 µs to build and encode only to be dropped for
+    /// TC=1).
+    pub fn answer_within(&self, req: &Message, limit: usize) -> Message {
         let mut resp = Message::new(req.metadata.id, MessageType::Response, req.metadata.op_code);
         resp.metadata.recursion_desired = req.metadata.recursion_desired;
         resp.metadata.checking_disabled = req.metadata.checking_disabled;
@@ -194,7 +217,7 @@ impl Answerer {
         }
         resp.metadata.authoritative = true;
         match place {
-            Place::Forward { zone, rel } => self.forward(&mut resp, q, zone, &rel),
+            Place::Forward { zone, rel } => self.forward(&mut resp, q, zone, &rel, limit),
             Place::Reverse(name) => self.reverse(&mut resp, q, &name),
             Place::Outside => unreachable!("handled above"),
         }
@@ -256,15 +279,7 @@ impl Answerer {
     }
 
     fn soa(&self, apex: Name, zone: usize) -> Record {
-        let z = self.zone_name(zone);
-        let mname = Name::from_ascii("ns.dns")
-            .expect("label")
-            .append_domain(z)
-            .expect("short");
-        let rname = Name::from_ascii("hostmaster")
-            .expect("label")
-            .append_domain(z)
-            .expect("short");
+        let (mname, rname) = self.soa_names[zone].clone();
         let soa = SOA::new(
             mname,
             rname,
@@ -284,10 +299,7 @@ impl Answerer {
     }
 
     fn ns_name(&self, zone: usize) -> Name {
-        Name::from_ascii("ns.dns")
-            .expect("label")
-            .append_domain(self.zone_name(zone))
-            .expect("short")
+        self.soa_names[zone].0.clone()
     }
 
     fn ns_addr_records(&self, owner: &Name, qtype: RecordType) -> Vec<Record> {
@@ -310,7 +322,7 @@ impl Answerer {
             .collect()
     }
 
-    fn forward(&self, resp: &mut Message, q: &Query, zone: usize, rel: &str) {
+    fn forward(&self, resp: &mut Message, q: &Query, zone: usize, rel: &str, limit: usize) {
         let owner = q.name().clone();
         let qtype = q.query_type();
         let apex = self.zone_name(zone).clone();
@@ -368,6 +380,10 @@ impl Answerer {
                     && qtype != RecordType::CNAME
                 {
                     self.chase_cname(resp, owner, target, qtype);
+                    return;
+                }
+                if min_size(q, &rrs, qtype) > limit {
+                    resp.metadata.truncation = true;
                     return;
                 }
                 let recs = self.records(&owner, &rrs, qtype, zone);
@@ -566,6 +582,22 @@ impl Answerer {
     }
 }
 
+/// A lower bound on the reply size for an answer of this type: header,
+/// question, and each record with its owner compressed to a pointer.
+fn min_size(q: &Query, rrs: &Rrs, qtype: RecordType) -> usize {
+    let fixed = 12 + q.name().len() + 4;
+    // pointer (2) + type, class, TTL, rdlength (10) + rdata
+    let per = |n: usize, rdata: usize| n * (12 + rdata);
+    fixed
+        + match qtype {
+            RecordType::A => per(rrs.a.len(), 4),
+            RecordType::AAAA => per(rrs.aaaa.len(), 16),
+            // priority, weight, port (6) + a target of at least a pointer (2)
+            RecordType::SRV => per(rrs.srv.len(), 8),
+            _ => 0,
+        }
+}
+
 /// Even SRV weights summing to about 100, at least 1 each.
 fn srv_weight(n: usize) -> u16 {
     100usize.checked_div(n).map_or(0, |w| w.max(1) as u16)
@@ -586,11 +618,13 @@ pub fn encode_within(mut resp: Message, limit: usize, qtype: Option<RecordType>)
     let rcode = resp.metadata.response_code;
     let bytes = resp.to_vec().ok()?;
     if bytes.len() <= limit {
+        // Truncated already when the answer could not fit (`min_size`).
+        let truncated = resp.metadata.truncation;
         return Some(Reply {
             bytes,
             rcode,
             qtype,
-            truncated: false,
+            truncated,
         });
     }
     resp.metadata.truncation = true;

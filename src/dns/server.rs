@@ -80,6 +80,53 @@ fn count(metrics: &Metrics, reply: &Reply, transport: Transport, started: Instan
         .observe(started.elapsed().as_secs_f64());
 }
 
+/// One UDP loop on a thread of its own: a blocking receive, the answer
+/// built in place, a blocking send; no task, no waker, no epoll round per
+/// query. Stops within [`UDP_POLL`] of `shutdown`.
+pub fn run_udp_blocking(
+    socket: std::net::UdpSocket,
+    answerer: Arc<Answerer>,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) {
+    if let Err(error) = socket
+        .set_nonblocking(false)
+        .and_then(|()| socket.set_read_timeout(Some(UDP_POLL)))
+    {
+        tracing::error!(%error, "udp socket setup failed");
+        return;
+    }
+    let mut buf = vec![0u8; 4096];
+    while !shutdown.is_cancelled() {
+        let (len, src) = match socket.recv_from(&mut buf) {
+            Ok(v) => v,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue;
+            }
+            Err(error) => {
+                tracing::debug!(%error, "udp receive failed");
+                continue;
+            }
+        };
+        let started = Instant::now();
+        let Some(reply) = answerer.handle(&buf[..len], Transport::Udp) else {
+            continue;
+        };
+        count(&metrics, &reply, Transport::Udp, started);
+        if let Err(error) = socket.send_to(&reply.bytes, src) {
+            tracing::debug!(%error, %src, "udp send failed");
+        }
+    }
+}
+
+/// How often a blocking UDP loop looks at the shutdown token when idle.
+pub const UDP_POLL: Duration = Duration::from_millis(100);
+
 /// One UDP receive loop: receive, answer, send, until shutdown.
 pub async fn run_udp(
     socket: UdpSocket,
