@@ -10,23 +10,15 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RecordType};
 
-use podns::admin::Metrics;
 use podns::dns::answer::{AnswerConfig, Answerer, Transport};
-use podns::index::testing::{PodExt, job, rank_pod};
-use podns::index::{Change, Policy, SyncNeeds, Table, Update, Writer};
+use podns::index::testing::{PodExt, job, rank_pod, synced_writer};
+use podns::index::{Change, Policy, Update};
 
 fn world(ranks: u32) -> Answerer {
-    let table = Table::new();
-    let policy = Policy {
+    let mut w = synced_writer(Policy {
         rank_view: true,
         ..Default::default()
-    };
-    let needs = SyncNeeds {
-        pod_scopes: 1,
-        service_scopes: 1,
-        job_scopes: 1,
-    };
-    let mut w = Writer::new(table.clone(), policy, Metrics::new(), needs);
+    });
     let pods = (0..ranks)
         .map(|i| {
             rank_pod(
@@ -39,19 +31,17 @@ fn world(ranks: u32) -> Answerer {
             .label("jobset.sigs.k8s.io/job-global-index", "0")
         })
         .collect();
-    w.apply(Update::Job(Change::Reset {
-        namespace: None,
-        items: vec![job("ml", "gang-workers-0", ranks, Some("gang"))],
-    }));
-    w.apply(Update::Service(Change::Reset {
-        namespace: None,
-        items: vec![],
-    }));
+    w.apply(Update::Job(Change::Apply(job(
+        "ml",
+        "gang-workers-0",
+        ranks,
+        Some("gang"),
+    ))));
     w.apply(Update::Pod(Change::Reset {
         namespace: None,
         items: pods,
     }));
-    Answerer::new(table, AnswerConfig::default())
+    Answerer::new(w.table().clone(), AnswerConfig::default())
 }
 
 fn query(name: &str, t: RecordType) -> Vec<u8> {

@@ -20,29 +20,9 @@ struct World {
 }
 
 fn world_with(policy: Policy, cfg: AnswerConfig) -> World {
-    let table = Table::new();
-    let mut writer = Writer::new(
-        table.clone(),
-        policy,
-        Metrics::new(),
-        SyncNeeds {
-            pod_scopes: 1,
-            service_scopes: 1,
-            job_scopes: 0,
-        },
-    );
-    writer.apply(Update::Pod(Change::Reset {
-        namespace: None,
-        items: vec![],
-    }));
-    writer.apply(Update::Service(Change::Reset {
-        namespace: None,
-        items: vec![],
-    }));
-    World {
-        writer,
-        answerer: Answerer::new(table, cfg),
-    }
+    let writer = synced_writer(policy);
+    let answerer = Answerer::new(writer.table().clone(), cfg);
+    World { writer, answerer }
 }
 
 fn world() -> World {

@@ -247,14 +247,7 @@ impl Writer {
     }
 
     pub(super) fn reset_jobs(&mut self, namespace: Option<&str>, items: Vec<JobInfo>) {
-        let keep: std::collections::HashSet<ObjKey> = items.iter().map(|j| j.key.clone()).collect();
-        let gone: Vec<ObjKey> = self
-            .jobs
-            .keys()
-            .filter(|k| namespace.is_none_or(|ns| k.namespace == ns) && !keep.contains(k))
-            .cloned()
-            .collect();
-        for k in &gone {
+        for k in &vanished(&self.jobs, namespace, items.iter().map(|j| &j.key)) {
             self.delete_job(k);
         }
         for j in items {

@@ -16,33 +16,12 @@ struct W {
 }
 
 fn world() -> W {
-    let table = Table::new();
-    let policy = Policy {
+    let writer = synced_writer(Policy {
         rank_view: true,
         ..Default::default()
-    };
-    let needs = SyncNeeds {
-        pod_scopes: 1,
-        service_scopes: 1,
-        job_scopes: 1,
-    };
-    let mut writer = Writer::new(table.clone(), policy, Metrics::new(), needs);
-    writer.apply(Update::Pod(Change::Reset {
-        namespace: None,
-        items: vec![],
-    }));
-    writer.apply(Update::Service(Change::Reset {
-        namespace: None,
-        items: vec![],
-    }));
-    writer.apply(Update::Job(Change::Reset {
-        namespace: None,
-        items: vec![],
-    }));
-    W {
-        writer,
-        answerer: Answerer::new(table, AnswerConfig::default()),
-    }
+    });
+    let answerer = Answerer::new(writer.table().clone(), AnswerConfig::default());
+    W { writer, answerer }
 }
 
 impl W {

@@ -160,3 +160,35 @@ pub fn rank_pod(ns: &str, job: &str, index: u32, ip: &str) -> PodInfo {
         &index.to_string(),
     )
 }
+
+/// A writer over a fresh table, synced with nothing in it: each watch has
+/// delivered an empty first list.
+pub fn synced_writer(policy: super::Policy) -> super::Writer {
+    let jobs = usize::from(policy.rank_view);
+    let needs = super::SyncNeeds {
+        pod_scopes: 1,
+        service_scopes: 1,
+        job_scopes: jobs,
+    };
+    let mut w = super::Writer::new(
+        super::Table::new(),
+        policy,
+        crate::admin::Metrics::new(),
+        needs,
+    );
+    w.apply(Update::Pod(Change::Reset {
+        namespace: None,
+        items: vec![],
+    }));
+    w.apply(Update::Service(Change::Reset {
+        namespace: None,
+        items: vec![],
+    }));
+    if policy.rank_view {
+        w.apply(Update::Job(Change::Reset {
+            namespace: None,
+            items: vec![],
+        }));
+    }
+    w
+}

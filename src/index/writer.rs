@@ -272,14 +272,7 @@ impl Writer {
     }
 
     fn reset_pods(&mut self, namespace: Option<&str>, items: Vec<PodInfo>) {
-        let keep: HashSet<ObjKey> = items.iter().map(|p| p.key.clone()).collect();
-        let gone: Vec<ObjKey> = self
-            .pods
-            .keys()
-            .filter(|k| namespace.is_none_or(|ns| k.namespace == ns) && !keep.contains(k))
-            .cloned()
-            .collect();
-        for k in &gone {
+        for k in &vanished(&self.pods, namespace, items.iter().map(|p| &p.key)) {
             self.delete_pod(k);
         }
         for p in items {
@@ -417,14 +410,7 @@ impl Writer {
     }
 
     fn reset_services(&mut self, namespace: Option<&str>, items: Vec<ServiceInfo>) {
-        let keep: HashSet<ObjKey> = items.iter().map(|s| s.key.clone()).collect();
-        let gone: Vec<ObjKey> = self
-            .services
-            .keys()
-            .filter(|k| namespace.is_none_or(|ns| k.namespace == ns) && !keep.contains(k))
-            .cloned()
-            .collect();
-        for k in &gone {
+        for k in &vanished(&self.services, namespace, items.iter().map(|s| &s.key)) {
             self.delete_service(k);
         }
         for s in items {
@@ -898,6 +884,19 @@ impl Writer {
         }
         Some(format!("{}.{ns}.pod", dashed(ip)))
     }
+}
+
+/// The keys of `map` in a relist's scope that the relist no longer lists.
+pub(super) fn vanished<'a, V>(
+    map: &HashMap<ObjKey, V>,
+    namespace: Option<&str>,
+    listed: impl Iterator<Item = &'a ObjKey>,
+) -> Vec<ObjKey> {
+    let keep: HashSet<&ObjKey> = listed.collect();
+    map.keys()
+        .filter(|k| namespace.is_none_or(|ns| k.namespace == ns) && !keep.contains(k))
+        .cloned()
+        .collect()
 }
 
 /// Does the Service select this pod? Only headless Services with a selector
