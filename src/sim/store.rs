@@ -1172,7 +1172,10 @@ fn default_job(v: &mut Value) -> Result<(), ApiError> {
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let uid = v["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+    let uid = v["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     if !v["spec"].is_object() {
         v["spec"] = json!({});
     }

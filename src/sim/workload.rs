@@ -440,7 +440,12 @@ impl Workload {
 
     /// Creates the batch/v1 Job that owns the pods, as the JobSet
     /// controller (jobset) or the user (indexed-job) would.
-    fn create_job_object(&self, ns: &str, name: &str, info: &JobInfo) -> Result<Arc<Obj>, ApiError> {
+    fn create_job_object(
+        &self,
+        ns: &str,
+        name: &str,
+        info: &JobInfo,
+    ) -> Result<Arc<Obj>, ApiError> {
         self.store
             .create_with(Kind::Job, ns, job_object(ns, name, info), true)
     }
