@@ -304,6 +304,7 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
                 .await
                 .map_err(|e| ApiError::bad_request(format!("failed to read body: {e}")))?;
             let mut uid = None;
+            let mut propagation = q.get("propagationPolicy").cloned();
             if !bytes.iter().all(u8::is_ascii_whitespace) {
                 let opts: Value = serde_json::from_slice(&bytes)
                     .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
@@ -311,6 +312,9 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
                     grace = Some(g);
                 }
                 uid = opts["preconditions"]["uid"].as_str().map(str::to_string);
+                if let Some(p) = opts["propagationPolicy"].as_str() {
+                    propagation = Some(p.to_string());
+                }
             }
             let grace = grace.unwrap_or(sim.workload.default_grace);
             let o = if t.kind == Kind::Pod {
@@ -318,6 +322,26 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
             } else {
                 sim.store.delete(t.kind, &ns, &name, 0, uid.as_deref())?.0
             };
+            // batch/v1 Jobs orphan their pods unless asked otherwise (as
+            // kubectl does, Background); the garbage collector then deletes
+            // the pods the Job controlled.
+            if t.kind == Kind::Job
+                && matches!(propagation.as_deref(), Some("Background" | "Foreground"))
+            {
+                let f = Filter {
+                    ns: Some(ns.clone()),
+                    labels: LabelSelector::parse(&format!(
+                        "batch.kubernetes.io/controller-uid={}",
+                        o.uid
+                    ))
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?,
+                    ..Default::default()
+                };
+                let (_, pods) = sim.store.snapshot(Kind::Pod, &f);
+                for p in pods.iter().filter(|p| !p.deleting) {
+                    let _ = sim.workload.delete_pod(&ns, &p.name, grace, Some(&p.uid));
+                }
+            }
             Ok(obj_response(200, &o))
         }
         _ => Err(ApiError::new(

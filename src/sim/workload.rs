@@ -1,6 +1,11 @@
 //! Workload: the kubelet stand-in (one timer task for every pod), pod IP
 //! allocation, training jobs shaped like the Job and JobSet controllers
 //! make them, gang restarts, churn and scenario files.
+//!
+//! Every training job has a batch/v1 Job owning its pods: `<name>` for an
+//! indexed-job, the JobSet child `<name>-workers-0` for a jobset (whose
+//! restart deletes and recreates that Job with `restart-attempt` + 1).
+//! Pods keep hostname `<name>-<i>` and subdomain `<name>` either way.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};

@@ -1965,6 +1965,7 @@ async fn kubectl_gets_jobs() {
     let v: Value = serde_json::from_str(&run(&["get", "jobs", "-A", "-o", "json"]).await).unwrap();
     assert_eq!(v["items"].as_array().unwrap().len(), 2);
     assert_eq!(v["items"][0]["apiVersion"], "batch/v1");
+    // kubectl deletes in the background: the Job's pods go with it.
     run(&["delete", "job", "train-0"]).await;
     assert_eq!(
         get(sim.addr, "/apis/batch/v1/namespaces/default/jobs/train-0")
@@ -1972,4 +1973,18 @@ async fn kubectl_gets_jobs() {
             .status,
         404
     );
+    let pods = get(
+        sim.addr,
+        "/api/v1/namespaces/default/pods?labelSelector=job-name%3Dtrain-0",
+    )
+    .await
+    .json();
+    assert!(names(&pods).is_empty(), "{pods}");
+    let pods = get(
+        sim.addr,
+        "/api/v1/namespaces/default/pods?labelSelector=job-name%3Dtrain-1-workers-0",
+    )
+    .await
+    .json();
+    assert_eq!(names(&pods).len(), 2);
 }
