@@ -56,6 +56,21 @@ impl Kind {
             _ => "v1",
         }
     }
+    /// The resource as error messages name it: `pods`, `jobs.batch`.
+    pub fn resource(self) -> String {
+        match self.group() {
+            "" => self.plural().to_string(),
+            g => format!("{}.{g}", self.plural()),
+        }
+    }
+    /// `details` of a Status about one object of this kind.
+    fn details(self, name: &str) -> Value {
+        let mut d = json!({"name": name, "kind": self.plural()});
+        if !self.group().is_empty() {
+            d["group"] = self.group().into();
+        }
+        d
+    }
     /// The kind a `kind` field names (for scenario files).
     pub fn from_name(s: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.name() == s)
@@ -124,17 +139,17 @@ impl ApiError {
         Self::new(
             404,
             "NotFound",
-            format!("{} \"{name}\" not found", kind.plural()),
+            format!("{} \"{name}\" not found", kind.resource()),
         )
-        .with_details(json!({"name": name, "kind": kind.plural()}))
+        .with_details(kind.details(name))
     }
     pub fn already_exists(kind: Kind, name: &str) -> Self {
         Self::new(
             409,
             "AlreadyExists",
-            format!("{} \"{name}\" already exists", kind.plural()),
+            format!("{} \"{name}\" already exists", kind.resource()),
         )
-        .with_details(json!({"name": name, "kind": kind.plural()}))
+        .with_details(kind.details(name))
     }
     pub fn conflict(kind: Kind, name: &str) -> Self {
         Self::new(
@@ -143,10 +158,10 @@ impl ApiError {
             format!(
                 "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; \
                  please apply your changes to the latest version and try again",
-                kind.plural()
+                kind.resource()
             ),
         )
-        .with_details(json!({"name": name, "kind": kind.plural()}))
+        .with_details(kind.details(name))
     }
     pub fn invalid(kind: Kind, name: &str, msg: impl Into<String>) -> Self {
         let msg = msg.into();

@@ -1698,6 +1698,11 @@ async fn jobs_rest_discovery_selectors_and_status() {
     let e = w.until(|e| ev(e).1 == "b").await;
     assert_eq!(e["type"], "DELETED");
     assert!(jobs.get_opt("b").await.unwrap().is_none());
+    let nf = get(addr, "/apis/batch/v1/namespaces/default/jobs/b").await;
+    assert_eq!(nf.status, 404);
+    let nf = nf.json();
+    assert_eq!(nf["message"], "jobs.batch \"b\" not found");
+    assert_eq!(nf["details"]["group"], "batch");
     let s = get(addr, "/sim/stats").await.json();
     assert_eq!(s["objects"]["jobs"], 2);
     assert!(stat(&s, "update", "jobs/status") >= 1, "{s}");
