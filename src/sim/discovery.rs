@@ -1,5 +1,5 @@
 //! Discovery documents: enough for kubectl and client-go to find pods,
-//! services and namespaces in the core group.
+//! services and namespaces in the core group, and jobs in `batch/v1`.
 
 use std::net::SocketAddr;
 
@@ -44,6 +44,44 @@ pub fn api_v1() -> Value {
             {"name": "services", "singularName": "service", "namespaced": true, "kind": "Service",
              "verbs": rw, "shortNames": ["svc"], "categories": ["all"], "storageVersionHash": "0/CO1lhkEBI="},
             {"name": "services/status", "singularName": "", "namespaced": true, "kind": "Service", "verbs": status},
+        ],
+    })
+}
+
+/// `/apis`: the named groups (the core group is at `/api`).
+pub fn api_groups() -> Value {
+    json!({
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [batch_group_entry()],
+    })
+}
+
+fn batch_group_entry() -> Value {
+    let v1 = json!({"groupVersion": "batch/v1", "version": "v1"});
+    json!({"name": "batch", "versions": [v1], "preferredVersion": v1})
+}
+
+/// `/apis/batch`.
+pub fn batch_group() -> Value {
+    let mut g = batch_group_entry();
+    g["kind"] = "APIGroup".into();
+    g["apiVersion"] = "v1".into();
+    g
+}
+
+/// `/apis/batch/v1`.
+pub fn batch_v1() -> Value {
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": "batch/v1",
+        "resources": [
+            {"name": "jobs", "singularName": "job", "namespaced": true, "kind": "Job",
+             "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+             "categories": ["all"], "storageVersionHash": "mudhfqk/qZY="},
+            {"name": "jobs/status", "singularName": "", "namespaced": true, "kind": "Job",
+             "verbs": ["get", "patch", "update"]},
         ],
     })
 }

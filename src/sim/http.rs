@@ -102,7 +102,9 @@ fn not_found_path(path: &str) -> ApiError {
         .with_details(json!({"causes": [{"reason": "UnexpectedServerResponse", "message": format!("404 page not found: {path}")}]}))
 }
 
-fn parse_target(segs: &[&str], path: &str) -> Result<Target, ApiError> {
+/// Parses the segments after `/api/v1/` (`group` "") or
+/// `/apis/{group}/v1/`; only kinds of that group are found there.
+fn parse_target(group: &str, segs: &[&str], path: &str) -> Result<Target, ApiError> {
     let nf = || not_found_path(path);
     let kind = |s: &str| Kind::from_plural(s).ok_or_else(nf);
     let t = match segs {
@@ -144,6 +146,9 @@ fn parse_target(segs: &[&str], path: &str) -> Result<Target, ApiError> {
         },
         _ => return Err(nf()),
     };
+    if t.kind.group() != group {
+        return Err(nf());
+    }
     if t.kind.namespaced() && t.name.is_some() && t.ns.is_none() {
         return Err(nf());
     }
@@ -170,17 +175,26 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
         }
         "/apis" => {
             sim.stats.count("get", "discovery");
-            return Ok(value_response(
-                200,
-                &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
-            ));
+            return Ok(value_response(200, &super::discovery::api_groups()));
+        }
+        "/apis/batch" => {
+            sim.stats.count("get", "discovery");
+            return Ok(value_response(200, &super::discovery::batch_group()));
+        }
+        "/apis/batch/v1" => {
+            sim.stats.count("get", "discovery");
+            return Ok(value_response(200, &super::discovery::batch_v1()));
         }
         "/healthz" | "/readyz" | "/livez" => {
             return Ok(Response::new(Body::from("ok")));
         }
         _ => {}
     }
-    let Some(rest) = trimmed.strip_prefix("/api/v1/") else {
+    let (group, rest) = if let Some(rest) = trimmed.strip_prefix("/api/v1/") {
+        ("", rest)
+    } else if let Some(rest) = trimmed.strip_prefix("/apis/batch/v1/") {
+        ("batch", rest)
+    } else {
         sim.stats.count("unknown", "");
         return Err(not_found_path(path));
     };
@@ -190,7 +204,7 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
         segs.remove(0);
         q.insert("watch".into(), "true".into());
     }
-    let t = parse_target(&segs, path)?;
+    let t = parse_target(group, &segs, path)?;
     let method = req.method().clone();
     let resource = if t.status {
         format!("{}/status", t.kind.plural())
@@ -290,6 +304,7 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
                 .await
                 .map_err(|e| ApiError::bad_request(format!("failed to read body: {e}")))?;
             let mut uid = None;
+            let mut propagation = q.get("propagationPolicy").cloned();
             if !bytes.iter().all(u8::is_ascii_whitespace) {
                 let opts: Value = serde_json::from_slice(&bytes)
                     .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
@@ -297,6 +312,9 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
                     grace = Some(g);
                 }
                 uid = opts["preconditions"]["uid"].as_str().map(str::to_string);
+                if let Some(p) = opts["propagationPolicy"].as_str() {
+                    propagation = Some(p.to_string());
+                }
             }
             let grace = grace.unwrap_or(sim.workload.default_grace);
             let o = if t.kind == Kind::Pod {
@@ -304,6 +322,26 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
             } else {
                 sim.store.delete(t.kind, &ns, &name, 0, uid.as_deref())?.0
             };
+            // batch/v1 Jobs orphan their pods unless asked otherwise (as
+            // kubectl does, Background); the garbage collector then deletes
+            // the pods the Job controlled.
+            if t.kind == Kind::Job
+                && matches!(propagation.as_deref(), Some("Background" | "Foreground"))
+            {
+                let f = Filter {
+                    ns: Some(ns.clone()),
+                    labels: LabelSelector::parse(&format!(
+                        "batch.kubernetes.io/controller-uid={}",
+                        o.uid
+                    ))
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?,
+                    ..Default::default()
+                };
+                let (_, pods) = sim.store.snapshot(Kind::Pod, &f);
+                for p in pods.iter().filter(|p| !p.deleting) {
+                    let _ = sim.workload.delete_pod(&ns, &p.name, grace, Some(&p.uid));
+                }
+            }
             Ok(obj_response(200, &o))
         }
         _ => Err(ApiError::new(
@@ -463,8 +501,9 @@ fn list(
         return Ok(value_response(200, &table::table(t.kind, &page)));
     }
     let mut head = format!(
-        "{{\"kind\":\"{}\",\"apiVersion\":\"v1\",\"metadata\":{{\"resourceVersion\":\"{}\"",
+        "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{}\"",
         t.kind.list_name(),
+        t.kind.api_version(),
         page.rv
     );
     if let Some(c) = &page.cont {
@@ -524,8 +563,9 @@ fn bookmark(kind: Kind, rv: u64, initial_end: bool) -> Bytes {
         ""
     };
     Bytes::from(format!(
-        "{{\"type\":\"BOOKMARK\",\"object\":{{\"kind\":\"{}\",\"apiVersion\":\"v1\",\"metadata\":{{\"resourceVersion\":\"{rv}\"{ann}}}}}}}\n",
-        kind.name()
+        "{{\"type\":\"BOOKMARK\",\"object\":{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{rv}\"{ann}}}}}}}\n",
+        kind.name(),
+        kind.api_version()
     ))
 }
 

@@ -1,8 +1,8 @@
 //! `podns sim`: an in-memory Kubernetes API server on loopback.
 //!
-//! It speaks the real wire protocol for Pods, Services and Namespaces
-//! (list, watch with bookmarks and streaming lists, resume and 410, Status
-//! errors) so that kubectl and kube-rs work against it unchanged, and it
+//! It speaks the real wire protocol for Pods, Services, Namespaces and
+//! `batch/v1` Jobs (list, watch with bookmarks and streaming lists, resume
+//! and 410, Status errors) so that kubectl and kube-rs work against it unchanged, and it
 //! plays kubelet and job controllers to produce realistic workloads.
 //!
 //! - [`store`]: objects as JSON bytes, one global resourceVersion, history ring.
@@ -306,6 +306,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
         pods = counts[0],
         services = counts[1],
         namespaces = counts[2],
+        jobs = counts[3],
         elapsed_ms = started.elapsed().as_millis() as u64,
         "simulator ready"
     );

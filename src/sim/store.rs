@@ -22,10 +22,14 @@ pub enum Kind {
     Pod,
     Service,
     Namespace,
+    Job,
 }
 
+/// How many kinds there are (the store keeps one map per kind).
+pub const KINDS: usize = 4;
+
 impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Pod, Kind::Service, Kind::Namespace];
+    pub const ALL: [Kind; KINDS] = [Kind::Pod, Kind::Service, Kind::Namespace, Kind::Job];
 
     pub fn idx(self) -> usize {
         self as usize
@@ -35,13 +39,48 @@ impl Kind {
             Kind::Pod => "Pod",
             Kind::Service => "Service",
             Kind::Namespace => "Namespace",
+            Kind::Job => "Job",
         }
+    }
+    /// The API group: empty for the core group.
+    pub fn group(self) -> &'static str {
+        match self {
+            Kind::Job => "batch",
+            _ => "",
+        }
+    }
+    /// `apiVersion` of objects, lists and events of this kind.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Kind::Job => "batch/v1",
+            _ => "v1",
+        }
+    }
+    /// The resource as error messages name it: `pods`, `jobs.batch`.
+    pub fn resource(self) -> String {
+        match self.group() {
+            "" => self.plural().to_string(),
+            g => format!("{}.{g}", self.plural()),
+        }
+    }
+    /// `details` of a Status about one object of this kind.
+    fn details(self, name: &str) -> Value {
+        let mut d = json!({"name": name, "kind": self.plural()});
+        if !self.group().is_empty() {
+            d["group"] = self.group().into();
+        }
+        d
+    }
+    /// The kind a `kind` field names (for scenario files).
+    pub fn from_name(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == s)
     }
     pub fn list_name(self) -> &'static str {
         match self {
             Kind::Pod => "PodList",
             Kind::Service => "ServiceList",
             Kind::Namespace => "NamespaceList",
+            Kind::Job => "JobList",
         }
     }
     pub fn plural(self) -> &'static str {
@@ -49,6 +88,7 @@ impl Kind {
             Kind::Pod => "pods",
             Kind::Service => "services",
             Kind::Namespace => "namespaces",
+            Kind::Job => "jobs",
         }
     }
     pub fn from_plural(s: &str) -> Option<Kind> {
@@ -56,6 +96,7 @@ impl Kind {
             "pods" => Kind::Pod,
             "services" => Kind::Service,
             "namespaces" => Kind::Namespace,
+            "jobs" => Kind::Job,
             _ => return None,
         })
     }
@@ -65,7 +106,7 @@ impl Kind {
     pub fn fields(self) -> &'static [Field] {
         match self {
             Kind::Pod => &[Field::Name, Field::Namespace, Field::NodeName, Field::Phase],
-            Kind::Service => &[Field::Name, Field::Namespace],
+            Kind::Service | Kind::Job => &[Field::Name, Field::Namespace],
             Kind::Namespace => &[Field::Name, Field::Phase],
         }
     }
@@ -98,17 +139,17 @@ impl ApiError {
         Self::new(
             404,
             "NotFound",
-            format!("{} \"{name}\" not found", kind.plural()),
+            format!("{} \"{name}\" not found", kind.resource()),
         )
-        .with_details(json!({"name": name, "kind": kind.plural()}))
+        .with_details(kind.details(name))
     }
     pub fn already_exists(kind: Kind, name: &str) -> Self {
         Self::new(
             409,
             "AlreadyExists",
-            format!("{} \"{name}\" already exists", kind.plural()),
+            format!("{} \"{name}\" already exists", kind.resource()),
         )
-        .with_details(json!({"name": name, "kind": kind.plural()}))
+        .with_details(kind.details(name))
     }
     pub fn conflict(kind: Kind, name: &str) -> Self {
         Self::new(
@@ -117,10 +158,10 @@ impl ApiError {
             format!(
                 "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; \
                  please apply your changes to the latest version and try again",
-                kind.plural()
+                kind.resource()
             ),
         )
-        .with_details(json!({"name": name, "kind": kind.plural()}))
+        .with_details(kind.details(name))
     }
     pub fn invalid(kind: Kind, name: &str, msg: impl Into<String>) -> Self {
         let msg = msg.into();
@@ -287,7 +328,7 @@ type Key = (String, String);
 
 struct Inner {
     rv: u64,
-    objects: [BTreeMap<Key, Arc<Obj>>; 3],
+    objects: [BTreeMap<Key, Arc<Obj>>; KINDS],
     ring: VecDeque<Arc<Event>>,
     /// rv of `ring[0]`; `rv + 1` when the ring is empty. Resuming from any
     /// rv >= `first_rv - 1` is possible.
@@ -407,9 +448,10 @@ impl Store {
         self.lock().pod_events
     }
 
-    pub fn counts(&self) -> [usize; 3] {
+    /// Objects per kind, indexed by [`Kind::idx`].
+    pub fn counts(&self) -> [usize; KINDS] {
         let g = self.lock();
-        [g.objects[0].len(), g.objects[1].len(), g.objects[2].len()]
+        std::array::from_fn(|i| g.objects[i].len())
     }
 
     /// Forgets the history: the next resume from an older rv gets 410.
@@ -513,12 +555,15 @@ impl Store {
             ));
         }
         if let Some(a) = o.get("apiVersion")
-            && a.as_str() != Some("v1")
+            && a.as_str() != Some(kind.api_version())
         {
             return Err(ApiError::invalid(
                 kind,
                 name,
-                format!("apiVersion: Invalid value: {a}: must be v1"),
+                format!(
+                    "apiVersion: Invalid value: {a}: must be {}",
+                    kind.api_version()
+                ),
             ));
         }
         if !o.get("metadata").is_none_or(Value::is_object) {
@@ -552,7 +597,7 @@ impl Store {
     ) -> Result<Arc<Obj>, ApiError> {
         Self::check_kind(kind, &v)?;
         v["kind"] = kind.name().into();
-        v["apiVersion"] = "v1".into();
+        v["apiVersion"] = kind.api_version().into();
         let meta = v["metadata"].as_object_mut().map(|_| ()).is_some();
         if !meta {
             v["metadata"] = json!({});
@@ -753,7 +798,7 @@ impl Store {
             }
         }
         new["kind"] = kind.name().into();
-        new["apiVersion"] = "v1".into();
+        new["apiVersion"] = kind.api_version().into();
         if kind == Kind::Service {
             // clusterIP is immutable once set.
             if let Some(ip) = old_v["spec"].get("clusterIP") {
@@ -817,7 +862,7 @@ impl Store {
         let mut removed = Vec::new();
         if kind == Kind::Namespace {
             // Deleting a namespace deletes what it holds, each with its event.
-            for k in [Kind::Pod, Kind::Service] {
+            for k in [Kind::Pod, Kind::Service, Kind::Job] {
                 let keys: Vec<Key> = g.objects[k.idx()]
                     .range((name.to_string(), String::new())..)
                     .take_while(|((n, _), _)| n == name)
@@ -1129,7 +1174,87 @@ fn default_object(kind: Kind, v: &mut Value, g: &mut Inner) -> Result<(), ApiErr
             v["spec"] = json!({"finalizers": ["kubernetes"]});
             v["status"] = json!({"phase": "Active"});
         }
+        Kind::Job => default_job(v)?,
     }
+    Ok(())
+}
+
+/// A Job as the apiserver's defaulting and the Job registry strategy make
+/// it: spec defaults, and (unless `manualSelector`) the generated selector
+/// on `controller-uid` with the matching template and object labels.
+fn default_job(v: &mut Value) -> Result<(), ApiError> {
+    let name = v["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let uid = v["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if !v["spec"].is_object() {
+        v["spec"] = json!({});
+    }
+    let spec = &mut v["spec"];
+    if !spec["template"].is_object() {
+        return Err(ApiError::invalid(
+            Kind::Job,
+            &name,
+            "spec.template: Required value",
+        ));
+    }
+    let indexed = spec["completionMode"] == "Indexed";
+    if indexed && !spec["completions"].is_u64() {
+        return Err(ApiError::invalid(
+            Kind::Job,
+            &name,
+            "spec.completions: Required value: when completion mode is Indexed",
+        ));
+    }
+    for (k, d) in [
+        ("parallelism", json!(1)),
+        ("backoffLimit", json!(6)),
+        ("completionMode", json!("NonIndexed")),
+        ("suspend", json!(false)),
+        ("manualSelector", json!(false)),
+        ("podReplacementPolicy", json!("TerminatingOrFailed")),
+    ] {
+        if spec.get(k).is_none_or(Value::is_null) {
+            spec[k] = d;
+        }
+    }
+    if spec.get("completions").is_none_or(Value::is_null) && !indexed {
+        // Unset completions with parallelism 1 means "one success".
+        if spec["parallelism"] == 1 {
+            spec["completions"] = json!(1);
+        }
+    }
+    if spec["manualSelector"] != true {
+        let generated = [
+            ("batch.kubernetes.io/controller-uid", uid.clone()),
+            ("batch.kubernetes.io/job-name", name.clone()),
+            ("controller-uid", uid.clone()),
+            ("job-name", name.clone()),
+        ];
+        spec["selector"] =
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid.clone()}});
+        let tl = &mut spec["template"]["metadata"]["labels"];
+        if !tl.is_object() {
+            *tl = json!({});
+        }
+        for (k, val) in &generated {
+            tl[*k] = val.clone().into();
+        }
+        let ol = &mut v["metadata"]["labels"];
+        if !ol.is_object() {
+            *ol = json!({});
+        }
+        for (k, val) in &generated {
+            if ol.get(*k).is_none() {
+                ol[*k] = val.clone().into();
+            }
+        }
+    }
+    v["status"] = json!({});
     Ok(())
 }
 
@@ -1325,7 +1450,7 @@ mod tests {
                 (Kind::Namespace, EvType::Deleted)
             ]
         );
-        assert_eq!(s.counts(), [0, 0, 0]);
+        assert_eq!(s.counts(), [0; KINDS]);
     }
 
     #[test]

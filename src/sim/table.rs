@@ -50,6 +50,16 @@ fn columns(kind: Kind) -> Vec<Value> {
             col("Status", "string", 0),
             col("Age", "string", 0),
         ],
+        Kind::Job => vec![
+            col("Name", "string", 0),
+            col("Status", "string", 0),
+            col("Completions", "string", 0),
+            col("Duration", "string", 0),
+            col("Age", "string", 0),
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+            col("Selector", "string", 1),
+        ],
     }
 }
 
@@ -142,7 +152,93 @@ fn cells(kind: Kind, v: &Value) -> Vec<Value> {
             ]
         }
         Kind::Namespace => vec![name, or_none(&v["status"]["phase"]).into(), created.into()],
+        Kind::Job => job_cells(name, created, v),
     }
+}
+
+/// The Job printer's columns: the condition that ended it (or Running,
+/// Suspended), `succeeded/completions`, and the run time.
+fn job_cells(name: Value, created: String, v: &Value) -> Vec<Value> {
+    let spec = &v["spec"];
+    let st = &v["status"];
+    let cond = |t: &str| {
+        st["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == "True"))
+    };
+    let status = if cond("Complete") {
+        "Complete"
+    } else if cond("Failed") {
+        "Failed"
+    } else if cond("FailureTarget") {
+        "FailureTarget"
+    } else if cond("SuccessCriteriaMet") {
+        "SuccessCriteriaMet"
+    } else if spec["suspend"] == true {
+        "Suspended"
+    } else {
+        "Running"
+    };
+    let succeeded = st["succeeded"].as_u64().unwrap_or(0);
+    let completions = match spec["completions"].as_u64() {
+        Some(c) => format!("{succeeded}/{c}"),
+        None => {
+            let p = spec["parallelism"].as_u64().unwrap_or(1);
+            if p > 1 {
+                format!("{succeeded}/1 of {p}")
+            } else {
+                format!("{succeeded}/1")
+            }
+        }
+    };
+    let ts = |x: &Value| x.as_str().and_then(|s| s.parse::<jiff::Timestamp>().ok());
+    let duration = match ts(&st["startTime"]) {
+        Some(start) => {
+            let end = ts(&st["completionTime"]).unwrap_or_else(jiff::Timestamp::now);
+            let s = end.duration_since(start).as_secs().max(0);
+            match s {
+                0..120 => format!("{s}s"),
+                120..7200 => format!("{}m", s / 60),
+                7200..172800 => format!("{}h", s / 3600),
+                _ => format!("{}d", s / 86400),
+            }
+        }
+        None => String::new(),
+    };
+    let containers = spec["template"]["spec"]["containers"].as_array();
+    let join = |k: &str| {
+        containers
+            .map(|cs| {
+                cs.iter()
+                    .filter_map(|c| c[k].as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default()
+    };
+    let selector: Vec<String> = spec["selector"]["matchLabels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect()
+        })
+        .unwrap_or_default();
+    let selector = if selector.is_empty() {
+        "<none>".into()
+    } else {
+        selector.join(",")
+    };
+    vec![
+        name,
+        status.into(),
+        completions.into(),
+        duration.into(),
+        created.into(),
+        join("name").into(),
+        join("image").into(),
+        selector.into(),
+    ]
 }
 
 /// A `meta.k8s.io/v1` Table of a page, rows carrying object metadata

@@ -1,6 +1,11 @@
 //! Workload: the kubelet stand-in (one timer task for every pod), pod IP
 //! allocation, training jobs shaped like the Job and JobSet controllers
 //! make them, gang restarts, churn and scenario files.
+//!
+//! Every training job has a batch/v1 Job owning its pods: `<name>` for an
+//! indexed-job, the JobSet child `<name>-workers-0` for a jobset (whose
+//! restart deletes and recreates that Job with `restart-attempt` + 1).
+//! Pods keep hostname `<name>-<i>` and subdomain `<name>` either way.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -159,9 +164,33 @@ fn default_kind() -> String {
 struct JobInfo {
     kind: String,
     ranks: usize,
+    /// The uid of the batch/v1 Job that owns the pods (`controller-uid`).
     uid: String,
+    /// The name of that Job: the workload's name for an indexed-job, the
+    /// JobSet's child `<name>-workers-0` for a jobset.
+    job_name: String,
+    /// The JobSet's uid (jobset only).
+    set_uid: String,
     key: String,
     attempt: u32,
+}
+
+impl JobInfo {
+    fn jobset(&self) -> bool {
+        self.kind == "jobset"
+    }
+}
+
+/// The replicated job every simulated JobSet has (one Job, index 0).
+const REPLICATED_JOB: &str = "workers";
+
+/// The name of the Job that owns a workload's pods.
+fn child_job_name(kind: &str, name: &str) -> String {
+    if kind == "jobset" {
+        format!("{name}-{REPLICATED_JOB}-0")
+    } else {
+        name.to_string()
+    }
 }
 
 /// The kubelet, scheduler and job controllers, collapsed into one.
@@ -354,6 +383,8 @@ impl Workload {
             kind: req.kind.clone(),
             ranks: req.ranks,
             uid: new_uid(),
+            job_name: child_job_name(&req.kind, &req.name),
+            set_uid: new_uid(),
             key: new_uid().replace('-', ""),
             attempt: 0,
         };
@@ -383,6 +414,13 @@ impl Workload {
             Err(e) if e.reason == "AlreadyExists" => {}
             Err(e) => return Err(e),
         }
+        if let Err(e) = self.create_job_object(&req.namespace, &req.name, &info) {
+            self.jobs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&(req.namespace.clone(), req.name.clone()));
+            return Err(e);
+        }
         let prerun = self.prerun.load(Ordering::Relaxed);
         let v6 = self
             .ips
@@ -400,8 +438,21 @@ impl Workload {
         }
         Ok(
             json!({"namespace": req.namespace, "name": req.name, "kind": req.kind,
-                  "ranks": req.ranks, "service": req.name, "pods": names}),
+                  "ranks": req.ranks, "service": req.name, "job": info.job_name,
+                  "jobUID": info.uid, "pods": names}),
         )
+    }
+
+    /// Creates the batch/v1 Job that owns the pods, as the JobSet
+    /// controller (jobset) or the user (indexed-job) would.
+    fn create_job_object(
+        &self,
+        ns: &str,
+        name: &str,
+        info: &JobInfo,
+    ) -> Result<Arc<Obj>, ApiError> {
+        self.store
+            .create_with(Kind::Job, ns, job_object(ns, name, info), true)
     }
 
     fn insert_from_template(
@@ -466,9 +517,21 @@ impl Workload {
                     ApiError::new(404, "NotFound", format!("job \"{name}\" not found"))
                 })?;
             j.attempt += 1;
+            if j.jobset() {
+                // Recreate makes a new Job object: a new uid.
+                j.uid = new_uid();
+            }
             j.clone()
         };
         let grace = grace.unwrap_or(self.default_grace);
+        let mut job_deleted = false;
+        if info.jobset() {
+            // JobSet's Recreate deletes the child Jobs (and so their pods).
+            job_deleted = self
+                .store
+                .delete(Kind::Job, ns, &info.job_name, 0, None)
+                .is_ok();
+        }
         let label = if info.kind == "jobset" {
             "jobset.sigs.k8s.io/jobset-name"
         } else {
@@ -490,6 +553,13 @@ impl Workload {
                 deleted += 1;
             }
         }
+        if info.jobset() {
+            match self.create_job_object(ns, name, &info) {
+                Ok(_) => {}
+                Err(e) if e.reason == "AlreadyExists" => {}
+                Err(e) => return Err(e),
+            }
+        }
         let mut names = Vec::new();
         for i in 0..info.ranks {
             let o = self
@@ -498,7 +568,9 @@ impl Workload {
             names.push(o.name.clone());
         }
         Ok(
-            json!({"namespace": ns, "name": name, "deleted": deleted, "attempt": info.attempt, "pods": names}),
+            json!({"namespace": ns, "name": name, "deleted": deleted, "attempt": info.attempt,
+                   "job": info.job_name, "jobUID": info.uid, "jobRecreated": job_deleted,
+                   "pods": names}),
         )
     }
 
@@ -530,7 +602,12 @@ impl Workload {
     fn replace_pod(&self, ns: &str, name: &str, old: &Obj) -> Option<String> {
         let ns = &ns.to_string();
         let v = old.value();
-        let job = old.labels.get("job-name").cloned();
+        // The workload a pod belongs to: its JobSet, or its Job.
+        let job = old
+            .labels
+            .get("jobset.sigs.k8s.io/jobset-name")
+            .or_else(|| old.labels.get("job-name"))
+            .cloned();
         let idx = old
             .labels
             .get("batch.kubernetes.io/job-completion-index")
@@ -618,11 +695,10 @@ impl Workload {
         }
         let mut n = 0;
         for o in objs {
-            let kind = match o["kind"].as_str() {
-                Some("Pod") => Kind::Pod,
-                Some("Service") => Kind::Service,
-                Some("Namespace") => Kind::Namespace,
-                other => {
+            let kind = match o["kind"].as_str().and_then(Kind::from_name) {
+                Some(k) => k,
+                None => {
+                    let other = o["kind"].as_str();
                     tracing::warn!(kind = ?other, "scenario object of an unserved kind skipped");
                     continue;
                 }
@@ -918,9 +994,9 @@ fn job_pod_with(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Va
     let i = idx.to_string();
     let mut labels = json!({
         "batch.kubernetes.io/controller-uid": info.uid,
-        "batch.kubernetes.io/job-name": job,
+        "batch.kubernetes.io/job-name": info.job_name,
         "controller-uid": info.uid,
-        "job-name": job,
+        "job-name": info.job_name,
         "batch.kubernetes.io/job-completion-index": i,
         "app.kubernetes.io/name": "llm-pretrain",
         "app.kubernetes.io/component": "worker",
@@ -935,10 +1011,10 @@ fn job_pod_with(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Va
     if info.kind == "jobset" {
         for (k, v) in [
             ("jobset.sigs.k8s.io/jobset-name", job.to_string()),
-            ("jobset.sigs.k8s.io/jobset-uid", info.uid.clone()),
+            ("jobset.sigs.k8s.io/jobset-uid", info.set_uid.clone()),
             (
                 "jobset.sigs.k8s.io/replicatedjob-name",
-                "workers".to_string(),
+                REPLICATED_JOB.to_string(),
             ),
             ("jobset.sigs.k8s.io/replicatedjob-replicas", "1".to_string()),
             ("jobset.sigs.k8s.io/job-index", "0".to_string()),
@@ -972,7 +1048,7 @@ fn job_pod_with(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Va
             "annotations": annotations,
             "finalizers": ["batch.kubernetes.io/job-tracking"],
             "ownerReferences": [{
-                "apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": info.uid,
+                "apiVersion": "batch/v1", "kind": "Job", "name": info.job_name, "uid": info.uid,
                 "controller": true, "blockOwnerDeletion": true
             }],
             "managedFields": [{
@@ -1076,10 +1152,94 @@ fn job_pod_with(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Va
                     {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}
                 ]}]}},
                 "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
-                    "labelSelector": {"matchExpressions": [{"key": "job-name", "operator": "In", "values": [job]}]},
+                    "labelSelector": {"matchExpressions": [{"key": "job-name", "operator": "In", "values": [info.job_name]}]},
                     "topologyKey": "cloud.provider.com/topology-block"
                 }}]}
             }
+        },
+    })
+}
+
+/// The batch/v1 Job that owns a workload's pods: Indexed, completions
+/// and parallelism = ranks, its template the pods' (without the per-index
+/// parts). For a jobset, the JobSet controller's child Job
+/// `<name>-workers-0` with the JobSet's labels and owner reference.
+fn job_object(ns: &str, name: &str, info: &JobInfo) -> Value {
+    let pod = job_pod_with(ns, name, "0", "x", info);
+    let mut tlabels = pod["metadata"]["labels"].clone();
+    let mut tannotations = pod["metadata"]["annotations"].clone();
+    for m in [&mut tlabels, &mut tannotations] {
+        if let Some(m) = m.as_object_mut() {
+            m.remove("batch.kubernetes.io/job-completion-index");
+        }
+    }
+    let mut tspec = pod["spec"].clone();
+    if let Some(s) = tspec.as_object_mut() {
+        s.remove("hostname");
+    }
+    if let Some(env) = tspec["containers"][0]["env"].as_array_mut() {
+        env.retain(|e| e["name"] != "NODE_RANK");
+    }
+    let mut labels = json!({
+        "app.kubernetes.io/name": "llm-pretrain",
+        "app.kubernetes.io/component": "worker",
+    });
+    let mut annotations = json!({});
+    let mut owners = json!([]);
+    if info.jobset() {
+        for (k, v) in [
+            ("jobset.sigs.k8s.io/jobset-name", name.to_string()),
+            ("jobset.sigs.k8s.io/jobset-uid", info.set_uid.clone()),
+            (
+                "jobset.sigs.k8s.io/replicatedjob-name",
+                REPLICATED_JOB.to_string(),
+            ),
+            ("jobset.sigs.k8s.io/replicatedjob-replicas", "1".to_string()),
+            ("jobset.sigs.k8s.io/job-index", "0".to_string()),
+            ("jobset.sigs.k8s.io/job-global-index", "0".to_string()),
+            (
+                "jobset.sigs.k8s.io/restart-attempt",
+                info.attempt.to_string(),
+            ),
+            ("jobset.sigs.k8s.io/job-key", info.key.clone()),
+        ] {
+            labels[k] = v.clone().into();
+            annotations[k] = v.into();
+        }
+        owners = json!([{
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": name,
+            "uid": info.set_uid, "controller": true, "blockOwnerDeletion": true
+        }]);
+    }
+    json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": info.job_name,
+            "namespace": ns,
+            "uid": info.uid,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": owners,
+        },
+        "spec": {
+            "completions": info.ranks,
+            "parallelism": info.ranks,
+            "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "manualSelector": false,
+            "suspend": false,
+            "podReplacementPolicy": "TerminatingOrFailed",
+            "template": {
+                "metadata": {"labels": tlabels, "annotations": tannotations},
+                "spec": tspec,
+            },
+        },
+        "status": {
+            "active": info.ranks,
+            "startTime": now_rfc3339(),
+            "terminating": 0,
+            "uncountedTerminatedPods": {},
         },
     })
 }
@@ -1161,6 +1321,8 @@ mod tests {
             kind: "jobset".into(),
             ranks: 1000,
             uid: new_uid(),
+            job_name: child_job_name("jobset", "llama-70b"),
+            set_uid: new_uid(),
             key: "k".into(),
             attempt: 0,
         };
@@ -1172,5 +1334,14 @@ mod tests {
             p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"],
             "llama-70b"
         );
+        assert_eq!(p["metadata"]["labels"]["job-name"], "llama-70b-workers-0");
+        assert_eq!(
+            p["metadata"]["ownerReferences"][0]["name"],
+            "llama-70b-workers-0"
+        );
+        let j = job_object("team-a", "llama-70b", &info);
+        assert_eq!(j["metadata"]["name"], "llama-70b-workers-0");
+        assert_eq!(j["spec"]["completions"], 1000);
+        assert!(j["spec"]["template"]["spec"].get("hostname").is_none());
     }
 }
