@@ -41,10 +41,22 @@ impl Listeners {
         } else {
             udp_sockets
         };
-        let udp =
-            server::bind_udp(dns, n).with_context(|| format!("failed to bind dns udp {dns}"))?;
+        // With port 0 the kernel picks the UDP port; that number may be
+        // taken on TCP, so try a few picks before giving up.
+        let tries = if dns.port() == 0 { 20 } else { 1 };
+        let mut attempt = 0;
+        let (udp, tcp) = loop {
+            attempt += 1;
+            let udp = server::bind_udp(dns, n)
+                .with_context(|| format!("failed to bind dns udp {dns}"))?;
+            let bound = udp[0].local_addr()?;
+            match server::bind_tcp(bound) {
+                Ok(tcp) => break (udp, tcp),
+                Err(e) if attempt < tries && e.kind() == std::io::ErrorKind::AddrInUse => continue,
+                Err(e) => return Err(e).with_context(|| format!("failed to bind dns tcp {bound}")),
+            }
+        };
         let dns = udp[0].local_addr()?;
-        let tcp = server::bind_tcp(dns).with_context(|| format!("failed to bind dns tcp {dns}"))?;
         let admin = std::net::TcpListener::bind(admin)
             .and_then(|l| {
                 l.set_nonblocking(true)?;
