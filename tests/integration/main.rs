@@ -2,6 +2,8 @@
 //! `podns sim`, and dig where it is installed.
 
 mod cli;
+mod daemons;
 mod dns;
 mod sim;
 mod support;
+mod zonefile;
