@@ -97,7 +97,10 @@ pub fn render_zones(
     }
     if cfg.reverse {
         for apex in [IN_ADDR_ARPA, IP6_ARPA] {
-            bodies.push((format!("{apex}."), reverse_body(snapshot, apex, first, cfg.ttl)));
+            bodies.push((
+                format!("{apex}."),
+                reverse_body(snapshot, apex, first, cfg.ttl),
+            ));
         }
     }
     let serial = cfg.serial.unwrap_or_else(|| {
@@ -213,9 +216,7 @@ fn rdata(rrs: &Rrs, origin: &str, first: &str) -> Vec<(&'static str, String)> {
     aaaa.dedup();
     out.extend(aaaa.iter().map(|ip| ("AAAA", ip.to_string())));
     // Same weights as dns::answer: even shares of 100, at least 1.
-    let weight = 100usize
-        .checked_div(rrs.srv.len())
-        .map_or(0, |w| w.max(1));
+    let weight = 100usize.checked_div(rrs.srv.len()).map_or(0, |w| w.max(1));
     let mut srv: Vec<String> = rrs
         .srv
         .iter()
@@ -395,8 +396,7 @@ pub fn render_config(args: &ZonefileArgs) -> RenderConfig {
 
 /// Write each zone to `dir/<origin>zone`.
 pub fn write_dir(dir: &Path, zones: &[ZoneText]) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("failed to create {}", dir.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("failed to create {}", dir.display()))?;
     for z in zones {
         let path = dir.join(z.file_name());
         std::fs::write(&path, &z.text)

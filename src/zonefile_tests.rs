@@ -54,11 +54,7 @@ fn world() -> Arc<Table> {
         pod("web", "api-x", "10.1.0.4").label("app", "api"),
     ];
     let services = vec![
-        headless("ml", "gang", "gang").port(
-            Some("nccl"),
-            29500,
-            TargetPort::Name("nccl".into()),
-        ),
+        headless("ml", "gang", "gang").port(Some("nccl"), 29500, TargetPort::Name("nccl".into())),
         cluster_ip("web", "api", "10.96.0.10")
             .port(Some("http"), 80, TargetPort::Same)
             .port(None, 8443, TargetPort::Same),
@@ -182,7 +178,12 @@ fn every_record_is_what_podns_answers_and_every_name_is_there() {
     let origins: Vec<&str> = texts.iter().map(|z| z.origin.as_str()).collect();
     assert_eq!(
         origins,
-        ["cluster.local.", "example.org.", "in-addr.arpa.", "ip6.arpa."]
+        [
+            "cluster.local.",
+            "example.org.",
+            "in-addr.arpa.",
+            "ip6.arpa."
+        ]
     );
     let mut owners = std::collections::BTreeSet::new();
     for z in &texts {
@@ -272,8 +273,12 @@ fn a_cname_owner_has_nothing_else_and_srv_targets_follow_each_zone() {
         ],
         "one CNAME per forward zone and nothing beside it"
     );
-    assert!(text.contains("_nccl._tcp.gang.ml.svc\t5\tIN\tSRV\t0 50 29500 gang-0.gang.ml.svc.example.org.\n"));
-    assert!(text.contains("_nccl._tcp.gang.ml.svc\t5\tIN\tSRV\t0 50 29500 gang-0.gang.ml.svc.cluster.local.\n"));
+    assert!(text.contains(
+        "_nccl._tcp.gang.ml.svc\t5\tIN\tSRV\t0 50 29500 gang-0.gang.ml.svc.example.org.\n"
+    ));
+    assert!(text.contains(
+        "_nccl._tcp.gang.ml.svc\t5\tIN\tSRV\t0 50 29500 gang-0.gang.ml.svc.cluster.local.\n"
+    ));
     // PTRs point into the first zone only.
     assert!(text.contains("1.0.1.10\t5\tIN\tPTR\tgang-0.gang.ml.svc.cluster.local.\n"));
 }

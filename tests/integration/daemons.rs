@@ -70,7 +70,9 @@ impl Daemon {
                 panic!("{} exited with {status}:\n{}", self.name, self.log_text());
             }
             let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-            let q = query_msg(name, qtype, Some(1232));
+            let mut q = query_msg(name, qtype, Some(1232));
+            // A forwarder answers RD=0 from its cache only.
+            q.metadata.recursion_desired = true;
             sock.send_to(&q.to_vec().unwrap(), addr).await.unwrap();
             let mut buf = vec![0u8; 65535];
             if let Ok(Ok((n, _))) =
@@ -136,7 +138,40 @@ pub fn nsd(nsd: &Path, dir: &Path, port: u16, zones: &[(String, String)]) -> Dae
     std::fs::write(&path, conf).unwrap();
     Daemon::spawn(
         "nsd",
-        std::process::Command::new(nsd).arg("-d").arg("-c").arg(&path),
+        std::process::Command::new(nsd)
+            .arg("-d")
+            .arg("-c")
+            .arg(&path),
         &dir.join("nsd.out"),
+    )
+}
+
+/// Unbound on 127.0.0.1:`port`, configured in `dir`, with a stub zone for
+/// `zone` pointing at `upstream`. DNSSEC validation is off (the iterator
+/// module alone) and negative caching is left at its defaults, so Unbound
+/// keeps an NXDOMAIN for the SOA MINIMUM podns sends (RFC 2308).
+pub fn unbound(unbound: &Path, dir: &Path, port: u16, zone: &str, upstream: SocketAddr) -> Daemon {
+    let d = dir.display();
+    let conf = format!(
+        "server:\n  interface: 127.0.0.1\n  port: {port}\n  do-ip6: no\n  do-daemonize: no\n  \
+         username: \"\"\n  chroot: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound.pid\"\n  \
+         use-syslog: no\n  logfile: \"\"\n  verbosity: 1\n  num-threads: 1\n  so-reuseport: no\n  \
+         access-control: 127.0.0.0/8 allow\n  do-not-query-localhost: no\n  \
+         module-config: \"iterator\"\n  domain-insecure: \"{zone}\"\n  qname-minimisation: no\n  \
+         local-zone: \"{zone}\" nodefault\n\
+         remote-control:\n  control-enable: no\n\
+         stub-zone:\n  name: \"{zone}\"\n  stub-addr: {}@{}\n",
+        upstream.ip(),
+        upstream.port()
+    );
+    let path = dir.join("unbound.conf");
+    std::fs::write(&path, conf).unwrap();
+    Daemon::spawn(
+        "unbound",
+        std::process::Command::new(unbound)
+            .arg("-d")
+            .arg("-c")
+            .arg(&path),
+        &dir.join("unbound.out"),
     )
 }

@@ -6,4 +6,5 @@ mod daemons;
 mod dns;
 mod sim;
 mod support;
+mod unbound;
 mod zonefile;

@@ -19,7 +19,12 @@ const ZONE_FILES: [&str; 3] = ["cluster.local.zone", "in-addr.arpa.zone", "ip6.a
 /// Run the binary as a user would: `podns zonefile --out-dir DIR`.
 async fn export(kubeconfig: &Path, dir: &Path) {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_podns"))
-        .args(["zonefile", "--reverse", "--serial=1", "--ns-address=127.0.0.1"])
+        .args([
+            "zonefile",
+            "--reverse",
+            "--serial=1",
+            "--ns-address=127.0.0.1",
+        ])
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .arg("--out-dir")
@@ -111,7 +116,10 @@ async fn a_1000_pod_export_loads_in_nsd_and_knot_and_answers_like_podns() {
         export(&kubeconfig, &out).await;
         let live = podns::zonefile::render_zones(&table.snapshot(), &zones, &cfg);
         let same = live.iter().all(|z| {
-            std::fs::read_to_string(out.join(z.file_name())).ok().as_deref() == Some(&z.text)
+            std::fs::read_to_string(out.join(z.file_name()))
+                .ok()
+                .as_deref()
+                == Some(&z.text)
         });
         if same {
             break;
