@@ -3,6 +3,7 @@
 
 mod cli;
 mod daemons;
+mod deploy;
 mod dns;
 mod sim;
 mod support;
