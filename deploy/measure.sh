@@ -7,6 +7,7 @@
 #   cargo build --release
 #   deploy/measure.sh 10 1000      # 10 jobs × 1000 ranks = 10,000 pods
 #   deploy/measure.sh 100 1000     # 100,000 pods (--pod-cidr 10.0.0.0/12)
+#   SERVE_FLAGS="--streaming-list off" deploy/measure.sh 10 1000   # list + watch
 set -euo pipefail
 jobs=${1:-10}
 ranks=${2:-1000}
@@ -38,7 +39,7 @@ curl -fsS -X POST "$api/sim/stats/reset" >/dev/null
 
 start=$(date +%s.%N)
 "$bin" serve --kubeconfig "$dir/k.yaml" --dns-listen 127.0.0.1:0 \
-  --admin-listen 127.0.0.1:0 >"$dir/serve.log" 2>&1 &
+  --admin-listen 127.0.0.1:0 ${SERVE_FLAGS:-} >"$dir/serve.log" 2>&1 &
 serve_pid=$!
 end=$(deadline 600)
 admin=""
