@@ -243,3 +243,63 @@ async fn a_1000_pod_export_loads_in_nsd_and_knot_and_answers_like_podns() {
         daemon.log_text()
     );
 }
+
+/// `podns zonefile --kubeconfig K ARGS…` as a user runs it.
+async fn zonefile(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_podns"))
+        .arg("zonefile")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdout_has_one_marked_section_per_zone_and_bad_flags_exit_64() {
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let sim = start_sim(&["--kubelet", "--jobs=1", "--ranks=4"], &shutdown).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, sim.kubeconfig_yaml()).unwrap();
+    let both = ["--reverse", "--zone=cluster.local,example.org"];
+    let a = zonefile(&kubeconfig, &both).await;
+    let b = zonefile(&kubeconfig, &both).await;
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    assert_eq!(a.stdout, b.stdout, "same state, same bytes");
+    let text = String::from_utf8(a.stdout).unwrap();
+    let sections: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(podns::zonefile::SECTION_MARKER))
+        .collect();
+    assert_eq!(
+        sections,
+        [
+            "cluster.local.",
+            "example.org.",
+            "in-addr.arpa.",
+            "ip6.arpa."
+        ]
+    );
+    assert!(text.contains("train-0-3.train-0.default.svc\t5\tIN\tA\t"));
+
+    let only = zonefile(&kubeconfig, &["--reverse", "--reverse-only"]).await;
+    let only = String::from_utf8(only.stdout).unwrap();
+    assert!(only.starts_with("; podns zone in-addr.arpa.\n"));
+    assert!(!only.contains("$ORIGIN cluster.local."));
+
+    for bad in [
+        &["--ttl=soon"][..],
+        &["--reverse-only"],
+        &["--zone=10.in-addr.arpa"],
+    ] {
+        let o = zonefile(&kubeconfig, bad).await;
+        assert_eq!(o.status.code(), Some(64), "{bad:?}: {o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(o.stdout.is_empty());
+    }
+    shutdown.cancel();
+}
