@@ -41,10 +41,24 @@ impl Listeners {
         } else {
             udp_sockets
         };
-        let udp =
-            server::bind_udp(dns, n).with_context(|| format!("failed to bind dns udp {dns}"))?;
+        // Port 0: the kernel picks a free UDP port, which TCP may hold
+        // (another process's connection); pick again rather than fail.
+        let tries = if dns.port() == 0 { 20 } else { 1 };
+        let mut attempt = 0;
+        let (udp, tcp) = loop {
+            attempt += 1;
+            let udp = server::bind_udp(dns, n)
+                .with_context(|| format!("failed to bind dns udp {dns}"))?;
+            let bound = udp[0].local_addr()?;
+            match server::bind_tcp(bound) {
+                Ok(tcp) => break (udp, tcp),
+                Err(_) if attempt < tries => continue,
+                Err(e) => {
+                    return Err(e).with_context(|| format!("failed to bind dns tcp {bound}"));
+                }
+            }
+        };
         let dns = udp[0].local_addr()?;
-        let tcp = server::bind_tcp(dns).with_context(|| format!("failed to bind dns tcp {dns}"))?;
         let admin = std::net::TcpListener::bind(admin)
             .and_then(|l| {
                 l.set_nonblocking(true)?;

@@ -503,11 +503,15 @@ impl Workload {
     }
 
     /// Replaces one random pod; job pods come back under the same hostname.
-    fn churn_one(&self, keys: &[(String, String)]) {
+    /// The replaced key leaves `keys` and the new pod's joins it, so a
+    /// burst never picks a pod it has already replaced.
+    fn churn_one(&self, keys: &mut Vec<(String, String)>) {
         if keys.is_empty() {
             return;
         }
-        let (ns, name) = &keys[rand::random_range(0..keys.len())];
+        let pick = rand::random_range(0..keys.len());
+        let (ns, name) = keys.swap_remove(pick);
+        let (ns, name) = (&ns, &name);
         let Ok(old) = self.store.get(Kind::Pod, ns, name) else {
             return;
         };
@@ -560,7 +564,8 @@ impl Workload {
                 n
             }
         };
-        if self.store.create(Kind::Pod, ns, new).is_ok() {
+        if let Ok(obj) = self.store.create(Kind::Pod, ns, new) {
+            keys.push((ns.clone(), obj.name.clone()));
             self.churned.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -587,7 +592,7 @@ impl Workload {
                     keys = w.store.pod_keys(&Filter::default());
                     keys_at = Instant::now();
                 }
-                w.churn_one(&keys);
+                w.churn_one(&mut keys);
             }
             tracing::info!(total, "churn finished");
         });
