@@ -33,6 +33,8 @@ pub enum Command {
     Sim(SimArgs),
     /// Simulator and server together on loopback, with a sample training workload.
     Demo(DemoArgs),
+    /// List Pods and Services once and print what podns would answer as RFC 1035 zone text.
+    Zonefile(ZonefileArgs),
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,4 +267,53 @@ pub struct DemoArgs {
     /// Exit once the dig commands have been printed (for scripts and tests).
     #[arg(long)]
     pub exit_when_ready: bool,
+}
+
+/// Flags of `podns zonefile`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ZonefileArgs {
+    /// Zone to export (repeatable).
+    #[arg(
+        long = "zone",
+        env = "PODNS_ZONE",
+        value_delimiter = ',',
+        default_value = "cluster.local"
+    )]
+    pub zones: Vec<Zone>,
+    /// Also export `in-addr.arpa.` and `ip6.arpa.` with PTR records, each as its own zone.
+    #[arg(long)]
+    pub reverse: bool,
+    /// Export only the reverse zones (needs --reverse).
+    #[arg(long)]
+    pub reverse_only: bool,
+    /// Write one file per zone (`DIR/cluster.local.zone`) instead of stdout.
+    #[arg(long)]
+    pub out_dir: Option<PathBuf>,
+    /// SOA serial (default: a hash of the records, stable for unchanged data).
+    #[arg(long)]
+    pub serial: Option<u32>,
+    /// TTL of records, in seconds.
+    #[arg(long, env = "PODNS_TTL", default_value_t = 5)]
+    pub ttl: u32,
+    /// SOA MINIMUM (negative TTL), in seconds.
+    #[arg(long, env = "PODNS_NEGATIVE_TTL", default_value_t = 1)]
+    pub negative_ttl: u32,
+    /// Glue addresses of `ns.dns.<zone>` (default: $POD_IP).
+    #[arg(long, env = "PODNS_NS_ADDRESS")]
+    pub ns_address: Vec<IpAddr>,
+    /// Which pods are published.
+    #[arg(long, env = "PODNS_PUBLISH", value_enum, default_value_t = Publish::Ip)]
+    pub publish: Publish,
+    /// Where hostname names come from.
+    #[arg(long, env = "PODNS_HOSTNAMES", value_enum, default_value_t = Hostnames::Pod)]
+    pub hostnames: Hostnames,
+    /// What to export when several published pods share one hostname.
+    #[arg(long, env = "PODNS_DUPLICATE_HOSTNAMES", value_enum, default_value_t = Duplicates::One)]
+    pub duplicate_hostnames: Duplicates,
+    /// Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use.
+    #[arg(long, env = "PODNS_CONTEXT")]
+    pub context: Option<String>,
 }

@@ -22,6 +22,7 @@
 //! - [`admin`]: Prometheus metrics and health endpoints.
 //! - [`sim`]: an in-memory Kubernetes API server for tests, demos and benches.
 //! - [`serve`], [`demo`]: the wiring of the subcommands.
+//! - [`zonefile`]: one list → the index → RFC 1035 zone text (`podns zonefile`).
 
 #![forbid(unsafe_code)]
 
@@ -33,3 +34,4 @@ pub mod index;
 pub mod k8s;
 pub mod serve;
 pub mod sim;
+pub mod zonefile;

@@ -46,6 +46,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => podns::serve::run(args).await,
             Command::Sim(args) => podns::sim::run(args).await,
             Command::Demo(args) => podns::demo::run(args).await,
+            Command::Zonefile(args) => podns::zonefile::run(args).await,
         }
     });
     match result {

@@ -2,7 +2,11 @@
 //! `podns sim`, and dig where it is installed.
 
 mod cli;
+mod daemons;
+mod deploy;
 mod dns;
 mod rank;
 mod sim;
 mod support;
+mod unbound;
+mod zonefile;

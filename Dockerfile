@@ -1,0 +1,36 @@
+# podns: one static-ish binary in a small non-root image.
+#
+#   docker build -t podns:0.1.0 .
+#
+# Two names for the same binary: /usr/local/bin/podns has no capability
+# (the forward-target Deployment drops ALL and listens on 5353), and
+# /usr/local/bin/podns-bind53 carries cap_net_bind_service=+ep so the
+# DaemonSet can bind 169.254.20.11:53 as uid 65532 with
+# allowPrivilegeEscalation: false (the runtime must grant NET_BIND_SERVICE,
+# which the DaemonSet does; a binary whose file capability is not granted
+# fails to exec, hence the second name).
+
+FROM rust:1-bookworm AS build
+WORKDIR /src
+# Dependencies first, so source edits do not refetch and rebuild them.
+COPY Cargo.toml Cargo.lock ./
+RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
+    && cargo build --release --locked --bin podns || true
+COPY src ./src
+RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin podns \
+    && strip target/release/podns
+
+FROM debian:bookworm-slim AS runtime
+COPY --from=build /src/target/release/podns /usr/local/bin/podns
+# setcap here, in the final stage: extended attributes do not reliably
+# survive COPY --from between stages.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libcap2-bin ca-certificates \
+    && cp /usr/local/bin/podns /usr/local/bin/podns-bind53 \
+    && setcap cap_net_bind_service=+ep /usr/local/bin/podns-bind53 \
+    && apt-get purge -y libcap2-bin && apt-get autoremove -y \
+    && rm -rf /var/lib/apt/lists/*
+USER 65532:65532
+EXPOSE 5353/udp 5353/tcp 9153/tcp
+ENTRYPOINT ["/usr/local/bin/podns"]
+CMD ["serve", "--dns-listen=0.0.0.0:5353", "--admin-listen=0.0.0.0:9153"]

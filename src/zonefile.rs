@@ -1,0 +1,450 @@
+//! `podns zonefile`: one list of Pods and one of Services, fed through the
+//! same [`Writer`] as `podns serve`, then the whole index as RFC 1035 zone
+//! text: what podns would answer, loadable by NSD and Knot DNS so a static
+//! server can be diffed against podns or benchmarked on identical data.
+//!
+//! Output is one section per zone: every `--zone`, then with `--reverse`
+//! `in-addr.arpa.` and `ip6.arpa.`. Each section starts with the line
+//! `; podns zone <origin>` ([`SECTION_MARKER`]) followed by `$ORIGIN` and
+//! `$TTL`, so `csplit -z - '/^; podns zone /' '{*}'` splits stdout;
+//! `--out-dir DIR` writes `DIR/<origin>zone` files (`cluster.local.zone`)
+//! instead. Same cluster state → byte-identical output: names are sorted,
+//! records within a name are sorted, and the SOA serial is a hash of the
+//! records (override with `--serial`).
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use hickory_proto::rr::Name;
+use kube::Api;
+use kube::api::ListParams;
+
+use crate::admin::Metrics;
+use crate::cli::ZonefileArgs;
+use crate::dns::answer::DNS_SCHEMA_VERSION;
+use crate::index::names::{IN_ADDR_ARPA, IP6_ARPA};
+use crate::index::{Change, Policy, Rrs, SyncNeeds, Table, Update, Writer};
+use crate::k8s::convert;
+use crate::k8s::slim::{SlimPod, SlimService};
+use crate::serve::ConfigError;
+
+/// The first line of every zone section on stdout.
+pub const SECTION_MARKER: &str = "; podns zone ";
+
+/// Forward names podns answers itself, whatever the index holds
+/// (`dns::answer` checks them before the table).
+const RESERVED: [&str; 3] = ["dns-version", "ns.dns", "dns"];
+
+/// What shapes the zone text besides the index.
+#[derive(Clone, Debug)]
+pub struct RenderConfig {
+    pub ttl: u32,
+    /// SOA MINIMUM: the TTL of negative answers (RFC 2308).
+    pub negative_ttl: u32,
+    /// Glue of `ns.dns.<zone>`.
+    pub ns_addrs: Vec<IpAddr>,
+    /// Also render `in-addr.arpa.` and `ip6.arpa.` with PTR records.
+    pub reverse: bool,
+    /// `None`: a hash of the records, so unchanged data keeps its serial.
+    pub serial: Option<u32>,
+}
+
+/// One zone: its origin (fully qualified, lower case) and its text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneText {
+    pub origin: String,
+    pub text: String,
+}
+
+impl ZoneText {
+    /// The file name `--out-dir` uses: `cluster.local.zone`, `in-addr.arpa.zone`.
+    pub fn file_name(&self) -> String {
+        format!("{}zone", self.origin)
+    }
+}
+
+/// Every zone as one string (the sections of [`render_zones`], in order).
+pub fn render(snapshot: &[(String, Arc<Rrs>)], zones: &[Name], cfg: &RenderConfig) -> String {
+    render_zones(snapshot, zones, cfg)
+        .into_iter()
+        .map(|z| z.text)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every zone as its own text. `snapshot` is [`Table::snapshot`]: forward
+/// keys relative to each zone, reverse keys absolute.
+pub fn render_zones(
+    snapshot: &[(String, Arc<Rrs>)],
+    zones: &[Name],
+    cfg: &RenderConfig,
+) -> Vec<ZoneText> {
+    let origins: Vec<String> = zones
+        .iter()
+        .map(|z| z.to_lowercase().to_ascii())
+        .map(|z| if z.ends_with('.') { z } else { format!("{z}.") })
+        .collect();
+    let Some(first) = origins.first() else {
+        return vec![];
+    };
+    // Records first, SOA last: the serial hashes the records.
+    let mut bodies: Vec<(String, String)> = Vec::new();
+    for origin in &origins {
+        bodies.push((origin.clone(), forward_body(snapshot, origin, first, cfg)));
+    }
+    if cfg.reverse {
+        for apex in [IN_ADDR_ARPA, IP6_ARPA] {
+            bodies.push((
+                format!("{apex}."),
+                reverse_body(snapshot, apex, first, cfg.ttl),
+            ));
+        }
+    }
+    let serial = cfg.serial.unwrap_or_else(|| {
+        let mut h = Fnv::default();
+        for (o, b) in &bodies {
+            h.write(o.as_bytes());
+            h.write(b.as_bytes());
+        }
+        h.finish32()
+    });
+    bodies
+        .into_iter()
+        .map(|(origin, body)| {
+            // Reverse zones name the first zone's server, as podns's
+            // reverse SOA does.
+            let soa_zone = if origins.contains(&origin) {
+                &origin
+            } else {
+                first
+            };
+            let mut text = String::new();
+            let _ = writeln!(text, "{SECTION_MARKER}{origin}");
+            let _ = writeln!(text, "$ORIGIN {origin}");
+            let _ = writeln!(text, "$TTL {}", cfg.ttl);
+            let _ = writeln!(
+                text,
+                "@\t{ttl}\tIN\tSOA\tns.dns.{soa_zone} hostmaster.{soa_zone} {serial} 7200 1800 86400 {min}",
+                ttl = cfg.ttl,
+                min = cfg.negative_ttl,
+            );
+            let _ = writeln!(text, "@\t{}\tIN\tNS\tns.dns.{soa_zone}", cfg.ttl);
+            text.push_str(&body);
+            ZoneText { origin, text }
+        })
+        .collect()
+}
+
+/// The records of a forward zone below the SOA and NS.
+fn forward_body(
+    snapshot: &[(String, Arc<Rrs>)],
+    origin: &str,
+    first: &str,
+    cfg: &RenderConfig,
+) -> String {
+    let ttl = cfg.ttl;
+    let mut out = String::new();
+    let mut glue: Vec<String> = cfg
+        .ns_addrs
+        .iter()
+        .map(|ip| match ip {
+            IpAddr::V4(v4) => format!("ns.dns\t{ttl}\tIN\tA\t{v4}"),
+            IpAddr::V6(v6) => format!("ns.dns\t{ttl}\tIN\tAAAA\t{v6}"),
+        })
+        .collect();
+    glue.sort();
+    for line in glue {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = writeln!(
+        out,
+        "dns-version\t{ttl}\tIN\tTXT\t{}",
+        quote(DNS_SCHEMA_VERSION)
+    );
+    for (key, rrs) in snapshot {
+        if is_reverse_key(key) || RESERVED.contains(&key.as_str()) || key.is_empty() {
+            continue;
+        }
+        let owner = escape_name(key);
+        for (rtype, data) in rdata(rrs, origin, first) {
+            let _ = writeln!(out, "{owner}\t{ttl}\tIN\t{rtype}\t{data}");
+        }
+    }
+    out
+}
+
+/// The PTR records under one reverse apex (`in-addr.arpa`).
+fn reverse_body(snapshot: &[(String, Arc<Rrs>)], apex: &str, first: &str, ttl: u32) -> String {
+    let suffix = format!(".{apex}");
+    let mut out = String::new();
+    for (key, rrs) in snapshot {
+        let Some(rel) = key.strip_suffix(&suffix) else {
+            continue;
+        };
+        let owner = escape_name(rel);
+        for (rtype, data) in rdata(rrs, first, first) {
+            let _ = writeln!(out, "{owner}\t{ttl}\tIN\t{rtype}\t{data}");
+        }
+    }
+    out
+}
+
+fn is_reverse_key(key: &str) -> bool {
+    key == IN_ADDR_ARPA
+        || key == IP6_ARPA
+        || key.ends_with(".in-addr.arpa")
+        || key.ends_with(".ip6.arpa")
+}
+
+/// (type, rdata) lines of one name, each RRset sorted. A CNAME owner gets
+/// nothing else: podns chases the CNAME for every other type (RFC 1034
+/// §3.6.2 forbids other data beside it anyway).
+fn rdata(rrs: &Rrs, origin: &str, first: &str) -> Vec<(&'static str, String)> {
+    if let Some(target) = &rrs.cname {
+        return vec![("CNAME", format!("{}.", escape_name(target)))];
+    }
+    let mut out = Vec::new();
+    let mut a: Vec<_> = rrs.a.clone();
+    a.sort();
+    a.dedup();
+    out.extend(a.iter().map(|ip| ("A", ip.to_string())));
+    let mut aaaa: Vec<_> = rrs.aaaa.clone();
+    aaaa.sort();
+    aaaa.dedup();
+    out.extend(aaaa.iter().map(|ip| ("AAAA", ip.to_string())));
+    // Same weights as dns::answer: even shares of 100, at least 1.
+    let weight = 100usize.checked_div(rrs.srv.len()).map_or(0, |w| w.max(1));
+    let mut srv: Vec<String> = rrs
+        .srv
+        .iter()
+        .map(|s| format!("0 {weight} {} {}.{origin}", s.port, escape_name(&s.target)))
+        .collect();
+    srv.sort();
+    srv.dedup();
+    out.extend(srv.into_iter().map(|s| ("SRV", s)));
+    if let Some(t) = &rrs.txt {
+        out.push(("TXT", quote(t)));
+    }
+    if let Some(t) = &rrs.ptr {
+        out.push(("PTR", format!("{}.{first}", escape_name(t))));
+    }
+    out
+}
+
+/// A name (dots separate labels) with every byte that is special in zone
+/// text written as `\DDD` (RFC 1035 §5.1).
+fn escape_name(name: &str) -> String {
+    let mut s = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'*') {
+            s.push(b as char);
+        } else {
+            let _ = write!(s, "\\{b:03}");
+        }
+    }
+    s
+}
+
+/// A `<character-string>` in quotes, with `"`, `\` and non-printables escaped.
+fn quote(text: &str) -> String {
+    let mut s = String::with_capacity(text.len() + 2);
+    s.push('"');
+    for b in text.bytes() {
+        match b {
+            b'"' | b'\\' => {
+                s.push('\\');
+                s.push(b as char);
+            }
+            0x20..=0x7e => s.push(b as char),
+            _ => {
+                let _ = write!(s, "\\{b:03}");
+            }
+        }
+    }
+    s.push('"');
+    s
+}
+
+/// FNV-1a: a stable hash (std's hashers are seeded per process).
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn finish32(&self) -> u32 {
+        (self.0 ^ (self.0 >> 32)) as u32
+    }
+}
+
+/// Check what clap cannot.
+pub fn validate(args: &ZonefileArgs) -> Result<(), ConfigError> {
+    if args.zones.is_empty() {
+        return Err(ConfigError("at least one --zone is required".into()));
+    }
+    for (i, z) in args.zones.iter().enumerate() {
+        if args.zones[..i].contains(z) {
+            return Err(ConfigError(format!("--zone {z} given twice")));
+        }
+        let s = z.to_string();
+        if s.ends_with("in-addr.arpa.") || s.ends_with("ip6.arpa.") {
+            return Err(ConfigError(format!(
+                "--zone {z}: reverse zones are exported with --reverse"
+            )));
+        }
+    }
+    if args.reverse_only && !args.reverse {
+        return Err(ConfigError("--reverse-only needs --reverse".into()));
+    }
+    Ok(())
+}
+
+/// List everything once and build the index a fresh `podns serve` would
+/// hold after its first sync.
+pub async fn list_into_table(client: kube::Client, policy: Policy) -> anyhow::Result<Arc<Table>> {
+    let pods = list_all::<SlimPod>(client.clone()).await?;
+    let services = list_all::<SlimService>(client).await?;
+    let table = Table::new();
+    let needs = SyncNeeds {
+        pod_scopes: 1,
+        service_scopes: 1,
+    };
+    let mut writer = Writer::new(table.clone(), policy, Metrics::new(), needs);
+    let pods = pods
+        .iter()
+        .filter_map(|p| match convert::pod(p) {
+            Ok(info) => Some(info),
+            Err(error) => {
+                tracing::warn!(namespace = ?p.metadata.namespace, name = ?p.metadata.name, %error, "skipping pod");
+                None
+            }
+        })
+        .collect();
+    let services = services
+        .iter()
+        .filter_map(|s| match convert::service(s) {
+            Ok(info) => Some(info),
+            Err(error) => {
+                tracing::warn!(namespace = ?s.metadata.namespace, name = ?s.metadata.name, %error, "skipping service");
+                None
+            }
+        })
+        .collect();
+    writer.apply(Update::Service(Change::Reset {
+        namespace: None,
+        items: services,
+    }));
+    writer.apply(Update::Pod(Change::Reset {
+        namespace: None,
+        items: pods,
+    }));
+    Ok(table)
+}
+
+/// A paginated list (pages of 500, as kubectl does), so a 100k-pod
+/// cluster is not one response.
+async fn list_all<K>(client: kube::Client) -> anyhow::Result<Vec<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let api: Api<K> = Api::all(client);
+    let mut out = Vec::new();
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = api
+            .list(&params)
+            .await
+            .with_context(|| format!("failed to list {}", K::plural(&())))?;
+        out.extend(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(c) => params = params.continue_token(&c),
+            None => break,
+        }
+    }
+    Ok(out)
+}
+
+/// The render configuration from the flags (and `$POD_IP`, as serve does).
+pub fn render_config(args: &ZonefileArgs) -> RenderConfig {
+    let mut ns_addrs = args.ns_address.clone();
+    if ns_addrs.is_empty()
+        && let Ok(ip) = std::env::var("POD_IP")
+        && let Ok(ip) = ip.parse::<IpAddr>()
+    {
+        ns_addrs.push(ip);
+    }
+    RenderConfig {
+        ttl: args.ttl,
+        negative_ttl: args.negative_ttl,
+        ns_addrs,
+        reverse: args.reverse,
+        serial: args.serial,
+    }
+}
+
+/// Write each zone to `dir/<origin>zone`.
+pub fn write_dir(dir: &Path, zones: &[ZoneText]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("failed to create {}", dir.display()))?;
+    for z in zones {
+        let path = dir.join(z.file_name());
+        std::fs::write(&path, &z.text)
+            .with_context(|| format!("failed to write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `podns zonefile`.
+pub async fn run(args: ZonefileArgs) -> anyhow::Result<()> {
+    validate(&args)?;
+    let client =
+        crate::serve::kube_client_for(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let policy = Policy {
+        publish: args.publish,
+        hostnames: args.hostnames,
+        duplicates: args.duplicate_hostnames,
+    };
+    let table = list_into_table(client, policy).await?;
+    let zones: Vec<Name> = args.zones.iter().map(|z| z.0.clone()).collect();
+    let mut texts = render_zones(&table.snapshot(), &zones, &render_config(&args));
+    if args.reverse_only {
+        texts.retain(|z| z.origin.ends_with(".arpa."));
+    }
+    match &args.out_dir {
+        Some(dir) => {
+            write_dir(dir, &texts)?;
+            for z in &texts {
+                tracing::info!(path = %dir.join(z.file_name()).display(), "wrote zone");
+            }
+        }
+        None => {
+            use std::io::Write;
+            let text = texts
+                .into_iter()
+                .map(|z| z.text)
+                .collect::<Vec<_>>()
+                .join("\n");
+            let mut stdout = std::io::stdout().lock();
+            stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+                .context("failed to write stdout")?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "zonefile_tests.rs"]
+mod tests;

@@ -1,0 +1,324 @@
+//! deploy/: `kubectl kustomize` renders each mode; the result validates
+//! against the Kubernetes schemas (`kubernetes-validate --strict`, offline,
+//! when installed) and the fields that matter are checked by hand: RBAC is
+//! exactly get/list/watch on pods and services, the security context, the
+//! probes, resources, the downward-API POD_IP, Prometheus, and podns's own
+//! flags parse with the real CLI.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::Parser;
+use serde::Deserialize;
+use serde_yaml::Value;
+
+use crate::daemons::find_tool;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Rendered documents of one overlay, or None when kubectl is missing.
+fn render(mode: &str) -> Option<(String, Vec<Value>)> {
+    let Some(kubectl) = find_tool("kubectl") else {
+        eprintln!("skipping: kubectl not installed");
+        return None;
+    };
+    let out = Command::new(kubectl)
+        .arg("kustomize")
+        .arg(repo().join("deploy/overlays").join(mode))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {mode}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect();
+    Some((text, docs))
+}
+
+fn kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn one<'a>(docs: &'a [Value], k: &str) -> &'a Value {
+    let v = kind(docs, k);
+    assert_eq!(v.len(), 1, "exactly one {k}");
+    v[0]
+}
+
+fn strs(v: &Value) -> Vec<String> {
+    let mut s: Vec<String> = v
+        .as_sequence()
+        .unwrap_or_else(|| panic!("a list: {v:?}"))
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect();
+    s.sort();
+    s
+}
+
+/// `kubernetes-validate --strict` on the rendered text, offline (its
+/// schemas ship in the package). Returns false when it is not installed.
+fn schema_validate(mode: &str, text: &str) -> bool {
+    let Some(tool) = find_tool("kubernetes-validate") else {
+        eprintln!("kubernetes-validate not installed: {mode} checked by hand only");
+        return false;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(format!("{mode}.yaml"));
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(tool)
+        .args(["--strict", "--quiet", "--no-warn", "-k", "1.32.0"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{mode} does not validate:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    true
+}
+
+#[derive(Parser)]
+struct Podns {
+    #[command(subcommand)]
+    command: podns::cli::Command,
+}
+
+/// Checks both modes share: RBAC, identity, metrics, and the podns
+/// container's security, probes, resources and flags.
+fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
+    // RBAC: exactly get/list/watch on pods and services, nothing else.
+    let role = one(docs, "ClusterRole");
+    let rules = role["rules"].as_sequence().unwrap();
+    assert_eq!(rules.len(), 1, "one rule: {rules:?}");
+    assert_eq!(strs(&rules[0]["apiGroups"]), [""]);
+    assert_eq!(strs(&rules[0]["resources"]), ["pods", "services"]);
+    assert_eq!(strs(&rules[0]["verbs"]), ["get", "list", "watch"]);
+    assert!(rules[0].get("resourceNames").is_none());
+    let binding = one(docs, "ClusterRoleBinding");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    let sa = one(docs, "ServiceAccount");
+    assert_eq!(binding["subjects"][0]["kind"], "ServiceAccount");
+    assert_eq!(binding["subjects"][0]["name"], sa["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"][0]["namespace"],
+        sa["metadata"]["namespace"]
+    );
+    assert_eq!(pod["spec"]["serviceAccountName"], sa["metadata"]["name"]);
+    assert!(
+        kind(docs, "Role").is_empty() && kind(docs, "RoleBinding").is_empty(),
+        "no other grants"
+    );
+
+    // Prometheus: annotations and a ServiceMonitor on a Service that
+    // selects these pods by a named port.
+    let ann = &pod["metadata"]["annotations"];
+    assert_eq!(ann["prometheus.io/scrape"], "true");
+    assert_eq!(ann["prometheus.io/port"], admin_port.to_string());
+    let sm = one(docs, "ServiceMonitor");
+    assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+    let metrics_svc = kind(docs, "Service")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == "podns-metrics")
+        .expect("metrics Service");
+    for (k, v) in metrics_svc["spec"]["selector"].as_mapping().unwrap() {
+        assert_eq!(
+            &pod["metadata"]["labels"][k], v,
+            "metrics Service selects the pods"
+        );
+    }
+
+    let spec = &pod["spec"];
+    assert_eq!(
+        spec["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let containers = spec["containers"].as_sequence().unwrap();
+    let c = containers
+        .iter()
+        .find(|c| c["name"] == "podns")
+        .expect("podns container");
+    let sc = &c["securityContext"];
+    let non_root = sc["runAsNonRoot"] == true || spec["securityContext"]["runAsNonRoot"] == true;
+    assert!(non_root, "runAsNonRoot");
+    let uid = sc["runAsUser"]
+        .as_u64()
+        .or(spec["securityContext"]["runAsUser"].as_u64());
+    assert!(uid.is_some_and(|u| u != 0), "a non-zero uid");
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(strs(&sc["capabilities"]["drop"]), ["ALL"]);
+    let added = sc["capabilities"].get("add").map(strs).unwrap_or_default();
+    if binds_53 {
+        assert_eq!(added, ["NET_BIND_SERVICE"]);
+    } else {
+        assert!(added.is_empty(), "no capability when not binding 53");
+    }
+    assert!(sc.get("privileged").is_none_or(|p| *p == false));
+
+    // Probes on the admin port.
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let get = &c[probe]["httpGet"];
+        assert_eq!(get["path"], path, "{probe}");
+        let port_ok =
+            get["port"].as_u64() == Some(admin_port)
+                || get["port"].as_str().is_some_and(|name| {
+                    c["ports"].as_sequence().unwrap().iter().any(|p| {
+                        p["name"] == name && p["containerPort"].as_u64() == Some(admin_port)
+                    })
+                });
+        assert!(port_ok, "{probe} on the admin port {admin_port}: {get:?}");
+    }
+    // Resources: requests and a memory limit.
+    let r = &c["resources"];
+    for (section, key) in [
+        ("requests", "cpu"),
+        ("requests", "memory"),
+        ("limits", "memory"),
+    ] {
+        assert!(r[section][key].is_string(), "resources.{section}.{key}");
+    }
+    // POD_IP from the downward API.
+    let pod_ip = c["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "POD_IP")
+        .expect("POD_IP env");
+    assert_eq!(pod_ip["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
+
+    // The flags parse with podns's own CLI ($(POD_IP) as the kubelet expands it).
+    let mut argv = vec!["podns".to_string()];
+    argv.extend(
+        strs_in_order(&c["args"])
+            .into_iter()
+            .map(|a| a.replace("$(POD_IP)", "10.0.0.7")),
+    );
+    let parsed = Podns::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let podns::cli::Command::Serve(args) = parsed.command else {
+        panic!("the container runs podns serve: {argv:?}");
+    };
+    podns::serve::validate(&args).unwrap();
+    assert_eq!(args.admin_listen.port() as u64, admin_port);
+    assert_eq!(
+        args.dns_listen.port() == 53,
+        binds_53,
+        "{}",
+        args.dns_listen
+    );
+}
+
+fn strs_in_order(v: &Value) -> Vec<String> {
+    v.as_sequence()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn forward_target_renders_and_validates() {
+    let Some((text, docs)) = render("forward-target") else {
+        return;
+    };
+    schema_validate("forward-target", &text);
+    let dep = one(&docs, "Deployment");
+    assert!(dep["spec"]["replicas"].as_u64().unwrap() >= 2);
+    let pod = &dep["spec"]["template"];
+    common(&docs, pod, 9153, false);
+    let spec = &pod["spec"];
+    assert!(
+        spec["affinity"]["podAntiAffinity"].is_mapping(),
+        "pod anti-affinity"
+    );
+    assert!(
+        !spec["topologySpreadConstraints"]
+            .as_sequence()
+            .unwrap()
+            .is_empty()
+    );
+    assert!(spec.get("hostNetwork").is_none_or(|h| *h == false));
+    // PDB and the DNS Service select these pods.
+    let labels = &pod["metadata"]["labels"];
+    let pdb = one(&docs, "PodDisruptionBudget");
+    for (k, v) in pdb["spec"]["selector"]["matchLabels"].as_mapping().unwrap() {
+        assert_eq!(&labels[k], v);
+    }
+    let svc = kind(&docs, "Service")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == "podns")
+        .expect("DNS Service");
+    assert_eq!(svc["spec"]["type"], "ClusterIP");
+    for (k, v) in svc["spec"]["selector"].as_mapping().unwrap() {
+        assert_eq!(&labels[k], v);
+    }
+    let c = &spec["containers"][0];
+    let mut protos = vec![];
+    for p in svc["spec"]["ports"].as_sequence().unwrap() {
+        assert_eq!(p["port"].as_u64(), Some(53));
+        let target = p["targetPort"].as_str().unwrap();
+        let cp = c["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|cp| cp["name"] == target)
+            .unwrap_or_else(|| panic!("container port {target}"));
+        assert_eq!(cp["protocol"], p["protocol"]);
+        assert_eq!(cp["containerPort"].as_u64(), Some(5353));
+        protos.push(p["protocol"].as_str().unwrap().to_string());
+    }
+    protos.sort();
+    assert_eq!(protos, ["TCP", "UDP"]);
+    let ns = one(&docs, "Namespace");
+    assert_eq!(
+        ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    // The Corefile snippet forwards the zone and keeps denials ≤ 1 s.
+    let corefile = std::fs::read_to_string(repo().join("deploy/coredns/Corefile.snippet")).unwrap();
+    assert!(corefile.contains("cluster.local:53 {"));
+    assert!(corefile.contains("forward . PODNS_SERVICE_IP:53"));
+    assert!(corefile.contains("denial 9984 1 0"));
+}
+
+#[test]
+fn daemonset_renders_and_validates() {
+    let Some((text, docs)) = render("daemonset") else {
+        return;
+    };
+    let sample = std::fs::read_to_string(repo().join(Path::new(
+        "deploy/overlays/daemonset/sample-training-pod.yaml",
+    )))
+    .unwrap();
+    if schema_validate("daemonset", &text) {
+        schema_validate("sample-training-pod", &sample);
+    }
+    let ds = one(&docs, "DaemonSet");
+    let pod = &ds["spec"]["template"];
+    common(&docs, pod, 9154, true);
+    let spec = &pod["spec"];
+    assert_eq!(spec["priorityClassName"], "system-node-critical");
+    assert_eq!(spec["hostNetwork"], true);
+    assert_eq!(spec["dnsPolicy"], "ClusterFirstWithHostNet");
+    let args = strs_in_order(&spec["containers"][0]["args"]);
+    assert!(args.contains(&"--dns-listen=169.254.20.11:53".to_string()));
+    assert!(kind(&docs, "Deployment").is_empty());
+    let ns = one(&docs, "Namespace");
+    assert_eq!(
+        ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "privileged",
+        "hostNetwork is outside baseline"
+    );
+    // The sample training pod sends its lookups to the node-local address.
+    let pod: Value = serde_yaml::from_str(&sample).unwrap();
+    assert_eq!(pod["spec"]["dnsPolicy"], "None");
+    assert_eq!(pod["spec"]["dnsConfig"]["nameservers"][0], "169.254.20.11");
+}
