@@ -310,6 +310,9 @@ pub struct ZonefileArgs {
     /// What to export when several published pods share one hostname.
     #[arg(long, env = "PODNS_DUPLICATE_HOSTNAMES", value_enum, default_value_t = Duplicates::One)]
     pub duplicate_hostnames: Duplicates,
+    /// Leave out the rank view (`rank.<zone>`), as `serve --no-rank-view` does.
+    #[arg(long = "no-rank-view", env = "PODNS_NO_RANK_VIEW")]
+    pub no_rank_view: bool,
     /// Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,

@@ -152,12 +152,20 @@ pub fn answer_config(args: &ServeArgs) -> AnswerConfig {
 /// A kube client by the usual inference: `--kubeconfig`/`$KUBECONFIG`,
 /// `~/.kube/config`, in-cluster; `--context` picks a context.
 pub async fn kube_client(args: &ServeArgs) -> anyhow::Result<kube::Client> {
+    kube_client_for(args.kubeconfig.as_deref(), args.context.as_deref()).await
+}
+
+/// [`kube_client`] from an explicit kubeconfig path and context.
+pub async fn kube_client_for(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Client> {
     use kube::config::{KubeConfigOptions, Kubeconfig};
     let options = KubeConfigOptions {
-        context: args.context.clone(),
+        context: context.map(str::to_string),
         ..Default::default()
     };
-    let config = match &args.kubeconfig {
+    let config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|e| {
                 ConfigError(format!("failed to read kubeconfig {}: {e}", path.display()))
@@ -168,7 +176,7 @@ pub async fn kube_client(args: &ServeArgs) -> anyhow::Result<kube::Client> {
                     ConfigError(format!("failed to load kubeconfig {}: {e}", path.display()))
                 })?
         }
-        None if args.context.is_some() => kube::Config::from_kubeconfig(&options)
+        None if context.is_some() => kube::Config::from_kubeconfig(&options)
             .await
             .map_err(|e| ConfigError(format!("failed to load kubeconfig context: {e}")))?,
         None => kube::Config::infer()

@@ -28,7 +28,7 @@ use crate::dns::answer::DNS_SCHEMA_VERSION;
 use crate::index::names::{IN_ADDR_ARPA, IP6_ARPA};
 use crate::index::{Change, Policy, Rrs, SyncNeeds, Table, Update, Writer};
 use crate::k8s::convert;
-use crate::k8s::slim::{SlimPod, SlimService};
+use crate::k8s::slim::{SlimJob, SlimPod, SlimService};
 use crate::serve::ConfigError;
 
 /// The first line of every zone section on stdout.
@@ -315,13 +315,31 @@ pub fn validate(args: &ZonefileArgs) -> Result<(), ConfigError> {
 /// hold after its first sync.
 pub async fn list_into_table(client: kube::Client, policy: Policy) -> anyhow::Result<Arc<Table>> {
     let pods = list_all::<SlimPod>(client.clone()).await?;
-    let services = list_all::<SlimService>(client).await?;
+    let services = list_all::<SlimService>(client.clone()).await?;
+    // The rank view's Jobs: optional, as in serve (no RBAC, no rank names).
+    let jobs = if policy.rank_view {
+        match list_all::<SlimJob>(client).await {
+            Ok(jobs) => jobs,
+            Err(error) => {
+                tracing::warn!(error = %format!("{error:#}"), "no Jobs: the export has no JobSet-wide ranks");
+                Vec::new()
+            }
+        }
+    } else {
+        Vec::new()
+    };
     let table = Table::new();
     let needs = SyncNeeds {
         pod_scopes: 1,
         service_scopes: 1,
+        job_scopes: 1,
     };
     let mut writer = Writer::new(table.clone(), policy, Metrics::new(), needs);
+    let jobs = jobs.iter().filter_map(|j| convert::job(j).ok()).collect();
+    writer.apply(Update::Job(Change::Reset {
+        namespace: None,
+        items: jobs,
+    }));
     let pods = pods
         .iter()
         .filter_map(|p| match convert::pod(p) {
@@ -414,6 +432,7 @@ pub async fn run(args: ZonefileArgs) -> anyhow::Result<()> {
         publish: args.publish,
         hostnames: args.hostnames,
         duplicates: args.duplicate_hostnames,
+        rank_view: !args.no_rank_view,
     };
     let table = list_into_table(client, policy).await?;
     let zones: Vec<Name> = args.zones.iter().map(|z| z.0.clone()).collect();

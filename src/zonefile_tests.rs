@@ -39,6 +39,7 @@ fn world() -> Arc<Table> {
         SyncNeeds {
             pod_scopes: 1,
             service_scopes: 1,
+            job_scopes: 0,
         },
     );
     let pods = vec![

@@ -96,14 +96,19 @@ struct Podns {
 /// Checks both modes share: RBAC, identity, metrics, and the podns
 /// container's security, probes, resources and flags.
 fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
-    // RBAC: exactly get/list/watch on pods and services, nothing else.
+    // RBAC: exactly get/list/watch on pods and services, and on batch Jobs
+    // for the rank view, nothing else.
     let role = one(docs, "ClusterRole");
     let rules = role["rules"].as_sequence().unwrap();
-    assert_eq!(rules.len(), 1, "one rule: {rules:?}");
+    assert_eq!(rules.len(), 2, "two rules: {rules:?}");
     assert_eq!(strs(&rules[0]["apiGroups"]), [""]);
     assert_eq!(strs(&rules[0]["resources"]), ["pods", "services"]);
     assert_eq!(strs(&rules[0]["verbs"]), ["get", "list", "watch"]);
     assert!(rules[0].get("resourceNames").is_none());
+    assert_eq!(strs(&rules[1]["apiGroups"]), ["batch"]);
+    assert_eq!(strs(&rules[1]["resources"]), ["jobs"]);
+    assert_eq!(strs(&rules[1]["verbs"]), ["get", "list", "watch"]);
+    assert!(rules[1].get("resourceNames").is_none());
     let binding = one(docs, "ClusterRoleBinding");
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
     let sa = one(docs, "ServiceAccount");
