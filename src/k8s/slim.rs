@@ -193,7 +193,12 @@ pub struct IndexAnnotations;
 
 impl KeyFilter for IndexAnnotations {
     fn keep(key: &str) -> bool {
-        key.starts_with("batch.kubernetes.io/") || key.starts_with("jobset.sigs.k8s.io/")
+        // Only what the rank view reads: every other annotation would cost
+        // index memory for nothing (a JobSet pod carries five of these).
+        matches!(
+            key,
+            "batch.kubernetes.io/job-completion-index" | "jobset.sigs.k8s.io/coordinator"
+        )
     }
 }
 
@@ -511,7 +516,7 @@ loose_struct! {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SlimMeta {
     pub labels: Vec<(String, String)>,
-    /// Only `batch.kubernetes.io/*` and `jobset.sigs.k8s.io/*`.
+    /// Only the completion index and the JobSet coordinator.
     pub annotations: Vec<(String, String)>,
     pub creation_timestamp: Option<String>,
     pub deletion_timestamp: Option<String>,
@@ -834,18 +839,13 @@ mod tests {
         assert!(p.metadata.owner_references.is_none());
         assert!(p.metadata.labels.is_none());
         assert_eq!(p.meta.labels.len(), 4);
+        // Only the annotations the rank view reads are kept.
         assert_eq!(
             p.meta.annotations,
-            vec![
-                (
-                    "batch.kubernetes.io/job-completion-index".into(),
-                    "3".into()
-                ),
-                (
-                    "jobset.sigs.k8s.io/jobset-name".into(),
-                    "llm-pretrain".into()
-                ),
-            ]
+            vec![(
+                "batch.kubernetes.io/job-completion-index".into(),
+                "3".into()
+            )]
         );
         let ports: Vec<_> = p
             .spec
