@@ -12,7 +12,7 @@
 //!                                     ▼
 //!                                   dns/answer  pure: question → response
 //!                                     │
-//!                                   dns/server  UDP (SO_REUSEPORT loops) and TCP (hickory-server)
+//!                                   dns/server  UDP (SO_REUSEPORT loops) and TCP (capped, own framing)
 //! admin/ (/metrics /healthz /readyz)   sim/ (Kubernetes API simulator, no DNS path depends on it)
 //! ```
 //!

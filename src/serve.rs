@@ -123,6 +123,14 @@ pub fn validate(args: &ServeArgs) -> Result<(), ConfigError> {
             )));
         }
     }
+    if args.tcp_max_connections == 0 || args.tcp_max_queries == 0 {
+        return Err(ConfigError(
+            "--tcp-max-connections and --tcp-max-queries must be at least 1".into(),
+        ));
+    }
+    if args.tcp_idle_timeout.0.is_zero() {
+        return Err(ConfigError("--tcp-idle-timeout must be more than 0".into()));
+    }
     if let Some(sel) = &args.label_selector
         && sel.trim().is_empty()
     {
@@ -246,6 +254,11 @@ pub fn start(
         listeners.tcp,
         answerer,
         metrics.clone(),
+        server::TcpLimits {
+            max_connections: args.tcp_max_connections,
+            idle_timeout: args.tcp_idle_timeout.0,
+            max_queries: args.tcp_max_queries,
+        },
         shutdown.clone(),
     ));
 

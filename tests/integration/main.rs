@@ -1,6 +1,7 @@
 //! Integration tests: real sockets, the real kube-rs client against
 //! `podns sim`, and dig where it is installed.
 
+mod abuse;
 mod cli;
 mod daemons;
 mod deploy;
