@@ -30,6 +30,8 @@ pub mod admin;
 pub mod cli;
 pub mod demo;
 pub mod dns;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod index;
 pub mod k8s;
 pub mod serve;
