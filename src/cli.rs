@@ -249,6 +249,9 @@ pub struct ServeArgs {
     /// Queries answered on one TCP connection before it is closed.
     #[arg(long, env = "PODNS_TCP_MAX_QUERIES", default_value_t = 1000)]
     pub tcp_max_queries: usize,
+    /// Response rate limiting: at most this many UDP responses a second per client /24 (IPv4) or /56 (IPv6); over it, half slip as TC=1, half are dropped (default: off).
+    #[arg(long, env = "PODNS_RRL")]
+    pub rrl: Option<u32>,
 }
 
 impl ServeArgs {

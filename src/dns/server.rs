@@ -15,9 +15,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::Metrics;
-use crate::admin::metrics::{RcodeLabels, RequestLabels, qtype_label, rcode_label};
+use crate::admin::metrics::{ActionLabels, RcodeLabels, RequestLabels, qtype_label, rcode_label};
 
 use super::answer::{Answerer, Reply, Transport};
+use super::rrl::{self, Rrl, Verdict};
 
 /// How long an idle TCP connection is kept (default of `--tcp-idle-timeout`).
 pub const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -78,6 +79,33 @@ fn count(metrics: &Metrics, reply: &Reply, transport: Transport, started: Instan
         .observe(started.elapsed().as_secs_f64());
 }
 
+/// The bytes to send for a UDP reply under `--rrl`: the reply, its slip
+/// (TC=1, question only), or nothing.
+fn rate_limited(
+    rrl: Option<&Rrl>,
+    metrics: &Metrics,
+    bytes: Vec<u8>,
+    src: SocketAddr,
+) -> Option<Vec<u8>> {
+    let Some(rrl) = rrl else {
+        return Some(bytes);
+    };
+    let action = match rrl.check(src.ip(), Instant::now()) {
+        Verdict::Send => return Some(bytes),
+        Verdict::Slip => "slip",
+        Verdict::Drop => "drop",
+    };
+    metrics
+        .rate_limited
+        .get_or_create(&ActionLabels { action })
+        .inc();
+    if action == "slip" {
+        rrl::slip(&bytes)
+    } else {
+        None
+    }
+}
+
 /// One UDP loop on a thread of its own: a blocking receive, the answer
 /// built in place, a blocking send; no task, no waker, no epoll round per
 /// query. Stops within [`UDP_POLL`] of `shutdown`.
@@ -85,6 +113,7 @@ pub fn run_udp_blocking(
     socket: std::net::UdpSocket,
     answerer: Arc<Answerer>,
     metrics: Metrics,
+    rrl: Option<Arc<Rrl>>,
     shutdown: CancellationToken,
 ) {
     if let Err(error) = socket
@@ -116,7 +145,10 @@ pub fn run_udp_blocking(
             continue;
         };
         count(&metrics, &reply, Transport::Udp, started);
-        if let Err(error) = socket.send_to(&reply.bytes, src) {
+        let Some(bytes) = rate_limited(rrl.as_deref(), &metrics, reply.bytes, src) else {
+            continue;
+        };
+        if let Err(error) = socket.send_to(&bytes, src) {
             tracing::debug!(%error, %src, "udp send failed");
         }
     }
@@ -130,6 +162,7 @@ pub async fn run_udp(
     socket: UdpSocket,
     answerer: Arc<Answerer>,
     metrics: Metrics,
+    rrl: Option<Arc<Rrl>>,
     shutdown: CancellationToken,
 ) {
     let mut buf = vec![0u8; 4096];
@@ -149,7 +182,10 @@ pub async fn run_udp(
             continue;
         };
         count(&metrics, &reply, Transport::Udp, started);
-        if let Err(error) = socket.send_to(&reply.bytes, src).await {
+        let Some(bytes) = rate_limited(rrl.as_deref(), &metrics, reply.bytes, src) else {
+            continue;
+        };
+        if let Err(error) = socket.send_to(&bytes, src).await {
             tracing::debug!(%error, %src, "udp send failed");
         }
     }
@@ -214,6 +250,7 @@ pub async fn run_tcp(
         // Reap finished connections so the set does not grow.
         while conns.try_join_next().is_some() {}
         let Ok(permit) = slots.clone().try_acquire_owned() else {
+            metrics.tcp_refused.inc();
             tracing::debug!(%peer, "tcp connection refused: at --tcp-max-connections");
             drop(stream);
             continue;

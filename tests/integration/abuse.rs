@@ -105,6 +105,13 @@ async fn slowloris_and_connections_past_the_cap_do_not_starve_queries() {
         "{refused} of 100 connections past the cap were closed"
     );
     assert!(refused < 100, "connections under the cap were served");
+    let (_, metrics) = admin_get(env.admin, "/metrics").await;
+    let counted: usize = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("podns_dns_tcp_connections_refused_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(counted >= refused, "metric {counted} < {refused} refused");
     // The slowloris load has not touched UDP.
     assert!(
         apex_answers_udp(dns).await,
@@ -224,4 +231,41 @@ async fn names_outside_the_zones_are_refused_and_any_is_minimal() {
             "{name} ANY lists SRV"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rrl_limits_udp_responses_per_client_prefix() {
+    let env = env(&[], &["--rrl=5"]).await;
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let q = query_msg("cluster.local.", RecordType::SOA, Some(1232));
+    let bytes = q.to_vec().unwrap();
+    for _ in 0..40 {
+        sock.send_to(&bytes, env.dns).await.unwrap();
+    }
+    let (mut full, mut slipped) = (0, 0);
+    let mut buf = vec![0u8; 4096];
+    // Replies come at once; stop at the first half second without one.
+    while let Ok(Ok((n, _))) =
+        tokio::time::timeout(Duration::from_millis(500), sock.recv_from(&mut buf)).await
+    {
+        let m = hickory_proto::op::Message::from_vec(&buf[..n]).unwrap();
+        if m.metadata.truncation {
+            assert!(m.answers.is_empty(), "a slip carries the question only");
+            slipped += 1;
+        } else {
+            assert!(!m.answers.is_empty());
+            full += 1;
+        }
+    }
+    // A burst of one second's worth (5), maybe a token refilled meanwhile.
+    assert!((5..=7).contains(&full), "{full} full answers");
+    assert!(slipped >= 10, "{slipped} slips");
+    assert!(full + slipped < 40, "some responses were dropped");
+    // TCP is not rate limited: a slipped client gets its answer there.
+    assert!(apex_answers_tcp(env.dns).await);
+    let (_, metrics) = admin_get(env.admin, "/metrics").await;
+    assert!(
+        metrics.contains("podns_dns_rate_limited_total{action=\"drop\"}"),
+        "{metrics}"
+    );
 }
