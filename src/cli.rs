@@ -240,6 +240,18 @@ pub struct ServeArgs {
     /// How long to keep answering after SIGTERM while /readyz reports 503.
     #[arg(long, env = "PODNS_SHUTDOWN_GRACE", default_value = "5s")]
     pub shutdown_grace: Secs,
+    /// TCP connections served at once; more are accepted and closed at once.
+    #[arg(long, env = "PODNS_TCP_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub tcp_max_connections: usize,
+    /// Time a TCP connection gets to send its next whole query before it is closed.
+    #[arg(long, env = "PODNS_TCP_IDLE_TIMEOUT", default_value = "10s")]
+    pub tcp_idle_timeout: Secs,
+    /// Queries answered on one TCP connection before it is closed.
+    #[arg(long, env = "PODNS_TCP_MAX_QUERIES", default_value_t = 1000)]
+    pub tcp_max_queries: usize,
+    /// Response rate limiting: at most this many UDP responses a second per client /24 (IPv4) or /56 (IPv6); over it, half slip as TC=1, half are dropped (default: off).
+    #[arg(long, env = "PODNS_RRL")]
+    pub rrl: Option<u32>,
 }
 
 impl ServeArgs {

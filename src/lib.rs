@@ -12,7 +12,7 @@
 //!                                     ▼
 //!                                   dns/answer  pure: question → response
 //!                                     │
-//!                                   dns/server  UDP (SO_REUSEPORT loops) and TCP (hickory-server)
+//!                                   dns/server  UDP (SO_REUSEPORT loops) and TCP (capped, own framing)
 //! admin/ (/metrics /healthz /readyz)   sim/ (Kubernetes API simulator, no DNS path depends on it)
 //! ```
 //!
@@ -30,6 +30,8 @@ pub mod admin;
 pub mod cli;
 pub mod demo;
 pub mod dns;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod index;
 pub mod k8s;
 pub mod serve;

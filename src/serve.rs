@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::{self, Health, Metrics};
 use crate::cli::ServeArgs;
 use crate::dns::answer::{AnswerConfig, Answerer};
+use crate::dns::rrl::Rrl;
 use crate::dns::server;
 use crate::index::{Policy, SyncNeeds, Table, Writer};
 use crate::k8s::watch::{self, WatchConfig};
@@ -122,6 +123,19 @@ pub fn validate(args: &ServeArgs) -> Result<(), ConfigError> {
                 "--namespace {ns:?} is not a valid namespace name"
             )));
         }
+    }
+    if args.tcp_max_connections == 0 || args.tcp_max_queries == 0 {
+        return Err(ConfigError(
+            "--tcp-max-connections and --tcp-max-queries must be at least 1".into(),
+        ));
+    }
+    if args.rrl == Some(0) {
+        return Err(ConfigError(
+            "--rrl must be at least 1 response a second".into(),
+        ));
+    }
+    if args.tcp_idle_timeout.0.is_zero() {
+        return Err(ConfigError("--tcp-idle-timeout must be more than 0".into()));
     }
     if let Some(sel) = &args.label_selector
         && sel.trim().is_empty()
@@ -231,11 +245,13 @@ pub fn start(
     );
 
     let answerer = Arc::new(Answerer::new(table.clone(), answer_config(args)));
+    let rrl = args.rrl.map(|rate| Arc::new(Rrl::new(rate)));
     for sock in listeners.udp {
         let (a, m, stop) = (answerer.clone(), metrics.clone(), shutdown.clone());
+        let rrl = rrl.clone();
         match sock.into_std() {
             Ok(sock) => {
-                tasks.spawn_blocking(move || server::run_udp_blocking(sock, a, m, stop));
+                tasks.spawn_blocking(move || server::run_udp_blocking(sock, a, m, rrl, stop));
             }
             Err(error) => {
                 tracing::error!(%error, "udp socket could not be detached from the runtime")
@@ -246,6 +262,11 @@ pub fn start(
         listeners.tcp,
         answerer,
         metrics.clone(),
+        server::TcpLimits {
+            max_connections: args.tcp_max_connections,
+            idle_timeout: args.tcp_idle_timeout.0,
+            max_queries: args.tcp_max_queries,
+        },
         shutdown.clone(),
     ));
 

@@ -19,6 +19,10 @@ pub const DNS_RESPONSES: &str = "podns_dns_responses";
 pub const DNS_REQUEST_DURATION: &str = "podns_dns_request_duration_seconds";
 /// UDP answers truncated (TC=1) because they exceeded the client's payload size.
 pub const DNS_TRUNCATED: &str = "podns_dns_truncated";
+/// TCP connections closed at accept because `--tcp-max-connections` were open.
+pub const DNS_TCP_REFUSED: &str = "podns_dns_tcp_connections_refused";
+/// UDP responses withheld by `--rrl`, by action (`drop`, or `slip`: sent as TC=1).
+pub const DNS_RATE_LIMITED: &str = "podns_dns_rate_limited";
 /// Pods, Services and DNS names in the index.
 pub const INDEX_PODS: &str = "podns_index_pods";
 pub const INDEX_SERVICES: &str = "podns_index_services";
@@ -42,6 +46,11 @@ pub const GANG_COMPLETE: &str = "podns_rank_gang_complete_seconds";
 pub struct RequestLabels {
     pub qtype: &'static str,
     pub proto: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    pub action: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -73,6 +82,8 @@ pub struct Metrics {
     pub responses: Family<RcodeLabels, Counter>,
     pub request_duration: Histogram,
     pub truncated: Counter,
+    pub tcp_refused: Counter,
+    pub rate_limited: Family<ActionLabels, Counter>,
     pub index_pods: Gauge<i64, AtomicI64>,
     pub index_services: Gauge<i64, AtomicI64>,
     pub index_names: Gauge<i64, AtomicI64>,
@@ -101,6 +112,8 @@ impl Metrics {
             5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 2.5e-2, 8e-2,
         ]);
         let truncated = Counter::default();
+        let tcp_refused = Counter::default();
+        let rate_limited = Family::<ActionLabels, Counter>::default();
         let index_pods = Gauge::<i64, AtomicI64>::default();
         let index_services = Gauge::<i64, AtomicI64>::default();
         let index_names = Gauge::<i64, AtomicI64>::default();
@@ -131,6 +144,16 @@ impl Metrics {
             DNS_TRUNCATED,
             "UDP answers sent with TC=1",
             truncated.clone(),
+        );
+        registry.register(
+            DNS_TCP_REFUSED,
+            "TCP connections closed at the connection cap",
+            tcp_refused.clone(),
+        );
+        registry.register(
+            DNS_RATE_LIMITED,
+            "UDP responses withheld by response rate limiting",
+            rate_limited.clone(),
         );
         registry.register(INDEX_PODS, "Pods in the index", index_pods.clone());
         registry.register(
@@ -177,6 +200,8 @@ impl Metrics {
             responses,
             request_duration,
             truncated,
+            tcp_refused,
+            rate_limited,
             index_pods,
             index_services,
             index_names,

@@ -1,4 +1,5 @@
 //! DNS: the record rules ([`answer`]) and the sockets ([`server`]).
 
 pub mod answer;
+pub mod rrl;
 pub mod server;

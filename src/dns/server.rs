@@ -1,27 +1,26 @@
 //! Sockets. UDP: several `SO_REUSEPORT` sockets, each with its own receive
-//! loop that answers in place (no task per query). TCP: hickory-server,
-//! which handles framing, idle timeouts and per-connection ordering.
+//! loop that answers in place (no task per query). TCP: a task per
+//! connection under a connection cap, an idle timeout and a query cap.
 //! Servers take already-bound sockets and a shutdown token.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hickory_proto::op::{Header, Message, ResponseCode};
-use hickory_server::Server;
-use hickory_server::net::runtime::Time;
-use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
-use hickory_server::zone_handler::MessageResponseBuilder;
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::net::{TcpListener, UdpSocket};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::Metrics;
-use crate::admin::metrics::{RcodeLabels, RequestLabels, qtype_label, rcode_label};
+use crate::admin::metrics::{ActionLabels, RcodeLabels, RequestLabels, qtype_label, rcode_label};
 
 use super::answer::{Answerer, Reply, Transport};
+use super::rrl::{self, Rrl, Verdict};
 
-/// How long an idle TCP connection is kept.
+/// How long an idle TCP connection is kept (default of `--tcp-idle-timeout`).
 pub const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Bind `n` UDP sockets to one address with `SO_REUSEPORT`, so the kernel
@@ -80,6 +79,33 @@ fn count(metrics: &Metrics, reply: &Reply, transport: Transport, started: Instan
         .observe(started.elapsed().as_secs_f64());
 }
 
+/// The bytes to send for a UDP reply under `--rrl`: the reply, its slip
+/// (TC=1, question only), or nothing.
+fn rate_limited(
+    rrl: Option<&Rrl>,
+    metrics: &Metrics,
+    bytes: Vec<u8>,
+    src: SocketAddr,
+) -> Option<Vec<u8>> {
+    let Some(rrl) = rrl else {
+        return Some(bytes);
+    };
+    let action = match rrl.check(src.ip(), Instant::now()) {
+        Verdict::Send => return Some(bytes),
+        Verdict::Slip => "slip",
+        Verdict::Drop => "drop",
+    };
+    metrics
+        .rate_limited
+        .get_or_create(&ActionLabels { action })
+        .inc();
+    if action == "slip" {
+        rrl::slip(&bytes)
+    } else {
+        None
+    }
+}
+
 /// One UDP loop on a thread of its own: a blocking receive, the answer
 /// built in place, a blocking send; no task, no waker, no epoll round per
 /// query. Stops within [`UDP_POLL`] of `shutdown`.
@@ -87,6 +113,7 @@ pub fn run_udp_blocking(
     socket: std::net::UdpSocket,
     answerer: Arc<Answerer>,
     metrics: Metrics,
+    rrl: Option<Arc<Rrl>>,
     shutdown: CancellationToken,
 ) {
     if let Err(error) = socket
@@ -118,7 +145,10 @@ pub fn run_udp_blocking(
             continue;
         };
         count(&metrics, &reply, Transport::Udp, started);
-        if let Err(error) = socket.send_to(&reply.bytes, src) {
+        let Some(bytes) = rate_limited(rrl.as_deref(), &metrics, reply.bytes, src) else {
+            continue;
+        };
+        if let Err(error) = socket.send_to(&bytes, src) {
             tracing::debug!(%error, %src, "udp send failed");
         }
     }
@@ -132,6 +162,7 @@ pub async fn run_udp(
     socket: UdpSocket,
     answerer: Arc<Answerer>,
     metrics: Metrics,
+    rrl: Option<Arc<Rrl>>,
     shutdown: CancellationToken,
 ) {
     let mut buf = vec![0u8; 4096];
@@ -151,80 +182,144 @@ pub async fn run_udp(
             continue;
         };
         count(&metrics, &reply, Transport::Udp, started);
-        if let Err(error) = socket.send_to(&reply.bytes, src).await {
+        let Some(bytes) = rate_limited(rrl.as_deref(), &metrics, reply.bytes, src) else {
+            continue;
+        };
+        if let Err(error) = socket.send_to(&bytes, src).await {
             tracing::debug!(%error, %src, "udp send failed");
         }
     }
 }
 
-/// The TCP side, through hickory-server.
-struct TcpHandler {
-    answerer: Arc<Answerer>,
-    metrics: Metrics,
+/// Limits on the TCP side, which is where a public port gets abused:
+/// connections that hold a slot and send nothing, or a byte a second.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpLimits {
+    /// Connections served at once; one past this is accepted and closed at
+    /// once (not left in the backlog, where it would wait for a slot).
+    pub max_connections: usize,
+    /// How long a connection may take to deliver its next whole query
+    /// (idle time plus the time to read it), and to take an answer.
+    pub idle_timeout: Duration,
+    /// Queries answered on one connection before it is closed.
+    pub max_queries: usize,
 }
 
-#[async_trait::async_trait]
-impl RequestHandler for TcpHandler {
-    async fn handle_request<R: ResponseHandler, T: Time>(
-        &self,
-        request: &Request,
-        mut response_handle: R,
-    ) -> ResponseInfo {
-        let started = Instant::now();
-        let resp = match Message::from_vec(request.as_slice()) {
-            Ok(m) => self.answerer.answer(&m),
-            Err(_) => Message::error_msg(
-                request.metadata.id,
-                request.metadata.op_code,
-                ResponseCode::FormErr,
-            ),
-        };
-        let reply = Reply {
-            bytes: Vec::new(),
-            rcode: resp.metadata.response_code,
-            qtype: resp.queries.first().map(|q| q.query_type()),
-            truncated: false,
-        };
-        count(&self.metrics, &reply, Transport::Tcp, started);
-        let mut builder = MessageResponseBuilder::new(&request.queries, None);
-        if let Some(edns) = &resp.edns {
-            builder.edns(edns);
-        }
-        let msg = builder.build(
-            resp.metadata,
-            resp.answers.iter(),
-            resp.authorities.iter(),
-            std::iter::empty(),
-            resp.additionals.iter(),
-        );
-        match response_handle.send_response(msg).await {
-            Ok(info) => info,
-            Err(error) => {
-                tracing::debug!(%error, "tcp send failed");
-                let mut metadata =
-                    hickory_proto::op::Metadata::response_from_request(&request.metadata);
-                metadata.response_code = ResponseCode::ServFail;
-                Header {
-                    metadata,
-                    counts: Default::default(),
-                }
-                .into()
-            }
+impl Default for TcpLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 1024,
+            idle_timeout: TCP_IDLE_TIMEOUT,
+            max_queries: 1000,
         }
     }
 }
 
-/// Serve TCP on `listener` until `shutdown`, then stop accepting.
+/// Serve DNS over TCP (RFC 1035 §4.2.2 framing, RFC 7766) on `listener`
+/// until `shutdown`, within `limits`.
+///
+/// hickory-server's TCP server has an idle timeout but no cap on
+/// connections or on queries per connection, and no hook to add one around
+/// its accept loop, so this is a small server of our own: a semaphore
+/// bounds the connections, and one deadline covers the wait for a query and
+/// its reading, so a client that trickles bytes cannot keep a slot longer
+/// than an idle one. Queries on one connection are answered in order.
 pub async fn run_tcp(
     listener: TcpListener,
     answerer: Arc<Answerer>,
     metrics: Metrics,
+    limits: TcpLimits,
     shutdown: CancellationToken,
 ) {
-    let mut server = Server::new(TcpHandler { answerer, metrics });
-    server.register_listener(listener, TCP_IDLE_TIMEOUT, 64 * 1024);
-    shutdown.cancelled().await;
-    if let Err(error) = server.shutdown_gracefully().await {
-        tracing::debug!(%error, "tcp server stopped with an error");
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let mut conns = JoinSet::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(v) => v,
+                Err(error) => {
+                    // Out of file descriptors and the like: back off a
+                    // little instead of spinning on the error.
+                    tracing::debug!(%error, "tcp accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => break,
+        };
+        // Reap finished connections so the set does not grow.
+        while conns.try_join_next().is_some() {}
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            metrics.tcp_refused.inc();
+            tracing::debug!(%peer, "tcp connection refused: at --tcp-max-connections");
+            drop(stream);
+            continue;
+        };
+        let (a, m, stop) = (answerer.clone(), metrics.clone(), shutdown.clone());
+        conns.spawn(async move {
+            let _permit = permit;
+            if let Err(error) = serve_tcp_conn(stream, &a, &m, limits, &stop).await {
+                tracing::debug!(%error, %peer, "tcp connection ended");
+            }
+        });
     }
+    // Connections notice the token at their next read; give them a moment
+    // to finish the answer they are writing.
+    let drain = async { while conns.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_secs(2), drain)
+        .await
+        .is_err()
+    {
+        conns.abort_all();
+    }
+}
+
+/// One TCP connection: read a framed query within the idle timeout, answer
+/// it, up to `max_queries` times.
+async fn serve_tcp_conn(
+    mut stream: TcpStream,
+    answerer: &Answerer,
+    metrics: &Metrics,
+    limits: TcpLimits,
+    shutdown: &CancellationToken,
+) -> std::io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let mut buf = Vec::with_capacity(512);
+    for _ in 0..limits.max_queries {
+        let read = async {
+            let mut len = [0u8; 2];
+            stream.read_exact(&mut len).await?;
+            buf.resize(usize::from(u16::from_be_bytes(len)), 0);
+            stream.read_exact(&mut buf).await
+        };
+        tokio::select! {
+            r = tokio::time::timeout(limits.idle_timeout, read) => match r {
+                Ok(Ok(_)) => {}
+                // EOF between queries is the normal end of a connection.
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Ok(()), // idle or too slow: close
+            },
+            _ = shutdown.cancelled() => return Ok(()),
+        }
+        let started = Instant::now();
+        let Some(reply) = answerer.handle(&buf, Transport::Tcp) else {
+            continue;
+        };
+        count(metrics, &reply, Transport::Tcp, started);
+        let Ok(len) = u16::try_from(reply.bytes.len()) else {
+            continue; // cannot happen: TCP answers are built within 65535
+        };
+        let mut out = Vec::with_capacity(2 + reply.bytes.len());
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(&reply.bytes);
+        match tokio::time::timeout(limits.idle_timeout, stream.write_all(&out)).await {
+            Ok(r) => r?,
+            Err(_) => return Ok(()), // the client does not read: close
+        }
+    }
+    // At --tcp-max-queries: close; the client reconnects (RFC 7766 §6.2.3
+    // lets a server close a connection whenever it likes).
+    let _ = stream.shutdown().await;
+    Ok(())
 }

@@ -11,3 +11,6 @@ pub mod writer;
 pub use table::{Lookup, Rrs, Srv, Table};
 pub use types::*;
 pub use writer::{Policy, SyncNeeds, Writer};
+
+#[cfg(test)]
+mod props_tests;

@@ -262,11 +262,14 @@ impl Writer {
     }
 
     pub fn delete_pod(&mut self, key: &ObjKey) {
+        // Look before taking `dirty`: returning with it taken would drop
+        // every change staged earlier in the batch (found by the property
+        // tests: a delete of an unknown pod lost the batch's other names).
+        let Some(old) = self.pods.get(key) else {
+            return;
+        };
         let mut dirty = std::mem::take(&mut self.dirty);
-        match self.pods.get(key) {
-            Some(old) => self.pod_keys(old, &mut dirty),
-            None => return,
-        }
+        self.pod_keys(old, &mut dirty);
         self.unlink_pod(key);
         self.dirty = dirty;
     }

@@ -1,10 +1,12 @@
 //! Integration tests: real sockets, the real kube-rs client against
 //! `podns sim`, and dig where it is installed.
 
+mod abuse;
 mod cli;
 mod daemons;
 mod deploy;
 mod dns;
+mod fuzz_corpus;
 mod rank;
 mod sim;
 mod support;

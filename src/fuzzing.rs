@@ -1,0 +1,130 @@
+//! The bodies of the `cargo fuzz` targets in `fuzz/`, here so the fuzzers
+//! and the corpus replay test (`tests/integration/fuzz_corpus.rs`) run the
+//! very same code. Each panics on a broken invariant; libFuzzer reports
+//! that as a crash.
+
+use std::sync::{Arc, OnceLock};
+
+use hickory_proto::op::Message;
+use hickory_proto::rr::Name;
+
+use crate::dns::answer::{AnswerConfig, Answerer, MAX_UDP_PAYLOAD, Transport, udp_limit};
+use crate::index::testing::{
+    PodExt, SvcExt, cluster_ip, headless, job, pod, rank_pod, synced_writer,
+};
+use crate::index::{Change, Policy, ServiceInfo, ServiceKind, TargetPort, Update};
+use crate::k8s::convert;
+use crate::k8s::slim::{SlimJob, SlimPod, SlimService};
+
+/// A small world with every kind of name: a 40-pod headless gang with
+/// hostnames and ports, a dual-stack pod, ClusterIP and ExternalName
+/// Services (one chasing into the zone), and a ranked Job.
+fn world() -> &'static Answerer {
+    static WORLD: OnceLock<Answerer> = OnceLock::new();
+    WORLD.get_or_init(|| {
+        let mut w = synced_writer(Policy {
+            rank_view: true,
+            ..Policy::default()
+        });
+        let mut updates = vec![
+            Update::Service(Change::Apply(headless("ml", "gang", "gang").port(
+                Some("nccl"),
+                29500,
+                TargetPort::Same,
+            ))),
+            Update::Service(Change::Apply(cluster_ip("web", "api", "10.96.0.10").port(
+                Some("http"),
+                80,
+                TargetPort::Same,
+            ))),
+            Update::Service(Change::Apply(external("web", "out", "example.com"))),
+            Update::Service(Change::Apply(external(
+                "web",
+                "in",
+                "api.web.svc.cluster.local",
+            ))),
+            Update::Job(Change::Apply(job("ml", "train", 4, None))),
+            Update::Pod(Change::Apply(
+                pod("web", "dual", "10.1.0.1")
+                    .ip("fd00::1")
+                    .label("app", "api"),
+            )),
+        ];
+        for i in 0..40u8 {
+            updates.push(Update::Pod(Change::Apply(
+                pod("ml", &format!("gang-{i}"), &format!("10.0.0.{i}"))
+                    .host(&format!("gang-{i}"), "gang")
+                    .label("app", "gang")
+                    .port("nccl", 29500),
+            )));
+        }
+        for i in 0..4u32 {
+            updates.push(Update::Pod(Change::Apply(rank_pod(
+                "ml",
+                "train",
+                i,
+                &format!("10.2.0.{i}"),
+            ))));
+        }
+        for u in updates {
+            w.apply(u);
+        }
+        let cfg = AnswerConfig {
+            zones: vec![
+                Name::from_ascii("cluster.local.").expect("valid zone"),
+                Name::from_ascii("training.example.").expect("valid zone"),
+            ],
+            ns_addrs: vec!["10.0.255.1".parse().expect("valid IP")],
+            ..AnswerConfig::default()
+        };
+        Answerer::new(Arc::clone(w.table()), cfg)
+    })
+}
+
+fn external(ns: &str, name: &str, target: &str) -> ServiceInfo {
+    let mut s = cluster_ip(ns, name, "10.96.0.99");
+    s.kind = ServiceKind::ExternalName(target.into());
+    s.selector = None;
+    s
+}
+
+/// Bytes in, through the path UDP and TCP use: never a panic, every reply
+/// parses, and a UDP reply fits the payload size podns allows (RFC 6891,
+/// at most 1232 bytes) or the client's 512 without EDNS.
+pub fn request(data: &[u8]) {
+    let a = world();
+    for transport in [Transport::Udp, Transport::Tcp] {
+        let Some(reply) = a.handle(data, transport) else {
+            continue;
+        };
+        let parsed = Message::from_vec(&reply.bytes);
+        assert!(parsed.is_ok(), "reply does not parse: {parsed:?}");
+        match transport {
+            Transport::Udp => {
+                let limit = Message::from_vec(data)
+                    .map(|q| udp_limit(&q))
+                    .unwrap_or(MAX_UDP_PAYLOAD);
+                assert!(
+                    reply.bytes.len() <= usize::from(limit),
+                    "udp reply of {} bytes, limit {limit}",
+                    reply.bytes.len()
+                );
+            }
+            Transport::Tcp => assert!(reply.bytes.len() <= usize::from(u16::MAX)),
+        }
+    }
+}
+
+/// Arbitrary bytes as a watch event's object: decode leniently, convert or
+/// reject, never panic.
+pub fn decode(data: &[u8]) {
+    if let Ok(p) = serde_json::from_slice::<SlimPod>(data) {
+        let _ = convert::pod(&p);
+    }
+    if let Ok(s) = serde_json::from_slice::<SlimService>(data) {
+        let _ = convert::service(&s);
+    }
+    if let Ok(j) = serde_json::from_slice::<SlimJob>(data) {
+        let _ = convert::job(&j);
+    }
+}

@@ -1,0 +1,30 @@
+//! Replays every file of the committed fuzz corpora (`fuzz/corpus/<target>`)
+//! through the same code the fuzz targets run, so a crash once found (and
+//! its input kept there) stays fixed.
+
+use std::path::Path;
+
+fn replay(target: &str, run: fn(&[u8])) -> usize {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target);
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.unwrap().path();
+        let data = std::fs::read(&path).unwrap();
+        let outcome = std::panic::catch_unwind(|| run(&data));
+        assert!(outcome.is_ok(), "{} crashes the target", path.display());
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn the_request_corpus_replays_cleanly() {
+    assert!(replay("request", podns::fuzzing::request) >= 30);
+}
+
+#[test]
+fn the_decode_corpus_replays_cleanly() {
+    assert!(replay("decode", podns::fuzzing::decode) >= 10);
+}
