@@ -30,7 +30,8 @@
 #        STAGES=dns DUR=5 benches/run-all.sh     (one stage, shorter runs)
 #        STAGES=plot benches/run-all.sh          (figures from existing CSVs)
 # Knobs: DUR (dnsperf seconds per run, 10), ROUNDS (alternation rounds, 2),
-#        COLD_SIZES ("10 100"), COLD_ROUNDS (2), PROP_SAMPLES (300).
+#        COLD_SIZES ("10 100"), COLD_ROUNDS (2), PROP_SAMPLES (300),
+#        DNS_JOBS (100; a smaller number for a quick smoke run).
 # Needs root for apt-get only when dnsperf/nsd/knot/jq/curl/bc are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,7 @@ ROUNDS=${ROUNDS:-2}
 COLD_SIZES=${COLD_SIZES:-"10 100"}
 COLD_ROUNDS=${COLD_ROUNDS:-2}
 PROP_SAMPLES=${PROP_SAMPLES:-300}
+DNS_JOBS=${DNS_JOBS:-100} # jobs of 1,000 ranks for the dns stage
 BIN=target/release/podns
 REFLECTOR=target/release/examples/reflector
 ZONE=cluster.local
@@ -79,7 +81,7 @@ cleanup() {
   local p
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -rf "$work"
+  [[ -n ${KEEP:-} ]] || rm -rf "$work"
 }
 trap cleanup EXIT
 stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
@@ -116,7 +118,9 @@ wait_readyz() { # pid timeout_s
 cpu_ticks() {
   local p t=0 c
   for p in $(descendants "$1"); do
-    c=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)
+    # fields after "pid (comm) ": comm may hold spaces ("nsd: server 1")
+    c=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | awk '{print $12 + $13}')
+    c=${c:-0}
     t=$((t + c))
   done
   echo "$t"
@@ -124,29 +128,29 @@ cpu_ticks() {
 descendants() {
   echo "$1"
   local c
-  for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do descendants "$c"; done
+  for c in $(pgrep -P "$1"); do descendants "$c"; done
 }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 HZ=$(getconf CLK_TCK)
 
 # --- dns -----------------------------------------------------------------
 if has dns; then
-  log "dns: simulator 100 x 1000"
-  start_sim 100 1000
+  log "dns: simulator $DNS_JOBS x 1000"
+  start_sim "$DNS_JOBS" 1000
   create_job gang64 64
   sleep 3
   zones=$work/zones
   "$BIN" zonefile --kubeconfig "$kubeconfig" --ns-address 127.0.0.1 --out-dir "$zones"
   log "zone: $(wc -l <"$zones/$ZONE.zone") lines, $(du -h "$zones/$ZONE.zone" | cut -f1)"
-  gang=$(grep -c '^gang64\.default\.svc' "$zones/$ZONE.zone" || true)
+  gang=$(grep -cP '^gang64\.default\.svc\t.*\tA\t' "$zones/$ZONE.zone" || true)
   log "gang64 A records in the zone: $gang"
-  python3 - "$work/queries.txt" <<'PY'
+  python3 - "$work/queries.txt" "$DNS_JOBS" <<'PY'
 import random, sys
 random.seed(5)
 out = []
 for _ in range(200_000):
     r = random.random()
-    j = random.randrange(100)
+    j = random.randrange(int(sys.argv[2]))
     if r < 0.90:
         i = random.randrange(1000)
         out.append(f"train-{j}-{i}.train-{j}.default.svc.cluster.local A")
@@ -161,7 +165,8 @@ PY
   head -20 "$RES/queries-sample.txt.tmp" >"$RES/queries-sample.txt"
   rm "$RES/queries-sample.txt.tmp"
 
-  # Identical configuration where it matters: one UDP socket/worker each, all
+  # NSD's response rate limiting is off (Debian builds it in; it would drop
+  # most of a benchmark). Identical configuration where it matters: one UDP socket/worker each, all
   # pinned to core 0.
   taskset -c 0 "$BIN" serve --kubeconfig "$kubeconfig" --dns-listen 127.0.0.1:$P_PODNS \
     --admin-listen 127.0.0.1:$ADMIN --udp-sockets 1 --ns-address 127.0.0.1 \
@@ -187,6 +192,8 @@ server:
   tcp-count: 64
   verbosity: 1
   reuseport: no
+  rrl-ratelimit: 0
+  rrl-whitelist-ratelimit: 0
 remote-control:
   control-enable: no
 zone:
@@ -221,7 +228,7 @@ KNOT
   taskset -c 0 knotd -c "$work/knot/knot.conf" >"$work/knot/out" 2>&1 &
   knot_pid=$!
   pids+=("$knot_pid")
-  probe=train-99-999.train-99.default.svc.cluster.local
+  probe=train-$((DNS_JOBS - 1))-999.train-$((DNS_JOBS - 1)).default.svc.cluster.local
   for p in $P_PODNS $P_NSD $P_KNOT; do
     python3 benches/dnsq.py "$p" "$probe" 300 || { log "server on $p never answered"; tail "$work"/podns.log "$work"/nsd/* "$work"/knot/out >&2; exit 1; }
   done
