@@ -296,7 +296,7 @@ if has cold; then
         sleep 1 # let the process settle before reading RSS
         rss=$(echo "scale=1; $(rss_kib "$pid") / 1024" | bc)
         st=$(curl -fsS "$api/sim/stats")
-        req=$(jq '.requests' <<<"$st")
+        req=$(jq '[.requests | .. | numbers] | add' <<<"$st") # incl. this /sim/stats read
         bytes=$(jq '.bytes_sent' <<<"$st")
         stop "$pid"
         echo "$((k * 1000)),$round,$impl,$(((t1 - t0) / 1000000)),$self,$rss,$req,$bytes,$(loadavg)" | tee -a "$csv" >&2
