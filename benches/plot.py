@@ -142,5 +142,15 @@ if p:
     fig.savefig(os.path.join(res, "propagation.svg"))
     md += ["", "![propagation](propagation.svg)", ""]
 
+# --- gang restart ---
+g = os.path.join(res, "gang.json")
+if os.path.exists(g):
+    import json
+
+    j = json.load(open(g))
+    md += ["## Gang restart (benches/gang.py)", "", "| field | value |", "|---|---:|"]
+    md += [f"| {k} | {v} |" for k, v in j.items()]
+    md.append("")
+
 open(os.path.join(res, "summary.md"), "w").write("\n".join(md) + "\n")
 print("\n".join(md))

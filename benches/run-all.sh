@@ -3,7 +3,7 @@
 # 127.0.0.1; pod IPs are data only; every load loop is bounded (dnsperf -l,
 # sample counts, deadlines).
 #
-# What it does, in stages (STAGES, default "dns cold prop plot"):
+# What it does, in stages (STAGES, default "dns cold prop gang plot"):
 #   dns   podns sim with 100 jobs x 1,000 ranks (--pod-cidr 10.0.0.0/12) plus
 #         a 64-rank job "gang64" (headless set) and a "probe" job; exports the
 #         zone with `podns zonefile`; serves it from NSD and Knot and serves
@@ -23,6 +23,10 @@
 #   prop  propagation p50/p99 from a pod IP status PATCH to podns answering
 #         the new IP, at 0, 100, 1,000 pod mutations/s of /sim/churn
 #         (benches/propagation.py). -> benches/results/propagation.csv
+#   gang  a gang restart of an 8,192-rank job (/sim/jobs/default/gang/restart):
+#         time until every rank name answers a new IP, and the stale and
+#         NXDOMAIN answers a client sweeping all names sees meanwhile
+#         (benches/gang.py). -> benches/results/gang.json
 #   plot  SVG figures and benches/results/summary.md (benches/plot.py,
 #         matplotlib, pip-installed when missing).
 #
@@ -37,7 +41,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RES=benches/results
 mkdir -p "$RES"
-STAGES=${STAGES:-"dns cold prop plot"}
+STAGES=${STAGES:-"dns cold prop gang plot"}
 DUR=${DUR:-10}
 ROUNDS=${ROUNDS:-2}
 COLD_SIZES=${COLD_SIZES:-"10 100"}
@@ -319,6 +323,23 @@ if has prop; then
   wait_readyz "$pid" 300
   echo "# loadavg at start $(loadavg)" >&2
   taskset -c 1 python3 benches/propagation.py "$api" "$P_PODNS" "$RES/propagation.csv" "$PROP_SAMPLES"
+  stop "$pid"; stop "$sim_pid"
+fi
+
+# --- gang restart ------------------------------------------------------------
+if has gang; then
+  log "gang: simulator with one 8,192-rank job"
+  start_sim 0 8
+  create_job gang 8192
+  sleep 3
+  taskset -c 0 "$BIN" serve --kubeconfig "$kubeconfig" --dns-listen 127.0.0.1:$P_PODNS \
+    --admin-listen 127.0.0.1:$ADMIN --udp-sockets 1 >"$work/gang.log" 2>&1 &
+  pid=$!
+  pids+=("$pid")
+  wait_readyz "$pid" 300
+  python3 benches/dnsq.py "$P_PODNS" gang-8191.gang.default.svc.cluster.local 60
+  echo "# loadavg at start $(loadavg)" >&2
+  taskset -c 1 python3 benches/gang.py "$api" "$P_PODNS" "$RES/gang.json" gang 8192
   stop "$pid"; stop "$sim_pid"
 fi
 
