@@ -157,40 +157,6 @@ pub fn run_udp_blocking(
 /// How often a blocking UDP loop looks at the shutdown token when idle.
 pub const UDP_POLL: Duration = Duration::from_millis(100);
 
-/// One UDP receive loop: receive, answer, send, until shutdown.
-pub async fn run_udp(
-    socket: UdpSocket,
-    answerer: Arc<Answerer>,
-    metrics: Metrics,
-    rrl: Option<Arc<Rrl>>,
-    shutdown: CancellationToken,
-) {
-    let mut buf = vec![0u8; 4096];
-    loop {
-        let (len, src) = tokio::select! {
-            r = socket.recv_from(&mut buf) => match r {
-                Ok(v) => v,
-                Err(error) => {
-                    tracing::debug!(%error, "udp receive failed");
-                    continue;
-                }
-            },
-            _ = shutdown.cancelled() => return,
-        };
-        let started = Instant::now();
-        let Some(reply) = answerer.handle(&buf[..len], Transport::Udp) else {
-            continue;
-        };
-        count(&metrics, &reply, Transport::Udp, started);
-        let Some(bytes) = rate_limited(rrl.as_deref(), &metrics, reply.bytes, src) else {
-            continue;
-        };
-        if let Err(error) = socket.send_to(&bytes, src).await {
-            tracing::debug!(%error, %src, "udp send failed");
-        }
-    }
-}
-
 /// Limits on the TCP side, which is where a public port gets abused:
 /// connections that hold a slot and send nothing, or a byte a second.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
