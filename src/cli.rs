@@ -105,6 +105,24 @@ impl std::fmt::Display for Zone {
     }
 }
 
+/// Zones given twice, or reverse zones given as `--zone`, are operator
+/// mistakes; `reverse_hint` says where reverse zones come from instead.
+pub fn check_zones(zones: &[Zone], reverse_hint: &str) -> Result<(), String> {
+    if zones.is_empty() {
+        return Err("at least one --zone is required".into());
+    }
+    for (i, z) in zones.iter().enumerate() {
+        if zones[..i].contains(z) {
+            return Err(format!("--zone {z} given twice"));
+        }
+        let s = z.to_string();
+        if s.ends_with("in-addr.arpa.") || s.ends_with("ip6.arpa.") {
+            return Err(format!("--zone {z}: reverse zones are {reverse_hint}"));
+        }
+    }
+    Ok(())
+}
+
 /// A duration in seconds (`5`, `5s`) or milliseconds (`500ms`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Secs(pub Duration);

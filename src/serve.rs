@@ -95,20 +95,11 @@ pub struct Running {
 
 /// Check what clap cannot.
 pub fn validate(args: &ServeArgs) -> Result<(), ConfigError> {
-    if args.zones.is_empty() {
-        return Err(ConfigError("at least one --zone is required".into()));
-    }
-    for (i, z) in args.zones.iter().enumerate() {
-        if args.zones[..i].contains(z) {
-            return Err(ConfigError(format!("--zone {z} given twice")));
-        }
-        let s = z.to_string();
-        if s.ends_with("in-addr.arpa.") || s.ends_with("ip6.arpa.") {
-            return Err(ConfigError(format!(
-                "--zone {z}: reverse zones are served automatically; use --reverse-cidr to narrow them"
-            )));
-        }
-    }
+    crate::cli::check_zones(
+        &args.zones,
+        "served automatically; use --reverse-cidr to narrow them",
+    )
+    .map_err(ConfigError)?;
     if args.negative_ttl > args.ttl.max(1) * 3600 {
         return Err(ConfigError("--negative-ttl is unreasonably large".into()));
     }

@@ -291,20 +291,7 @@ impl Fnv {
 
 /// Check what clap cannot.
 pub fn validate(args: &ZonefileArgs) -> Result<(), ConfigError> {
-    if args.zones.is_empty() {
-        return Err(ConfigError("at least one --zone is required".into()));
-    }
-    for (i, z) in args.zones.iter().enumerate() {
-        if args.zones[..i].contains(z) {
-            return Err(ConfigError(format!("--zone {z} given twice")));
-        }
-        let s = z.to_string();
-        if s.ends_with("in-addr.arpa.") || s.ends_with("ip6.arpa.") {
-            return Err(ConfigError(format!(
-                "--zone {z}: reverse zones are exported with --reverse"
-            )));
-        }
-    }
+    crate::cli::check_zones(&args.zones, "exported with --reverse").map_err(ConfigError)?;
     if args.reverse_only && !args.reverse {
         return Err(ConfigError("--reverse-only needs --reverse".into()));
     }
