@@ -305,7 +305,7 @@ impl Writer {
             .get(job)
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default();
-        let mut dirty = std::mem::take(&mut self.dirty);
+        let mut dirty = BTreeSet::new();
         for name in names {
             let pk = ObjKey::new(job.namespace.as_str(), name.as_str());
             let Some(pod) = self.pods.get(&pk).cloned() else {

@@ -91,7 +91,9 @@ pub struct Writer {
     published: HashMap<Key, Vec<Box<str>>>,
     needs: SyncNeeds,
     /// Keys touched since the last flush: a batch of events (a relist, a
-    /// burst during a gang restart) rebuilds each touched name once.
+    /// burst during a gang restart) rebuilds each touched name once. Event
+    /// handlers collect keys in a local set and extend this one, so one that
+    /// returns early cannot drop what the batch staged before it.
     dirty: BTreeSet<Key>,
     /// Names with data in the table (kept here: counting is O(names)).
     name_count: i64,
@@ -248,7 +250,7 @@ impl Writer {
         if self.pods.get(&pod.key) == Some(&pod) {
             return;
         }
-        let mut dirty = std::mem::take(&mut self.dirty);
+        let mut dirty = BTreeSet::new();
         let key = pod.key.clone();
         if let Some(old) = self.pods.get(&key) {
             self.pod_keys(old, &mut dirty);
@@ -258,20 +260,17 @@ impl Writer {
         if let Some(new) = self.pods.get(&key) {
             self.pod_keys(new, &mut dirty);
         }
-        self.dirty = dirty;
+        self.dirty.extend(dirty);
     }
 
     pub fn delete_pod(&mut self, key: &ObjKey) {
-        // Look before taking `dirty`: returning with it taken would drop
-        // every change staged earlier in the batch (found by the property
-        // tests: a delete of an unknown pod lost the batch's other names).
         let Some(old) = self.pods.get(key) else {
             return;
         };
-        let mut dirty = std::mem::take(&mut self.dirty);
+        let mut dirty = BTreeSet::new();
         self.pod_keys(old, &mut dirty);
         self.unlink_pod(key);
-        self.dirty = dirty;
+        self.dirty.extend(dirty);
     }
 
     fn reset_pods(&mut self, namespace: Option<&str>, items: Vec<PodInfo>) {
@@ -394,22 +393,22 @@ impl Writer {
             return;
         }
         let key = svc.key.clone();
-        let mut dirty = std::mem::take(&mut self.dirty);
+        let mut dirty = BTreeSet::new();
         self.service_keys(&key, &mut dirty);
         self.unlink_service(&key);
         self.link_service(svc);
         self.service_keys(&key, &mut dirty);
-        self.dirty = dirty;
+        self.dirty.extend(dirty);
     }
 
     pub fn delete_service(&mut self, key: &ObjKey) {
         if !self.services.contains_key(key) {
             return;
         }
-        let mut dirty = std::mem::take(&mut self.dirty);
+        let mut dirty = BTreeSet::new();
         self.service_keys(key, &mut dirty);
         self.unlink_service(key);
-        self.dirty = dirty;
+        self.dirty.extend(dirty);
     }
 
     fn reset_services(&mut self, namespace: Option<&str>, items: Vec<ServiceInfo>) {

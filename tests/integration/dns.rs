@@ -177,12 +177,7 @@ async fn services_of_every_kind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_300_pod_headless_set_truncates_over_udp_and_comes_whole_over_tcp() {
     let env = env(&["--kubelet"], &[]).await;
-    sim_post(
-        &env.client,
-        "/sim/jobs",
-        json!({"namespace": "big", "name": "gang", "ranks": 300, "kind": "indexed-job"}),
-    )
-    .await;
+    create_job(&env.client, "big", "gang", 300, "indexed-job").await;
     wait_for("300 ranks published", Duration::from_secs(60), || async {
         let m = tcp(
             env.dns,
@@ -336,12 +331,7 @@ async fn random_packets_to_the_socket_never_stop_the_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_faults_never_cost_a_live_name() {
     let env = env(&["--kubelet"], &[]).await;
-    sim_post(
-        &env.client,
-        "/sim/jobs",
-        json!({"namespace": "ft", "name": "job", "ranks": 8, "kind": "jobset"}),
-    )
-    .await;
+    create_job(&env.client, "ft", "job", 8, "jobset").await;
     let names: Vec<String> = (0..8).map(|i| format!("job-{i}.job.ft.svc")).collect();
     wait_for("ranks answer", T, || async {
         for n in &names {
@@ -378,23 +368,8 @@ async fn watch_faults_never_cost_a_live_name() {
         check("during outage").await;
     }
     // After the outage a new pod still gets through: the watch recovered.
-    sim_post(
-        &env.client,
-        "/sim/jobs",
-        json!({"namespace": "ft", "name": "late", "ranks": 1, "kind": "indexed-job"}),
-    )
-    .await;
-    wait_for(
-        "watch recovered after outage",
-        Duration::from_secs(60),
-        || async {
-            !ask(env.dns, "late-0.late.ft.svc", RecordType::A)
-                .await
-                .answers
-                .is_empty()
-        },
-    )
-    .await;
+    create_job(&env.client, "ft", "late", 1, "indexed-job").await;
+    wait_resolves(env.dns, "late-0.late.ft.svc", Duration::from_secs(60)).await;
     check("after recovery").await;
 }
 
@@ -559,19 +534,8 @@ async fn api_requests(client: &kube::Client) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throttling_is_waited_out_as_retry_after_says() {
     let env = env(&["--kubelet"], &[]).await;
-    sim_post(
-        &env.client,
-        "/sim/jobs",
-        json!({"namespace": "th", "name": "t", "ranks": 2, "kind": "indexed-job"}),
-    )
-    .await;
-    wait_for("ranks answer", T, || async {
-        !ask(env.dns, "t-1.t.th.svc", RecordType::A)
-            .await
-            .answers
-            .is_empty()
-    })
-    .await;
+    create_job(&env.client, "th", "t", 2, "indexed-job").await;
+    wait_resolves(env.dns, "t-1.t.th.svc", T).await;
     let before = api_requests(&env.client).await;
     sim_post(&env.client, "/sim/faults/throttle?seconds=6", json!({})).await;
     sim_post(&env.client, "/sim/faults/drop-watches", json!({})).await;
@@ -595,23 +559,8 @@ async fn throttling_is_waited_out_as_retry_after_says() {
         during <= 3,
         "{during} API requests during 4 s of throttling"
     );
-    sim_post(
-        &env.client,
-        "/sim/jobs",
-        json!({"namespace": "th", "name": "after", "ranks": 1, "kind": "indexed-job"}),
-    )
-    .await;
-    wait_for(
-        "watch resumed after throttling",
-        Duration::from_secs(30),
-        || async {
-            !ask(env.dns, "after-0.after.th.svc", RecordType::A)
-                .await
-                .answers
-                .is_empty()
-        },
-    )
-    .await;
+    create_job(&env.client, "th", "after", 1, "indexed-job").await;
+    wait_resolves(env.dns, "after-0.after.th.svc", Duration::from_secs(30)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -67,12 +67,7 @@ async fn indexed_job_ranks_through_a_restart() {
         &[],
     )
     .await;
-    sim_post(
-        &env.client,
-        "/sim/jobs",
-        json!({"namespace": "rv", "name": "bert", "ranks": 4, "kind": "indexed-job"}),
-    )
-    .await;
+    create_job(&env.client, "rv", "bert", 4, "indexed-job").await;
     wait_summary(&env, "bert.rv.rank", "all ranks ready", |s| {
         s["world"] == 4 && s["ready"] == 4
     })
@@ -118,12 +113,7 @@ async fn indexed_job_ranks_through_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobset_ranks_generation_and_leader() {
     let env = env(&["--kubelet", "--kubelet-delay-ms=200"], &[]).await;
-    sim_post(
-        &env.client,
-        "/sim/jobs",
-        json!({"namespace": "rv", "name": "llm", "ranks": 8, "kind": "jobset"}),
-    )
-    .await;
+    create_job(&env.client, "rv", "llm", 8, "jobset").await;
     wait_summary(&env, "llm.rv.rank", "all ranks published", |s| {
         s["world"] == 8 && s["published"] == 8
     })
@@ -164,12 +154,7 @@ async fn jobset_ranks_generation_and_leader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_rank_view_serves_no_rank_names() {
     let env = env(&["--kubelet"], &["--no-rank-view"]).await;
-    sim_post(
-        &env.client,
-        "/sim/jobs",
-        json!({"namespace": "rv", "name": "off", "ranks": 2, "kind": "indexed-job"}),
-    )
-    .await;
+    create_job(&env.client, "rv", "off", 2, "indexed-job").await;
     wait_for("pods answer", T, || async {
         !a(&env, "off-1.off.rv.svc").await.is_empty()
     })

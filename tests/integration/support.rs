@@ -97,6 +97,24 @@ pub async fn env(sim_flags: &[&str], serve_flags: &[&str]) -> Env {
     }
 }
 
+/// Wait until `name` answers with at least one record.
+pub async fn wait_resolves(dns: SocketAddr, name: &str, limit: Duration) {
+    wait_for(&format!("{name} to resolve"), limit, || async {
+        !ask(dns, name, RecordType::A).await.answers.is_empty()
+    })
+    .await;
+}
+
+/// Create a training job through the simulator's `/sim/jobs`.
+pub async fn create_job(client: &kube::Client, ns: &str, name: &str, ranks: usize, kind: &str) {
+    sim_post(
+        client,
+        "/sim/jobs",
+        json!({"namespace": ns, "name": name, "ranks": ranks, "kind": kind}),
+    )
+    .await;
+}
+
 /// Poll `check` every 10 ms until it is true; panic with `what` after `limit`.
 pub async fn wait_for<F, Fut>(what: &str, limit: Duration, mut check: F)
 where
