@@ -74,6 +74,14 @@ pub struct Reply {
     pub truncated: bool,
 }
 
+/// What the server counts about a reply written into its buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyMeta {
+    pub rcode: ResponseCode,
+    pub qtype: Option<RecordType>,
+    pub truncated: bool,
+}
+
 /// Where a question's name falls.
 enum Place {
     /// Relative key under the zone at this index of `zone_strs`.
@@ -94,6 +102,8 @@ pub struct Answerer {
     /// in `by_len` so nested zones match the most specific.
     zone_strs: Vec<String>,
     by_len: Vec<usize>,
+    /// `zone_strs` longest first, for the wire fast path.
+    zones_longest_first: Vec<String>,
     /// Per zone: `ns.dns.<zone>.` and `hostmaster.<zone>.`, built once
     /// (negative answers, the ndots:5 search-path misses, are the common case).
     soa_names: Vec<(Name, Name)>,
@@ -120,11 +130,13 @@ impl Answerer {
                 )
             })
             .collect();
+        let zones_longest_first = by_len.iter().map(|&i| zone_strs[i].clone()).collect();
         Self {
             table,
             cfg,
             zone_strs,
             by_len,
+            zones_longest_first,
             soa_names,
         }
     }
@@ -140,6 +152,55 @@ impl Answerer {
     /// Bytes in, bytes out: what UDP and TCP call. `None` means drop (the
     /// input is not a query we can even address a reply to).
     pub fn handle(&self, bytes: &[u8], transport: Transport) -> Option<Reply> {
+        let mut out = Vec::new();
+        let meta = self.handle_into(bytes, transport, &mut out)?;
+        Some(Reply {
+            bytes: out,
+            rcode: meta.rcode,
+            qtype: meta.qtype,
+            truncated: meta.truncated,
+        })
+    }
+
+    /// [`Self::handle`] into a buffer the caller keeps between queries:
+    /// the common questions are answered by the wire fast path
+    /// ([`super::fast`]) without allocating; the rest by the general path.
+    pub fn handle_into(
+        &self,
+        bytes: &[u8],
+        transport: Transport,
+        out: &mut Vec<u8>,
+    ) -> Option<ReplyMeta> {
+        if let Some(meta) = self.handle_fast(bytes, transport, out) {
+            return Some(meta);
+        }
+        let reply = self.handle_general(bytes, transport)?;
+        *out = reply.bytes;
+        Some(ReplyMeta {
+            rcode: reply.rcode,
+            qtype: reply.qtype,
+            truncated: reply.truncated,
+        })
+    }
+
+    /// The wire fast path alone; `None` when it hands the query over.
+    pub(crate) fn handle_fast(
+        &self,
+        bytes: &[u8],
+        transport: Transport,
+        out: &mut Vec<u8>,
+    ) -> Option<ReplyMeta> {
+        let zones = super::fast::Zones {
+            by_len: &self.zones_longest_first,
+            ttl: self.cfg.ttl,
+            negative_ttl: self.cfg.negative_ttl,
+        };
+        let udp = transport == Transport::Udp;
+        super::fast::answer(bytes, udp, &self.table, &zones, out)
+    }
+
+    /// The general path: parse into a `Message`, apply the rules, encode.
+    pub(crate) fn handle_general(&self, bytes: &[u8], transport: Transport) -> Option<Reply> {
         let req = match Message::from_vec(bytes) {
             Ok(m) => m,
             Err(_) => return formerr_for_garbage(bytes),

@@ -920,3 +920,167 @@ fn unused_record_helper_compiles() {
     let _: Option<Record> = None;
     let _ = Arc::new(());
 }
+
+/// The wire fast path and the general path give the same reply, field by
+/// field, for every kind of question the fast path takes and for the ones
+/// it must hand over.
+#[test]
+fn fast_path_agrees_with_the_general_path() {
+    let mut w = world_with(
+        Policy::default(),
+        AnswerConfig {
+            zones: vec![
+                Name::from_ascii("cluster.local.").unwrap(),
+                Name::from_ascii("ml.example.").unwrap(),
+            ],
+            ns_addrs: vec![ip("10.0.0.53")],
+            ..AnswerConfig::default()
+        },
+    );
+    w.svc(headless("ml", "gang", "gang"));
+    for i in 0..40u32 {
+        w.pod(
+            pod("ml", &format!("r{i}"), &format!("10.1.0.{}", i + 1))
+                .ip(&format!("fd00::{:x}", i + 1))
+                .host(&format!("r{i}"), "gang")
+                .label("app", "gang"),
+        );
+    }
+    w.pod(
+        pod("ml", "v4only", "10.1.1.1")
+            .host("v4only", "gang")
+            .label("app", "gang"),
+    );
+    w.svc(cluster_ip("web", "api", "10.96.0.10"));
+    w.svc(ServiceInfo {
+        kind: crate::index::ServiceKind::ExternalName("api.web.svc.cluster.local".into()),
+        ..cluster_ip("web", "alias", "10.96.0.1")
+    });
+    let names = [
+        "r3.gang.ml.svc.cluster.local.",
+        "R3.Gang.ML.svc.CLUSTER.local.",
+        "v4only.gang.ml.svc.cluster.local.",
+        "gang.ml.svc.cluster.local.",
+        "r3.gang.ml.svc.ml.example.",
+        "api.web.svc.cluster.local.",
+        "alias.web.svc.cluster.local.",
+        "missing.ml.svc.cluster.local.",
+        "missing.ml.svc.ml.example.",
+        "ml.svc.cluster.local.",
+        "svc.cluster.local.",
+        "cluster.local.",
+        "dns-version.cluster.local.",
+        "ns.dns.cluster.local.",
+        "dns.cluster.local.",
+        "10-1-0-4.gang.ml.svc.cluster.local.",
+        "4.0.1.10.in-addr.arpa.",
+        "example.com.",
+        "*.ml.svc.cluster.local.",
+        "under_score.ml.svc.cluster.local.",
+    ];
+    let types = [
+        RecordType::A,
+        RecordType::AAAA,
+        RecordType::SRV,
+        RecordType::TXT,
+        RecordType::MX,
+        RecordType::PTR,
+        RecordType::CNAME,
+        RecordType::ANY,
+        RecordType::AXFR,
+    ];
+    let mut fast_taken = 0;
+    for name in names {
+        for qtype in types {
+            for edns in [None, Some(512u16), Some(1232), Some(4096)] {
+                for cd in [false, true] {
+                    let mut q = query(name, qtype);
+                    q.metadata.checking_disabled = cd;
+                    if let Some(p) = edns {
+                        let mut e = Edns::new();
+                        e.set_max_payload(p);
+                        q.set_edns(e);
+                    }
+                    let bytes = q.to_vec().unwrap();
+                    for transport in [Transport::Udp, Transport::Tcp] {
+                        let general = w.answerer.handle_general(&bytes, transport).unwrap();
+                        let mut out = Vec::new();
+                        if w.answerer
+                            .handle_fast(&bytes, transport, &mut out)
+                            .is_some()
+                        {
+                            fast_taken += 1;
+                        }
+                        let meta = w.answerer.handle_into(&bytes, transport, &mut out).unwrap();
+                        let what = format!("{name} {qtype} edns={edns:?} {transport:?}");
+                        let (f, g) = (
+                            Message::from_vec(&out).expect(&what),
+                            Message::from_vec(&general.bytes).unwrap(),
+                        );
+                        assert_eq!(f, g, "{what}");
+                        assert_eq!(
+                            (meta.rcode, meta.qtype, meta.truncated),
+                            (general.rcode, general.qtype, general.truncated),
+                            "{what}"
+                        );
+                        if transport == Transport::Udp {
+                            assert!(out.len() <= usize::from(edns.unwrap_or(512).clamp(512, 1232)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // The fast path did answer, so the comparison above compared two paths.
+    assert!(fast_taken > 100, "fast path taken {fast_taken} times");
+}
+
+/// Options in the OPT record (a cookie, as dig sends) and odd headers.
+#[test]
+fn fast_path_takes_options_and_refuses_what_it_does_not_know() {
+    let mut w = world();
+    w.pod(pod("ml", "a", "10.1.0.1").host("a", "gang"));
+    w.svc(headless("ml", "gang", "gang"));
+    let mut q = query("a.gang.ml.svc.cluster.local.", RecordType::A);
+    let mut e = Edns::new();
+    e.set_max_payload(1232);
+    e.options_mut()
+        .insert(hickory_proto::rr::rdata::opt::EdnsOption::Unknown(
+            10,
+            vec![1, 2, 3, 4, 5, 6, 7, 8],
+        ));
+    q.set_edns(e);
+    let bytes = q.to_vec().unwrap();
+    let mut out = Vec::new();
+    w.answerer
+        .handle_into(&bytes, Transport::Udp, &mut out)
+        .unwrap();
+    let r = Message::from_vec(&out).unwrap();
+    assert_eq!(ips(&r), vec![ip("10.1.0.1")]);
+    assert_eq!(
+        r.edns.as_ref().map(|e| e.max_payload()),
+        Some(MAX_UDP_PAYLOAD)
+    );
+    // Trailing garbage, a second question, a truncated OPT: each gets what
+    // the general path gives.
+    let mut trailing = bytes.clone();
+    trailing.push(0);
+    let mut two = query("a.gang.ml.svc.cluster.local.", RecordType::A);
+    two.add_query(Query::query(
+        Name::from_ascii("b.gang.ml.svc.cluster.local.").unwrap(),
+        RecordType::A,
+    ));
+    let cut = bytes[..bytes.len() - 3].to_vec();
+    for b in [trailing, two.to_vec().unwrap(), cut] {
+        let general = w
+            .answerer
+            .handle_general(&b, Transport::Udp)
+            .map(|r| r.bytes);
+        let mut out = Vec::new();
+        let fast = w
+            .answerer
+            .handle_into(&b, Transport::Udp, &mut out)
+            .map(|_| out);
+        assert_eq!(fast, general);
+    }
+}
