@@ -2,15 +2,22 @@
 //! [`BATCH`] datagrams per system call. Under load most of a DNS server's
 //! time is the kernel's per-call cost (the profile in BENCHMARKS.md: two
 //! thirds of podns's CPU was one `recvfrom` and one `sendto` per query);
-//! NSD and Knot batch the same way. The calls go through `nix`, so podns
-//! itself stays `forbid(unsafe_code)`.
+//! NSD and Knot batch the same way.
+//!
+//! This module is the one place in podns with `unsafe` code (the crate is
+//! `deny(unsafe_code)`, allowed here only): two system calls and the
+//! reading of the socket addresses the kernel fills in. `nix` wraps both
+//! calls, but learning how many datagrams its `sendmmsg` sent means
+//! iterating results that read never-initialised address slots, so the
+//! calls are made here directly, with every pointer's provenance stated.
+//! The headers are built on the stack before each call and point only
+//! into buffers that outlive it.
+#![allow(unsafe_code)]
 
 use std::io;
-use std::io::{IoSlice, IoSliceMut};
-use std::net::{SocketAddr, UdpSocket};
+use std::mem::{size_of, zeroed};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
-
-use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg};
 
 /// Datagrams per system call.
 pub const BATCH: usize = 32;
@@ -18,21 +25,21 @@ pub const BATCH: usize = 32;
 /// gets FORMERR, as with a single `recv`.
 pub const MAX_QUERY: usize = 4096;
 
-/// Receive buffers and headers, allocated once per UDP loop.
+/// Receive buffers and the addresses of the last batch's senders.
 pub struct Batch {
     bufs: Vec<u8>,
-    got: Vec<(usize, Option<SocketAddr>)>,
-    recv_hdrs: MultiHeaders<SockaddrStorage>,
-    send_hdrs: MultiHeaders<SockaddrStorage>,
+    lens: [usize; BATCH],
+    addrs: [libc::sockaddr_storage; BATCH],
 }
 
 impl Default for Batch {
     fn default() -> Self {
         Self {
             bufs: vec![0; BATCH * MAX_QUERY],
-            got: Vec::with_capacity(BATCH),
-            recv_hdrs: MultiHeaders::preallocate(BATCH, None),
-            send_hdrs: MultiHeaders::preallocate(BATCH, None),
+            lens: [0; BATCH],
+            // SAFETY: sockaddr_storage is plain old data; all zeroes is a
+            // valid value (family AF_UNSPEC).
+            addrs: unsafe { zeroed() },
         }
     }
 }
@@ -42,33 +49,54 @@ impl Batch {
     /// timeout passes), then take whatever else is queued, up to [`BATCH`].
     /// Returns how many were received.
     pub fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
-        self.got.clear();
-        let mut iovs: Vec<[IoSliceMut<'_>; 1]> = self
+        // SAFETY: iovec and mmsghdr are plain old data; zeroed is valid.
+        let mut iov: [libc::iovec; BATCH] = unsafe { zeroed() };
+        let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
+        for (i, (chunk, (v, h))) in self
             .bufs
             .chunks_mut(MAX_QUERY)
-            .map(|b| [IoSliceMut::new(b)])
-            .collect();
-        let results = recvmmsg(
-            socket.as_raw_fd(),
-            &mut self.recv_hdrs,
-            iovs.iter_mut(),
-            MsgFlags::MSG_WAITFORONE,
-            None,
-        )
-        .map_err(io::Error::from)?;
-        for r in results {
-            self.got
-                .push((r.bytes.min(MAX_QUERY), r.address.and_then(socket_addr)));
+            .zip(iov.iter_mut().zip(hdrs.iter_mut()))
+            .enumerate()
+        {
+            v.iov_base = chunk.as_mut_ptr().cast();
+            v.iov_len = chunk.len();
+            h.msg_hdr.msg_name = (&raw mut self.addrs[i]).cast();
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_iov = v;
+            h.msg_hdr.msg_iovlen = 1;
         }
-        Ok(self.got.len())
+        // SAFETY: each header points at its own iovec (alive on this stack
+        // frame), whose buffer is a distinct MAX_QUERY slice of self.bufs,
+        // and at its own sockaddr_storage in self.addrs with the right
+        // length; nothing else borrows them during the call. The kernel
+        // writes at most iov_len bytes and msg_namelen address bytes.
+        let n = unsafe {
+            libc::recvmmsg(
+                socket.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                BATCH as libc::c_uint,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = (n as usize).min(BATCH);
+        for (len, h) in self.lens.iter_mut().zip(&hdrs).take(n) {
+            *len = (h.msg_len as usize).min(MAX_QUERY);
+        }
+        Ok(n)
     }
 
     /// The `i`th datagram of the last [`Self::recv`] and its sender
     /// (`None` for an address family we do not serve).
     pub fn get(&self, i: usize) -> (&[u8], Option<SocketAddr>) {
-        let (len, from) = self.got[i];
         let start = i * MAX_QUERY;
-        (&self.bufs[start..start + len], from)
+        (
+            &self.bufs[start..start + self.lens[i]],
+            socket_addr(&self.addrs[i]),
+        )
     }
 
     /// Send each `(bytes, to)` in as few `sendmmsg` calls as the kernel
@@ -77,33 +105,46 @@ impl Batch {
     pub fn send(&mut self, socket: &UdpSocket, msgs: &[(&[u8], SocketAddr)]) -> usize {
         let mut sent = 0;
         for chunk in msgs.chunks(BATCH) {
-            let slices: Vec<[IoSlice<'_>; 1]> =
-                chunk.iter().map(|(b, _)| [IoSlice::new(b)]).collect();
-            let addrs: Vec<Option<SockaddrStorage>> = chunk
+            let addrs: Vec<socket2::SockAddr> = chunk
                 .iter()
-                .map(|(_, to)| Some(SockaddrStorage::from(*to)))
+                .map(|(_, to)| socket2::SockAddr::from(*to))
                 .collect();
+            // SAFETY: plain old data, zeroed is valid.
+            let mut iov: [libc::iovec; BATCH] = unsafe { zeroed() };
+            let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
+            for ((((bytes, _), addr), v), h) in
+                chunk.iter().zip(&addrs).zip(&mut iov).zip(&mut hdrs)
+            {
+                v.iov_base = bytes.as_ptr().cast_mut().cast();
+                v.iov_len = bytes.len();
+                h.msg_hdr.msg_name = addr.as_ptr().cast_mut().cast();
+                h.msg_hdr.msg_namelen = addr.len();
+                h.msg_hdr.msg_iov = v;
+                h.msg_hdr.msg_iovlen = 1;
+            }
             let mut from = 0;
             while from < chunk.len() {
-                let r = sendmmsg(
-                    socket.as_raw_fd(),
-                    &mut self.send_hdrs,
-                    &slices[from..],
-                    &addrs[from..],
-                    [],
-                    MsgFlags::empty(),
-                );
-                match r.map(|results| results.count()) {
-                    Ok(0) => from += 1,
-                    Ok(n) => {
-                        sent += n;
-                        from += n;
-                    }
-                    Err(nix::errno::Errno::EINTR) => {}
-                    Err(error) => {
-                        tracing::debug!(%error, to = %chunk[from].1, "udp send failed");
-                        from += 1; // skip the one the kernel refused
-                    }
+                // SAFETY: hdrs[from..chunk.len()] point at iovecs on this
+                // frame, into `chunk`'s byte slices and into `addrs`, all
+                // alive and unmoved until the call returns; the kernel only
+                // reads through them (and writes msg_len in the headers).
+                let n = unsafe {
+                    libc::sendmmsg(
+                        socket.as_raw_fd(),
+                        hdrs.as_mut_ptr().add(from),
+                        (chunk.len() - from) as libc::c_uint,
+                        0,
+                    )
+                };
+                if n > 0 {
+                    sent += n as usize;
+                    from += n as usize;
+                    continue;
+                }
+                let error = io::Error::last_os_error();
+                if error.kind() != io::ErrorKind::Interrupted {
+                    tracing::debug!(%error, to = %chunk[from].1, "udp send failed");
+                    from += 1; // skip the one the kernel refused
                 }
             }
         }
@@ -111,11 +152,30 @@ impl Batch {
     }
 }
 
-fn socket_addr(s: SockaddrStorage) -> Option<SocketAddr> {
-    if let Some(v4) = s.as_sockaddr_in() {
-        return Some(SocketAddr::from(*v4));
+/// The sender address the kernel wrote into `s`.
+fn socket_addr(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match libc::c_int::from(s.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a sockaddr_in (its family says so);
+            // sockaddr_storage is large and aligned enough for any sockaddr.
+            let a = unsafe { &*(&raw const *s).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, a sockaddr_in6.
+            let a = unsafe { &*(&raw const *s).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
     }
-    s.as_sockaddr_in6().map(|v6| SocketAddr::from(*v6))
 }
 
 #[cfg(test)]
