@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::Metrics;
 use crate::admin::metrics::{ActionLabels, RcodeLabels, RequestLabels, qtype_label, rcode_label};
+use prometheus_client::metrics::counter::Counter;
 
 use super::answer::{Answerer, ReplyMeta, Transport};
 use super::mmsg;
@@ -58,26 +59,61 @@ pub fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::from_std(sock.into())
 }
 
-fn count(metrics: &Metrics, reply: &ReplyMeta, transport: Transport, started: Instant) {
-    metrics
-        .requests
-        .get_or_create(&RequestLabels {
+/// The per-query counters of one serving loop, looked up in the metric
+/// families once per label set and then kept: a family lookup takes a
+/// shared lock and hashes the labels, per query, on every UDP thread.
+struct Counters {
+    metrics: Metrics,
+    requests: Vec<(RequestLabels, Counter)>,
+    responses: Vec<(&'static str, Counter)>,
+}
+
+impl Counters {
+    fn new(metrics: &Metrics) -> Self {
+        Self {
+            metrics: metrics.clone(),
+            requests: Vec::new(),
+            responses: Vec::new(),
+        }
+    }
+
+    fn count(&mut self, reply: &ReplyMeta, transport: Transport, started: Instant) {
+        let labels = RequestLabels {
             qtype: qtype_label(reply.qtype),
             proto: transport.label(),
-        })
-        .inc();
-    metrics
-        .responses
-        .get_or_create(&RcodeLabels {
-            rcode: rcode_label(reply.rcode),
-        })
-        .inc();
-    if reply.truncated {
-        metrics.truncated.inc();
+        };
+        match self.requests.iter().find(|(l, _)| *l == labels) {
+            Some((_, c)) => {
+                c.inc();
+            }
+            None => {
+                let c = self.metrics.requests.get_or_create(&labels).clone();
+                c.inc();
+                self.requests.push((labels, c));
+            }
+        };
+        let rcode = rcode_label(reply.rcode);
+        match self.responses.iter().find(|(r, _)| *r == rcode) {
+            Some((_, c)) => {
+                c.inc();
+            }
+            None => {
+                let c = self
+                    .metrics
+                    .responses
+                    .get_or_create(&RcodeLabels { rcode })
+                    .clone();
+                c.inc();
+                self.responses.push((rcode, c));
+            }
+        };
+        if reply.truncated {
+            self.metrics.truncated.inc();
+        }
+        self.metrics
+            .request_duration
+            .observe(started.elapsed().as_secs_f64());
     }
-    metrics
-        .request_duration
-        .observe(started.elapsed().as_secs_f64());
 }
 
 /// Apply `--rrl` to a UDP reply in `bytes`: true to send it as it is now
@@ -131,6 +167,7 @@ pub fn run_udp_blocking(
     let mut batch = mmsg::Batch::default();
     let mut outs: Vec<Vec<u8>> = (0..mmsg::BATCH).map(|_| Vec::with_capacity(512)).collect();
     let mut ready: Vec<(usize, SocketAddr)> = Vec::with_capacity(mmsg::BATCH);
+    let mut counters = Counters::new(&metrics);
     while !shutdown.is_cancelled() {
         let n = match batch.recv(&socket) {
             Ok(n) => n,
@@ -157,7 +194,7 @@ pub fn run_udp_blocking(
             let Some(meta) = answerer.handle_into(query, Transport::Udp, out) else {
                 continue;
             };
-            count(&metrics, &meta, Transport::Udp, started);
+            counters.count(&meta, Transport::Udp, started);
             if rate_limited(rrl.as_deref(), &metrics, out, src) {
                 ready.push((i, src));
             }
@@ -272,6 +309,7 @@ async fn serve_tcp_conn(
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
     let mut buf = Vec::with_capacity(512);
+    let mut counters = Counters::new(metrics);
     for _ in 0..limits.max_queries {
         let read = async {
             let mut len = [0u8; 2];
@@ -298,7 +336,7 @@ async fn serve_tcp_conn(
             qtype: reply.qtype,
             truncated: reply.truncated,
         };
-        count(metrics, &meta, Transport::Tcp, started);
+        counters.count(&meta, Transport::Tcp, started);
         let Ok(len) = u16::try_from(reply.bytes.len()) else {
             continue; // cannot happen: TCP answers are built within 65535
         };

@@ -253,6 +253,19 @@ async fn metrics_and_readiness_after_sync() {
         assert!(body.contains(m), "{m} missing in\n{body}");
     }
     assert!(body.contains("rcode=\"NXDOMAIN\""), "{body}");
+    // Counted per query, on the cached counters of the UDP loops.
+    let nx = |body: &str| -> u64 {
+        body.lines()
+            .find(|l| l.starts_with("podns_dns_responses_total{rcode=\"NXDOMAIN\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let before = nx(&body);
+    for _ in 0..3 {
+        let _ = ask(env.dns, "nothing.svc", RecordType::A).await;
+    }
+    let (_, body) = admin_get(env.admin, "/metrics").await;
+    assert_eq!(nx(&body), before + 3, "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
