@@ -200,7 +200,9 @@ impl Answerer {
     }
 
     /// The general path: parse into a `Message`, apply the rules, encode.
-    pub(crate) fn handle_general(&self, bytes: &[u8], transport: Transport) -> Option<Reply> {
+    /// Public for the benches' before/after.
+    #[doc(hidden)]
+    pub fn handle_general(&self, bytes: &[u8], transport: Transport) -> Option<Reply> {
         let req = match Message::from_vec(bytes) {
             Ok(m) => m,
             Err(_) => return formerr_for_garbage(bytes),
