@@ -49,6 +49,10 @@ fn main() -> ExitCode {
             Command::Zonefile(args) => podns::zonefile::run(args).await,
         }
     });
+    // Blocking threads (the index writer in the middle of a big initial
+    // list, a UDP loop in its receive) must not hold the exit: the drain
+    // has already run, so nothing is left to hand over.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
