@@ -64,18 +64,12 @@ impl Ranks {
     }
 }
 
-fn label<'a>(pod: &'a PodInfo, key: &str) -> Option<&'a str> {
-    pod.labels
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
+fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.label(key)
 }
 
-fn annotation<'a>(pod: &'a PodInfo, key: &str) -> Option<&'a str> {
-    pod.annotations
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.annotation(key)
 }
 
 fn job_label<'a>(labels: &'a [(String, String)], key: &str) -> Option<&'a str> {
@@ -86,11 +80,11 @@ fn job_label<'a>(labels: &'a [(String, String)], key: &str) -> Option<&'a str> {
 }
 
 /// The Job a pod belongs to: `batch.kubernetes.io/job-name`, else `job-name`.
-fn job_of(pod: &PodInfo) -> Option<&str> {
+fn job_of(pod: &Pod) -> Option<&str> {
     label(pod, JOB_NAME).or_else(|| label(pod, LEGACY_JOB_NAME))
 }
 
-fn generation_of(pod: &PodInfo) -> u64 {
+fn generation_of(pod: &Pod) -> u64 {
     label(pod, RESTART_ATTEMPT)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
@@ -98,7 +92,7 @@ fn generation_of(pod: &PodInfo) -> u64 {
 
 impl Writer {
     /// The ranks a pod holds under the current Jobs.
-    fn rank_links(&self, pod: &PodInfo) -> Vec<(Group, u32)> {
+    fn rank_links(&self, pod: &Pod) -> Vec<(Group, u32)> {
         if !self.policy.rank_view {
             return vec![];
         }
@@ -143,7 +137,7 @@ impl Writer {
         out
     }
 
-    pub(super) fn link_ranks(&mut self, pod: &PodInfo) {
+    pub(super) fn link_ranks(&mut self, pod: &Pod) {
         if !self.policy.rank_view {
             return;
         }
@@ -176,7 +170,7 @@ impl Writer {
         self.ranks.links.insert(pod.key.clone(), links);
     }
 
-    pub(super) fn unlink_ranks(&mut self, pod: &PodInfo) {
+    pub(super) fn unlink_ranks(&mut self, pod: &Pod) {
         if let Some(job) = job_of(pod) {
             let jk = ObjKey::new(pod.key.namespace.as_str(), job);
             if let Some(set) = self.ranks.job_pods.get_mut(&jk) {
@@ -214,7 +208,7 @@ impl Writer {
     }
 
     /// Keys of the rank view that depend on this pod as it is linked now.
-    pub(super) fn rank_keys(&self, pod: &PodInfo, out: &mut BTreeSet<Key>) {
+    pub(super) fn rank_keys(&self, pod: &Pod, out: &mut BTreeSet<Key>) {
         for (group, idx) in self.ranks.links.get(&pod.key).into_iter().flatten() {
             out.insert(Key::Rank(group.clone(), *idx));
             out.insert(Key::Leader(group.clone()));
@@ -322,9 +316,9 @@ impl Writer {
     // ---- building ------------------------------------------------------
 
     /// The pod that answers for a rank (the duplicate-hostname rule; always one).
-    fn rank_pod(&self, group: &Group, idx: u32) -> Option<&PodInfo> {
+    fn rank_pod(&self, group: &Group, idx: u32) -> Option<&Pod> {
         let names = self.ranks.pods.get(&(group.clone(), idx))?;
-        let pods: Vec<&PodInfo> = names
+        let pods: Vec<&Pod> = names
             .iter()
             .filter_map(|n| self.pods.get(&ObjKey::new(group.ns.as_str(), n.as_str())))
             .filter(|p| self.published(p, true))

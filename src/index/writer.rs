@@ -17,7 +17,8 @@ pub mod ranks;
 
 use ranks::{Group, Ranks};
 
-use super::names::{dashed, reverse};
+use super::model::{Interner, Pod};
+use super::names::{dashed, reverse, undashed};
 use super::table::{Rrs, Srv, Table};
 use super::types::*;
 
@@ -72,7 +73,9 @@ pub struct Writer {
     table: Arc<Table>,
     policy: Policy,
     metrics: Metrics,
-    pods: HashMap<ObjKey, PodInfo>,
+    pods: HashMap<ObjKey, Pod>,
+    /// Label and annotation pairs, shared by the pods in `pods`.
+    interner: Interner,
     services: HashMap<ObjKey, ServiceInfo>,
     jobs: HashMap<ObjKey, JobInfo>,
     ranks: Ranks,
@@ -87,8 +90,11 @@ pub struct Writer {
     /// Pods holding each IP, and Services holding each ClusterIP.
     ip_pods: HashMap<IpAddr, SmallSet<ObjKey>>,
     ip_services: HashMap<IpAddr, SmallSet<ObjKey>>,
-    /// The names each key published last time it was built.
-    published: HashMap<Key, Vec<Box<str>>>,
+    /// The names each Service key published last time it was built (every
+    /// other key has exactly one name, [`key_name`]).
+    svc_published: HashMap<Key, Vec<Box<str>>>,
+    /// The data of names that answer one address, shared by those names.
+    single: HashMap<IpAddr, Arc<Rrs>>,
     needs: SyncNeeds,
     /// Keys touched since the last flush: a batch of events (a relist, a
     /// burst during a gang restart) rebuilds each touched name once. Event
@@ -110,6 +116,7 @@ impl Writer {
             policy,
             metrics,
             pods: HashMap::new(),
+            interner: Interner::default(),
             services: HashMap::new(),
             jobs: HashMap::new(),
             ranks: Ranks::default(),
@@ -120,7 +127,8 @@ impl Writer {
             pod_services: HashMap::new(),
             ip_pods: HashMap::new(),
             ip_services: HashMap::new(),
-            published: HashMap::new(),
+            svc_published: HashMap::new(),
+            single: HashMap::new(),
             needs,
             dirty: BTreeSet::new(),
             name_count: 0,
@@ -247,7 +255,7 @@ impl Writer {
     // ---- pods ----------------------------------------------------------
 
     pub fn apply_pod(&mut self, pod: PodInfo) {
-        if self.pods.get(&pod.key) == Some(&pod) {
+        if self.pods.get(&pod.key).is_some_and(|p| p.same_as(&pod)) {
             return;
         }
         let mut dirty = BTreeSet::new();
@@ -283,10 +291,10 @@ impl Writer {
     }
 
     /// Every key whose names depend on this pod as it is now.
-    fn pod_keys(&self, pod: &PodInfo, out: &mut BTreeSet<Key>) {
+    fn pod_keys(&self, pod: &Pod, out: &mut BTreeSet<Key>) {
         let ns = &pod.key.namespace;
         if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain) {
-            let hk = (ns.clone(), sub.clone(), host.clone());
+            let hk = (ns.clone(), sub.to_string(), host.to_string());
             // Pods sharing the hostname: which one wins decides their PTRs
             // and SRV targets too.
             for sibling in self.hosts.get(&hk).into_iter().flatten() {
@@ -328,6 +336,7 @@ impl Writer {
     }
 
     fn link_pod(&mut self, pod: PodInfo) {
+        let pod = Pod::new(pod, &mut self.interner);
         let key = pod.key.clone();
         let ns = key.namespace.clone();
         self.ns_pods
@@ -336,7 +345,7 @@ impl Writer {
             .insert(key.name.clone());
         if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain) {
             self.hosts
-                .entry((ns.clone(), sub.clone(), host.clone()))
+                .entry((ns.clone(), sub.to_string(), host.to_string()))
                 .or_default()
                 .insert(key.name.clone());
         }
@@ -371,7 +380,7 @@ impl Writer {
         if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain) {
             remove_from(
                 &mut self.hosts,
-                &(ns.clone(), sub.clone(), host.clone()),
+                &(ns.clone(), sub.to_string(), host.to_string()),
                 &key.name,
             );
         }
@@ -384,6 +393,7 @@ impl Writer {
             }
         }
         self.unlink_ranks(&pod);
+        pod.release(&mut self.interner);
     }
 
     // ---- services ------------------------------------------------------
@@ -525,7 +535,7 @@ impl Writer {
 
     /// Is the pod published for a Service whose `publishNotReadyAddresses`
     /// is `pnr`?
-    fn published(&self, pod: &PodInfo, pnr: bool) -> bool {
+    fn published(&self, pod: &Pod, pnr: bool) -> bool {
         !pod.ips.is_empty()
             && !pod.phase.is_terminal()
             && !pod.deleting
@@ -541,7 +551,7 @@ impl Writer {
     /// Published for its hostname name: the headless Service named like the
     /// subdomain decides `publishNotReadyAddresses`, and, under
     /// `--hostnames service`, whether the name exists at all.
-    fn host_published(&self, pod: &PodInfo) -> bool {
+    fn host_published(&self, pod: &Pod) -> bool {
         let Some(sub) = &pod.subdomain else {
             return false;
         };
@@ -554,7 +564,7 @@ impl Writer {
 
     /// Published as a member of any Service, or for its hostname name:
     /// what PTR and `pod.<zone>` names require.
-    fn published_anywhere(&self, pod: &PodInfo) -> bool {
+    fn published_anywhere(&self, pod: &Pod) -> bool {
         if self.published(pod, false) || self.host_published(pod) {
             return true;
         }
@@ -569,7 +579,7 @@ impl Writer {
 
     /// The pods a name answers with, after the duplicate rule: Ready before
     /// not Ready, then Running, then the older creation, then name.
-    fn choose<'a>(&self, mut pods: Vec<&'a PodInfo>) -> Vec<&'a PodInfo> {
+    fn choose<'a>(&self, mut pods: Vec<&'a Pod>) -> Vec<&'a Pod> {
         pods.sort_by(|a, b| {
             b.ready
                 .cmp(&a.ready)
@@ -585,7 +595,7 @@ impl Writer {
 
     /// One pod by the duplicate rule, whatever `--duplicate-hostnames` says
     /// (a rank name must name one rank).
-    fn choose_one<'a>(&self, pods: Vec<&'a PodInfo>) -> Option<&'a PodInfo> {
+    fn choose_one<'a>(&self, pods: Vec<&'a Pod>) -> Option<&'a Pod> {
         let mut pods = pods;
         pods.sort_by(|a, b| {
             b.ready
@@ -600,10 +610,10 @@ impl Writer {
     /// The name a pod's SRV record and PTR point at under a headless Service:
     /// its hostname name when its subdomain is that Service, else its dashed
     /// name under the Service.
-    fn target_under(&self, pod: &PodInfo, svc: &str, ip: IpAddr) -> String {
+    fn target_under(&self, pod: &Pod, svc: &str, ip: IpAddr) -> String {
         let ns = &pod.key.namespace;
         if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain)
-            && sub == svc
+            && **sub == *svc
             && self
                 .host_winner(ns, sub, host)
                 .is_some_and(|w| w.key == pod.key)
@@ -614,11 +624,11 @@ impl Writer {
     }
 
     /// The pod that answers for a hostname name (first under the duplicate rule).
-    fn host_winner(&self, ns: &str, sub: &str, host: &str) -> Option<&PodInfo> {
+    fn host_winner(&self, ns: &str, sub: &str, host: &str) -> Option<&Pod> {
         let names = self
             .hosts
             .get(&(ns.to_string(), sub.to_string(), host.to_string()))?;
-        let pods: Vec<&PodInfo> = names
+        let pods: Vec<&Pod> = names
             .iter()
             .filter_map(|n| self.pods.get(&ObjKey::new(ns, n.as_str())))
             .filter(|p| self.host_published(p))
@@ -627,31 +637,104 @@ impl Writer {
     }
 
     fn rebuild(&mut self, dirty: BTreeSet<Key>) {
+        let mut again = Vec::new();
         for key in dirty {
-            match &key {
-                Key::Rank(group, idx) => self.update_rank_state(group, *idx),
-                Key::Summary(group) => self.settle_group(group),
-                _ => {}
-            }
-            let names = self.build(&key);
-            let old = self.published.remove(&key).unwrap_or_default();
+            self.rebuild_key(key, Some(&mut again));
+        }
+        for key in again {
+            self.rebuild_key(key, None);
+        }
+        self.metrics.index_names.set(self.name_count);
+    }
+
+    /// Publish the names of one key as [`Self::build`] makes them now. A
+    /// name removed here that another key may also build (see
+    /// [`collider`]) queues that key in `again`, to be rebuilt after the
+    /// batch, so the name stays if the other key still publishes it.
+    fn rebuild_key(&mut self, key: Key, again: Option<&mut Vec<Key>>) {
+        match &key {
+            Key::Rank(group, idx) => self.update_rank_state(group, *idx),
+            Key::Summary(group) => self.settle_group(group),
+            _ => {}
+        }
+        let names = self.build(&key);
+        let Some(name) = key_name(&key) else {
+            // A Service: how many names it has depends on its ports.
+            let old = self.svc_published.remove(&key).unwrap_or_default();
             let mut now = Vec::with_capacity(names.len());
             for (name, rrs) in names {
-                if self.table.set(&name, rrs) {
-                    self.name_count += 1;
-                }
+                self.set_name(&name, rrs);
                 now.push(name.into_boxed_str());
             }
             for name in old {
-                if !now.contains(&name) && self.table.remove(&name) {
-                    self.name_count -= 1;
+                if !now.contains(&name) {
+                    self.remove_name(&name);
                 }
             }
             if !now.is_empty() {
-                self.published.insert(key, now);
+                self.svc_published.insert(key, now);
+            }
+            return;
+        };
+        debug_assert!(names.len() <= 1 && names.iter().all(|(n, _)| *n == name));
+        match names.into_iter().next() {
+            Some((_, rrs)) => self.set_name(&name, rrs),
+            None => {
+                if self.remove_name(&name)
+                    && let (Some(again), Some(other)) = (again, collider(&key))
+                {
+                    again.push(other);
+                }
             }
         }
-        self.metrics.index_names.set(self.name_count);
+    }
+
+    fn set_name(&mut self, name: &str, rrs: Rrs) {
+        let rrs = self.share(rrs);
+        let (fresh, unused) = self.table.set(name, rrs);
+        if fresh {
+            self.name_count += 1;
+        }
+        self.unshare(unused);
+    }
+
+    /// Remove a name's data; true if it had any.
+    fn remove_name(&mut self, name: &str) -> bool {
+        let old = self.table.remove(name);
+        let had = old.is_some();
+        if had {
+            self.name_count -= 1;
+        }
+        self.unshare(old);
+        had
+    }
+
+    /// One `Arc` for every name that answers one address and nothing else
+    /// (a pod's hostname, dashed and rank names all do).
+    fn share(&mut self, mut rrs: Rrs) -> Arc<Rrs> {
+        let Some(ip) = single_ip(&rrs) else {
+            return Arc::new(rrs);
+        };
+        self.single
+            .entry(ip)
+            .or_insert_with(|| {
+                rrs.a.shrink_to_fit();
+                rrs.aaaa.shrink_to_fit();
+                Arc::new(rrs)
+            })
+            .clone()
+    }
+
+    /// Forget a shared address no name holds any more.
+    fn unshare(&mut self, rrs: Option<Arc<Rrs>>) {
+        if let Some(rrs) = rrs
+            && let Some(ip) = single_ip(&rrs)
+            && let Some(shared) = self.single.get(&ip)
+            && Arc::ptr_eq(shared, &rrs)
+            && Arc::strong_count(&rrs) == 2
+        {
+            self.single.remove(&ip);
+        }
     }
 
     /// The names and data of one key, from the model as it is now.
@@ -661,7 +744,7 @@ impl Writer {
                 let Some(names) = self.hosts.get(&(ns.clone(), sub.clone(), host.clone())) else {
                     return vec![];
                 };
-                let pods: Vec<&PodInfo> = names
+                let pods: Vec<&Pod> = names
                     .iter()
                     .filter_map(|n| self.pods.get(&ObjKey::new(ns.as_str(), n.as_str())))
                     .filter(|p| self.host_published(p))
@@ -858,7 +941,7 @@ impl Writer {
         if let Some(sk) = self.ip_services.get(&ip).and_then(|s| s.iter().next()) {
             return Some(format!("{}.{}.svc", sk.name, sk.namespace));
         }
-        let pods: Vec<&PodInfo> = self
+        let pods: Vec<&Pod> = self
             .ip_pods
             .get(&ip)?
             .iter()
@@ -888,6 +971,60 @@ impl Writer {
     }
 }
 
+/// The one name of a key, as [`Writer::build`] spells it; `None` for a
+/// Service, whose SRV names depend on its ports.
+fn key_name(key: &Key) -> Option<String> {
+    Some(match key {
+        Key::Host { ns, sub, host } => format!("{host}.{sub}.{ns}.svc"),
+        Key::Svc(_) => return None,
+        Key::SvcIp(sk, ip) => format!("{}.{}.{}.svc", dashed(*ip), sk.name, sk.namespace),
+        Key::PodIp { ns, ip } => format!("{}.{ns}.pod", dashed(*ip)),
+        Key::Ptr(ip) => reverse(*ip),
+        Key::Rank(group, idx) => format!("{idx}.{}.{}.rank", group.name, group.ns),
+        Key::Leader(group) => format!("leader.{}.{}.rank", group.name, group.ns),
+        Key::Summary(group) => format!("{}.{}.rank", group.name, group.ns),
+    })
+}
+
+/// The other key that may build the same name: a pod whose hostname is a
+/// dashed IP under a headless Service's name (`10-0-0-1.web.ns.svc`) meets
+/// that Service's dashed name of the IP; a Job and a JobSet of one name
+/// meet in the rank view.
+fn collider(key: &Key) -> Option<Key> {
+    let flip = |g: &Group| Group {
+        set: !g.set,
+        ns: g.ns.clone(),
+        name: g.name.clone(),
+    };
+    match key {
+        Key::Rank(g, idx) => Some(Key::Rank(flip(g), *idx)),
+        Key::Leader(g) => Some(Key::Leader(flip(g))),
+        Key::Summary(g) => Some(Key::Summary(flip(g))),
+        Key::Host { ns, sub, host } => Some(Key::SvcIp(
+            ObjKey::new(ns.as_str(), sub.as_str()),
+            undashed(host)?,
+        )),
+        Key::SvcIp(sk, ip) => Some(Key::Host {
+            ns: sk.namespace.clone(),
+            sub: sk.name.clone(),
+            host: dashed(*ip),
+        }),
+        Key::Svc(_) | Key::PodIp { .. } | Key::Ptr(_) => None,
+    }
+}
+
+/// The address of data that is one A or AAAA record and nothing else.
+fn single_ip(rrs: &Rrs) -> Option<IpAddr> {
+    if rrs.cname.is_some() || !rrs.srv.is_empty() || rrs.ptr.is_some() || rrs.txt.is_some() {
+        return None;
+    }
+    match (rrs.a.as_slice(), rrs.aaaa.as_slice()) {
+        ([v4], []) => Some(IpAddr::V4(*v4)),
+        ([], [v6]) => Some(IpAddr::V6(*v6)),
+        _ => None,
+    }
+}
+
 /// The keys of `map` in a relist's scope that the relist no longer lists.
 pub(super) fn vanished<'a, V>(
     map: &HashMap<ObjKey, V>,
@@ -903,14 +1040,12 @@ pub(super) fn vanished<'a, V>(
 
 /// Does the Service select this pod? Only headless Services with a selector
 /// select pods for DNS; an empty selector selects nothing (as for Endpoints).
-fn selects(svc: &ServiceInfo, pod: &PodInfo) -> bool {
+fn selects(svc: &ServiceInfo, pod: &Pod) -> bool {
     if svc.kind != ServiceKind::Headless {
         return false;
     }
     match &svc.selector {
-        Some(sel) if !sel.is_empty() => sel
-            .iter()
-            .all(|(k, v)| pod.labels.iter().any(|(pk, pv)| pk == k && pv == v)),
+        Some(sel) if !sel.is_empty() => sel.iter().all(|(k, v)| pod.has_label(k, v)),
         _ => false,
     }
 }
@@ -918,7 +1053,7 @@ fn selects(svc: &ServiceInfo, pod: &PodInfo) -> bool {
 /// The port a headless Service's SRV record names for one pod: `targetPort`
 /// when numeric, the pod's container port of that name when named, else
 /// `port` (what EndpointSlices carry).
-fn pod_port(port: &ServicePort, pod: &PodInfo) -> u16 {
+fn pod_port(port: &ServicePort, pod: &Pod) -> u16 {
     match &port.target {
         TargetPort::Same => port.port,
         TargetPort::Number(n) => *n,
