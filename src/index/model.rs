@@ -9,7 +9,8 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::types::{ContainerPort, ObjKey, Phase, PodInfo};
+use super::types::{ContainerPort, Phase, PodInfo};
+use super::writer::SmallSet;
 
 /// One label or annotation, shared by every pod that carries it.
 pub(crate) type Pair = Arc<(Box<str>, Box<str>)>;
@@ -53,12 +54,14 @@ impl Interner {
 }
 
 /// What the writer keeps of a pod: [`PodInfo`] without the uid (no name
-/// depends on it), with boxed slices instead of vectors and shared pairs.
+/// depends on it), with boxed slices instead of vectors, shared pairs, and
+/// the namespace, subdomain and hostname shared with the writer's indexes.
 #[derive(Clone, Debug)]
 pub(crate) struct Pod {
-    pub key: ObjKey,
-    pub hostname: Option<Box<str>>,
-    pub subdomain: Option<Box<str>>,
+    pub ns: Arc<str>,
+    pub name: Arc<str>,
+    pub hostname: Option<Arc<str>>,
+    pub subdomain: Option<Arc<str>>,
     pub ips: Box<[IpAddr]>,
     pub created: i64,
     pub phase: Phase,
@@ -68,14 +71,26 @@ pub(crate) struct Pod {
     pub labels: Box<[Pair]>,
     pub annotations: Box<[Pair]>,
     pub ports: Box<[ContainerPort]>,
+    /// The headless Services (of its namespace) that select the pod.
+    pub services: SmallSet<Box<str>>,
 }
 
 impl Pod {
-    pub(crate) fn new(p: PodInfo, interner: &mut Interner) -> Self {
+    /// The pod of `p`, with its namespace, name, hostname and subdomain as
+    /// the writer shares them.
+    pub(crate) fn new(
+        p: PodInfo,
+        ns: Arc<str>,
+        name: Arc<str>,
+        hostname: Option<Arc<str>>,
+        subdomain: Option<Arc<str>>,
+        interner: &mut Interner,
+    ) -> Self {
         Self {
-            key: p.key,
-            hostname: p.hostname.map(String::into_boxed_str),
-            subdomain: p.subdomain.map(String::into_boxed_str),
+            ns,
+            name,
+            hostname,
+            subdomain,
             ips: p.ips.into_boxed_slice(),
             created: p.created,
             phase: p.phase,
@@ -85,6 +100,7 @@ impl Pod {
             labels: interner.pairs(p.labels),
             annotations: interner.pairs(p.annotations),
             ports: p.ports.into_boxed_slice(),
+            services: SmallSet::default(),
         }
     }
 
@@ -106,7 +122,8 @@ impl Pod {
                     .zip(theirs)
                     .all(|(m, (k, v))| *m.0 == **k && *m.1 == **v)
         };
-        self.key == p.key
+        *self.ns == *p.key.namespace
+            && *self.name == *p.key.name
             && self.hostname.as_deref() == p.hostname.as_deref()
             && self.subdomain.as_deref() == p.subdomain.as_deref()
             && *self.ips == *p.ips
@@ -149,7 +166,11 @@ mod tests {
         let mut a = pod("ml", "a", "10.0.0.1").label("app", "x").label("k", "v");
         a.annotations = vec![("k".into(), "v".into())];
         let b = pod("ml", "b", "10.0.0.2").label("app", "x");
-        let (pa, pb) = (Pod::new(a.clone(), &mut i), Pod::new(b, &mut i));
+        let new = |p: PodInfo, i: &mut Interner| {
+            let (ns, name) = (p.key.namespace.as_str().into(), p.key.name.as_str().into());
+            Pod::new(p, ns, name, None, None, i)
+        };
+        let (pa, pb) = (new(a.clone(), &mut i), new(b, &mut i));
         assert_eq!(i.len(), 2);
         assert!(Arc::ptr_eq(&pa.labels[0], &pb.labels[0]));
         assert!(pa.same_as(&a));
