@@ -11,6 +11,9 @@
 //! - table: the name table alone (what DNS reads), after dropping the writer;
 //! - peak: the most live bytes at any moment of the build (input included).
 //!
+//! Rows with the rank view off (`serve --no-rank-view`, the policy of the
+//! other benches) and on (the `serve` default).
+//!
 //! Run: `cargo bench --bench memory` (a plain `main`, no criterion; under a
 //! minute). The target in DESIGN.md is ≤ 256 bytes per pod.
 
@@ -20,7 +23,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
-use podns::index::{Change, Update};
+use podns::admin::Metrics;
+use podns::index::{Change, Policy, SyncNeeds, Table, Update, Writer};
 
 use common::*;
 
@@ -91,7 +95,9 @@ struct Row {
     secs: f64,
 }
 
-fn measure(jobs: usize, ranks: usize) -> Row {
+/// `rank_view`: as `podns serve` runs by default (rank names, leader and
+/// summary per Job, no Job objects listed), or as `--no-rank-view`.
+fn measure(jobs: usize, ranks: usize, rank_view: bool) -> Row {
     let pods = jobs * ranks;
     let base = live();
     let items = job_pods(jobs, ranks, Labels::JobSet);
@@ -100,7 +106,28 @@ fn measure(jobs: usize, ranks: usize) -> Row {
 
     PEAK.store(live(), Ordering::Relaxed);
     let t = Instant::now();
-    let mut w = writer_with_services(services);
+    let mut w = if rank_view {
+        let mut w = Writer::new(
+            Table::new(),
+            Policy {
+                rank_view: true,
+                ..Policy::default()
+            },
+            Metrics::new(),
+            SyncNeeds {
+                pod_scopes: 1,
+                service_scopes: 1,
+                job_scopes: 0,
+            },
+        );
+        w.apply(Update::Service(Change::Reset {
+            namespace: None,
+            items: services,
+        }));
+        w
+    } else {
+        writer_with_services(services)
+    };
     w.apply(Update::Pod(Change::Reset {
         namespace: None,
         items, // moved: the relist consumes (and frees) the input Vec
@@ -131,14 +158,15 @@ fn main() {
     // `cargo bench` passes `--bench`; a filter argument is accepted and ignored.
     println!("index memory per pod (live heap bytes; JobSet-shaped pods, 1,000 ranks per job)");
     println!(
-        "{:>8} {:>8} {:>10} {:>14} {:>10} {:>10} {:>8}",
-        "pods", "names", "input/pod", "writer+table", "table", "peak/pod", "build s"
+        "{:>9} {:>8} {:>8} {:>10} {:>14} {:>10} {:>10} {:>8}",
+        "rank view", "pods", "names", "input/pod", "writer+table", "table", "peak/pod", "build s"
     );
-    for jobs in [10, 100] {
-        let r = measure(jobs, 1_000);
+    for (rank_view, jobs) in [(false, 10), (false, 100), (true, 100)] {
+        let r = measure(jobs, 1_000, rank_view);
         let per = |b: isize| b as f64 / r.pods as f64;
         println!(
-            "{:>8} {:>8} {:>10.0} {:>14.0} {:>10.0} {:>10.0} {:>8.2}",
+            "{:>9} {:>8} {:>8} {:>10.0} {:>14.0} {:>10.0} {:>10.0} {:>8.2}",
+            if rank_view { "on" } else { "off" },
             r.pods,
             r.names,
             per(r.input),

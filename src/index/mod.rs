@@ -1,6 +1,7 @@
 //! The in-memory name table ([`table::Table`], read by DNS without
 //! blocking) and its single [`writer::Writer`], fed by the watchers.
 
+mod model;
 pub mod names;
 pub mod table;
 #[doc(hidden)]

@@ -9,6 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use std::sync::Arc;
+
 use super::*;
 
 pub const JOB_NAME: &str = "batch.kubernetes.io/job-name";
@@ -21,10 +23,22 @@ pub const COORDINATOR: &str = "jobset.sigs.k8s.io/coordinator";
 
 /// A gang: a Job (`set == false`) or a JobSet (`set == true`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Group {
+pub struct GroupKey {
     pub set: bool,
     pub ns: String,
     pub name: String,
+}
+
+/// A gang as the writer's indexes hold it: one allocation per gang, shared
+/// by its ranks (see [`Ranks::canonical`]).
+pub type Group = Arc<GroupKey>;
+
+pub(super) fn group(set: bool, ns: impl Into<String>, name: impl Into<String>) -> Group {
+    Arc::new(GroupKey {
+        set,
+        ns: ns.into(),
+        name: name.into(),
+    })
 }
 
 /// Counters of one gang, maintained as ranks change.
@@ -47,10 +61,10 @@ pub(super) struct GroupState {
 /// Writer-side state of the rank view.
 #[derive(Debug, Default)]
 pub(super) struct Ranks {
-    pods: HashMap<(Group, u32), BTreeSet<String>>,
-    links: HashMap<ObjKey, Vec<(Group, u32)>>,
+    pods: HashMap<(Group, u32), SmallSet<PodId>>,
+    links: HashMap<PodId, Box<[(Group, u32)]>>,
     /// Pods by their Job, to relink when the Job's completions change.
-    job_pods: HashMap<ObjKey, BTreeSet<String>>,
+    job_pods: HashMap<ObjKey, BTreeSet<PodId>>,
     groups: HashMap<Group, GroupState>,
     /// (published, ready) of each rank as last built.
     state: HashMap<(Group, u32), (bool, bool)>,
@@ -62,20 +76,22 @@ impl Ranks {
     pub(super) fn groups(&self) -> usize {
         self.groups.len()
     }
+
+    /// The shared allocation of a gang already known.
+    fn canonical(&self, group: Group) -> Group {
+        match self.groups.get_key_value(&group) {
+            Some((g, _)) => g.clone(),
+            None => group,
+        }
+    }
 }
 
-fn label<'a>(pod: &'a PodInfo, key: &str) -> Option<&'a str> {
-    pod.labels
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
+fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.label(key)
 }
 
-fn annotation<'a>(pod: &'a PodInfo, key: &str) -> Option<&'a str> {
-    pod.annotations
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.annotation(key)
 }
 
 fn job_label<'a>(labels: &'a [(String, String)], key: &str) -> Option<&'a str> {
@@ -86,11 +102,11 @@ fn job_label<'a>(labels: &'a [(String, String)], key: &str) -> Option<&'a str> {
 }
 
 /// The Job a pod belongs to: `batch.kubernetes.io/job-name`, else `job-name`.
-fn job_of(pod: &PodInfo) -> Option<&str> {
+fn job_of(pod: &Pod) -> Option<&str> {
     label(pod, JOB_NAME).or_else(|| label(pod, LEGACY_JOB_NAME))
 }
 
-fn generation_of(pod: &PodInfo) -> u64 {
+fn generation_of(pod: &Pod) -> u64 {
     label(pod, RESTART_ATTEMPT)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
@@ -98,7 +114,7 @@ fn generation_of(pod: &PodInfo) -> u64 {
 
 impl Writer {
     /// The ranks a pod holds under the current Jobs.
-    fn rank_links(&self, pod: &PodInfo) -> Vec<(Group, u32)> {
+    fn rank_links(&self, pod: &Pod) -> Vec<(Group, u32)> {
         if !self.policy.rank_view {
             return vec![];
         }
@@ -111,50 +127,41 @@ impl Writer {
         else {
             return vec![];
         };
-        let ns = pod.key.namespace.clone();
-        let mut out = vec![(
-            Group {
-                set: false,
-                ns: ns.clone(),
-                name: job.to_string(),
-            },
-            index,
-        )];
+        let ns = &*pod.ns;
+        let mut out = vec![(group(false, ns, job), index)];
         if let (Some(js), Some(gi)) = (
             label(pod, JOBSET_NAME),
             label(pod, GLOBAL_INDEX).and_then(|v| v.parse::<u32>().ok()),
         ) && let Some(completions) = self
             .jobs
-            .get(&ObjKey::new(ns.as_str(), job))
+            .get(&ObjKey::new(ns, job))
             .and_then(|j| j.completions)
             && let Some(g) = gi
                 .checked_mul(completions)
                 .and_then(|v| v.checked_add(index))
         {
-            out.push((
-                Group {
-                    set: true,
-                    ns,
-                    name: js.to_string(),
-                },
-                g,
-            ));
+            out.push((group(true, ns, js), g));
         }
         out
     }
 
-    pub(super) fn link_ranks(&mut self, pod: &PodInfo) {
+    pub(super) fn link_ranks(&mut self, id: PodId) {
         if !self.policy.rank_view {
             return;
         }
+        let pod = self.pods.get(id);
         if let Some(job) = job_of(pod) {
             self.ranks
                 .job_pods
-                .entry(ObjKey::new(pod.key.namespace.as_str(), job))
+                .entry(ObjKey::new(&*pod.ns, job))
                 .or_default()
-                .insert(pod.key.name.clone());
+                .insert(id);
         }
-        let links = self.rank_links(pod);
+        let links: Box<[(Group, u32)]> = self
+            .rank_links(pod)
+            .into_iter()
+            .map(|(g, i)| (self.ranks.canonical(g), i))
+            .collect();
         if links.is_empty() {
             return;
         }
@@ -162,7 +169,7 @@ impl Writer {
         for (group, idx) in &links {
             let set = self.ranks.pods.entry((group.clone(), *idx)).or_default();
             let new_rank = set.is_empty();
-            set.insert(pod.key.name.clone());
+            set.insert(id);
             let g = self.ranks.groups.entry(group.clone()).or_default();
             g.pods += 1;
             g.ranks += u32::from(new_rank);
@@ -173,20 +180,21 @@ impl Writer {
                 g.coordinator = Some(c.to_string());
             }
         }
-        self.ranks.links.insert(pod.key.clone(), links);
+        self.ranks.links.insert(id, links);
     }
 
-    pub(super) fn unlink_ranks(&mut self, pod: &PodInfo) {
+    pub(super) fn unlink_ranks(&mut self, id: PodId) {
+        let pod = self.pods.get(id);
         if let Some(job) = job_of(pod) {
-            let jk = ObjKey::new(pod.key.namespace.as_str(), job);
+            let jk = ObjKey::new(&*pod.ns, job);
             if let Some(set) = self.ranks.job_pods.get_mut(&jk) {
-                set.remove(&pod.key.name);
+                set.remove(&id);
                 if set.is_empty() {
                     self.ranks.job_pods.remove(&jk);
                 }
             }
         }
-        let Some(links) = self.ranks.links.remove(&pod.key) else {
+        let Some(links) = self.ranks.links.remove(&id) else {
             return;
         };
         let generation = generation_of(pod);
@@ -194,7 +202,7 @@ impl Writer {
             let rk = (group.clone(), idx);
             let mut rank_gone = false;
             if let Some(set) = self.ranks.pods.get_mut(&rk) {
-                set.remove(&pod.key.name);
+                set.remove(&id);
                 if set.is_empty() {
                     self.ranks.pods.remove(&rk);
                     rank_gone = true;
@@ -214,8 +222,8 @@ impl Writer {
     }
 
     /// Keys of the rank view that depend on this pod as it is linked now.
-    pub(super) fn rank_keys(&self, pod: &PodInfo, out: &mut BTreeSet<Key>) {
-        for (group, idx) in self.ranks.links.get(&pod.key).into_iter().flatten() {
+    pub(super) fn rank_keys(&self, id: PodId, out: &mut BTreeSet<Key>) {
+        for (group, idx) in self.ranks.links.get(&id).into_iter().flatten() {
             out.insert(Key::Rank(group.clone(), *idx));
             out.insert(Key::Leader(group.clone()));
             out.insert(Key::Summary(group.clone()));
@@ -256,31 +264,31 @@ impl Writer {
     }
 
     fn link_jobset(&mut self, job: &JobInfo) {
-        self.dirty.insert(Key::Summary(Group {
-            set: false,
-            ns: job.key.namespace.clone(),
-            name: job.key.name.clone(),
-        }));
+        self.dirty.insert(Key::Summary(group(
+            false,
+            job.key.namespace.clone(),
+            job.key.name.clone(),
+        )));
         if let Some(js) = job_label(&job.labels, JOBSET_NAME) {
             self.ranks
                 .jobset_jobs
                 .entry((job.key.namespace.clone(), js.to_string()))
                 .or_default()
                 .insert(job.key.name.clone());
-            self.dirty.insert(Key::Summary(Group {
-                set: true,
-                ns: job.key.namespace.clone(),
-                name: js.to_string(),
-            }));
+            self.dirty.insert(Key::Summary(group(
+                true,
+                job.key.namespace.clone(),
+                js.to_string(),
+            )));
         }
     }
 
     fn unlink_jobset(&mut self, job: &JobInfo) {
-        self.dirty.insert(Key::Summary(Group {
-            set: false,
-            ns: job.key.namespace.clone(),
-            name: job.key.name.clone(),
-        }));
+        self.dirty.insert(Key::Summary(group(
+            false,
+            job.key.namespace.clone(),
+            job.key.name.clone(),
+        )));
         if let Some(js) = job_label(&job.labels, JOBSET_NAME) {
             let k = (job.key.namespace.clone(), js.to_string());
             if let Some(set) = self.ranks.jobset_jobs.get_mut(&k) {
@@ -289,32 +297,28 @@ impl Writer {
                     self.ranks.jobset_jobs.remove(&k);
                 }
             }
-            self.dirty.insert(Key::Summary(Group {
-                set: true,
-                ns: job.key.namespace.clone(),
-                name: js.to_string(),
-            }));
+            self.dirty.insert(Key::Summary(group(
+                true,
+                job.key.namespace.clone(),
+                js.to_string(),
+            )));
         }
     }
 
     /// A Job's completions decide its pods' JobSet-wide ranks.
     fn relink_job_pods(&mut self, job: &ObjKey) {
-        let names: Vec<String> = self
+        let ids: Vec<PodId> = self
             .ranks
             .job_pods
             .get(job)
-            .map(|s| s.iter().cloned().collect())
+            .map(|s| s.iter().copied().collect())
             .unwrap_or_default();
         let mut dirty = BTreeSet::new();
-        for name in names {
-            let pk = ObjKey::new(job.namespace.as_str(), name.as_str());
-            let Some(pod) = self.pods.get(&pk).cloned() else {
-                continue;
-            };
-            self.rank_keys(&pod, &mut dirty);
-            self.unlink_ranks(&pod);
-            self.link_ranks(&pod);
-            self.rank_keys(&pod, &mut dirty);
+        for id in ids {
+            self.rank_keys(id, &mut dirty);
+            self.unlink_ranks(id);
+            self.link_ranks(id);
+            self.rank_keys(id, &mut dirty);
         }
         self.dirty.extend(dirty);
     }
@@ -322,11 +326,11 @@ impl Writer {
     // ---- building ------------------------------------------------------
 
     /// The pod that answers for a rank (the duplicate-hostname rule; always one).
-    fn rank_pod(&self, group: &Group, idx: u32) -> Option<&PodInfo> {
-        let names = self.ranks.pods.get(&(group.clone(), idx))?;
-        let pods: Vec<&PodInfo> = names
+    fn rank_pod(&self, group: &Group, idx: u32) -> Option<&Pod> {
+        let ids = self.ranks.pods.get(&(group.clone(), idx))?;
+        let pods: Vec<&Pod> = ids
             .iter()
-            .filter_map(|n| self.pods.get(&ObjKey::new(group.ns.as_str(), n.as_str())))
+            .map(|&id| self.pod(id))
             .filter(|p| self.published(p, true))
             .collect();
         self.choose_one(pods)

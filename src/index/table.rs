@@ -124,34 +124,34 @@ impl Table {
     }
 
     /// Set (or replace) the data of `key`; identical data is left alone so
-    /// readers keep sharing it. Returns true if the name is new.
-    pub(crate) fn set(&self, key: &str, rrs: Rrs) -> bool {
+    /// readers keep sharing it. Returns whether the name is new, and the
+    /// data the table no longer holds (the replaced data, or `rrs` itself
+    /// when it was left alone), so the writer can see what it still shares.
+    pub(crate) fn set(&self, key: &str, rrs: Arc<Rrs>) -> (bool, Option<Arc<Rrs>>) {
         if let Some(e) = self.names.get(key)
-            && e.rrs.as_deref() == Some(&rrs)
+            && e.rrs.as_deref() == Some(&*rrs)
         {
-            return false;
+            return (false, Some(rrs));
         }
-        let fresh = {
+        let old = {
             let mut e = self.names.entry(key.into()).or_default();
-            let fresh = e.rrs.is_none();
-            e.rrs = Some(Arc::new(rrs));
-            fresh
+            e.rrs.replace(rrs)
         };
-        if fresh {
+        if old.is_none() {
             for anc in super::names::ancestors(key) {
                 self.names.entry(anc.into()).or_default().below += 1;
             }
         }
-        fresh
+        (old.is_none(), old)
     }
 
-    /// Remove the data of `key`. Returns true if it had any.
-    pub(crate) fn remove(&self, key: &str) -> bool {
+    /// Remove the data of `key`, returning it if it had any.
+    pub(crate) fn remove(&self, key: &str) -> Option<Arc<Rrs>> {
         let had = match self.names.get_mut(key) {
-            Some(mut e) => e.rrs.take().is_some(),
-            None => false,
+            Some(mut e) => e.rrs.take(),
+            None => None,
         };
-        if had {
+        if had.is_some() {
             self.names
                 .remove_if(key, |_, e| e.below == 0 && e.rrs.is_none());
             for anc in super::names::ancestors(key) {
@@ -170,25 +170,25 @@ impl Table {
 mod tests {
     use super::*;
 
-    fn rrs(a: &str) -> Rrs {
-        Rrs {
+    fn rrs(a: &str) -> Arc<Rrs> {
+        Arc::new(Rrs {
             a: vec![a.parse().unwrap()],
             ..Default::default()
-        }
+        })
     }
 
     #[test]
     fn empty_non_terminals_come_and_go_with_their_children() {
         let t = Table::default();
-        assert!(t.set("web-0.web.ns.svc", rrs("10.0.0.1")));
-        assert!(t.set("web-1.web.ns.svc", rrs("10.0.0.2")));
+        assert!(t.set("web-0.web.ns.svc", rrs("10.0.0.1")).0);
+        assert!(t.set("web-1.web.ns.svc", rrs("10.0.0.2")).0);
         assert_eq!(t.lookup("web.ns.svc"), Lookup::Empty);
         assert_eq!(t.lookup("ns.svc"), Lookup::Empty);
         assert_eq!(t.lookup("svc"), Lookup::Empty);
         assert_eq!(t.lookup("other.ns.svc"), Lookup::Missing);
-        assert!(t.remove("web-0.web.ns.svc"));
+        assert!(t.remove("web-0.web.ns.svc").is_some());
         assert_eq!(t.lookup("web.ns.svc"), Lookup::Empty);
-        assert!(t.remove("web-1.web.ns.svc"));
+        assert!(t.remove("web-1.web.ns.svc").is_some());
         assert_eq!(t.lookup("web.ns.svc"), Lookup::Missing);
         assert_eq!(t.lookup("svc"), Lookup::Missing);
         assert!(t.names.is_empty(), "no entries left behind");
@@ -197,11 +197,11 @@ mod tests {
     #[test]
     fn replacing_data_does_not_double_count() {
         let t = Table::default();
-        assert!(t.set("web.ns.svc", rrs("10.0.0.1")));
-        assert!(!t.set("web.ns.svc", rrs("10.0.0.2")));
-        assert!(t.remove("web.ns.svc"));
+        assert!(t.set("web.ns.svc", rrs("10.0.0.1")).0);
+        assert!(!t.set("web.ns.svc", rrs("10.0.0.2")).0);
+        assert!(t.remove("web.ns.svc").is_some());
         assert_eq!(t.lookup("ns.svc"), Lookup::Missing);
-        assert!(!t.remove("web.ns.svc"));
+        assert!(t.remove("web.ns.svc").is_none());
     }
 
     #[test]

@@ -15,9 +15,10 @@ use crate::cli::{Duplicates, Hostnames, Publish};
 #[path = "ranks.rs"]
 pub mod ranks;
 
-use ranks::{Group, Ranks};
+use ranks::{Group, Ranks, group};
 
-use super::names::{dashed, reverse};
+use super::model::{Interner, Pod};
+use super::names::{dashed, reverse, undashed};
 use super::table::{Rrs, Srv, Table};
 use super::types::*;
 
@@ -72,23 +73,31 @@ pub struct Writer {
     table: Arc<Table>,
     policy: Policy,
     metrics: Metrics,
-    pods: HashMap<ObjKey, PodInfo>,
+    /// Pods by id. Every index below names a pod by its id (4 bytes), not
+    /// by a copy of its namespace and name.
+    pods: Slab<Pod>,
+    /// Label and annotation pairs, shared by the pods in `pods`.
+    interner: Interner,
     services: HashMap<ObjKey, ServiceInfo>,
     jobs: HashMap<ObjKey, JobInfo>,
     ranks: Ranks,
-    /// Pod names and Service names by namespace.
-    ns_pods: HashMap<String, BTreeSet<String>>,
+    /// Pod ids by namespace and name (the name shared with the pod).
+    ns_pods: HashMap<Arc<str>, HashMap<Arc<str>, PodId>>,
+    /// Service names by namespace.
     ns_services: HashMap<String, BTreeSet<String>>,
-    /// Pods by (namespace, subdomain, hostname), in any state.
-    hosts: BTreeMap<(String, String, String), SmallSet<String>>,
-    /// Pods selected by each headless Service, in any state, and the reverse.
-    members: HashMap<ObjKey, BTreeSet<String>>,
-    pod_services: HashMap<ObjKey, SmallSet<String>>,
+    /// Pods by namespace, subdomain and hostname, in any state.
+    hosts: HashMap<Arc<str>, HashMap<Arc<str>, Hosts>>,
+    /// Pods selected by each headless Service, in any state (the reverse is
+    /// `Pod::services`).
+    members: HashMap<ObjKey, BTreeSet<PodId>>,
     /// Pods holding each IP, and Services holding each ClusterIP.
-    ip_pods: HashMap<IpAddr, SmallSet<ObjKey>>,
+    ip_pods: HashMap<IpAddr, SmallSet<PodId>>,
     ip_services: HashMap<IpAddr, SmallSet<ObjKey>>,
-    /// The names each key published last time it was built.
-    published: HashMap<Key, Vec<Box<str>>>,
+    /// The names each Service key published last time it was built (every
+    /// other key has exactly one name, [`key_name`]).
+    svc_published: HashMap<Key, Vec<Box<str>>>,
+    /// The data of names that answer one address, shared by those names.
+    single: HashMap<IpAddr, Arc<Rrs>>,
     needs: SyncNeeds,
     /// Keys touched since the last flush: a batch of events (a relist, a
     /// burst during a gang restart) rebuilds each touched name once. Event
@@ -109,18 +118,19 @@ impl Writer {
             table,
             policy,
             metrics,
-            pods: HashMap::new(),
+            pods: Slab::default(),
+            interner: Interner::default(),
             services: HashMap::new(),
             jobs: HashMap::new(),
             ranks: Ranks::default(),
             ns_pods: HashMap::new(),
             ns_services: HashMap::new(),
-            hosts: BTreeMap::new(),
+            hosts: HashMap::new(),
             members: HashMap::new(),
-            pod_services: HashMap::new(),
             ip_pods: HashMap::new(),
             ip_services: HashMap::new(),
-            published: HashMap::new(),
+            svc_published: HashMap::new(),
+            single: HashMap::new(),
             needs,
             dirty: BTreeSet::new(),
             name_count: 0,
@@ -246,36 +256,62 @@ impl Writer {
 
     // ---- pods ----------------------------------------------------------
 
+    /// The id of a pod by namespace and name.
+    fn pod_id(&self, ns: &str, name: &str) -> Option<PodId> {
+        self.ns_pods.get(ns)?.get(name).copied()
+    }
+
+    fn pod(&self, id: PodId) -> &Pod {
+        self.pods.get(id)
+    }
+
     pub fn apply_pod(&mut self, pod: PodInfo) {
-        if self.pods.get(&pod.key) == Some(&pod) {
+        let old = self.pod_id(&pod.key.namespace, &pod.key.name);
+        if old.is_some_and(|id| self.pod(id).same_as(&pod)) {
             return;
         }
         let mut dirty = BTreeSet::new();
-        let key = pod.key.clone();
-        if let Some(old) = self.pods.get(&key) {
-            self.pod_keys(old, &mut dirty);
+        if let Some(id) = old {
+            self.pod_keys(id, &mut dirty);
+            self.unlink_pod(id);
         }
-        self.unlink_pod(&key);
-        self.link_pod(pod);
-        if let Some(new) = self.pods.get(&key) {
-            self.pod_keys(new, &mut dirty);
-        }
+        let id = self.link_pod(pod);
+        self.pod_keys(id, &mut dirty);
         self.dirty.extend(dirty);
     }
 
     pub fn delete_pod(&mut self, key: &ObjKey) {
-        let Some(old) = self.pods.get(key) else {
+        let Some(id) = self.pod_id(&key.namespace, &key.name) else {
             return;
         };
         let mut dirty = BTreeSet::new();
-        self.pod_keys(old, &mut dirty);
-        self.unlink_pod(key);
+        self.pod_keys(id, &mut dirty);
+        self.unlink_pod(id);
         self.dirty.extend(dirty);
     }
 
     fn reset_pods(&mut self, namespace: Option<&str>, items: Vec<PodInfo>) {
-        for k in &vanished(&self.pods, namespace, items.iter().map(|p| &p.key)) {
-            self.delete_pod(k);
+        let keep: HashSet<(&str, &str)> = items
+            .iter()
+            .map(|p| (p.key.namespace.as_str(), p.key.name.as_str()))
+            .collect();
+        let gone: Vec<PodId> = self
+            .ns_pods
+            .iter()
+            .filter(|(ns, _)| namespace.is_none_or(|n| *n == ***ns))
+            .flat_map(|(ns, names)| {
+                names
+                    .iter()
+                    .filter(|(name, _)| !keep.contains(&(&**ns, &***name)))
+                    .map(|(_, id)| *id)
+            })
+            .collect();
+        drop(keep);
+        for id in gone {
+            let mut dirty = BTreeSet::new();
+            self.pod_keys(id, &mut dirty);
+            self.unlink_pod(id);
+            self.dirty.extend(dirty);
         }
         for p in items {
             self.apply_pod(p);
@@ -283,107 +319,155 @@ impl Writer {
     }
 
     /// Every key whose names depend on this pod as it is now.
-    fn pod_keys(&self, pod: &PodInfo, out: &mut BTreeSet<Key>) {
-        let ns = &pod.key.namespace;
+    fn pod_keys(&self, id: PodId, out: &mut BTreeSet<Key>) {
+        let pod = self.pod(id);
+        let ns = &pod.ns;
         if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain) {
-            let hk = (ns.clone(), sub.clone(), host.clone());
             // Pods sharing the hostname: which one wins decides their PTRs
             // and SRV targets too.
-            for sibling in self.hosts.get(&hk).into_iter().flatten() {
-                if sibling == &pod.key.name {
+            for &sibling in self.host_pods(ns, sub, host).into_iter().flatten() {
+                if sibling == id {
                     continue;
                 }
-                if let Some(sp) = self.pods.get(&ObjKey::new(ns.as_str(), sibling.as_str())) {
-                    for ip in &sp.ips {
-                        out.insert(Key::Ptr(*ip));
-                    }
-                    for svc in self.pod_services.get(&sp.key).into_iter().flatten() {
-                        out.insert(Key::Svc(ObjKey::new(ns.clone(), svc.clone())));
-                    }
+                let sp = self.pod(sibling);
+                for ip in &sp.ips {
+                    out.insert(Key::Ptr(*ip));
+                }
+                for svc in &sp.services {
+                    out.insert(Key::Svc(ObjKey::new(&**ns, &**svc)));
                 }
             }
             out.insert(Key::Host {
-                ns: hk.0,
-                sub: hk.1,
-                host: hk.2,
+                ns: ns.to_string(),
+                sub: sub.to_string(),
+                host: host.to_string(),
             });
         }
-        if let Some(svcs) = self.pod_services.get(&pod.key) {
-            for svc in svcs {
-                let sk = ObjKey::new(ns.clone(), svc.clone());
-                for ip in &pod.ips {
-                    out.insert(Key::SvcIp(sk.clone(), *ip));
-                }
-                out.insert(Key::Svc(sk));
+        for svc in &pod.services {
+            let sk = ObjKey::new(&**ns, &**svc);
+            for ip in &pod.ips {
+                out.insert(Key::SvcIp(sk.clone(), *ip));
             }
+            out.insert(Key::Svc(sk));
         }
         for ip in &pod.ips {
             out.insert(Key::PodIp {
-                ns: ns.clone(),
+                ns: ns.to_string(),
                 ip: *ip,
             });
             out.insert(Key::Ptr(*ip));
         }
-        self.rank_keys(pod, out);
+        self.rank_keys(id, out);
     }
 
-    fn link_pod(&mut self, pod: PodInfo) {
-        let key = pod.key.clone();
-        let ns = key.namespace.clone();
-        self.ns_pods
-            .entry(ns.clone())
-            .or_default()
-            .insert(key.name.clone());
-        if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain) {
-            self.hosts
-                .entry((ns.clone(), sub.clone(), host.clone()))
-                .or_default()
-                .insert(key.name.clone());
+    /// The pods with a hostname under a subdomain, in any state.
+    fn host_pods(&self, ns: &str, sub: &str, host: &str) -> Option<&SmallSet<PodId>> {
+        self.hosts.get(ns)?.get(sub)?.get(host)
+    }
+
+    fn link_pod(&mut self, info: PodInfo) -> PodId {
+        let ObjKey { namespace, name } = &info.key;
+        // Share the namespace, subdomain and hostname strings with the
+        // indexes that hold them already.
+        let (ns, names) = match self.ns_pods.get_key_value(namespace.as_str()) {
+            Some((ns, _)) => (ns.clone(), None),
+            None => (Arc::<str>::from(namespace.as_str()), Some(HashMap::new())),
+        };
+        if let Some(names) = names {
+            self.ns_pods.insert(ns.clone(), names);
         }
-        for ip in &pod.ips {
-            self.ip_pods.entry(*ip).or_default().insert(key.clone());
-        }
-        let mut selected = SmallSet::default();
-        if let Some(svcs) = self.ns_services.get(&ns) {
+        let name: Arc<str> = Arc::from(name.as_str());
+        let under = info
+            .subdomain
+            .as_deref()
+            .and_then(|sub| self.hosts.get(&*ns)?.get_key_value(sub));
+        let subdomain = match (under, &info.subdomain) {
+            (Some((s, _)), _) => Some(s.clone()),
+            (None, s) => s.as_deref().map(Arc::from),
+        };
+        let hostname = match (under, &info.hostname) {
+            (Some((_, hosts)), Some(h)) => Some(
+                hosts
+                    .get_key_value(h.as_str())
+                    .map_or_else(|| Arc::from(h.as_str()), |(h, _)| h.clone()),
+            ),
+            (None, h) | (_, h @ None) => h.as_deref().map(Arc::from),
+        };
+        let mut pod = Pod::new(
+            info,
+            ns.clone(),
+            name.clone(),
+            hostname,
+            subdomain,
+            &mut self.interner,
+        );
+        if let Some(svcs) = self.ns_services.get(&*ns) {
             for svc in svcs {
-                let sk = ObjKey::new(ns.clone(), svc.clone());
-                if let Some(s) = self.services.get(&sk)
+                if let Some(s) = self.services.get(&ObjKey::new(&*ns, svc.as_str()))
                     && selects(s, &pod)
                 {
-                    selected.insert(svc.clone());
-                    self.members.entry(sk).or_default().insert(key.name.clone());
+                    pod.services.insert(svc.as_str().into());
                 }
             }
         }
-        if !selected.is_empty() {
-            self.pod_services.insert(key.clone(), selected);
+        let id = self.pods.insert(pod);
+        let pod = self.pods.get(id);
+        if let Some(names) = self.ns_pods.get_mut(&*ns) {
+            names.insert(name, id);
         }
-        self.link_ranks(&pod);
-        self.pods.insert(key, pod);
-    }
-
-    fn unlink_pod(&mut self, key: &ObjKey) {
-        let Some(pod) = self.pods.remove(key) else {
-            return;
-        };
-        let ns = &key.namespace;
-        remove_from(&mut self.ns_pods, ns, &key.name);
         if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain) {
-            remove_from(
-                &mut self.hosts,
-                &(ns.clone(), sub.clone(), host.clone()),
-                &key.name,
-            );
+            self.hosts
+                .entry(ns.clone())
+                .or_default()
+                .entry(sub.clone())
+                .or_default()
+                .entry(host.clone())
+                .or_default()
+                .insert(id);
         }
         for ip in &pod.ips {
-            remove_from(&mut self.ip_pods, ip, key);
+            self.ip_pods.entry(*ip).or_default().insert(id);
         }
-        if let Some(svcs) = self.pod_services.remove(key) {
-            for svc in svcs {
-                remove_from(&mut self.members, &ObjKey::new(ns.clone(), svc), &key.name);
+        for svc in &pod.services {
+            self.members
+                .entry(ObjKey::new(&*ns, &**svc))
+                .or_default()
+                .insert(id);
+        }
+        self.link_ranks(id);
+        id
+    }
+
+    fn unlink_pod(&mut self, id: PodId) {
+        self.unlink_ranks(id);
+        let pod = self.pods.remove(id);
+        let ns = &pod.ns;
+        if let Some(names) = self.ns_pods.get_mut(&**ns) {
+            names.remove(&*pod.name);
+            if names.is_empty() {
+                self.ns_pods.remove(&**ns);
             }
         }
-        self.unlink_ranks(&pod);
+        if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain)
+            && let Some(subs) = self.hosts.get_mut(&**ns)
+        {
+            if let Some(hosts) = subs.get_mut(&**sub) {
+                remove_from(hosts, host, &id);
+                if hosts.is_empty() {
+                    subs.remove(&**sub);
+                }
+            }
+            if subs.is_empty() {
+                self.hosts.remove(&**ns);
+            }
+        }
+        for ip in &pod.ips {
+            remove_from(&mut self.ip_pods, ip, &id);
+        }
+        for svc in &pod.services {
+            remove_from(&mut self.members, &ObjKey::new(&**ns, &**svc), &id);
+        }
+        pod.release(&mut self.interner);
     }
 
     // ---- services ------------------------------------------------------
@@ -431,34 +515,25 @@ impl Writer {
                 out.insert(Key::Ptr(*ip));
             }
         }
-        if let Some(members) = self.members.get(key) {
-            for name in members {
-                if let Some(p) = self
-                    .pods
-                    .get(&ObjKey::new(key.namespace.clone(), name.clone()))
-                {
-                    for ip in &p.ips {
-                        out.insert(Key::SvcIp(key.clone(), *ip));
-                        out.insert(Key::Ptr(*ip));
-                    }
-                }
+        for &id in self.members.get(key).into_iter().flatten() {
+            for ip in &self.pod(id).ips {
+                out.insert(Key::SvcIp(key.clone(), *ip));
+                out.insert(Key::Ptr(*ip));
             }
         }
-        let lo = (key.namespace.clone(), key.name.clone(), String::new());
-        for ((ns, sub, host), pods) in self.hosts.range(lo..) {
-            if ns != &key.namespace || sub != &key.name {
-                break;
-            }
+        let under = self
+            .hosts
+            .get(key.namespace.as_str())
+            .and_then(|subs| subs.get(key.name.as_str()));
+        for (host, pods) in under.into_iter().flatten() {
             out.insert(Key::Host {
-                ns: ns.clone(),
-                sub: sub.clone(),
-                host: host.clone(),
+                ns: key.namespace.clone(),
+                sub: key.name.clone(),
+                host: host.to_string(),
             });
-            for name in pods {
-                if let Some(p) = self.pods.get(&ObjKey::new(ns.clone(), name.clone())) {
-                    for ip in &p.ips {
-                        out.insert(Key::Ptr(*ip));
-                    }
+            for &id in pods {
+                for ip in &self.pod(id).ips {
+                    out.insert(Key::Ptr(*ip));
                 }
             }
         }
@@ -479,17 +554,14 @@ impl Writer {
         if svc.kind == ServiceKind::Headless && svc.selector.is_some() {
             // A Service change re-evaluates only its namespace's pods.
             let mut members = BTreeSet::new();
-            if let Some(names) = self.ns_pods.get(&ns) {
-                for name in names {
-                    let pk = ObjKey::new(ns.clone(), name.clone());
-                    if let Some(p) = self.pods.get(&pk)
-                        && selects(&svc, p)
-                    {
-                        members.insert(name.clone());
-                        self.pod_services
-                            .entry(pk)
-                            .or_default()
-                            .insert(key.name.clone());
+            if let Some(names) = self.ns_pods.get(ns.as_str()) {
+                for &id in names.values() {
+                    if selects(&svc, self.pods.get(id)) {
+                        members.insert(id);
+                        self.pods
+                            .get_mut(id)
+                            .services
+                            .insert(key.name.as_str().into());
                     }
                 }
             }
@@ -511,12 +583,8 @@ impl Writer {
             }
         }
         if let Some(members) = self.members.remove(key) {
-            for name in members {
-                remove_from(
-                    &mut self.pod_services,
-                    &ObjKey::new(key.namespace.clone(), name),
-                    &key.name,
-                );
+            for id in members {
+                self.pods.get_mut(id).services.remove(key.name.as_str());
             }
         }
     }
@@ -525,7 +593,7 @@ impl Writer {
 
     /// Is the pod published for a Service whose `publishNotReadyAddresses`
     /// is `pnr`?
-    fn published(&self, pod: &PodInfo, pnr: bool) -> bool {
+    fn published(&self, pod: &Pod, pnr: bool) -> bool {
         !pod.ips.is_empty()
             && !pod.phase.is_terminal()
             && !pod.deleting
@@ -541,11 +609,11 @@ impl Writer {
     /// Published for its hostname name: the headless Service named like the
     /// subdomain decides `publishNotReadyAddresses`, and, under
     /// `--hostnames service`, whether the name exists at all.
-    fn host_published(&self, pod: &PodInfo) -> bool {
+    fn host_published(&self, pod: &Pod) -> bool {
         let Some(sub) = &pod.subdomain else {
             return false;
         };
-        let svc = self.headless(&pod.key.namespace, sub);
+        let svc = self.headless(&pod.ns, sub);
         if self.policy.hostnames == Hostnames::Service && svc.is_none() {
             return false;
         }
@@ -554,28 +622,29 @@ impl Writer {
 
     /// Published as a member of any Service, or for its hostname name:
     /// what PTR and `pod.<zone>` names require.
-    fn published_anywhere(&self, pod: &PodInfo) -> bool {
+    fn published_anywhere(&self, pod: &Pod) -> bool {
         if self.published(pod, false) || self.host_published(pod) {
             return true;
         }
-        self.pod_services.get(&pod.key).is_some_and(|svcs| {
-            svcs.iter().any(|s| {
-                self.services
-                    .get(&ObjKey::new(pod.key.namespace.clone(), s.clone()))
-                    .is_some_and(|s| self.published(pod, s.publish_not_ready))
-            })
+        pod.services.iter().any(|s| {
+            self.services
+                .get(&ObjKey::new(&*pod.ns, &**s))
+                .is_some_and(|s| self.published(pod, s.publish_not_ready))
         })
     }
 
     /// The pods a name answers with, after the duplicate rule: Ready before
-    /// not Ready, then Running, then the older creation, then name.
-    fn choose<'a>(&self, mut pods: Vec<&'a PodInfo>) -> Vec<&'a PodInfo> {
+    /// not Ready, then Running, then the older creation, then name (then
+    /// namespace: the order never depends on the order of ids).
+    fn choose<'a>(&self, mut pods: Vec<&'a Pod>) -> Vec<&'a Pod> {
         pods.sort_by(|a, b| {
             b.ready
                 .cmp(&a.ready)
                 .then_with(|| (b.phase == Phase::Running).cmp(&(a.phase == Phase::Running)))
                 .then_with(|| a.created.cmp(&b.created))
-                .then_with(|| a.key.name.cmp(&b.key.name))
+                .then_with(|| a.name.cmp(&b.name))
+                // Pods of several namespaces share an IP's PTR.
+                .then_with(|| a.ns.cmp(&b.ns))
         });
         if self.policy.duplicates == Duplicates::One {
             pods.truncate(1);
@@ -585,14 +654,16 @@ impl Writer {
 
     /// One pod by the duplicate rule, whatever `--duplicate-hostnames` says
     /// (a rank name must name one rank).
-    fn choose_one<'a>(&self, pods: Vec<&'a PodInfo>) -> Option<&'a PodInfo> {
+    fn choose_one<'a>(&self, pods: Vec<&'a Pod>) -> Option<&'a Pod> {
         let mut pods = pods;
         pods.sort_by(|a, b| {
             b.ready
                 .cmp(&a.ready)
                 .then_with(|| (b.phase == Phase::Running).cmp(&(a.phase == Phase::Running)))
                 .then_with(|| a.created.cmp(&b.created))
-                .then_with(|| a.key.name.cmp(&b.key.name))
+                .then_with(|| a.name.cmp(&b.name))
+                // Pods of several namespaces share an IP's PTR.
+                .then_with(|| a.ns.cmp(&b.ns))
         });
         pods.into_iter().next()
     }
@@ -600,13 +671,13 @@ impl Writer {
     /// The name a pod's SRV record and PTR point at under a headless Service:
     /// its hostname name when its subdomain is that Service, else its dashed
     /// name under the Service.
-    fn target_under(&self, pod: &PodInfo, svc: &str, ip: IpAddr) -> String {
-        let ns = &pod.key.namespace;
+    fn target_under(&self, pod: &Pod, svc: &str, ip: IpAddr) -> String {
+        let ns = &pod.ns;
         if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain)
-            && sub == svc
+            && **sub == *svc
             && self
                 .host_winner(ns, sub, host)
-                .is_some_and(|w| w.key == pod.key)
+                .is_some_and(|w| std::ptr::eq(w, pod))
         {
             return format!("{host}.{sub}.{ns}.svc");
         }
@@ -614,56 +685,127 @@ impl Writer {
     }
 
     /// The pod that answers for a hostname name (first under the duplicate rule).
-    fn host_winner(&self, ns: &str, sub: &str, host: &str) -> Option<&PodInfo> {
-        let names = self
-            .hosts
-            .get(&(ns.to_string(), sub.to_string(), host.to_string()))?;
-        let pods: Vec<&PodInfo> = names
+    fn host_winner(&self, ns: &str, sub: &str, host: &str) -> Option<&Pod> {
+        let pods: Vec<&Pod> = self
+            .host_pods(ns, sub, host)?
             .iter()
-            .filter_map(|n| self.pods.get(&ObjKey::new(ns, n.as_str())))
+            .map(|&id| self.pod(id))
             .filter(|p| self.host_published(p))
             .collect();
         self.choose(pods).into_iter().next()
     }
 
     fn rebuild(&mut self, dirty: BTreeSet<Key>) {
+        let mut again = Vec::new();
         for key in dirty {
-            match &key {
-                Key::Rank(group, idx) => self.update_rank_state(group, *idx),
-                Key::Summary(group) => self.settle_group(group),
-                _ => {}
-            }
-            let names = self.build(&key);
-            let old = self.published.remove(&key).unwrap_or_default();
+            self.rebuild_key(key, Some(&mut again));
+        }
+        for key in again {
+            self.rebuild_key(key, None);
+        }
+        self.metrics.index_names.set(self.name_count);
+    }
+
+    /// Publish the names of one key as [`Self::build`] makes them now. A
+    /// name removed here that another key may also build (see
+    /// [`collider`]) queues that key in `again`, to be rebuilt after the
+    /// batch, so the name stays if the other key still publishes it.
+    fn rebuild_key(&mut self, key: Key, again: Option<&mut Vec<Key>>) {
+        match &key {
+            Key::Rank(group, idx) => self.update_rank_state(group, *idx),
+            Key::Summary(group) => self.settle_group(group),
+            _ => {}
+        }
+        let names = self.build(&key);
+        let Some(name) = key_name(&key) else {
+            // A Service: how many names it has depends on its ports.
+            let old = self.svc_published.remove(&key).unwrap_or_default();
             let mut now = Vec::with_capacity(names.len());
             for (name, rrs) in names {
-                if self.table.set(&name, rrs) {
-                    self.name_count += 1;
-                }
+                self.set_name(&name, rrs);
                 now.push(name.into_boxed_str());
             }
             for name in old {
-                if !now.contains(&name) && self.table.remove(&name) {
-                    self.name_count -= 1;
+                if !now.contains(&name) {
+                    self.remove_name(&name);
                 }
             }
             if !now.is_empty() {
-                self.published.insert(key, now);
+                self.svc_published.insert(key, now);
+            }
+            return;
+        };
+        debug_assert!(names.len() <= 1 && names.iter().all(|(n, _)| *n == name));
+        match names.into_iter().next() {
+            Some((_, rrs)) => self.set_name(&name, rrs),
+            None => {
+                if self.remove_name(&name)
+                    && let (Some(again), Some(other)) = (again, collider(&key))
+                {
+                    again.push(other);
+                }
             }
         }
-        self.metrics.index_names.set(self.name_count);
+    }
+
+    fn set_name(&mut self, name: &str, rrs: Rrs) {
+        let rrs = self.share(rrs);
+        let (fresh, unused) = self.table.set(name, rrs);
+        if fresh {
+            self.name_count += 1;
+        }
+        self.unshare(unused);
+    }
+
+    /// Remove a name's data; true if it had any.
+    fn remove_name(&mut self, name: &str) -> bool {
+        let old = self.table.remove(name);
+        let had = old.is_some();
+        if had {
+            self.name_count -= 1;
+        }
+        self.unshare(old);
+        had
+    }
+
+    /// One `Arc` for every name that answers one address and nothing else
+    /// (a pod's hostname, dashed and rank names all do).
+    fn share(&mut self, mut rrs: Rrs) -> Arc<Rrs> {
+        let Some(ip) = single_ip(&rrs) else {
+            return Arc::new(rrs);
+        };
+        self.single
+            .entry(ip)
+            .or_insert_with(|| {
+                rrs.a.shrink_to_fit();
+                rrs.aaaa.shrink_to_fit();
+                Arc::new(rrs)
+            })
+            .clone()
+    }
+
+    /// Forget a shared address no name holds any more.
+    fn unshare(&mut self, rrs: Option<Arc<Rrs>>) {
+        if let Some(rrs) = rrs
+            && let Some(ip) = single_ip(&rrs)
+            && let Some(shared) = self.single.get(&ip)
+            && Arc::ptr_eq(shared, &rrs)
+            && Arc::strong_count(&rrs) == 2
+        {
+            self.single.remove(&ip);
+        }
     }
 
     /// The names and data of one key, from the model as it is now.
     fn build(&self, key: &Key) -> Vec<(String, Rrs)> {
         match key {
             Key::Host { ns, sub, host } => {
-                let Some(names) = self.hosts.get(&(ns.clone(), sub.clone(), host.clone())) else {
+                let Some(ids) = self.host_pods(ns, sub, host) else {
                     return vec![];
                 };
-                let pods: Vec<&PodInfo> = names
+                let pods: Vec<&Pod> = ids
                     .iter()
-                    .filter_map(|n| self.pods.get(&ObjKey::new(ns.as_str(), n.as_str())))
+                    .map(|&id| self.pod(id))
                     .filter(|p| self.host_published(p))
                     .collect();
                 let chosen = self.choose(pods);
@@ -687,17 +829,12 @@ impl Writer {
                 };
                 // Through the pods holding this IP, not the Service's members:
                 // O(1) per name, not O(size of the gang).
-                let holds = self.ip_pods.get(ip).is_some_and(|ks| {
-                    ks.iter().any(|k| {
-                        k.namespace == sk.namespace
-                            && self
-                                .pod_services
-                                .get(k)
-                                .is_some_and(|s| s.contains(&sk.name))
-                            && self
-                                .pods
-                                .get(k)
-                                .is_some_and(|p| self.published(p, svc.publish_not_ready))
+                let holds = self.ip_pods.get(ip).is_some_and(|ids| {
+                    ids.iter().any(|&id| {
+                        let p = self.pod(id);
+                        *p.ns == *sk.namespace
+                            && p.services.contains(sk.name.as_str())
+                            && self.published(p, svc.publish_not_ready)
                     })
                 });
                 if !holds {
@@ -713,13 +850,10 @@ impl Writer {
             Key::PodIp { ns, ip } => {
                 // "Verified" pod names: only if a pod in <ns> has that IP.
                 // hostNetwork pods share the node's IP: no pod name for them.
-                let exists = self.ip_pods.get(ip).is_some_and(|ks| {
-                    ks.iter().any(|k| {
-                        k.namespace == *ns
-                            && self
-                                .pods
-                                .get(k)
-                                .is_some_and(|p| !p.host_network && self.published_anywhere(p))
+                let exists = self.ip_pods.get(ip).is_some_and(|ids| {
+                    ids.iter().any(|&id| {
+                        let p = self.pod(id);
+                        *p.ns == **ns && !p.host_network && self.published_anywhere(p)
                     })
                 });
                 if !exists {
@@ -795,13 +929,8 @@ impl Writer {
                 let mut rrs = Rrs::default();
                 let mut named: BTreeMap<String, Vec<Srv>> = BTreeMap::new();
                 let members = self.members.get(sk);
-                for name in members.into_iter().flatten() {
-                    let Some(p) = self
-                        .pods
-                        .get(&ObjKey::new(sk.namespace.as_str(), name.as_str()))
-                    else {
-                        continue;
-                    };
+                for &id in members.into_iter().flatten() {
+                    let p = self.pod(id);
                     if !self.published(p, svc.publish_not_ready) {
                         continue;
                     }
@@ -858,33 +987,141 @@ impl Writer {
         if let Some(sk) = self.ip_services.get(&ip).and_then(|s| s.iter().next()) {
             return Some(format!("{}.{}.svc", sk.name, sk.namespace));
         }
-        let pods: Vec<&PodInfo> = self
+        let pods: Vec<&Pod> = self
             .ip_pods
             .get(&ip)?
             .iter()
-            .filter_map(|k| self.pods.get(k))
+            .map(|&id| self.pod(id))
             .filter(|p| !p.host_network && self.published_anywhere(p))
             .collect();
         let pod = self.choose(pods).into_iter().next()?;
-        let ns = &pod.key.namespace;
+        let ns = &pod.ns;
         if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain)
             && self.host_published(pod)
             && self
                 .host_winner(ns, sub, host)
-                .is_some_and(|w| w.key == pod.key)
+                .is_some_and(|w| std::ptr::eq(w, pod))
         {
             return Some(format!("{host}.{sub}.{ns}.svc"));
         }
-        if let Some(svcs) = self.pod_services.get(&pod.key) {
-            for s in svcs {
-                if let Some(svc) = self.services.get(&ObjKey::new(ns.as_str(), s.as_str()))
-                    && self.published(pod, svc.publish_not_ready)
-                {
-                    return Some(format!("{}.{s}.{ns}.svc", dashed(ip)));
-                }
+        for s in &pod.services {
+            if let Some(svc) = self.services.get(&ObjKey::new(&**ns, &**s))
+                && self.published(pod, svc.publish_not_ready)
+            {
+                return Some(format!("{}.{s}.{ns}.svc", dashed(ip)));
             }
         }
         Some(format!("{}.{ns}.pod", dashed(ip)))
+    }
+}
+
+/// A pod's place in [`Slab`].
+type PodId = u32;
+
+/// The pods of each hostname under one subdomain.
+type Hosts = HashMap<Arc<str>, SmallSet<PodId>>;
+
+/// Pods by id; a deleted pod's id is reused.
+#[derive(Debug)]
+struct Slab<T> {
+    slots: Vec<Option<T>>,
+    free: Vec<PodId>,
+    len: usize,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Self {
+        Self {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T> Slab<T> {
+    fn insert(&mut self, v: T) -> PodId {
+        self.len += 1;
+        match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = Some(v);
+                id
+            }
+            None => {
+                self.slots.push(Some(v));
+                PodId::try_from(self.slots.len() - 1).expect("fewer than 2^32 pods")
+            }
+        }
+    }
+
+    /// The entry of a live id (ids come from the writer's own indexes).
+    fn get(&self, id: PodId) -> &T {
+        self.slots[id as usize].as_ref().expect("live pod id")
+    }
+
+    fn get_mut(&mut self, id: PodId) -> &mut T {
+        self.slots[id as usize].as_mut().expect("live pod id")
+    }
+
+    fn remove(&mut self, id: PodId) -> T {
+        let v = self.slots[id as usize].take().expect("live pod id");
+        self.free.push(id);
+        self.len -= 1;
+        v
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// The one name of a key, as [`Writer::build`] spells it; `None` for a
+/// Service, whose SRV names depend on its ports.
+fn key_name(key: &Key) -> Option<String> {
+    Some(match key {
+        Key::Host { ns, sub, host } => format!("{host}.{sub}.{ns}.svc"),
+        Key::Svc(_) => return None,
+        Key::SvcIp(sk, ip) => format!("{}.{}.{}.svc", dashed(*ip), sk.name, sk.namespace),
+        Key::PodIp { ns, ip } => format!("{}.{ns}.pod", dashed(*ip)),
+        Key::Ptr(ip) => reverse(*ip),
+        Key::Rank(group, idx) => format!("{idx}.{}.{}.rank", group.name, group.ns),
+        Key::Leader(group) => format!("leader.{}.{}.rank", group.name, group.ns),
+        Key::Summary(group) => format!("{}.{}.rank", group.name, group.ns),
+    })
+}
+
+/// The other key that may build the same name: a pod whose hostname is a
+/// dashed IP under a headless Service's name (`10-0-0-1.web.ns.svc`) meets
+/// that Service's dashed name of the IP; a Job and a JobSet of one name
+/// meet in the rank view.
+fn collider(key: &Key) -> Option<Key> {
+    let flip = |g: &Group| group(!g.set, g.ns.clone(), g.name.clone());
+    match key {
+        Key::Rank(g, idx) => Some(Key::Rank(flip(g), *idx)),
+        Key::Leader(g) => Some(Key::Leader(flip(g))),
+        Key::Summary(g) => Some(Key::Summary(flip(g))),
+        Key::Host { ns, sub, host } => Some(Key::SvcIp(
+            ObjKey::new(ns.as_str(), sub.as_str()),
+            undashed(host)?,
+        )),
+        Key::SvcIp(sk, ip) => Some(Key::Host {
+            ns: sk.namespace.clone(),
+            sub: sk.name.clone(),
+            host: dashed(*ip),
+        }),
+        Key::Svc(_) | Key::PodIp { .. } | Key::Ptr(_) => None,
+    }
+}
+
+/// The address of data that is one A or AAAA record and nothing else.
+fn single_ip(rrs: &Rrs) -> Option<IpAddr> {
+    if rrs.cname.is_some() || !rrs.srv.is_empty() || rrs.ptr.is_some() || rrs.txt.is_some() {
+        return None;
+    }
+    match (rrs.a.as_slice(), rrs.aaaa.as_slice()) {
+        ([v4], []) => Some(IpAddr::V4(*v4)),
+        ([], [v6]) => Some(IpAddr::V6(*v6)),
+        _ => None,
     }
 }
 
@@ -903,14 +1140,12 @@ pub(super) fn vanished<'a, V>(
 
 /// Does the Service select this pod? Only headless Services with a selector
 /// select pods for DNS; an empty selector selects nothing (as for Endpoints).
-fn selects(svc: &ServiceInfo, pod: &PodInfo) -> bool {
+fn selects(svc: &ServiceInfo, pod: &Pod) -> bool {
     if svc.kind != ServiceKind::Headless {
         return false;
     }
     match &svc.selector {
-        Some(sel) if !sel.is_empty() => sel
-            .iter()
-            .all(|(k, v)| pod.labels.iter().any(|(pk, pv)| pk == k && pv == v)),
+        Some(sel) if !sel.is_empty() => sel.iter().all(|(k, v)| pod.has_label(k, v)),
         _ => false,
     }
 }
@@ -918,7 +1153,7 @@ fn selects(svc: &ServiceInfo, pod: &PodInfo) -> bool {
 /// The port a headless Service's SRV record names for one pod: `targetPort`
 /// when numeric, the pod's container port of that name when named, else
 /// `port` (what EndpointSlices carry).
-fn pod_port(port: &ServicePort, pod: &PodInfo) -> u16 {
+fn pod_port(port: &ServicePort, pod: &Pod) -> u16 {
     match &port.target {
         TargetPort::Same => port.port,
         TargetPort::Number(n) => *n,
@@ -1023,8 +1258,11 @@ impl<T: Ord> SmallSet<T> {
             }
         }
     }
-    pub(crate) fn remove(&mut self, v: &T) -> bool {
-        match self.0.binary_search(v) {
+    pub(crate) fn remove<Q: Ord + ?Sized>(&mut self, v: &Q) -> bool
+    where
+        T: std::borrow::Borrow<Q>,
+    {
+        match self.0.binary_search_by(|x| x.borrow().cmp(v)) {
             Ok(i) => {
                 self.0.remove(i);
                 true
@@ -1032,8 +1270,11 @@ impl<T: Ord> SmallSet<T> {
             Err(_) => false,
         }
     }
-    pub(crate) fn contains(&self, v: &T) -> bool {
-        self.0.binary_search(v).is_ok()
+    pub(crate) fn contains<Q: Ord + ?Sized>(&self, v: &Q) -> bool
+    where
+        T: std::borrow::Borrow<Q>,
+    {
+        self.0.binary_search_by(|x| x.borrow().cmp(v)).is_ok()
     }
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
