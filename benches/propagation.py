@@ -1,6 +1,6 @@
 """Propagation: pod IP status write in the simulator -> correct answer from podns.
 
-python3 benches/propagation.py API_URL DNS_PORT OUT_CSV [SAMPLES] [RATES]
+python3 benches/propagation.py API_URL DNS_PORT OUT_CSV [SAMPLES] [RATES] [ADMIN_URL]
 
 For each background churn rate (pod mutations/s, default 0,100,1000): start
 /sim/churn (the simulator's rate is pod replacements/s, about 3.96 mutations
@@ -11,9 +11,21 @@ hostname name answers that address. Records the time from sending the PATCH
 and from its response. Bounded: 2 s per sample, SAMPLES per rate.
 Probe pods come from the job `probe` (namespace default) that run-all.sh
 creates; samples whose pod churn replaced meanwhile count as `lost`.
+
+With ADMIN_URL (podns's admin address, e.g. http://127.0.0.1:19153), it also
+reads podns's own histogram podns_propagation_seconds (watch event decoded
+-> answerable in the index, every event, churn included) before and after
+each rate, and prints the p50/p99 bucket bounds of the difference: that is
+the part of the end-to-end time spent inside podns after decoding. It goes
+into the `polls` note of the rate's summary row (sample -1).
+
+Polling: one UDP query at a time, POLL_GAP_US (env, default 0) microseconds
+apart, so the poller's load on podns can be varied and seen.
 """
 import csv
 import json
+import os
+import re
 import sys
 import time
 import urllib.request
@@ -24,6 +36,8 @@ from dnsq import Client  # noqa: E402
 api, port, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 samples = int(sys.argv[4]) if len(sys.argv) > 4 else 300
 rates = [float(r) for r in (sys.argv[5] if len(sys.argv) > 5 else "0,100,1000").split(",")]
+admin = sys.argv[6] if len(sys.argv) > 6 else None
+poll_gap = int(os.environ.get("POLL_GAP_US", "0")) / 1e6
 
 
 def req(method, path, body=None, ctype="application/json"):
@@ -33,6 +47,30 @@ def req(method, path, body=None, ctype="application/json"):
         r.add_header("content-type", ctype)
     with urllib.request.urlopen(r, timeout=10) as f:
         return json.loads(f.read() or b"null")
+
+
+def histogram():
+    """{le: cumulative count} of podns_propagation_seconds, or None."""
+    if not admin:
+        return None
+    with urllib.request.urlopen(admin + "/metrics", timeout=10) as f:
+        text = f.read().decode()
+    out = {}
+    for m in re.finditer(r'^podns_propagation_seconds_bucket\{le="([^"]+)"\} (\d+)', text, re.M):
+        out[float(m.group(1))] = int(m.group(2))
+    return out
+
+
+def quantile_bound(h0, h1, q):
+    """Upper bound of the bucket holding quantile q of the events between."""
+    les = sorted(h1)
+    total = h1[les[-1]] - h0.get(les[-1], 0)
+    if total <= 0:
+        return None, 0
+    for le in les:
+        if h1[le] - h0.get(le, 0) >= q * total:
+            return le, total
+    return les[-1], total
 
 
 pods = req("GET", "/api/v1/namespaces/default/pods?labelSelector=job-name%3Dprobe")["items"]
@@ -47,6 +85,7 @@ for rate in rates:
     if rate > 0:
         req("POST", "/sim/churn", {"rate": rate / 3.96, "seconds": 12})
         time.sleep(1.0)
+    h0 = histogram()
     t_start = time.time()
     lost = 0
     for k in range(samples):
@@ -74,6 +113,8 @@ for rate in rates:
             if r and r[0] == 0 and r[1] == [ip]:
                 ok = True
                 break
+            if poll_gap:
+                time.sleep(poll_gap)
         t2 = time.perf_counter()
         if not ok:
             lost += 1
@@ -83,13 +124,23 @@ for rate in rates:
                      "from_patch_response_ms": round((t2 - t1) * 1e3, 3),
                      "patch_rtt_ms": round((t1 - t0) * 1e3, 3), "polls": polls})
         time.sleep(0.01)
+    h1 = histogram()
+    inner = ""
+    if h0 is not None and h1:
+        p50, total = quantile_bound(h0, h1, 0.50)
+        p99, _ = quantile_bound(h0, h1, 0.99)
+        if p50 is not None:
+            inner = (f";podns_events={total};podns_p50_le_ms={p50 * 1e3:g}"
+                     f";podns_p99_le_ms={p99 * 1e3:g}")
+            print(f"rate {rate}: podns event->answerable over {total} events: "
+                  f"p50 <= {p50 * 1e3:g} ms, p99 <= {p99 * 1e3:g} ms", file=sys.stderr)
     elapsed = time.time() - t_start + (1.0 if rate > 0 else 0)
     m1 = req("GET", "/sim/stats")["pod_mutations"]
     print(f"rate {rate}: lost {lost}, measured background "
           f"{(m1 - m0) / elapsed:.0f} mutations/s (incl. probes)", file=sys.stderr)
     rows.append({"churn_mutations_per_s": rate, "sample": -1, "from_patch_send_ms": "",
                  "from_patch_response_ms": "", "patch_rtt_ms": "",
-                 "polls": f"lost={lost};measured_mut_per_s={(m1 - m0) / elapsed:.0f}"})
+                 "polls": f"lost={lost};measured_mut_per_s={(m1 - m0) / elapsed:.0f}{inner}"})
     if rate > 0:
         time.sleep(max(0.0, 12 - (time.time() - t_start)))  # let this churn window end
 

@@ -14,15 +14,23 @@
 #         Records QPS, latency and server CPU-seconds per 1,000 queries
 #         (utime+stime of the server's process tree from /proc/PID/stat).
 #         -> benches/results/dnsperf.csv
-#   cold  for 10k and 100k pods (COLD_SIZES in thousands; add 1000 for 1M
-#         if the machine has the memory): time from process start to ready
-#         and RSS at ready, for `podns serve` (/readyz 200) and for the kube-rs
+#   cold  for 10k and 100k pods (COLD_SIZES in thousands; add 1000 for 1M):
+#         time from process start to ready, CPU-seconds used by then (which
+#         the load of a shared machine inflates less than wall time) and RSS
+#         at ready, for `podns serve` (/readyz 200) and for the kube-rs
 #         reflector baseline (benches/reflector.rs, full k8s_openapi Pods),
-#         plus API-side requests/bytes from /sim/stats.
+#         plus API-side requests/bytes from /sim/stats. From LEAN_FROM
+#         thousand pods on (default 1000) the simulator runs with
+#         --lean-pods (~2.5 KB pod bodies instead of ~7.6 KB, column pod_body)
+#         and the reflector is skipped: at 1M full pods the simulator alone
+#         needs ~10 GB and the reflector ~53 GB (5.3 GB at 100k).
 #         -> benches/results/coldstart.csv
 #   prop  propagation p50/p99 from a pod IP status PATCH to podns answering
 #         the new IP, at 0, 100, 1,000 pod mutations/s of /sim/churn
-#         (benches/propagation.py). -> benches/results/propagation.csv
+#         (benches/propagation.py), and podns's own event -> answerable
+#         histogram over the same window (in the CSV's per-rate note), which
+#         separates podns from the simulator and the Python poller.
+#         -> benches/results/propagation.csv
 #   gang  a gang restart of an 8,192-rank job (/sim/jobs/default/gang/restart):
 #         time until every rank name answers a new IP, and the stale and
 #         NXDOMAIN answers a client sweeping all names sees meanwhile
@@ -34,7 +42,8 @@
 #        STAGES=dns DUR=5 benches/run-all.sh     (one stage, shorter runs)
 #        STAGES=plot benches/run-all.sh          (figures from existing CSVs)
 # Knobs: DUR (dnsperf seconds per run, 10), ROUNDS (alternation rounds, 2),
-#        COLD_SIZES ("10 100"), COLD_ROUNDS (2), PROP_SAMPLES (300),
+#        COLD_SIZES ("10 100"), COLD_ROUNDS (2), LEAN_FROM (1000),
+#        PROP_SAMPLES (300),
 #        DNS_JOBS (100; a smaller number for a quick smoke run).
 # Needs root for apt-get only when dnsperf/nsd/knot/jq/curl/bc are missing.
 set -euo pipefail
@@ -46,6 +55,7 @@ DUR=${DUR:-10}
 ROUNDS=${ROUNDS:-2}
 COLD_SIZES=${COLD_SIZES:-"10 100"}
 COLD_ROUNDS=${COLD_ROUNDS:-2}
+LEAN_FROM=${LEAN_FROM:-1000}
 PROP_SAMPLES=${PROP_SAMPLES:-300}
 DNS_JOBS=${DNS_JOBS:-100} # jobs of 1,000 ranks for the dns stage
 BIN=target/release/podns
@@ -92,11 +102,13 @@ stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg | tr ' ' '/'; }
 
 # Start the simulator; sets sim_pid, api, kubeconfig.
-start_sim() { # jobs ranks
+start_sim() { # jobs ranks [extra sim flags...]
   local d=$work/sim-$1x$2
   mkdir -p "$d"
+  local cidr=10.0.0.0/12 # 1,048,576 addresses: enough up to 1M pods
+  (($1 * $2 > 1000000)) && cidr=10.0.0.0/8
   "$BIN" sim --listen 127.0.0.1:0 --kubelet --jobs "$1" --ranks "$2" \
-    --pod-cidr 10.0.0.0/12 --kubeconfig-out "$d/k.yaml" >"$d/sim.log" 2>&1 &
+    --pod-cidr "$cidr" --kubeconfig-out "$d/k.yaml" "${@:3}" >"$d/sim.log" 2>&1 &
   sim_pid=$!
   pids+=("$sim_pid")
   local end=$(($(date +%s) + 900))
@@ -270,12 +282,17 @@ fi
 # --- cold start and memory ------------------------------------------------
 if has cold; then
   csv=$RES/coldstart.csv
-  echo "pods,round,impl,ready_ms,self_reported_ms,rss_mib,requests,api_bytes,loadavg" >"$csv"
+  echo "pods,round,impl,ready_ms,self_reported_ms,rss_mib,requests,api_bytes,loadavg,cpu_s,pod_body" >"$csv"
   for k in $COLD_SIZES; do
-    log "cold: simulator $k x 1000"
-    start_sim "$k" 1000
+    body=full impls="podns reflector" lean=()
+    if ((k >= LEAN_FROM)); then
+      body=lean impls=podns lean=(--lean-pods)
+      log "cold: $k x 1000 with --lean-pods; reflector skipped (~53 GB extrapolated at 1M)"
+    fi
+    log "cold: simulator $k x 1000 ($body pod bodies)"
+    start_sim "$k" 1000 "${lean[@]}"
     for round in $(seq 1 "$COLD_ROUNDS"); do
-      for impl in podns reflector; do
+      for impl in $impls; do
         curl -fsS -X POST "$api/sim/stats/reset" >/dev/null
         t0=$(date +%s%N)
         self=""
@@ -284,7 +301,7 @@ if has cold; then
             --admin-listen 127.0.0.1:$ADMIN >"$work/cold.log" 2>&1 &
           pid=$!
           pids+=("$pid")
-          wait_readyz "$pid" 900 || { tail "$work/cold.log" >&2; exit 1; }
+          wait_readyz "$pid" 1800 || { tail "$work/cold.log" >&2; exit 1; }
         else
           "$REFLECTOR" "$kubeconfig" >"$work/cold.log" 2>&1 &
           pid=$!
@@ -297,13 +314,14 @@ if has cold; then
           self=$(sed -n 's/.*elapsed_ms=\([0-9]*\).*/\1/p' "$work/cold.log")
         fi
         t1=$(date +%s%N)
+        cpu=$(echo "scale=2; $(cpu_ticks "$pid") / $HZ" | bc)
         sleep 1 # let the process settle before reading RSS
         rss=$(echo "scale=1; $(rss_kib "$pid") / 1024" | bc)
         st=$(curl -fsS "$api/sim/stats")
         req=$(jq '[.requests | .. | numbers] | add' <<<"$st") # incl. this /sim/stats read
         bytes=$(jq '.bytes_sent' <<<"$st")
         stop "$pid"
-        echo "$((k * 1000)),$round,$impl,$(((t1 - t0) / 1000000)),$self,$rss,$req,$bytes,$(loadavg)" | tee -a "$csv" >&2
+        echo "$((k * 1000)),$round,$impl,$(((t1 - t0) / 1000000)),$self,$rss,$req,$bytes,$(loadavg),$cpu,$body" | tee -a "$csv" >&2
       done
     done
     stop "$sim_pid"
@@ -322,7 +340,8 @@ if has prop; then
   pids+=("$pid")
   wait_readyz "$pid" 300
   echo "# loadavg at start $(loadavg)" >&2
-  taskset -c 1 python3 benches/propagation.py "$api" "$P_PODNS" "$RES/propagation.csv" "$PROP_SAMPLES"
+  taskset -c 1 python3 benches/propagation.py "$api" "$P_PODNS" "$RES/propagation.csv" "$PROP_SAMPLES" \
+    0,100,1000 "http://127.0.0.1:$ADMIN"
   stop "$pid"; stop "$sim_pid"
 fi
 

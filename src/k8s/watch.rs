@@ -174,7 +174,7 @@ trait Watched:
     + Sync
     + 'static
 {
-    type Info: Send + 'static;
+    type Info: Clone + Send + 'static;
     /// The `resource` metric label.
     const RESOURCE: &'static str;
     /// An optional resource (the rank view's Jobs): when the API refuses it
@@ -229,6 +229,14 @@ struct Mapper<K: Watched> {
     namespace: Option<String>,
     /// The objects of a list in progress (between `Init` and `InitDone`).
     buffer: Option<Vec<K::Info>>,
+    /// A list of this watch has completed before. Until then the index
+    /// holds nothing from this scope and is not ready, so each listed
+    /// object is also sent at once as an `Apply`: the writer builds names
+    /// on its own core while the rest of the list is still decoded, and the
+    /// closing `Reset` (the same objects) finds them already in place.
+    /// Later relists stay one `Reset`, so a relist's state is never seen
+    /// half-applied.
+    listed_once: bool,
     /// Uids of malformed objects already logged.
     reported: HashSet<String>,
     metrics: Metrics,
@@ -239,6 +247,7 @@ impl<K: Watched> Mapper<K> {
         Self {
             namespace,
             buffer: None,
+            listed_once: false,
             reported: HashSet::new(),
             metrics,
         }
@@ -267,13 +276,14 @@ impl<K: Watched> Mapper<K> {
             }
             Event::InitApply(obj) => {
                 self.count("init_apply");
-                if let Some(info) = self.convert(&obj) {
-                    self.buffer.get_or_insert_with(Vec::new).push(info);
-                }
-                None
+                let info = self.convert(&obj)?;
+                let early = (!self.listed_once).then(|| K::update(Change::Apply(info.clone())));
+                self.buffer.get_or_insert_with(Vec::new).push(info);
+                early
             }
             Event::InitDone => {
                 self.count("init_done");
+                self.listed_once = true;
                 let items = self.buffer.take().unwrap_or_default();
                 tracing::debug!(items = items.len(), "list complete");
                 Some(K::update(Change::Reset {
@@ -581,15 +591,18 @@ mod tests {
         let metrics = Metrics::new();
         let mut m = Mapper::<SlimPod>::new(Some("ml".into()), metrics.clone());
         assert!(m.on_event(Event::Init).is_none());
-        assert!(
+        // The first list: each object is also applied at once.
+        let Some(Update::Pod(Change::Apply(early))) =
             m.on_event(Event::InitApply(pod("a", json!("10.0.0.1"))))
-                .is_none()
-        );
+        else {
+            panic!("expected an early apply")
+        };
+        assert_eq!(early.key, ObjKey::new("ml", "a"));
         assert!(m.on_event(Event::InitApply(pod("bad", json!(7)))).is_none());
-        assert!(
-            m.on_event(Event::InitApply(pod("b", json!("10.0.0.2"))))
-                .is_none()
-        );
+        assert!(matches!(
+            m.on_event(Event::InitApply(pod("b", json!("10.0.0.2")))),
+            Some(Update::Pod(Change::Apply(_)))
+        ));
         let Some(Update::Pod(Change::Reset { namespace, items })) = m.on_event(Event::InitDone)
         else {
             panic!("expected a reset")
@@ -613,7 +626,17 @@ mod tests {
         };
         assert_eq!(k, ObjKey::new("ml", "c"));
 
-        // A second list starts from an empty buffer.
+        // A second list starts from an empty buffer, and its objects wait
+        // for the Reset (a relist is never seen half-applied).
+        m.on_event(Event::Init);
+        assert!(
+            m.on_event(Event::InitApply(pod("d", json!("10.0.0.4"))))
+                .is_none()
+        );
+        let Some(Update::Pod(Change::Reset { items, .. })) = m.on_event(Event::InitDone) else {
+            panic!("expected a reset")
+        };
+        assert_eq!(items.len(), 1);
         m.on_event(Event::Init);
         let Some(Update::Pod(Change::Reset { items, .. })) = m.on_event(Event::InitDone) else {
             panic!("expected a reset")
@@ -627,7 +650,7 @@ mod tests {
                 event: "init_apply",
             })
             .get();
-        assert_eq!(events, 3);
+        assert_eq!(events, 4);
     }
 
     #[test]
@@ -888,6 +911,10 @@ mod tests {
                     Update::Service(Change::Reset { items, .. }) => {
                         assert!(items.is_empty());
                         svc_reset = true;
+                    }
+                    // The first list's objects come early too.
+                    Update::Pod(Change::Apply(p)) if pod_reset.is_none() => {
+                        assert_eq!(p.key, ObjKey::new("ml", "a"));
                     }
                     Update::Pod(Change::Apply(p)) => {
                         assert_eq!(p.key, ObjKey::new("ml", "late"));

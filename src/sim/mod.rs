@@ -83,6 +83,12 @@ pub struct SimArgs {
     /// Kind of the start-up jobs: indexed-job, jobset, or mixed (alternate).
     #[arg(long, default_value = "indexed-job")]
     pub job_kind: String,
+    /// Lean pod bodies (~2.5 KB instead of ~7.6 KB): only metadata and the
+    /// spec fields DNS reads (hostname, subdomain, ports) plus status. For
+    /// runs at a scale where realistic bodies do not fit in memory (1M
+    /// pods); results from such runs must say so.
+    #[arg(long)]
+    pub lean_pods: bool,
 }
 
 impl Default for SimArgs {
@@ -104,6 +110,7 @@ impl Default for SimArgs {
             namespaces: 1,
             scenario: None,
             job_kind: "indexed-job".into(),
+            lean_pods: false,
         }
     }
 }

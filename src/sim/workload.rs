@@ -173,6 +173,8 @@ struct JobInfo {
     set_uid: String,
     key: String,
     attempt: u32,
+    /// `--lean-pods`: see [`lean`].
+    lean: bool,
 }
 
 impl JobInfo {
@@ -208,6 +210,8 @@ pub struct Workload {
     /// Set while the start-up workload is created with `--kubelet` and no
     /// delays: pods are created Running and Ready.
     pub prerun: std::sync::atomic::AtomicBool,
+    /// `--lean-pods`: job pods without the fields DNS never reads.
+    lean: bool,
 }
 
 struct IpState {
@@ -260,6 +264,7 @@ impl Workload {
             nodes: AtomicU64::new(0),
             churned: AtomicU64::new(0),
             prerun: std::sync::atomic::AtomicBool::new(false),
+            lean: args.lean_pods,
         });
         store.set_hooks(w.clone());
         tokio::spawn(timer_loop(Arc::downgrade(&w), rx, shutdown));
@@ -387,6 +392,7 @@ impl Workload {
             set_uid: new_uid(),
             key: new_uid().replace('-', ""),
             attempt: 0,
+            lean: self.lean,
         };
         {
             let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
@@ -988,6 +994,38 @@ fn job_pod(ns: &str, job: &str, idx: usize, info: &JobInfo) -> Value {
 }
 
 fn job_pod_with(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Value {
+    let mut v = full_job_pod(ns, job, idx, sfx, info);
+    if info.lean {
+        lean(&mut v);
+    }
+    v
+}
+
+/// Strips a job pod to what a DNS server reads (`--lean-pods`): metadata
+/// without managedFields, and a spec of hostname,
+/// subdomain, scheduling fields and container names and ports.
+fn lean(v: &mut Value) {
+    if let Some(m) = v["metadata"].as_object_mut() {
+        m.remove("managedFields");
+    }
+    if let Some(spec) = v["spec"].as_object_mut() {
+        spec.retain(|k, _| {
+            matches!(
+                k.as_str(),
+                "hostname" | "subdomain" | "containers" | "restartPolicy" | "schedulerName"
+            )
+        });
+        if let Some(cs) = spec.get_mut("containers").and_then(Value::as_array_mut) {
+            for c in cs {
+                if let Some(c) = c.as_object_mut() {
+                    c.retain(|k, _| matches!(k.as_str(), "name" | "image" | "ports"));
+                }
+            }
+        }
+    }
+}
+
+fn full_job_pod(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Value {
     let host = format!("{job}-{idx}");
     let name = format!("{host}-{sfx}");
     let now = now_rfc3339();
@@ -1264,6 +1302,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn lean_pods_keep_what_dns_reads() {
+        let store = Store::new(1000);
+        let args = crate::sim::SimArgs {
+            kubelet: true,
+            lean_pods: true,
+            ..Default::default()
+        };
+        let w = Workload::new(store.clone(), &args, CancellationToken::new()).unwrap();
+        for (running, name) in [(true, "run"), (false, "pend")] {
+            w.prerun.store(running, Ordering::Relaxed);
+            let req = JobRequest {
+                namespace: "ml".into(),
+                name: name.into(),
+                ranks: 2,
+                kind: "indexed-job".into(),
+            };
+            w.create_job(&req).unwrap();
+        }
+        // Pods created one by one (churn, restarts) are lean too.
+        let (_, pods) = store.snapshot(Kind::Pod, &Filter::default());
+        assert_eq!(pods.len(), 4);
+        for o in pods {
+            assert!(o.bytes.len() < 3000, "lean pod is {} bytes", o.bytes.len());
+            let v = o.value();
+            let idx = &o.labels["batch.kubernetes.io/job-completion-index"];
+            let job = &o.labels["job-name"];
+            assert_eq!(v["spec"]["hostname"], format!("{job}-{idx}"));
+            assert_eq!(v["spec"]["subdomain"], job.as_str());
+            assert_eq!(
+                v["spec"]["containers"][0]["ports"][0]["containerPort"],
+                29500
+            );
+            assert!(v["spec"].get("volumes").is_none());
+            assert!(v["metadata"].get("managedFields").is_none());
+            assert_eq!(
+                v["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"],
+                idx.as_str()
+            );
+        }
+    }
+
+    #[tokio::test]
     async fn template_pods_are_complete_json() {
         let store = Store::new(1000);
         let args = crate::sim::SimArgs {
@@ -1325,6 +1405,7 @@ mod tests {
             set_uid: new_uid(),
             key: "k".into(),
             attempt: 0,
+            lean: false,
         };
         let p = job_pod("team-a", "llama-70b", 17, &info);
         let n = serde_json::to_vec(&p).unwrap().len();

@@ -1993,3 +1993,48 @@ async fn kubectl_gets_jobs() {
     .json();
     assert_eq!(names(&pods).len(), 2);
 }
+
+/// `--lean-pods`: the start-up pods are small but keep what a DNS server
+/// reads, and a kube-rs client still decodes them as Pods.
+#[tokio::test]
+async fn lean_pods_are_small_and_complete_for_dns() {
+    let sim = start(SimArgs {
+        kubelet: true,
+        lean_pods: true,
+        jobs: 1,
+        ranks: 3,
+        ..SimArgs::default()
+    })
+    .await;
+    let r = get(sim.addr, "/api/v1/namespaces/default/pods").await;
+    assert_eq!(r.status, 200);
+    let list = r.json();
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 3);
+    // ~7.6 KB a pod without the flag.
+    assert!(
+        r.body.len() < 3 * 3000,
+        "lean list is {} bytes",
+        r.body.len()
+    );
+    for p in items {
+        assert!(p.get("managedFields").is_none() && p["metadata"].get("managedFields").is_none());
+        assert!(p["spec"].get("volumes").is_none());
+        assert_eq!(p["spec"]["subdomain"], "train-0");
+        assert!(
+            p["spec"]["hostname"]
+                .as_str()
+                .unwrap()
+                .starts_with("train-0-")
+        );
+        assert!(p["status"]["podIP"].as_str().is_some_and(|s| !s.is_empty()));
+    }
+    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
+    let got = pods.list(&ListParams::default()).await.unwrap();
+    assert_eq!(got.items.len(), 3);
+    assert!(
+        got.items
+            .iter()
+            .all(|p| p.spec.as_ref().unwrap().hostname.is_some())
+    );
+}
