@@ -333,3 +333,111 @@ pub async fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
         .unwrap_or_default();
     (status, body)
 }
+
+// ---- podns as a child process ------------------------------------------------
+
+pub const PODNS_BIN: &str = env!("CARGO_BIN_EXE_podns");
+
+/// A `podns serve` child process, killed on drop, with the addresses it
+/// logged and its stderr lines so far.
+pub struct Spawned {
+    pub child: std::process::Child,
+    pub dns: SocketAddr,
+    pub tcp: SocketAddr,
+    pub admin: SocketAddr,
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Spawned {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Run `cmd` (a `podns serve` command line, maybe behind `setpriv`) with
+/// stderr piped; wait (up to 60 s) until it logs its three listeners.
+pub fn spawn_serve(mut cmd: std::process::Command) -> Spawned {
+    use std::io::{BufRead, BufReader};
+    let mut child = cmd
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn podns");
+    let stderr = child.stderr.take().unwrap();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let keep = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line.clone());
+            keep.lock().unwrap().push(line);
+        }
+    });
+    let (mut dns, mut tcp, mut admin) = (None, None, None);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while dns.is_none() || tcp.is_none() || admin.is_none() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = match rx.recv_timeout(left) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("podns did not log its listeners: {:?}", log.lock().unwrap());
+            }
+        };
+        let after = |what: &str| -> Option<SocketAddr> {
+            line.split(what)
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        };
+        dns = dns.or(after("listening dns udp "));
+        tcp = tcp.or(after("listening dns tcp "));
+        admin = admin.or(after("listening admin http "));
+    }
+    Spawned {
+        child,
+        dns: dns.unwrap(),
+        tcp: tcp.unwrap(),
+        admin: admin.unwrap(),
+        log,
+    }
+}
+
+/// `podns serve` on loopback port 0 against `kubeconfig`, plus `extra` flags.
+pub fn serve_command(kubeconfig: &std::path::Path, extra: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(PODNS_BIN);
+    cmd.args([
+        "serve",
+        "--dns-listen=127.0.0.1:0",
+        "--admin-listen=127.0.0.1:0",
+    ])
+    .arg(format!("--kubeconfig={}", kubeconfig.display()))
+    .args(extra);
+    cmd
+}
+
+/// Resident set size (kB) and open file descriptors of a process, from /proc.
+pub fn rss_kb_and_fds(pid: u32) -> Option<(u64, usize)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count();
+    Some((rss, fds))
+}

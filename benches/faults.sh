@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Fault matrix under load (issue 7). Starts `podns sim --kubelet` with JOBS x
+# RANKS pods and `podns serve` (release) against it, then runs
+# benches/faults.py: for each fault in PHASES, one after another, dnsperf at
+# QPS over every pod name, /sim/churn at CHURN pod replacements/s, a checker
+# asking CHECK_QPS names and keeping every answer, and the fault injected
+# after PRE seconds (definitions of every column are in faults.py).
+#
+# Run:   benches/faults.sh                         (about 6 minutes)
+#        PHASES="none outage" QPS=5000 benches/faults.sh
+# Knobs: JOBS (10), RANKS (1000), QPS (10000), CHURN (500), CHECK_QPS (1000),
+#        PRE (5), POST (20), PHASES ("none drop compact outage throttle latency"),
+#        OUT (benches/results/faults.json).
+# Output: OUT (one JSON object per phase) and a markdown table on stdout.
+# Everything is on 127.0.0.1; pod IPs are data only; every loop is bounded
+# (dnsperf -l, deadlines in faults.py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RES=benches/results
+mkdir -p "$RES"
+JOBS=${JOBS:-10}
+RANKS=${RANKS:-1000}
+PHASES=${PHASES:-"none drop compact outage throttle latency"}
+export QPS=${QPS:-10000} CHURN=${CHURN:-500} CHECK_QPS=${CHECK_QPS:-1000} PRE=${PRE:-5} POST=${POST:-20}
+BIN=target/release/podns
+P_DNS=${P_DNS:-15363} ADMIN=${ADMIN:-19163}
+
+log() { echo "[$(date +%T)] $*" >&2; }
+for t in dnsperf curl python3; do
+  command -v "$t" >/dev/null || { echo "faults.sh: $t is needed" >&2; exit 1; }
+done
+
+log "building release"
+cargo build --release --bin podns 2>&1 | tail -1 >&2
+
+work=$(mktemp -d /tmp/podns-faults.XXXXXX)
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [[ -n ${KEEP:-} ]] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+log "simulator: $JOBS jobs x $RANKS ranks"
+"$BIN" sim --listen 127.0.0.1:0 --kubelet --jobs "$JOBS" --ranks "$RANKS" \
+  --kubeconfig-out "$work/k.yaml" >"$work/sim.log" 2>&1 &
+sim_pid=$!
+pids+=("$sim_pid")
+end=$(($(date +%s) + 600))
+until grep -q "simulator ready" "$work/sim.log"; do
+  (($(date +%s) < end)) && kill -0 "$sim_pid" || { cat "$work/sim.log" >&2; exit 1; }
+  sleep 0.2
+done
+api=$(sed -n 's/.*server: *//p' "$work/k.yaml" | head -1)
+
+"$BIN" serve --kubeconfig "$work/k.yaml" --dns-listen 127.0.0.1:$P_DNS \
+  --admin-listen 127.0.0.1:$ADMIN --ns-address 127.0.0.1 >"$work/podns.log" 2>&1 &
+podns_pid=$!
+pids+=("$podns_pid")
+end=$(($(date +%s) + 300))
+until curl -fsS "http://127.0.0.1:$ADMIN/readyz" >/dev/null 2>&1; do
+  (($(date +%s) < end)) && kill -0 "$podns_pid" || { cat "$work/podns.log" >&2; exit 1; }
+  sleep 0.1
+done
+log "podns ready (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+
+OUT=${OUT:-$RES/faults.json}
+python3 benches/faults.py "$api" "$P_DNS" "$ADMIN" "$OUT" "$PHASES"
+rm -f "$OUT.names"
+log "podns log: $(grep -c ' WARN ' "$work/podns.log" || true) WARN, $(grep -c ' ERROR ' "$work/podns.log" || true) ERROR lines"
+grep -E ' (WARN|ERROR) ' "$work/podns.log" | sed -E 's/^[^ ]+ //' | cut -c1-200 | sort | uniq -c | sort -rn | head -20 >&2 || true
+log "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
