@@ -170,7 +170,7 @@ pub async fn kube_client_for(
         context: context.map(str::to_string),
         ..Default::default()
     };
-    let config = match kubeconfig {
+    let mut config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|e| {
                 ConfigError(format!("failed to read kubeconfig {}: {e}", path.display()))
@@ -188,6 +188,12 @@ pub async fn kube_client_for(
             .await
             .map_err(|e| ConfigError(format!("failed to find a Kubernetes configuration: {e}")))?,
     };
+    // Our watch loop retries with backoff, honours Retry-After, logs and
+    // counts restarts. kube-client's own retry layer (up to 15 quiet
+    // retries of 429/503/504) would hide an outage from it and hold a
+    // watch back for tens of seconds after the API server returns
+    // (RELIABILITY.md, fault matrix).
+    config.default_retry = false;
     kube::Client::try_from(config).context("failed to build the Kubernetes client")
 }
 
