@@ -48,7 +48,7 @@
 # Needs root for apt-get only when dnsperf/nsd/knot/jq/curl/bc are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RES=benches/results
+RES=${RES:-benches/results}
 mkdir -p "$RES"
 STAGES=${STAGES:-"dns cold prop gang plot"}
 DUR=${DUR:-10}
