@@ -22,10 +22,6 @@ use super::names::{dashed, reverse, undashed};
 use super::table::{Rrs, Srv, Table};
 use super::types::*;
 
-/// Names waiting to be rebuilt before the writer flushes while the index
-/// has not synced yet: about 10,000 pods' worth (see `run_blocking`).
-const PRESYNC_FLUSH_KEYS: usize = 50_000;
-
 /// The publication rules that shape the index (see DESIGN.md "Rules").
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Policy {
@@ -225,14 +221,7 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            // Until the first sync nothing is served (SERVFAIL), so names
-            // are rebuilt in large chunks while the first list streams in:
-            // per batch, a 1,000-member headless Service would be rebuilt
-            // for every handful of its pods (at 1M pods that was most of
-            // the writer's 195 s). A Reset flushes by itself.
-            if self.table.is_synced() || self.dirty.len() >= PRESYNC_FLUSH_KEYS {
-                self.flush();
-            }
+            self.flush();
             for at in &arrived {
                 self.metrics.propagation.observe(at.elapsed().as_secs_f64());
             }
