@@ -68,6 +68,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dnsq import parse, query  # noqa: E402
+from promtext import scrape  # noqa: E402
 
 if sys.argv[1] != "--table":
     api, dns_port, admin_port, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -105,17 +106,7 @@ def pods():
 
 
 def metrics():
-    with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/metrics", timeout=5) as f:
-        text = f.read().decode()
-    m = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            k, _, v = line.rpartition(" ")
-            try:
-                m[k] = float(v)
-            except ValueError:
-                pass
-    return m
+    return scrape(f"http://127.0.0.1:{admin_port}/metrics", timeout=5)
 
 
 def podns_requests(stats):

@@ -25,13 +25,13 @@ apart, so the poller's load on podns can be varied and seen.
 import csv
 import json
 import os
-import re
 import sys
 import time
 import urllib.request
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from dnsq import Client  # noqa: E402
+from promtext import bucket_bound, scrape  # noqa: E402
 
 api, port, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 samples = int(sys.argv[4]) if len(sys.argv) > 4 else 300
@@ -50,27 +50,8 @@ def req(method, path, body=None, ctype="application/json"):
 
 
 def histogram():
-    """{le: cumulative count} of podns_propagation_seconds, or None."""
-    if not admin:
-        return None
-    with urllib.request.urlopen(admin + "/metrics", timeout=10) as f:
-        text = f.read().decode()
-    out = {}
-    for m in re.finditer(r'^podns_propagation_seconds_bucket\{le="([^"]+)"\} (\d+)', text, re.M):
-        out[float(m.group(1))] = int(m.group(2))
-    return out
-
-
-def quantile_bound(h0, h1, q):
-    """Upper bound of the bucket holding quantile q of the events between."""
-    les = sorted(h1)
-    total = h1[les[-1]] - h0.get(les[-1], 0)
-    if total <= 0:
-        return None, 0
-    for le in les:
-        if h1[le] - h0.get(le, 0) >= q * total:
-            return le, total
-    return les[-1], total
+    """podns's metrics, for podns_propagation_seconds, or None without ADMIN_URL."""
+    return scrape(admin + "/metrics") if admin else None
 
 
 pods = req("GET", "/api/v1/namespaces/default/pods?labelSelector=job-name%3Dprobe")["items"]
@@ -127,8 +108,8 @@ for rate in rates:
     h1 = histogram()
     inner = ""
     if h0 is not None and h1:
-        p50, total = quantile_bound(h0, h1, 0.50)
-        p99, _ = quantile_bound(h0, h1, 0.99)
+        p50, total = bucket_bound(h0, h1, "podns_propagation_seconds", 0.50)
+        p99, _ = bucket_bound(h0, h1, "podns_propagation_seconds", 0.99)
         if p50 is not None:
             inner = (f";podns_events={total};podns_p50_le_ms={p50 * 1e3:g}"
                      f";podns_p99_le_ms={p99 * 1e3:g}")

@@ -22,10 +22,10 @@ import socket
 import sys
 import threading
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dnsq import parse, query  # noqa: E402
+from promtext import bucket_bound, scrape  # noqa: E402
 
 port, admin, pid = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 duration, interval = float(sys.argv[4]), float(sys.argv[5])
@@ -42,31 +42,12 @@ def rss_fds():
 
 
 def metrics():
-    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as f:
-        text = f.read().decode()
-    m = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            k, _, v = line.rpartition(" ")
-            try:
-                m[k] = float(v)
-            except ValueError:
-                pass
-    return m
+    return scrape(f"http://127.0.0.1:{admin}/metrics", timeout=5)
 
 
 def hist_pct(m0, m1, q):
-    """Upper bound of the bucket holding quantile q of the histogram delta."""
-    pre = "podns_dns_request_duration_seconds_bucket{le=\""
-    buckets = sorted(((float(k[len(pre):-2]) if k[len(pre):-2] != "+Inf" else float("inf")),
-                      m1[k] - m0.get(k, 0)) for k in m1 if k.startswith(pre))
-    if not buckets or buckets[-1][1] <= 0:
-        return None
-    total = buckets[-1][1]
-    for le, n in buckets:
-        if n >= q * total:
-            return le
-    return None
+    """Upper bound of the answer-time bucket holding quantile q between m0 and m1."""
+    return bucket_bound(m0, m1, "podns_dns_request_duration_seconds", q)[0]
 
 
 def pct(v, q):
