@@ -21,8 +21,8 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
-use podns::dns::answer::{AnswerConfig, Answerer, Transport};
-use podns::index::{Change, Update};
+use podns_server::dns::answer::{AnswerConfig, Answerer, Transport};
+use podns_server::index::{Change, Update};
 
 use common::*;
 

@@ -20,7 +20,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
-use podns::index::{Change, ObjKey, PodInfo, Update};
+use podns_server::index::{Change, ObjKey, PodInfo, Update};
 
 use common::*;
 

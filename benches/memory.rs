@@ -23,8 +23,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
-use podns::admin::Metrics;
-use podns::index::{Change, Policy, SyncNeeds, Table, Update, Writer};
+use podns_server::admin::Metrics;
+use podns_server::index::{Change, Policy, SyncNeeds, Table, Update, Writer};
 
 use common::*;
 

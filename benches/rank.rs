@@ -10,9 +10,9 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RecordType};
 
-use podns::dns::answer::{AnswerConfig, Answerer, Transport};
-use podns::index::testing::{PodExt, job, rank_pod, synced_writer};
-use podns::index::{Change, Policy, Update};
+use podns_server::dns::answer::{AnswerConfig, Answerer, Transport};
+use podns_server::index::testing::{PodExt, job, rank_pod, synced_writer};
+use podns_server::index::{Change, Policy, Update};
 
 fn world(ranks: u32) -> Answerer {
     let mut w = synced_writer(Policy {

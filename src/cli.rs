@@ -6,10 +6,15 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand, ValueEnum};
-use hickory_proto::rr::Name;
-
-use crate::sim::SimArgs;
+use ipnet::IpNet;
+use podns_server::dns::Zone;
+use podns_server::dns::server::TcpLimits;
+use podns_server::index::{Duplicates, Hostnames, Policy, Publish};
+use podns_server::k8s::watch::StreamingList;
+use podns_server::serve::ServeConfig;
+use podns_server::zonefile::ZonefileConfig;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -30,8 +35,10 @@ pub enum Command {
     /// Serve DNS for a cluster (kubeconfig or in-cluster config).
     Serve(ServeArgs),
     /// Run the Kubernetes API simulator on loopback (plain HTTP).
-    Sim(SimArgs),
+    #[cfg(feature = "sim")]
+    Sim(podns_sim::SimArgs),
     /// Simulator and server together on loopback, with a sample training workload.
+    #[cfg(feature = "sim")]
     Demo(DemoArgs),
     /// List Pods and Services once and print what podns would answer as RFC 1035 zone text.
     Zonefile(ZonefileArgs),
@@ -41,86 +48,6 @@ pub enum Command {
 pub enum LogFormat {
     Text,
     Json,
-}
-
-/// Which pods are published.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Publish {
-    /// Every pod with an IP that is not terminal or terminating (what training frameworks want).
-    #[default]
-    Ip,
-    /// Only Ready pods, unless the selecting Service sets publishNotReadyAddresses (the EndpointSlice rule).
-    Ready,
-}
-
-/// Where hostname names (`<host>.<sub>.<ns>.svc`) come from.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Hostnames {
-    /// From the pod alone (spec.hostname + spec.subdomain).
-    #[default]
-    Pod,
-    /// Only when a headless Service named like the subdomain exists, as the spec says.
-    Service,
-}
-
-/// Several published pods with one hostname.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Duplicates {
-    /// Answer with one: Ready, then Running, then oldest, then name.
-    #[default]
-    One,
-    /// Answer with all of them (the spec's behaviour).
-    All,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum StreamingList {
-    /// Try `sendInitialEvents`, fall back to list-then-watch when refused.
-    #[default]
-    Auto,
-    On,
-    Off,
-}
-
-/// A DNS zone, lower-cased and fully qualified.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Zone(pub Name);
-
-impl FromStr for Zone {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.trim_end_matches('.');
-        if s.is_empty() {
-            return Err("zone must not be empty".into());
-        }
-        let name =
-            Name::from_ascii(format!("{s}.")).map_err(|e| format!("invalid zone {s:?}: {e}"))?;
-        Ok(Zone(name.to_lowercase()))
-    }
-}
-
-impl std::fmt::Display for Zone {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-/// Zones given twice, or reverse zones given as `--zone`, are operator
-/// mistakes; `reverse_hint` says where reverse zones come from instead.
-pub fn check_zones(zones: &[Zone], reverse_hint: &str) -> Result<(), String> {
-    if zones.is_empty() {
-        return Err("at least one --zone is required".into());
-    }
-    for (i, z) in zones.iter().enumerate() {
-        if zones[..i].contains(z) {
-            return Err(format!("--zone {z} given twice"));
-        }
-        let s = z.to_string();
-        if s.ends_with("in-addr.arpa.") || s.ends_with("ip6.arpa.") {
-            return Err(format!("--zone {z}: reverse zones are {reverse_hint}"));
-        }
-    }
-    Ok(())
 }
 
 /// A duration in seconds (`5`, `5s`) or milliseconds (`500ms`).
@@ -145,45 +72,18 @@ impl FromStr for Secs {
 }
 
 /// An IP network such as `10.244.0.0/16` or `fd00::/108`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cidr {
-    pub addr: IpAddr,
-    pub prefix: u8,
+fn cidr(s: &str) -> Result<IpNet, String> {
+    s.parse::<IpNet>()
+        .map_err(|_| format!("invalid CIDR {s:?} (example: 10.244.0.0/16)"))
 }
 
-impl Cidr {
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, ip) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX
-                    .checked_shl(32 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u32::from(net) & mask == u32::from(ip) & mask
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u128::from(net) & mask == u128::from(ip) & mask
-            }
-            _ => false,
-        }
-    }
-}
-
-impl FromStr for Cidr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || format!("invalid CIDR {s:?} (example: 10.244.0.0/16)");
-        let (a, p) = s.split_once('/').ok_or_else(bad)?;
-        let addr: IpAddr = a.parse().map_err(|_| bad())?;
-        let prefix: u8 = p.parse().map_err(|_| bad())?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        if prefix > max {
-            return Err(bad());
-        }
-        Ok(Cidr { addr, prefix })
-    }
+/// A clap parser for one of the library's keyword enums (`Publish`, …):
+/// `--help` lists the words, a wrong one is named in one line.
+fn keyword<T>(names: &'static [&'static str]) -> impl TypedValueParser<Value = T>
+where
+    T: FromStr<Err = String> + Clone + Send + Sync + 'static,
+{
+    PossibleValuesParser::new(names).try_map(|s| s.parse::<T>())
 }
 
 /// Flags of `podns serve`.
@@ -213,20 +113,20 @@ pub struct ServeArgs {
     #[arg(long, env = "PODNS_NEGATIVE_TTL", default_value_t = 1)]
     pub negative_ttl: u32,
     /// Which pods are published.
-    #[arg(long, env = "PODNS_PUBLISH", value_enum, default_value_t = Publish::Ip)]
+    #[arg(long, env = "PODNS_PUBLISH", default_value = "ip", value_parser = keyword::<Publish>(Publish::NAMES))]
     pub publish: Publish,
     /// Where hostname names come from.
-    #[arg(long, env = "PODNS_HOSTNAMES", value_enum, default_value_t = Hostnames::Pod)]
+    #[arg(long, env = "PODNS_HOSTNAMES", default_value = "pod", value_parser = keyword::<Hostnames>(Hostnames::NAMES))]
     pub hostnames: Hostnames,
     /// What to answer when several published pods share one hostname.
-    #[arg(long, env = "PODNS_DUPLICATE_HOSTNAMES", value_enum, default_value_t = Duplicates::One)]
+    #[arg(long, env = "PODNS_DUPLICATE_HOSTNAMES", default_value = "one", value_parser = keyword::<Duplicates>(Duplicates::NAMES))]
     pub duplicate_hostnames: Duplicates,
     /// The server's own address for `ns.dns.<zone>` (default: $POD_IP).
     #[arg(long, env = "PODNS_NS_ADDRESS")]
     pub ns_address: Vec<IpAddr>,
     /// Answer PTR only inside these networks and REFUSE other reverse names (repeatable).
-    #[arg(long, env = "PODNS_REVERSE_CIDR", value_delimiter = ',')]
-    pub reverse_cidr: Vec<Cidr>,
+    #[arg(long, env = "PODNS_REVERSE_CIDR", value_delimiter = ',', value_parser = cidr)]
+    pub reverse_cidr: Vec<IpNet>,
     /// Watch pods only in these namespaces (repeatable; default all).
     #[arg(long = "namespace", env = "PODNS_NAMESPACE", value_delimiter = ',')]
     pub namespaces: Vec<String>,
@@ -237,7 +137,7 @@ pub struct ServeArgs {
     #[arg(long, env = "PODNS_CONSISTENT_LIST")]
     pub consistent_list: bool,
     /// Initial list by watch stream (sendInitialEvents).
-    #[arg(long, env = "PODNS_STREAMING_LIST", value_enum, default_value_t = StreamingList::Auto)]
+    #[arg(long, env = "PODNS_STREAMING_LIST", default_value = "auto", value_parser = keyword::<StreamingList>(StreamingList::NAMES))]
     pub streaming_list: StreamingList,
     /// Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).
     #[arg(long, env = "KUBECONFIG")]
@@ -277,6 +177,78 @@ impl ServeArgs {
     pub fn rank_view_enabled(&self) -> bool {
         !self.no_rank_view
     }
+
+    /// The server's configuration from the flags.
+    pub fn config(&self) -> ServeConfig {
+        ServeConfig {
+            zones: self.zones.clone(),
+            dns_listen: self.dns_listen,
+            udp_sockets: self.udp_sockets,
+            admin_listen: self.admin_listen,
+            ttl: self.ttl,
+            negative_ttl: self.negative_ttl,
+            policy: Policy {
+                publish: self.publish,
+                hostnames: self.hostnames,
+                duplicates: self.duplicate_hostnames,
+                rank_view: self.rank_view_enabled(),
+            },
+            ns_addrs: self.ns_address.clone(),
+            reverse_cidrs: self.reverse_cidr.clone(),
+            namespaces: self.namespaces.clone(),
+            label_selector: self.label_selector.clone(),
+            consistent_list: self.consistent_list,
+            streaming_list: self.streaming_list,
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            shutdown_grace: self.shutdown_grace.0,
+            tcp: TcpLimits {
+                max_connections: self.tcp_max_connections,
+                idle_timeout: self.tcp_idle_timeout.0,
+                max_queries: self.tcp_max_queries,
+            },
+            rrl: self.rrl,
+        }
+    }
+}
+
+impl ZonefileArgs {
+    /// The export's configuration from the flags.
+    pub fn config(&self) -> ZonefileConfig {
+        ZonefileConfig {
+            zones: self.zones.clone(),
+            reverse: self.reverse,
+            reverse_only: self.reverse_only,
+            out_dir: self.out_dir.clone(),
+            serial: self.serial,
+            ttl: self.ttl,
+            negative_ttl: self.negative_ttl,
+            ns_addrs: self.ns_address.clone(),
+            policy: Policy {
+                publish: self.publish,
+                hostnames: self.hostnames,
+                duplicates: self.duplicate_hostnames,
+                rank_view: !self.no_rank_view,
+            },
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+        }
+    }
+}
+
+/// Parse `podns serve` flags (`argv[0]` is skipped) into the server's
+/// configuration, exactly as the binary does: for tests and manifests.
+pub fn parse_serve<I, T>(argv: I) -> Result<ServeConfig, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+    Flags::try_parse_from(argv).map(|f| f.args.config())
 }
 
 /// Flags of `podns demo`.
@@ -332,13 +304,13 @@ pub struct ZonefileArgs {
     #[arg(long, env = "PODNS_NS_ADDRESS")]
     pub ns_address: Vec<IpAddr>,
     /// Which pods are published.
-    #[arg(long, env = "PODNS_PUBLISH", value_enum, default_value_t = Publish::Ip)]
+    #[arg(long, env = "PODNS_PUBLISH", default_value = "ip", value_parser = keyword::<Publish>(Publish::NAMES))]
     pub publish: Publish,
     /// Where hostname names come from.
-    #[arg(long, env = "PODNS_HOSTNAMES", value_enum, default_value_t = Hostnames::Pod)]
+    #[arg(long, env = "PODNS_HOSTNAMES", default_value = "pod", value_parser = keyword::<Hostnames>(Hostnames::NAMES))]
     pub hostnames: Hostnames,
     /// What to export when several published pods share one hostname.
-    #[arg(long, env = "PODNS_DUPLICATE_HOSTNAMES", value_enum, default_value_t = Duplicates::One)]
+    #[arg(long, env = "PODNS_DUPLICATE_HOSTNAMES", default_value = "one", value_parser = keyword::<Duplicates>(Duplicates::NAMES))]
     pub duplicate_hostnames: Duplicates,
     /// Leave out the rank view (`rank.<zone>`), as `serve --no-rank-view` does.
     #[arg(long = "no-rank-view", env = "PODNS_NO_RANK_VIEW")]

@@ -6,13 +6,12 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::Parser;
+use podns_server::index::Lookup;
+use podns_server::serve::{self, Listeners, ServeConfig};
+use podns_sim::{self as sim, SimArgs};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{DemoArgs, ServeArgs};
-use crate::index::Lookup;
-use crate::serve::{self, Listeners};
-use crate::sim::{self, SimArgs};
+use crate::cli::DemoArgs;
 
 /// The sample workload: two training jobs in `ml` and services in `web`.
 const JOBS: [(&str, &str, usize, &str); 2] = [
@@ -20,40 +19,26 @@ const JOBS: [(&str, &str, usize, &str); 2] = [
     ("ml", "bert-finetune", 64, "indexed-job"),
 ];
 
-#[derive(Parser)]
-struct ServeFlags {
-    #[command(flatten)]
-    args: ServeArgs,
-}
-
-#[derive(Parser)]
-struct SimFlags {
-    #[command(flatten)]
-    args: SimArgs,
-}
-
-/// Serve flags for a loopback server (the defaults otherwise).
-pub fn loopback_serve_args(dns: SocketAddr, admin: SocketAddr) -> ServeArgs {
-    ServeFlags::parse_from([
-        "serve".to_string(),
-        format!("--dns-listen={dns}"),
-        format!("--admin-listen={admin}"),
-        "--udp-sockets=2".to_string(),
-        "--ns-address=127.0.0.1".to_string(),
-    ])
-    .args
+/// A loopback server (the serve defaults otherwise).
+pub fn loopback_serve_config(dns: SocketAddr, admin: SocketAddr) -> ServeConfig {
+    ServeConfig {
+        dns_listen: dns,
+        admin_listen: admin,
+        udp_sockets: 2,
+        ns_addrs: vec![[127, 0, 0, 1].into()],
+        ..ServeConfig::default()
+    }
 }
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
-    let sim_args = SimFlags::parse_from([
-        "sim".to_string(),
-        format!("--listen={}", args.api_listen),
-        "--kubelet".to_string(),
-        "--kubelet-delay-ms=20".to_string(),
-        "--ready-delay-ms=200".to_string(),
-    ])
-    .args;
+    let sim_args = SimArgs {
+        listen: args.api_listen,
+        kubelet: true,
+        kubelet_delay_ms: 20,
+        ready_delay_ms: 200,
+        ..SimArgs::default()
+    };
     let api = tokio::net::TcpListener::bind(args.api_listen)
         .await
         .map_err(|e| serve::ConfigError(format!("failed to bind api {}: {e}", args.api_listen)))?;
@@ -68,10 +53,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let client = sim.client();
     create_workload(&client).await?;
 
-    let serve_args = loopback_serve_args(args.dns_listen, args.admin_listen);
+    let serve_config = loopback_serve_config(args.dns_listen, args.admin_listen);
     let listeners = Listeners::bind(args.dns_listen, 2, args.admin_listen)
         .map_err(|e| serve::ConfigError(format!("{e:#}")))?;
-    let running = serve::start(&serve_args, client, listeners, shutdown.clone());
+    let running = serve::start(&serve_config, client, listeners, shutdown.clone());
 
     // Ready when the index is synced and the last rank of each job answers.
     let started = Instant::now();

@@ -12,6 +12,17 @@ use tracing_subscriber::EnvFilter;
 const EXIT_USAGE: u8 = 64;
 
 fn main() -> ExitCode {
+    #[cfg(not(feature = "sim"))]
+    if let Some(cmd) = std::env::args()
+        .nth(1)
+        .filter(|c| c == "sim" || c == "demo")
+    {
+        eprintln!(
+            "podns {cmd}: this build has no simulator (release images leave it out); \
+             build with `cargo build --release --features sim`, or run `cargo run --release -- {cmd}` from a checkout"
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
@@ -43,10 +54,12 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => podns::serve::run(args).await,
-            Command::Sim(args) => podns::sim::run(args).await,
+            Command::Serve(args) => podns_server::serve::run(args.config()).await,
+            #[cfg(feature = "sim")]
+            Command::Sim(args) => podns_sim::run(args).await,
+            #[cfg(feature = "sim")]
             Command::Demo(args) => podns::demo::run(args).await,
-            Command::Zonefile(args) => podns::zonefile::run(args).await,
+            Command::Zonefile(args) => podns_server::zonefile::run(args.config()).await,
         }
     });
     // Blocking threads (the index writer in the middle of a big initial
@@ -57,7 +70,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            if e.downcast_ref::<podns::serve::ConfigError>().is_some() {
+            if e.downcast_ref::<podns_server::serve::ConfigError>()
+                .is_some()
+            {
                 ExitCode::from(EXIT_USAGE)
             } else {
                 ExitCode::FAILURE

@@ -8,9 +8,9 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use podns::admin::Metrics;
-use podns::index::testing::{PodExt, SvcExt, headless, pod};
-use podns::index::{
+use podns_server::admin::Metrics;
+use podns_server::index::testing::{PodExt, SvcExt, headless, pod};
+use podns_server::index::{
     Change, PodInfo, Policy, ServiceInfo, SyncNeeds, Table, TargetPort, Update, Writer,
 };
 

@@ -1,4 +1,4 @@
 //! DNS message bytes → `Answerer::handle`, over UDP and TCP limits.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| podns::fuzzing::request(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| podns_server::fuzzing::request(data));

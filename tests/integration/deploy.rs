@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clap::Parser;
-use serde::Deserialize;
-use serde_yaml::Value;
+use serde_json::Value;
 
 use crate::daemons::find_tool;
 
@@ -35,8 +34,9 @@ fn render(mode: &str) -> Option<(String, Vec<Value>)> {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    let docs = serde_yaml::Deserializer::from_str(&text)
-        .map(|d| Value::deserialize(d).unwrap())
+    let docs = serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap()
+        .into_iter()
         .filter(|v| !v.is_null())
         .collect();
     Some((text, docs))
@@ -54,7 +54,7 @@ fn one<'a>(docs: &'a [Value], k: &str) -> &'a Value {
 
 fn strs(v: &Value) -> Vec<String> {
     let mut s: Vec<String> = v
-        .as_sequence()
+        .as_array()
         .unwrap_or_else(|| panic!("a list: {v:?}"))
         .iter()
         .map(|x| x.as_str().unwrap().to_string())
@@ -99,7 +99,7 @@ fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
     // RBAC: exactly get/list/watch on pods and services, and on batch Jobs
     // for the rank view, nothing else.
     let role = one(docs, "ClusterRole");
-    let rules = role["rules"].as_sequence().unwrap();
+    let rules = role["rules"].as_array().unwrap();
     assert_eq!(rules.len(), 2, "two rules: {rules:?}");
     assert_eq!(strs(&rules[0]["apiGroups"]), [""]);
     assert_eq!(strs(&rules[0]["resources"]), ["pods", "services"]);
@@ -135,7 +135,7 @@ fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
         .into_iter()
         .find(|s| s["metadata"]["name"] == "podns-metrics")
         .expect("metrics Service");
-    for (k, v) in metrics_svc["spec"]["selector"].as_mapping().unwrap() {
+    for (k, v) in metrics_svc["spec"]["selector"].as_object().unwrap() {
         assert_eq!(
             &pod["metadata"]["labels"][k], v,
             "metrics Service selects the pods"
@@ -147,7 +147,7 @@ fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
         spec["securityContext"]["seccompProfile"]["type"],
         "RuntimeDefault"
     );
-    let containers = spec["containers"].as_sequence().unwrap();
+    let containers = spec["containers"].as_array().unwrap();
     let c = containers
         .iter()
         .find(|c| c["name"] == "podns")
@@ -177,7 +177,7 @@ fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
         let port_ok =
             get["port"].as_u64() == Some(admin_port)
                 || get["port"].as_str().is_some_and(|name| {
-                    c["ports"].as_sequence().unwrap().iter().any(|p| {
+                    c["ports"].as_array().unwrap().iter().any(|p| {
                         p["name"] == name && p["containerPort"].as_u64() == Some(admin_port)
                     })
                 });
@@ -194,7 +194,7 @@ fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
     }
     // POD_IP from the downward API.
     let pod_ip = c["env"]
-        .as_sequence()
+        .as_array()
         .unwrap()
         .iter()
         .find(|e| e["name"] == "POD_IP")
@@ -212,7 +212,8 @@ fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
     let podns::cli::Command::Serve(args) = parsed.command else {
         panic!("the container runs podns serve: {argv:?}");
     };
-    podns::serve::validate(&args).unwrap();
+    let args = args.config();
+    podns_server::serve::validate(&args).unwrap();
     assert_eq!(args.admin_listen.port() as u64, admin_port);
     assert_eq!(
         args.dns_listen.port() == 53,
@@ -223,7 +224,7 @@ fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
 }
 
 fn strs_in_order(v: &Value) -> Vec<String> {
-    v.as_sequence()
+    v.as_array()
         .unwrap()
         .iter()
         .map(|x| x.as_str().unwrap().to_string())
@@ -242,12 +243,12 @@ fn forward_target_renders_and_validates() {
     common(&docs, pod, 9153, false);
     let spec = &pod["spec"];
     assert!(
-        spec["affinity"]["podAntiAffinity"].is_mapping(),
+        spec["affinity"]["podAntiAffinity"].is_object(),
         "pod anti-affinity"
     );
     assert!(
         !spec["topologySpreadConstraints"]
-            .as_sequence()
+            .as_array()
             .unwrap()
             .is_empty()
     );
@@ -255,7 +256,7 @@ fn forward_target_renders_and_validates() {
     // PDB and the DNS Service select these pods.
     let labels = &pod["metadata"]["labels"];
     let pdb = one(&docs, "PodDisruptionBudget");
-    for (k, v) in pdb["spec"]["selector"]["matchLabels"].as_mapping().unwrap() {
+    for (k, v) in pdb["spec"]["selector"]["matchLabels"].as_object().unwrap() {
         assert_eq!(&labels[k], v);
     }
     let svc = kind(&docs, "Service")
@@ -263,16 +264,16 @@ fn forward_target_renders_and_validates() {
         .find(|s| s["metadata"]["name"] == "podns")
         .expect("DNS Service");
     assert_eq!(svc["spec"]["type"], "ClusterIP");
-    for (k, v) in svc["spec"]["selector"].as_mapping().unwrap() {
+    for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
         assert_eq!(&labels[k], v);
     }
     let c = &spec["containers"][0];
     let mut protos = vec![];
-    for p in svc["spec"]["ports"].as_sequence().unwrap() {
+    for p in svc["spec"]["ports"].as_array().unwrap() {
         assert_eq!(p["port"].as_u64(), Some(53));
         let target = p["targetPort"].as_str().unwrap();
         let cp = c["ports"]
-            .as_sequence()
+            .as_array()
             .unwrap()
             .iter()
             .find(|cp| cp["name"] == target)
@@ -323,7 +324,7 @@ fn daemonset_renders_and_validates() {
         "hostNetwork is outside baseline"
     );
     // The sample training pod sends its lookups to the node-local address.
-    let pod: Value = serde_yaml::from_str(&sample).unwrap();
+    let pod: Value = serde_saphyr::from_str(&sample).unwrap();
     assert_eq!(pod["spec"]["dnsPolicy"], "None");
     assert_eq!(pod["spec"]["dnsConfig"]["nameservers"][0], "169.254.20.11");
 }

@@ -219,10 +219,10 @@ async fn servfail_and_not_ready_until_the_api_answers() {
     let client = kube::Client::try_from(config).unwrap();
     let args = serve_args(&[]);
     let listeners =
-        podns::serve::Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen)
+        podns_server::serve::Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen)
             .unwrap();
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let running = podns::serve::start(&args, client, listeners, shutdown.clone());
+    let running = podns_server::serve::start(&args, client, listeners, shutdown.clone());
     let m = ask(running.dns_addr, "x.ml.svc", RecordType::A).await;
     assert_eq!(rcode(&m), ResponseCode::ServFail);
     assert_eq!(
@@ -412,7 +412,7 @@ async fn dual_stack_pods_answer_a_and_aaaa_and_ip6_ptr() {
     let ip6: std::net::IpAddr = "fd00:10:244::3".parse().unwrap();
     let m = ask(
         env.dns,
-        &format!("{}.", podns::index::names::reverse(ip6)),
+        &format!("{}.", podns_server::index::names::reverse(ip6)),
         RecordType::PTR,
     )
     .await;

@@ -21,10 +21,10 @@ fn replay(target: &str, run: fn(&[u8])) -> usize {
 
 #[test]
 fn the_request_corpus_replays_cleanly() {
-    assert!(replay("request", podns::fuzzing::request) >= 30);
+    assert!(replay("request", podns_server::fuzzing::request) >= 30);
 }
 
 #[test]
 fn the_decode_corpus_replays_cleanly() {
-    assert!(replay("decode", podns::fuzzing::decode) >= 10);
+    assert!(replay("decode", podns_server::fuzzing::decode) >= 10);
 }

@@ -9,7 +9,6 @@ mod dns;
 mod fuzz_corpus;
 mod rank;
 mod reliability;
-mod sim;
 mod soak;
 mod support;
 mod unbound;

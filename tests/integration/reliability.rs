@@ -65,7 +65,7 @@ fn udp_client(
     out
 }
 
-fn write_kubeconfig(dir: &Path, sim: &podns::sim::SimHandle) -> std::path::PathBuf {
+fn write_kubeconfig(dir: &Path, sim: &podns_sim::SimHandle) -> std::path::PathBuf {
     let kc = dir.join("kubeconfig");
     std::fs::write(&kc, sim.kubeconfig_yaml()).unwrap();
     std::fs::set_permissions(&kc, std::fs::Permissions::from_mode(0o644)).unwrap();

@@ -15,9 +15,8 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use podns::cli::ServeArgs;
-use podns::serve::{Listeners, Running};
-use podns::sim::{SimArgs, SimHandle};
+use podns_server::serve::{Listeners, Running, ServeConfig};
+use podns_sim::{SimArgs, SimHandle};
 
 pub const ZONE: &str = "cluster.local";
 
@@ -25,12 +24,6 @@ pub const ZONE: &str = "cluster.local";
 struct SimFlags {
     #[command(flatten)]
     args: SimArgs,
-}
-
-#[derive(Parser)]
-struct ServeFlags {
-    #[command(flatten)]
-    args: ServeArgs,
 }
 
 /// A simulator and a server, both on loopback port 0, stopped on drop.
@@ -55,13 +48,14 @@ pub async fn start_sim(flags: &[&str], shutdown: &CancellationToken) -> SimHandl
     argv.extend_from_slice(flags);
     let args = SimFlags::parse_from(argv).args;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    podns::sim::spawn(args, listener, shutdown.clone())
+    podns_sim::spawn(args, listener, shutdown.clone())
         .await
         .expect("sim starts")
 }
 
-/// Serve flags with loopback listeners and the given extras.
-pub fn serve_args(extra: &[&str]) -> ServeArgs {
+/// Serve flags with loopback listeners and the given extras, parsed by the
+/// binary's own CLI into the server's configuration.
+pub fn serve_args(extra: &[&str]) -> ServeConfig {
     let mut argv = vec![
         "serve",
         "--dns-listen=127.0.0.1:0",
@@ -69,7 +63,7 @@ pub fn serve_args(extra: &[&str]) -> ServeArgs {
         "--udp-sockets=2",
     ];
     argv.extend_from_slice(extra);
-    ServeFlags::parse_from(argv).args
+    podns::cli::parse_serve(argv).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Simulator plus server, waiting until the index is synced.
@@ -79,7 +73,7 @@ pub async fn env(sim_flags: &[&str], serve_flags: &[&str]) -> Env {
     let client = sim.client();
     let args = serve_args(serve_flags);
     let listeners = Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen).unwrap();
-    let server = podns::serve::start(&args, client.clone(), listeners, shutdown.clone());
+    let server = podns_server::serve::start(&args, client.clone(), listeners, shutdown.clone());
     let (dns, admin) = (server.dns_addr, server.admin_addr);
     let table = server.table.clone();
     wait_for("index synced", Duration::from_secs(20), || {

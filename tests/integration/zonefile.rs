@@ -103,7 +103,7 @@ async fn a_1000_pod_export_loads_in_nsd_and_knot_and_answers_like_podns() {
     // The export must equal the live index rendered the same way; the
     // simulated kubelets may still be writing, so export until both agree.
     let table = env.server.as_ref().unwrap().table.clone();
-    let cfg = podns::zonefile::RenderConfig {
+    let cfg = podns_server::zonefile::RenderConfig {
         ttl: 5,
         negative_ttl: 1,
         ns_addrs: vec!["127.0.0.1".parse().unwrap()],
@@ -114,7 +114,7 @@ async fn a_1000_pod_export_loads_in_nsd_and_knot_and_answers_like_podns() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         export(&kubeconfig, &out).await;
-        let live = podns::zonefile::render_zones(&table.snapshot(), &zones, &cfg);
+        let live = podns_server::zonefile::render_zones(&table.snapshot(), &zones, &cfg);
         let same = live.iter().all(|z| {
             std::fs::read_to_string(out.join(z.file_name()))
                 .ok()
@@ -272,7 +272,7 @@ async fn stdout_has_one_marked_section_per_zone_and_bad_flags_exit_64() {
     let text = String::from_utf8(a.stdout).unwrap();
     let sections: Vec<&str> = text
         .lines()
-        .filter_map(|l| l.strip_prefix(podns::zonefile::SECTION_MARKER))
+        .filter_map(|l| l.strip_prefix(podns_server::zonefile::SECTION_MARKER))
         .collect();
     assert_eq!(
         sections,

@@ -13,12 +13,82 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, Health, Metrics};
-use crate::cli::ServeArgs;
+use crate::dns::Zone;
 use crate::dns::answer::{AnswerConfig, Answerer};
 use crate::dns::rrl::Rrl;
 use crate::dns::server;
+use crate::dns::server::TcpLimits;
 use crate::index::{Policy, SyncNeeds, Table, Writer};
+use crate::k8s::watch::StreamingList;
 use crate::k8s::watch::{self, WatchConfig};
+
+/// Everything `podns serve` needs; the CLI maps its flags into this.
+/// `Default` is the CLI's defaults on loopback port 0 (for tests and demos).
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Served zones; the first is where PTR targets and reverse SOAs point.
+    pub zones: Vec<Zone>,
+    /// DNS address, UDP and TCP.
+    pub dns_listen: SocketAddr,
+    /// UDP sockets bound with SO_REUSEPORT, each with its own loop (0: one per core).
+    pub udp_sockets: usize,
+    /// Admin address: /metrics, /healthz, /readyz.
+    pub admin_listen: SocketAddr,
+    /// TTL of positive answers, in seconds.
+    pub ttl: u32,
+    /// TTL of negative answers (the SOA MINIMUM), in seconds.
+    pub negative_ttl: u32,
+    pub policy: Policy,
+    /// The server's own addresses for `ns.dns.<zone>` (empty: `$POD_IP`).
+    pub ns_addrs: Vec<IpAddr>,
+    /// When non-empty, PTR only inside these networks; other reverse names are REFUSED.
+    pub reverse_cidrs: Vec<ipnet::IpNet>,
+    /// Watch pods only in these namespaces (empty: all).
+    pub namespaces: Vec<String>,
+    /// Watch only pods matching this label selector.
+    pub label_selector: Option<String>,
+    /// Quorum reads instead of lists from the watch cache.
+    pub consistent_list: bool,
+    pub streaming_list: StreamingList,
+    /// A kubeconfig path (None: `$KUBECONFIG`, `~/.kube/config`, in-cluster).
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig context to use.
+    pub context: Option<String>,
+    /// How long to keep answering after SIGTERM while /readyz reports 503.
+    pub shutdown_grace: std::time::Duration,
+    pub tcp: TcpLimits,
+    /// Response rate limit: UDP responses a second per client network.
+    pub rrl: Option<u32>,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        Self {
+            zones: vec![Zone::cluster_local()],
+            dns_listen: loopback,
+            udp_sockets: 0,
+            admin_listen: loopback,
+            ttl: 5,
+            negative_ttl: 1,
+            policy: Policy {
+                rank_view: true,
+                ..Policy::default()
+            },
+            ns_addrs: vec![],
+            reverse_cidrs: vec![],
+            namespaces: vec![],
+            label_selector: None,
+            consistent_list: false,
+            streaming_list: StreamingList::Auto,
+            kubeconfig: None,
+            context: None,
+            shutdown_grace: std::time::Duration::from_secs(5),
+            tcp: TcpLimits::default(),
+            rrl: None,
+        }
+    }
+}
 
 /// A configuration problem the operator must fix (exit code 64).
 #[derive(Debug, thiserror::Error)]
@@ -94,8 +164,8 @@ pub struct Running {
 }
 
 /// Check what clap cannot.
-pub fn validate(args: &ServeArgs) -> Result<(), ConfigError> {
-    crate::cli::check_zones(
+pub fn validate(args: &ServeConfig) -> Result<(), ConfigError> {
+    crate::dns::check_zones(
         &args.zones,
         "served automatically; use --reverse-cidr to narrow them",
     )
@@ -115,7 +185,7 @@ pub fn validate(args: &ServeArgs) -> Result<(), ConfigError> {
             )));
         }
     }
-    if args.tcp_max_connections == 0 || args.tcp_max_queries == 0 {
+    if args.tcp.max_connections == 0 || args.tcp.max_queries == 0 {
         return Err(ConfigError(
             "--tcp-max-connections and --tcp-max-queries must be at least 1".into(),
         ));
@@ -125,7 +195,7 @@ pub fn validate(args: &ServeArgs) -> Result<(), ConfigError> {
             "--rrl must be at least 1 response a second".into(),
         ));
     }
-    if args.tcp_idle_timeout.0.is_zero() {
+    if args.tcp.idle_timeout.is_zero() {
         return Err(ConfigError("--tcp-idle-timeout must be more than 0".into()));
     }
     if let Some(sel) = &args.label_selector
@@ -137,8 +207,8 @@ pub fn validate(args: &ServeArgs) -> Result<(), ConfigError> {
 }
 
 /// The answer configuration from the flags (and `$POD_IP`).
-pub fn answer_config(args: &ServeArgs) -> AnswerConfig {
-    let mut ns_addrs = args.ns_address.clone();
+pub fn answer_config(args: &ServeConfig) -> AnswerConfig {
+    let mut ns_addrs = args.ns_addrs.clone();
     if ns_addrs.is_empty()
         && let Ok(ip) = std::env::var("POD_IP")
         && let Ok(ip) = ip.parse::<IpAddr>()
@@ -150,13 +220,13 @@ pub fn answer_config(args: &ServeArgs) -> AnswerConfig {
         ttl: args.ttl,
         negative_ttl: args.negative_ttl,
         ns_addrs,
-        reverse_cidrs: args.reverse_cidr.clone(),
+        reverse_cidrs: args.reverse_cidrs.clone(),
     }
 }
 
 /// A kube client by the usual inference: `--kubeconfig`/`$KUBECONFIG`,
 /// `~/.kube/config`, in-cluster; `--context` picks a context.
-pub async fn kube_client(args: &ServeArgs) -> anyhow::Result<kube::Client> {
+pub async fn kube_client(args: &ServeConfig) -> anyhow::Result<kube::Client> {
     kube_client_for(args.kubeconfig.as_deref(), args.context.as_deref()).await
 }
 
@@ -199,7 +269,7 @@ pub async fn kube_client_for(
 
 /// Start everything on already-bound sockets. Returns once tasks are spawned.
 pub fn start(
-    args: &ServeArgs,
+    args: &ServeConfig,
     client: kube::Client,
     listeners: Listeners,
     shutdown: CancellationToken,
@@ -216,20 +286,14 @@ pub fn start(
         label_selector: args.label_selector.clone(),
         consistent_list: args.consistent_list,
         streaming: args.streaming_list,
-        jobs: args.rank_view_enabled(),
+        jobs: args.policy.rank_view,
     };
     let needs = SyncNeeds {
         pod_scopes: watch::pod_scopes(&wcfg),
         service_scopes: watch::service_scopes(&wcfg),
         job_scopes: watch::job_scopes(&wcfg),
     };
-    let policy = Policy {
-        publish: args.publish,
-        hostnames: args.hostnames,
-        duplicates: args.duplicate_hostnames,
-        rank_view: args.rank_view_enabled(),
-    };
-    let writer = Writer::new(table.clone(), policy, metrics.clone(), needs);
+    let writer = Writer::new(table.clone(), args.policy, metrics.clone(), needs);
     let (tx, rx) = mpsc::channel(4096);
     tasks.spawn_blocking(move || writer.run_blocking(rx));
     watch::spawn_watchers(
@@ -259,11 +323,7 @@ pub fn start(
         listeners.tcp,
         answerer,
         metrics.clone(),
-        server::TcpLimits {
-            max_connections: args.tcp_max_connections,
-            idle_timeout: args.tcp_idle_timeout.0,
-            max_queries: args.tcp_max_queries,
-        },
+        args.tcp,
         shutdown.clone(),
     ));
 
@@ -318,7 +378,7 @@ impl Running {
     }
 }
 
-pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+pub async fn run(args: ServeConfig) -> anyhow::Result<()> {
     validate(&args)?;
     let listeners = Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen)
         .map_err(|e| ConfigError(format!("{e:#}")))?;
@@ -327,7 +387,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let running = start(&args, client, listeners, shutdown.clone());
     wait_for_signal().await;
     running
-        .drain(args.shutdown_grace.0, shutdown, wait_for_signal())
+        .drain(args.shutdown_grace, shutdown, wait_for_signal())
         .await;
     Ok(())
 }

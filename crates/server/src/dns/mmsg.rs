@@ -19,11 +19,11 @@ use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
 
+use super::datagrams::Datagrams;
+
 /// Datagrams per system call.
 pub const BATCH: usize = 32;
-/// Receive buffer per datagram; a longer query is cut, fails to parse and
-/// gets FORMERR, as with a single `recv`.
-pub const MAX_QUERY: usize = 4096;
+pub use super::datagrams::MAX_QUERY;
 
 /// Receive buffers and the addresses of the last batch's senders.
 pub struct Batch {
@@ -44,11 +44,15 @@ impl Default for Batch {
     }
 }
 
-impl Batch {
+impl Datagrams for Batch {
+    fn capacity(&self) -> usize {
+        BATCH
+    }
+
     /// Block until at least one datagram arrives (or the socket's read
     /// timeout passes), then take whatever else is queued, up to [`BATCH`].
     /// Returns how many were received.
-    pub fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
+    fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
         // SAFETY: iovec and mmsghdr are plain old data; zeroed is valid.
         let mut iov: [libc::iovec; BATCH] = unsafe { zeroed() };
         let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
@@ -91,7 +95,7 @@ impl Batch {
 
     /// The `i`th datagram of the last [`Self::recv`] and its sender
     /// (`None` for an address family we do not serve).
-    pub fn get(&self, i: usize) -> (&[u8], Option<SocketAddr>) {
+    fn get(&self, i: usize) -> (&[u8], Option<SocketAddr>) {
         let start = i * MAX_QUERY;
         (
             &self.bufs[start..start + self.lens[i]],
@@ -102,7 +106,7 @@ impl Batch {
     /// Send each `(bytes, to)` in as few `sendmmsg` calls as the kernel
     /// allows. A datagram the kernel refuses (unreachable, no buffer) is
     /// skipped, as a failed `send_to` would be; returns how many went out.
-    pub fn send(&mut self, socket: &UdpSocket, msgs: &[(&[u8], SocketAddr)]) -> usize {
+    fn send(&mut self, socket: &UdpSocket, msgs: &[(&[u8], SocketAddr)]) -> usize {
         let mut sent = 0;
         for chunk in msgs.chunks(BATCH) {
             let addrs: Vec<socket2::SockAddr> = chunk

@@ -27,8 +27,19 @@ use tracing::Instrument;
 use super::convert::{self, ConvertError};
 use super::slim::{SlimJob, SlimPod, SlimService};
 use crate::admin::metrics::{EventLabels, Metrics, ResourceLabels, RestartLabels};
-use crate::cli::StreamingList;
 use crate::index::types::{Arrival, Change, JobInfo, ObjKey, PodInfo, ServiceInfo, Update};
+
+/// How the first list is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum StreamingList {
+    /// Try `sendInitialEvents`, fall back to list-then-watch when refused.
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+keywords!(StreamingList { Auto = "auto", On = "on", Off = "off" });
 
 /// What to watch and how to list.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

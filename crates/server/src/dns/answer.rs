@@ -9,9 +9,9 @@ use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode}
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, PTR, SOA, SRV, TXT};
 use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
 
-use crate::cli::Cidr;
 use crate::index::names::{self, IN_ADDR_ARPA, IP6_ARPA};
 use crate::index::{Lookup, Rrs, Table};
+use ipnet::IpNet;
 
 /// The largest UDP payload podns sends, whatever the client offers: the
 /// DNS Flag Day 2020 value, which avoids IP fragmentation.
@@ -34,7 +34,7 @@ pub struct AnswerConfig {
     /// Addresses of `ns.dns.<zone>`.
     pub ns_addrs: Vec<IpAddr>,
     /// When non-empty, PTR only inside these networks; other reverse names are REFUSED.
-    pub reverse_cidrs: Vec<Cidr>,
+    pub reverse_cidrs: Vec<IpNet>,
 }
 
 impl Default for AnswerConfig {
@@ -319,19 +319,15 @@ impl Answerer {
             return true;
         }
         if let Some(ip) = names::parse_reverse(name) {
-            return self.cfg.reverse_cidrs.iter().any(|c| c.contains(ip));
+            return self.cfg.reverse_cidrs.iter().any(|c| c.contains(&ip));
         }
         match names::reverse_prefix(name) {
             // A partial name is ours if it lies inside a network or
             // is an ancestor of one (its empty non-terminals).
             Some((net, len)) => self.cfg.reverse_cidrs.iter().any(|c| {
-                (len >= c.prefix && c.contains(net))
-                    || (len < c.prefix
-                        && Cidr {
-                            addr: net,
-                            prefix: len,
-                        }
-                        .contains(c.addr))
+                (len >= c.prefix_len() && c.contains(&net))
+                    || (len < c.prefix_len()
+                        && IpNet::new(net, len).is_ok_and(|n| n.contains(&c.addr())))
             }),
             None => false,
         }

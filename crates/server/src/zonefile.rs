@@ -23,7 +23,7 @@ use kube::Api;
 use kube::api::ListParams;
 
 use crate::admin::Metrics;
-use crate::cli::ZonefileArgs;
+use crate::dns::Zone;
 use crate::dns::answer::DNS_SCHEMA_VERSION;
 use crate::index::names::{IN_ADDR_ARPA, IP6_ARPA};
 use crate::index::{Change, Policy, Rrs, SyncNeeds, Table, Update, Writer};
@@ -289,9 +289,52 @@ impl Fnv {
     }
 }
 
-/// Check what clap cannot.
-pub fn validate(args: &ZonefileArgs) -> Result<(), ConfigError> {
-    crate::cli::check_zones(&args.zones, "exported with --reverse").map_err(ConfigError)?;
+/// Everything `podns zonefile` needs; the CLI maps its flags into this.
+#[derive(Clone, Debug)]
+pub struct ZonefileConfig {
+    /// Zones to export.
+    pub zones: Vec<Zone>,
+    /// Also export `in-addr.arpa.` and `ip6.arpa.` with PTR records.
+    pub reverse: bool,
+    /// Export only the reverse zones (needs `reverse`).
+    pub reverse_only: bool,
+    /// One file per zone in this folder instead of stdout.
+    pub out_dir: Option<std::path::PathBuf>,
+    /// SOA serial (None: a hash of the records, stable for unchanged data).
+    pub serial: Option<u32>,
+    pub ttl: u32,
+    pub negative_ttl: u32,
+    /// Glue addresses of `ns.dns.<zone>` (empty: `$POD_IP`).
+    pub ns_addrs: Vec<IpAddr>,
+    pub policy: Policy,
+    pub kubeconfig: Option<std::path::PathBuf>,
+    pub context: Option<String>,
+}
+
+impl Default for ZonefileConfig {
+    fn default() -> Self {
+        Self {
+            zones: vec![Zone::cluster_local()],
+            reverse: false,
+            reverse_only: false,
+            out_dir: None,
+            serial: None,
+            ttl: 5,
+            negative_ttl: 1,
+            ns_addrs: vec![],
+            policy: Policy {
+                rank_view: true,
+                ..Policy::default()
+            },
+            kubeconfig: None,
+            context: None,
+        }
+    }
+}
+
+/// Check what the types cannot.
+pub fn validate(args: &ZonefileConfig) -> Result<(), ConfigError> {
+    crate::dns::check_zones(&args.zones, "exported with --reverse").map_err(ConfigError)?;
     if args.reverse_only && !args.reverse {
         return Err(ConfigError("--reverse-only needs --reverse".into()));
     }
@@ -382,8 +425,8 @@ where
 }
 
 /// The render configuration from the flags (and `$POD_IP`, as serve does).
-pub fn render_config(args: &ZonefileArgs) -> RenderConfig {
-    let mut ns_addrs = args.ns_address.clone();
+pub fn render_config(args: &ZonefileConfig) -> RenderConfig {
+    let mut ns_addrs = args.ns_addrs.clone();
     if ns_addrs.is_empty()
         && let Ok(ip) = std::env::var("POD_IP")
         && let Ok(ip) = ip.parse::<IpAddr>()
@@ -411,17 +454,11 @@ pub fn write_dir(dir: &Path, zones: &[ZoneText]) -> anyhow::Result<()> {
 }
 
 /// `podns zonefile`.
-pub async fn run(args: ZonefileArgs) -> anyhow::Result<()> {
+pub async fn run(args: ZonefileConfig) -> anyhow::Result<()> {
     validate(&args)?;
     let client =
         crate::serve::kube_client_for(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
-    let policy = Policy {
-        publish: args.publish,
-        hostnames: args.hostnames,
-        duplicates: args.duplicate_hostnames,
-        rank_view: !args.no_rank_view,
-    };
-    let table = list_into_table(client, policy).await?;
+    let table = list_into_table(client, args.policy).await?;
     let zones: Vec<Name> = args.zones.iter().map(|z| z.0.clone()).collect();
     let mut texts = render_zones(&table.snapshot(), &zones, &render_config(&args));
     if args.reverse_only {

@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use super::policy::{Duplicates, Hostnames, Policy, Publish};
 use crate::admin::Metrics;
-use crate::cli::{Duplicates, Hostnames, Publish};
 
 #[path = "ranks.rs"]
 pub mod ranks;
@@ -21,16 +21,6 @@ use super::model::{Interner, Pod};
 use super::names::{dashed, reverse, undashed};
 use super::table::{Rrs, Srv, Table};
 use super::types::*;
-
-/// The publication rules that shape the index (see DESIGN.md "Rules").
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Policy {
-    pub publish: Publish,
-    pub hostnames: Hostnames,
-    pub duplicates: Duplicates,
-    /// Serve `rank.<zone>` from Job labels (and watch Jobs for it).
-    pub rank_view: bool,
-}
 
 /// A logical group of names that is rebuilt as one unit.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -8,11 +8,11 @@ use hickory_proto::rr::{Name, RData, Record, RecordType};
 
 use super::*;
 use crate::admin::Metrics;
-use crate::cli::{Duplicates, Hostnames, Publish};
 use crate::index::testing::*;
 use crate::index::{
     Change, Phase, PodInfo, Policy, ServiceInfo, SyncNeeds, Table, TargetPort, Update, Writer,
 };
+use crate::index::{Duplicates, Hostnames, Publish};
 
 struct World {
     writer: Writer,

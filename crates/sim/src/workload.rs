@@ -694,9 +694,9 @@ impl Workload {
     /// Creates each object of a scenario (namespaces made as needed).
     pub fn load_scenario(&self, text: &str) -> Result<usize, WorkloadError> {
         let mut objs = Vec::new();
-        for doc in serde_yaml::Deserializer::from_str(text) {
-            let v =
-                Value::deserialize(doc).map_err(|e| WorkloadError::ParseScenario(e.to_string()))?;
+        let docs: Vec<Value> = serde_saphyr::from_multiple(text)
+            .map_err(|e| WorkloadError::ParseScenario(e.to_string()))?;
+        for v in docs {
             collect_objects(v, &mut objs);
         }
         let mut n = 0;
@@ -1304,7 +1304,7 @@ mod tests {
     #[tokio::test]
     async fn lean_pods_keep_what_dns_reads() {
         let store = Store::new(1000);
-        let args = crate::sim::SimArgs {
+        let args = crate::SimArgs {
             kubelet: true,
             lean_pods: true,
             ..Default::default()
@@ -1346,7 +1346,7 @@ mod tests {
     #[tokio::test]
     async fn template_pods_are_complete_json() {
         let store = Store::new(1000);
-        let args = crate::sim::SimArgs {
+        let args = crate::SimArgs {
             kubelet: true,
             pod_cidr_v6: Some("fd00::/64".into()),
             ..Default::default()
@@ -1364,8 +1364,7 @@ mod tests {
             w.create_job(&req).unwrap();
             let f = Filter {
                 ns: Some("ml".into()),
-                labels: crate::sim::selector::LabelSelector::parse(&format!("job-name={name}"))
-                    .unwrap(),
+                labels: crate::selector::LabelSelector::parse(&format!("job-name={name}")).unwrap(),
                 ..Default::default()
             };
             let (_, pods) = store.snapshot(Kind::Pod, &f);

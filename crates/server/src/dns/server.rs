@@ -19,7 +19,7 @@ use crate::admin::metrics::{ActionLabels, RcodeLabels, RequestLabels, qtype_labe
 use prometheus_client::metrics::counter::Counter;
 
 use super::answer::{Answerer, ReplyMeta, Transport};
-use super::mmsg;
+use super::datagrams::{self, Datagrams};
 use super::rrl::{self, Rrl, Verdict};
 
 /// How long an idle TCP connection is kept (default of `--tcp-idle-timeout`).
@@ -145,12 +145,49 @@ fn rate_limited(
     }
 }
 
-/// One UDP loop on a thread of its own: a blocking receive of up to
-/// [`mmsg::BATCH`] queries, each answered in place into a buffer kept
-/// between batches, and one send for all the replies (Linux; elsewhere one
-/// datagram per call). No task, no waker, no epoll round per query. Stops
-/// within [`UDP_POLL`] of `shutdown`.
+/// One UDP loop on a thread of its own: a blocking receive of up to 32
+/// queries, each answered in place into a buffer kept between batches,
+/// and one send for all the replies (Linux; elsewhere one datagram per
+/// call). No task, no waker, no epoll round per query. Stops within
+/// [`UDP_POLL`] of `shutdown`.
 pub fn run_udp_blocking(
+    socket: std::net::UdpSocket,
+    answerer: Arc<Answerer>,
+    metrics: Metrics,
+    rrl: Option<Arc<Rrl>>,
+    shutdown: CancellationToken,
+) {
+    run_udp_with(
+        datagrams::Native::default(),
+        socket,
+        answerer,
+        metrics,
+        rrl,
+        shutdown,
+    )
+}
+
+/// [`run_udp_blocking`] with the portable one-datagram-per-call I/O, as
+/// on systems without `recvmmsg` (here so a test runs it on Linux too).
+pub fn run_udp_portable(
+    socket: std::net::UdpSocket,
+    answerer: Arc<Answerer>,
+    metrics: Metrics,
+    rrl: Option<Arc<Rrl>>,
+    shutdown: CancellationToken,
+) {
+    run_udp_with(
+        datagrams::OneByOne::default(),
+        socket,
+        answerer,
+        metrics,
+        rrl,
+        shutdown,
+    )
+}
+
+fn run_udp_with(
+    mut batch: impl Datagrams,
     socket: std::net::UdpSocket,
     answerer: Arc<Answerer>,
     metrics: Metrics,
@@ -164,9 +201,9 @@ pub fn run_udp_blocking(
         tracing::error!(%error, "udp socket setup failed");
         return;
     }
-    let mut batch = mmsg::Batch::default();
-    let mut outs: Vec<Vec<u8>> = (0..mmsg::BATCH).map(|_| Vec::with_capacity(512)).collect();
-    let mut ready: Vec<(usize, SocketAddr)> = Vec::with_capacity(mmsg::BATCH);
+    let cap = batch.capacity();
+    let mut outs: Vec<Vec<u8>> = (0..cap).map(|_| Vec::with_capacity(512)).collect();
+    let mut ready: Vec<(usize, SocketAddr)> = Vec::with_capacity(cap);
     let mut counters = Counters::new(&metrics);
     while !shutdown.is_cancelled() {
         let n = match batch.recv(&socket) {

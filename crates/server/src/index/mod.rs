@@ -1,0 +1,21 @@
+//! The in-memory name table ([`table::Table`], read by DNS without
+//! blocking), its single [`writer::Writer`], fed by the watchers, and the
+//! publishing [`Policy`] the writer applies.
+
+mod model;
+pub mod names;
+pub mod policy;
+pub mod table;
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod testing;
+pub mod types;
+pub mod writer;
+
+pub use policy::{Duplicates, Hostnames, Policy, Publish};
+pub use table::{Lookup, Rrs, Srv, Table};
+pub use types::*;
+pub use writer::{SyncNeeds, Writer};
+
+#[cfg(test)]
+mod props_tests;

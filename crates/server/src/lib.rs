@@ -1,0 +1,77 @@
+//! podns-server: authoritative DNS for Kubernetes training jobs, answered
+//! from a direct watch on Pods. The library behind `podns serve` and
+//! `podns zonefile`; it knows nothing of the command line or the simulator.
+//!
+//! Data flows one way:
+//!
+//! ```text
+//! kube API ──watch Pods/Services/Jobs──▶ k8s/    slim serde types, conversion, watchers
+//!                                          │ Update::{Apply, Delete, Reset}
+//!                                          ▼
+//!                                        index/  one writer; names → record data (DashMap)
+//!                                          │ lookup (sync, never blocks on the writer)
+//!                                          ▼
+//!                                        dns/answer  pure: question → response
+//!                                          │
+//!                                        dns/server  UDP (SO_REUSEPORT loops) and TCP (capped, own framing)
+//! admin/ (/metrics /healthz /readyz)
+//! ```
+//!
+//! - [`k8s`]: what we read from the API server and how it becomes index input.
+//! - [`index`]: the in-memory name table, its single writer and its [`index::Policy`].
+//! - [`dns`]: zones, record rules ([`dns::answer`]) and sockets ([`dns::server`]).
+//! - [`admin`]: Prometheus metrics and health endpoints.
+//! - [`serve`]: the wiring of a server from a [`serve::ServeConfig`].
+//! - [`zonefile`]: one list → the index → RFC 1035 zone text, from a
+//!   [`zonefile::ZonefileConfig`].
+//!
+//! Builders for tests (`index::testing`) and the fuzz entry points
+//! (`fuzzing`) exist only with the `testing` feature.
+
+// No unsafe code, except the batched UDP system calls of `dns::mmsg`
+// (a measured win: BENCHMARKS.md), which say why each block is sound.
+#![deny(unsafe_code)]
+
+/// Keyword enums: parsed from and shown as the words the CLI and the
+/// deploy manifests use.
+macro_rules! keywords {
+    ($ty:ident { $($variant:ident = $word:literal),+ $(,)? }) => {
+        impl $ty {
+            /// The accepted words, in declaration order.
+            pub const NAMES: &'static [&'static str] = &[$($word),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $word),+ }
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($word => Ok(Self::$variant),)+
+                    _ => Err(format!(
+                        "invalid value {s:?} (one of: {})",
+                        Self::NAMES.join(", ")
+                    )),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+pub mod admin;
+pub mod dns;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod index;
+pub mod k8s;
+pub mod serve;
+pub mod zonefile;
