@@ -12,14 +12,6 @@ use crate::support::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_podns");
 
-fn has(cmd: &str) -> bool {
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {cmd}"))
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 #[test]
 fn bad_flags_exit_64_with_one_line() {
     for args in [
