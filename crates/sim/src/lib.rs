@@ -14,8 +14,8 @@
 //! - [`workload`]: kubelet timers, pod IPs, training jobs, churn, scenarios.
 //! - [`control`], [`faults`], [`stats`]: the `/sim/` endpoints.
 //! - [`discovery`], [`table`], [`protobuf`]: what kubectl needs besides
-//!   JSON objects (discovery documents, `as=Table` printing, and the one
-//!   protobuf body it sends, `create namespace`).
+//!   JSON objects (discovery documents, `as=Table` printing, and the
+//!   protobuf bodies it sends, `create namespace` and `create service`).
 
 pub mod control;
 pub mod discovery;
