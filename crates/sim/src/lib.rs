@@ -62,11 +62,11 @@ pub struct SimArgs {
     /// IPv4 range Service cluster IPs are taken from (kube-apiserver's
     /// `--service-cluster-ip-range`; data only, never a destination). Its
     /// first address is the `kubernetes` Service's.
-    #[arg(long, default_value = "10.96.0.0/12", value_parser = parse_service_cidr::<Ipv4Net>)]
+    #[arg(long, default_value = "10.96.0.0/12", value_parser = parse_service_cidr_v4)]
     pub service_cidr: Ipv4Net,
     /// Also take cluster IPs from this IPv6 range: with it the cluster is
     /// dual-stack (IPv4 primary), and Services may ask for both families.
-    #[arg(long, value_parser = parse_service_cidr::<Ipv6Net>)]
+    #[arg(long, value_parser = parse_service_cidr_v6)]
     pub service_cidr_v6: Option<Ipv6Net>,
     /// Delay before a pod gets its IP and Running phase.
     #[arg(long, default_value_t = 0)]
@@ -143,13 +143,21 @@ impl SimArgs {
     }
 }
 
-/// A service CIDR flag: a network of the flag's family with room for at
-/// least one Service.
-fn parse_service_cidr<N>(s: &str) -> Result<N, String>
+/// `--service-cidr`: an IPv4 network with room for at least one Service.
+fn parse_service_cidr_v4(s: &str) -> Result<Ipv4Net, String> {
+    parse_service_cidr(s, "an IPv4 CIDR such as 10.96.0.0/12")
+}
+
+/// `--service-cidr-v6`: an IPv6 network with room for at least one Service.
+fn parse_service_cidr_v6(s: &str) -> Result<Ipv6Net, String> {
+    parse_service_cidr(s, "an IPv6 CIDR such as fd00:10:96::/112")
+}
+
+fn parse_service_cidr<N>(s: &str, want: &str) -> Result<N, String>
 where
-    N: std::str::FromStr<Err = ipnet::AddrParseError> + Into<IpNet> + Copy,
+    N: std::str::FromStr + Into<IpNet> + Copy,
 {
-    let net: N = s.parse().map_err(|e| format!("{e}"))?;
+    let net: N = s.parse().map_err(|_| format!("expected {want}"))?;
     service_net::ServiceNet::new(&[net.into()]).map_err(|e| e.to_string())?;
     Ok(net)
 }
