@@ -28,6 +28,9 @@ fn bad_flags_exit_64_with_one_line() {
             "--kubeconfig",
             "/nonexistent",
         ],
+        vec!["sim", "--service-cidr", "fd00::/108"],
+        vec!["sim", "--service-cidr", "10.96.0.0/31"],
+        vec!["sim", "--service-cidr-v6", "10.96.0.0/12"],
         vec!["nosuchcommand"],
     ] {
         let out = Command::new(BIN)

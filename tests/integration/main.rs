@@ -6,6 +6,7 @@ mod cli;
 mod daemons;
 mod deploy;
 mod dns;
+mod dualstack;
 mod fuzz_corpus;
 mod rank;
 mod reliability;
