@@ -87,7 +87,7 @@ pub struct RestartLabels {
 pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub responses: Family<RcodeLabels, Counter>,
-    pub request_duration: Histogram,
+    pub request_duration: ShardedHistogram,
     pub truncated: Counter,
     pub tcp_refused: Counter,
     pub rate_limited: Family<ActionLabels, Counter>,
@@ -114,7 +114,7 @@ impl Metrics {
     pub fn new() -> Self {
         let requests = Family::<RequestLabels, Counter>::default();
         let responses = Family::<RcodeLabels, Counter>::default();
-        let request_duration = Histogram::new(REQUEST_DURATION_BUCKETS);
+        let request_duration = ShardedHistogram::new(REQUEST_DURATION_BUCKETS);
         let truncated = Counter::default();
         let tcp_refused = Counter::default();
         let rate_limited = Family::<ActionLabels, Counter>::default();
@@ -584,5 +584,21 @@ mod tests {
         // Two loops end before the scrape; their counts stay.
         shards.truncate(3);
         assert_eq!(text(sharded), text(plain));
+    }
+
+    #[test]
+    fn metrics_registers_the_request_duration_as_a_histogram() {
+        let m = Metrics::new();
+        let mut shard = m.request_duration.shard();
+        shard.observe(7e-6);
+        let out = m.encode();
+        for line in [
+            "# HELP podns_dns_request_duration_seconds Time to answer a DNS query.\n",
+            "# TYPE podns_dns_request_duration_seconds histogram\n",
+            "podns_dns_request_duration_seconds_count 1\n",
+            "podns_dns_request_duration_seconds_bucket{le=\"+Inf\"} 1\n",
+        ] {
+            assert!(out.contains(line), "{line:?} missing in\n{out}");
+        }
     }
 }

@@ -15,7 +15,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::Metrics;
-use crate::admin::metrics::{ActionLabels, RcodeLabels, RequestLabels, qtype_label, rcode_label};
+use crate::admin::metrics::{
+    ActionLabels, HistogramShard, RcodeLabels, RequestLabels, qtype_label, rcode_label,
+};
 use prometheus_client::metrics::counter::Counter;
 
 use super::answer::{Answerer, ReplyMeta, Transport};
@@ -59,13 +61,16 @@ pub fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::from_std(sock.into())
 }
 
-/// The per-query counters of one serving loop, looked up in the metric
-/// families once per label set and then kept: a family lookup takes a
-/// shared lock and hashes the labels, per query, on every UDP thread.
+/// The per-query metrics of one serving loop: counters looked up in their
+/// families once per label set and then kept (a family lookup takes a
+/// shared lock and hashes the labels), and the loop's own shard of the
+/// request-duration histogram (one shared `Histogram` locks per
+/// observation).
 struct Counters {
     metrics: Metrics,
     requests: Vec<(RequestLabels, Counter)>,
     responses: Vec<(&'static str, Counter)>,
+    duration: HistogramShard,
 }
 
 impl Counters {
@@ -74,6 +79,7 @@ impl Counters {
             metrics: metrics.clone(),
             requests: Vec::new(),
             responses: Vec::new(),
+            duration: metrics.request_duration.shard(),
         }
     }
 
@@ -110,9 +116,7 @@ impl Counters {
         if reply.truncated {
             self.metrics.truncated.inc();
         }
-        self.metrics
-            .request_duration
-            .observe(started.elapsed().as_secs_f64());
+        self.duration.observe(started.elapsed().as_secs_f64());
     }
 }
 
