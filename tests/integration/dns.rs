@@ -268,6 +268,46 @@ async fn metrics_and_readiness_after_sync() {
     assert_eq!(nx(&body), before + 3, "{body}");
 }
 
+/// The value of one series (`name{labels}` exactly as exposed) in an
+/// OpenMetrics text body.
+fn sample(body: &str, series: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_duration_counts_every_query_of_every_loop() {
+    const H: &str = "podns_dns_request_duration_seconds";
+    let env = env(&[], &[]).await;
+    let scrape = || async {
+        let (status, body) = admin_get(env.admin, "/metrics").await;
+        assert_eq!(status, 200);
+        let count = sample(&body, &format!("{H}_count")).unwrap_or_else(|| panic!("{body}"));
+        let inf = sample(&body, &format!("{H}_bucket{{le=\"+Inf\"}}"))
+            .unwrap_or_else(|| panic!("{body}"));
+        let sum = sample(&body, &format!("{H}_sum")).unwrap_or_else(|| panic!("{body}"));
+        assert_eq!(count, inf, "_count and the +Inf bucket agree\n{body}");
+        (count, sum)
+    };
+    let (count0, sum0) = scrape().await;
+    // UDP from a fresh socket each time, so the kernel spreads them over
+    // both UDP loops (--udp-sockets=2); TCP on a connection each, so each
+    // query is recorded by a loop that has ended by the next scrape.
+    const UDP: usize = 24;
+    const TCP: usize = 6;
+    for i in 0..UDP {
+        let m = ask(env.dns, &format!("q{i}.nothing.svc"), RecordType::A).await;
+        assert_eq!(rcode(&m), ResponseCode::NXDomain);
+    }
+    for i in 0..TCP {
+        let q = query_msg(&fqdn(&format!("t{i}.nothing.svc")), RecordType::A, None);
+        assert_eq!(rcode(&tcp(env.dns, &q).await), ResponseCode::NXDomain);
+    }
+    let (count1, sum1) = scrape().await;
+    assert_eq!(count1, count0 + (UDP + TCP) as f64);
+    assert!(sum1 > sum0, "sum {sum0} -> {sum1}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_hostnames_answer_one_pod_through_a_restart_overlap() {
     let env = env(&[], &[]).await;
