@@ -7,6 +7,7 @@ mod daemons;
 mod deploy;
 mod dns;
 mod fuzz_corpus;
+mod prometheus;
 mod rank;
 mod reliability;
 mod soak;
