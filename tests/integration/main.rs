@@ -8,6 +8,7 @@ mod deploy;
 mod dns;
 mod dualstack;
 mod fuzz_corpus;
+mod prometheus;
 mod rank;
 mod reliability;
 mod soak;

@@ -48,6 +48,14 @@ pub const GANG_COMPLETE: &str = "podns_rank_gang_complete_seconds";
 pub const REQUEST_DURATION_BUCKETS: [f64; 11] = [
     5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 2.5e-2, 8e-2,
 ];
+/// Every value [`rcode_label`] gives.
+pub const RCODES: [&str; 8] = [
+    "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "BADVERS", "other",
+];
+/// Every `action` of [`DNS_RATE_LIMITED`].
+pub const RATE_LIMIT_ACTIONS: [&str; 2] = ["drop", "slip"];
+/// The resources whose `podns_watch_synced` gates readiness.
+pub const SYNCED_RESOURCES: [&str; 2] = ["pods", "services"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -136,6 +144,22 @@ impl Metrics {
         let gang_complete = Histogram::new([
             0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
         ]);
+
+        // Label sets known in advance exist at 0 from the start. A counter
+        // born at 1 has no earlier sample, so Prometheus's rate() and
+        // increase() never see its first events (the first SERVFAILs, the
+        // first drops), and a missing series reads as "no data", not 0. A
+        // podns that never syncs must export `watch_synced 0`, or the alert
+        // on it has nothing to fire on.
+        for rcode in RCODES {
+            let _ = responses.get_or_create(&RcodeLabels { rcode });
+        }
+        for action in RATE_LIMIT_ACTIONS {
+            let _ = rate_limited.get_or_create(&ActionLabels { action });
+        }
+        for resource in SYNCED_RESOURCES {
+            let _ = watch_synced.get_or_create(&ResourceLabels { resource });
+        }
 
         let mut registry = Registry::default();
         registry.register(DNS_REQUESTS, "DNS queries received", requests.clone());
@@ -599,6 +623,31 @@ mod tests {
             "podns_dns_request_duration_seconds_bucket{le=\"+Inf\"} 1\n",
         ] {
             assert!(out.contains(line), "{line:?} missing in\n{out}");
+        }
+    }
+
+    #[test]
+    fn known_label_sets_start_at_zero() {
+        let text = Metrics::new().encode();
+        for rcode in RCODES {
+            let line = format!("podns_dns_responses_total{{rcode=\"{rcode}\"}} 0\n");
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+        for action in RATE_LIMIT_ACTIONS {
+            let line = format!("podns_dns_rate_limited_total{{action=\"{action}\"}} 0\n");
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+        for resource in SYNCED_RESOURCES {
+            let line = format!("podns_watch_synced{{resource=\"{resource}\"}} 0\n");
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn rcode_labels_are_all_listed() {
+        for code in 0..=u16::from(hickory_proto::op::ResponseCode::BADCOOKIE) + 1 {
+            let label = rcode_label(<hickory_proto::op::ResponseCode as From<u16>>::from(code));
+            assert!(RCODES.contains(&label), "{code} -> {label}");
         }
     }
 }
