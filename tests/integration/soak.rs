@@ -1,7 +1,7 @@
 //! The CI soak (issue 7): 60 seconds (PODNS_SOAK_SECS) of UDP queries at a
 //! modest paced rate against the real binary while the simulator restarts a
 //! job every second, sampling podns's RSS and open fds from /proc. The long
-//! version is `benches/soak.sh`.
+//! version is `benches/harness/soak.sh`.
 
 use std::collections::HashMap;
 use std::net::UdpSocket;
