@@ -66,9 +66,3 @@ impl Datagrams for OneByOne {
             .count()
     }
 }
-
-/// The best batch this OS has.
-#[cfg(target_os = "linux")]
-pub type Native = super::mmsg::Batch;
-#[cfg(not(target_os = "linux"))]
-pub type Native = OneByOne;

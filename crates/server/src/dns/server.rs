@@ -176,7 +176,7 @@ pub fn run_udp_blocking(
     shutdown: CancellationToken,
 ) {
     run_udp_with(
-        datagrams::Native::default(),
+        NativeDatagrams::default(),
         socket,
         answerer,
         metrics,
@@ -184,6 +184,12 @@ pub fn run_udp_blocking(
         shutdown,
     )
 }
+
+/// The best batched I/O this OS has.
+#[cfg(target_os = "linux")]
+type NativeDatagrams = super::mmsg::Batch;
+#[cfg(not(target_os = "linux"))]
+type NativeDatagrams = datagrams::OneByOne;
 
 /// [`run_udp_blocking`] with the portable one-datagram-per-call I/O, as
 /// on systems without `recvmmsg` (here so a test runs it on Linux too).
@@ -407,4 +413,85 @@ async fn serve_tcp_conn(
     // lets a server close a connection whenever it likes).
     let _ = stream.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::UdpSocket;
+    use std::time::Duration;
+
+    use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+    use hickory_proto::rr::{Name, RecordType};
+
+    use super::*;
+    use crate::dns::answer::AnswerConfig;
+    use crate::index::testing::{PodExt, pod};
+    use crate::index::{Change, Policy, Update};
+
+    type Loop =
+        fn(std::net::UdpSocket, Arc<Answerer>, Metrics, Option<Arc<Rrl>>, CancellationToken);
+
+    /// Start a UDP loop on loopback over an index holding one pod; ask it a
+    /// few questions from one client and return the replies' bytes.
+    fn replies(serve: Loop) -> Vec<Vec<u8>> {
+        let mut writer = crate::index::testing::synced_writer(Policy::default());
+        writer.apply(Update::Pod(Change::Apply(
+            pod("ml", "w-0", "10.1.0.7").host("w-0", "w"),
+        )));
+        let answerer = Arc::new(Answerer::new(
+            writer.table().clone(),
+            AnswerConfig::default(),
+        ));
+        let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let loop_stop = stop.clone();
+        let thread = std::thread::spawn(move || {
+            serve(server, answerer, Metrics::new(), None, loop_stop);
+        });
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut out = Vec::new();
+        for (i, (name, qtype)) in [
+            ("w-0.w.ml.svc.cluster.local.", RecordType::A),
+            ("w-1.w.ml.svc.cluster.local.", RecordType::A),
+            ("cluster.local.", RecordType::SOA),
+            ("example.com.", RecordType::A),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut m = Message::new(i as u16 + 1, MessageType::Query, OpCode::Query);
+            m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
+            client.send_to(&m.to_vec().unwrap(), addr).unwrap();
+            let mut buf = [0u8; 1500];
+            let n = client.recv(&mut buf).expect("a reply");
+            out.push(buf[..n].to_vec());
+        }
+        stop.cancel();
+        thread.join().unwrap();
+        out
+    }
+
+    #[test]
+    fn the_portable_loop_answers_as_the_batched_one() {
+        let portable = replies(run_udp_portable);
+        let rcodes: Vec<ResponseCode> = portable
+            .iter()
+            .map(|b| Message::from_vec(b).unwrap().response_code)
+            .collect();
+        assert_eq!(
+            rcodes,
+            [
+                ResponseCode::NoError,
+                ResponseCode::NXDomain,
+                ResponseCode::NoError,
+                ResponseCode::Refused
+            ]
+        );
+        assert_eq!(Message::from_vec(&portable[0]).unwrap().answers.len(), 1);
+        assert_eq!(portable, replies(run_udp_blocking));
+    }
 }
