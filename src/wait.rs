@@ -170,13 +170,13 @@ impl WaitError {
 /// `5m`, `90s`, `1500ms`, `1h`: the way the timeout was most likely written.
 pub fn human(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 != 0 || ms == 0 {
+    if !ms.is_multiple_of(1000) || ms == 0 {
         format!("{ms}ms")
     } else {
         let s = d.as_secs();
-        if s % 3600 == 0 {
+        if s.is_multiple_of(3600) {
             format!("{}h", s / 3600)
-        } else if s % 60 == 0 {
+        } else if s.is_multiple_of(60) {
             format!("{}m", s / 60)
         } else {
             format!("{s}s")
