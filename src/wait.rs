@@ -471,6 +471,67 @@ mod tests {
         );
     }
 
+    /// A fake server: UDP answers TC=1 with no records, TCP carries the
+    /// summary. The waiter must retry over TCP and succeed.
+    #[tokio::test]
+    async fn truncated_udp_answers_are_asked_again_over_tcp() {
+        use hickory_proto::rr::Record;
+        use hickory_proto::rr::rdata::TXT;
+        let tcp_l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp_l.local_addr().unwrap();
+        let udp_s = UdpSocket::bind(addr).await.unwrap();
+        let answer = |q: &Message, tc: bool| {
+            let mut r = Message::new(q.metadata.id, MessageType::Response, OpCode::Query);
+            r.metadata.truncation = tc;
+            r.add_query(q.queries[0].clone());
+            if !tc {
+                r.add_answer(Record::from_rdata(
+                    q.queries[0].name().clone(),
+                    5,
+                    RData::TXT(TXT::new(vec![
+                        "world=2 published=2 ready=0 generation=0".into(),
+                    ])),
+                ));
+            }
+            r.to_vec().unwrap()
+        };
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 2048];
+            loop {
+                let (n, peer) = udp_s.recv_from(&mut buf).await.unwrap();
+                let q = Message::from_vec(&buf[..n]).unwrap();
+                udp_s.send_to(&answer(&q, true), peer).await.unwrap();
+            }
+        });
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = tcp_l.accept().await.unwrap();
+                let mut len = [0u8; 2];
+                s.read_exact(&mut len).await.unwrap();
+                let mut buf = vec![0u8; u16::from_be_bytes(len) as usize];
+                s.read_exact(&mut buf).await.unwrap();
+                let out = answer(&Message::from_vec(&buf).unwrap(), false);
+                s.write_all(&(out.len() as u16).to_be_bytes())
+                    .await
+                    .unwrap();
+                s.write_all(&out).await.unwrap();
+            }
+        });
+        let cfg = WaitConfig {
+            job: "j".into(),
+            namespace: "ns".into(),
+            ready: false,
+            timeout: Duration::from_secs(20),
+            servers: vec![addr],
+            zone: Name::from_ascii("cluster.local.").unwrap(),
+            query_timeout: Duration::from_secs(5),
+        };
+        let s = run(&cfg, |l| panic!("unexpected notice {l}"))
+            .await
+            .unwrap();
+        assert_eq!(s.published, 2);
+    }
+
     #[test]
     fn timeout_line_names_the_count() {
         let e = WaitError::TimedOut {
