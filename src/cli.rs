@@ -1,4 +1,4 @@
-//! Command line: one binary, four subcommands. Value types parse with
+//! Command line: one binary, five subcommands. Value types parse with
 //! `FromStr` so a bad flag is reported by clap in one line.
 
 use std::net::{IpAddr, SocketAddr};
@@ -15,6 +15,8 @@ use podns_server::index::{Duplicates, Hostnames, Policy, Publish};
 use podns_server::k8s::watch::StreamingList;
 use podns_server::serve::ServeConfig;
 use podns_server::zonefile::ZonefileConfig;
+
+use crate::wait::{Timeout, WaitConfig, parse_server, resolv_conf_servers};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -42,6 +44,8 @@ pub enum Command {
     Demo(DemoArgs),
     /// List Pods and Services once and print what podns would answer as RFC 1035 zone text.
     Zonefile(ZonefileArgs),
+    /// Wait until every rank of a Job or JobSet is published (or Ready), asking DNS only.
+    Wait(WaitArgs),
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -321,4 +325,50 @@ pub struct ZonefileArgs {
     /// Kubeconfig context to use.
     #[arg(long, env = "PODNS_CONTEXT")]
     pub context: Option<String>,
+}
+
+/// Flags of `podns wait`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct WaitArgs {
+    /// Job or JobSet name (the `<job>` of `<job>.<ns>.rank.<zone>`).
+    pub job: String,
+    /// Namespace of the Job or JobSet.
+    #[arg(long, short = 'n', env = "PODNS_WAIT_NAMESPACE")]
+    pub namespace: String,
+    /// Wait until every rank is Ready, not only published.
+    #[arg(long)]
+    pub ready: bool,
+    /// Give up after this long and exit 1 (examples: 90s, 5m, 1h).
+    #[arg(long, env = "PODNS_WAIT_TIMEOUT", default_value = "10m")]
+    pub timeout: Timeout,
+    /// Nameserver to ask, `IP[:PORT]` (repeatable; default: the nameservers of /etc/resolv.conf).
+    #[arg(long, env = "PODNS_WAIT_SERVER", value_delimiter = ',', value_parser = parse_server)]
+    pub server: Vec<SocketAddr>,
+    /// Cluster zone.
+    #[arg(long, env = "PODNS_ZONE", default_value = "cluster.local")]
+    pub zone: Zone,
+    /// Time one query may take (UDP, then TCP if truncated).
+    #[arg(long, env = "PODNS_WAIT_QUERY_TIMEOUT", default_value = "2s")]
+    pub query_timeout: Timeout,
+}
+
+impl WaitArgs {
+    /// The waiter's configuration; nameservers come from `resolv_conf`
+    /// (the text of /etc/resolv.conf) when `--server` is not given.
+    pub fn config(&self, resolv_conf: impl FnOnce() -> String) -> WaitConfig {
+        let servers = if self.server.is_empty() {
+            resolv_conf_servers(&resolv_conf())
+        } else {
+            self.server.clone()
+        };
+        WaitConfig {
+            job: self.job.clone(),
+            namespace: self.namespace.clone(),
+            ready: self.ready,
+            timeout: self.timeout.0,
+            servers,
+            zone: self.zone.0.clone(),
+            query_timeout: self.query_timeout.0,
+        }
+    }
 }

@@ -1,8 +1,10 @@
 //! The `podns` command line: flags ([`cli`]) mapped into the typed configs
 //! of [`podns_server`], and the demo ([`demo`]), which runs the simulator
-//! of [`podns_sim`] beside a server. The work is done by the libraries;
+//! of [`podns_sim`] beside a server, and the DNS-only gang waiter
+//! ([`wait`]) for init containers and launchers. The work is done by the libraries;
 //! `main.rs` only parses, starts logging and maps errors to exit codes.
 
 pub mod cli;
 #[cfg(feature = "sim")]
 pub mod demo;
+pub mod wait;

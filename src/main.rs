@@ -41,6 +41,9 @@ fn main() -> ExitCode {
         }
     };
     init_tracing(cli.log_format);
+    if let Command::Wait(args) = &cli.command {
+        return wait(args);
+    }
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
             #[cfg(feature = "sim")]
             Command::Demo(args) => podns::demo::run(args).await,
             Command::Zonefile(args) => podns_server::zonefile::run(args.config()).await,
+            Command::Wait(_) => unreachable!("handled before the server runtime"),
         }
     });
     // Blocking threads (the index writer in the middle of a big initial
@@ -77,6 +81,28 @@ fn main() -> ExitCode {
             } else {
                 ExitCode::FAILURE
             }
+        }
+    }
+}
+
+/// `podns wait`: one small thread is plenty for a poll a second.
+fn wait(args: &podns::cli::WaitArgs) -> ExitCode {
+    let cfg = args.config(|| std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("podns wait: failed to start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(podns::wait::run(&cfg, |line| eprintln!("{line}"))) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -339,4 +339,23 @@ fn daemonset_renders_and_validates() {
     let pod: Value = serde_saphyr::from_str(&sample).unwrap();
     assert_eq!(pod["spec"]["dnsPolicy"], "None");
     assert_eq!(pod["spec"]["dnsConfig"]["nameservers"][0], "169.254.20.11");
+    // Its init container waits for the gang with `podns wait`, asking DNS
+    // only: no token, so no RBAC.
+    assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
+    let init = &pod["spec"]["initContainers"][0];
+    let mut argv = vec!["podns".to_string()];
+    argv.extend(
+        strs_in_order(&init["args"])
+            .into_iter()
+            .map(|a| a.replace("$(NAMESPACE)", "ml")),
+    );
+    let parsed = Podns::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let podns::cli::Command::Wait(args) = parsed.command else {
+        panic!("the init container runs podns wait: {argv:?}");
+    };
+    let resolv = "nameserver 169.254.20.11\nnameserver 10.96.0.10\n";
+    let cfg = args.config(|| resolv.to_string());
+    assert_eq!(cfg.namespace, "ml");
+    assert_eq!(cfg.servers[0], "169.254.20.11:53".parse().unwrap());
+    assert!(cfg.timeout > std::time::Duration::ZERO);
 }

@@ -14,4 +14,5 @@ mod reliability;
 mod soak;
 mod support;
 mod unbound;
+mod wait;
 mod zonefile;

@@ -1,0 +1,235 @@
+//! `podns wait` as a training pod runs it: the built binary against an
+//! in-process simulator and server, asking DNS only.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hickory_proto::rr::{RData, RecordType};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(60);
+
+/// A running `podns wait` with its stderr lines collected as they come.
+struct Waiter {
+    child: Child,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Waiter {
+    fn start(env: &Env, args: &[&str]) -> Waiter {
+        let mut child = Command::new(PODNS_BIN)
+            .arg("wait")
+            .args(args)
+            .arg(format!("--server={}", env.dns))
+            .env("RUST_LOG", "podns=debug")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn podns wait");
+        let err = child.stderr.take().unwrap();
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let keep = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                keep.lock().unwrap().push(line);
+            }
+        });
+        Waiter { child, stderr }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// The lines a user sees (the debug log left out).
+    fn said(&self) -> Vec<String> {
+        self.lines()
+            .into_iter()
+            .filter(|l| l.starts_with("podns wait:"))
+            .collect()
+    }
+
+    fn exited(&mut self) -> Option<i32> {
+        self.child
+            .try_wait()
+            .unwrap()
+            .map(|s| s.code().unwrap_or(-1))
+    }
+
+    /// Poll until the process exits; panic after `limit`.
+    async fn exit_code(&mut self, limit: Duration) -> i32 {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(code) = self.exited() {
+                // Let the reader thread drain the pipe.
+                let stop = Instant::now() + Duration::from_secs(5);
+                while Arc::strong_count(&self.stderr) > 1 && Instant::now() < stop {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                return code;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "podns wait still running after {limit:?}: {:?}",
+                self.lines()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+async fn summary(env: &Env, name: &str) -> Option<String> {
+    let m = ask(env.dns, name, RecordType::TXT).await;
+    m.answers.iter().find_map(|r| match &r.data {
+        RData::TXT(t) => Some(t.to_string().trim_matches('"').to_string()),
+        _ => None,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_exits_0_once_published_and_once_ready() {
+    let env = env(
+        &[
+            "--kubelet",
+            "--kubelet-delay-ms=300",
+            "--ready-delay-ms=1500",
+        ],
+        &[],
+    )
+    .await;
+    // Started before the Job exists: NXDOMAIN means keep waiting.
+    let mut published = Waiter::start(&env, &["bert", "--namespace=wt", "--timeout=60s"]);
+    let mut ready = Waiter::start(
+        &env,
+        &["bert", "--namespace=wt", "--ready", "--timeout=60s"],
+    );
+    wait_for("podns wait to ask once", T, || async {
+        published.lines().iter().any(|l| l.contains("NXDomain"))
+    })
+    .await;
+    create_job(&env.client, "wt", "bert", 4, "indexed-job").await;
+
+    assert_eq!(published.exit_code(T).await, 0, "{:?}", published.lines());
+    let s = summary(&env, "bert.wt.rank").await.unwrap();
+    assert!(s.starts_with("world=4 published=4 "), "{s}");
+    assert!(published.said().is_empty(), "{:?}", published.said());
+
+    assert_eq!(ready.exit_code(T).await, 0, "{:?}", ready.lines());
+    let s = summary(&env, "bert.wt.rank").await.unwrap();
+    assert!(s.starts_with("world=4 published=4 ready=4 "), "{s}");
+    // --ready waited past the moment every rank was published: it saw
+    // a summary with all published and not all Ready.
+    assert!(
+        ready
+            .lines()
+            .iter()
+            .any(|l| l.contains("published: 4") && !l.contains("ready: 4")),
+        "{:?}",
+        ready.lines()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_times_out_naming_the_missing_ranks() {
+    let env = env(&["--kubelet"], &[]).await;
+    let created = sim_post(
+        &env.client,
+        "/sim/jobs",
+        json!({"namespace": "wt", "name": "part", "ranks": 4, "kind": "indexed-job"}),
+    )
+    .await;
+    let created: serde_json::Value = serde_json::from_str(&created).unwrap();
+    // One rank's pod fails: terminal pods are never published.
+    let pod = created["pods"][3].as_str().unwrap().to_string();
+    let api: Api<Pod> = Api::namespaced(env.client.clone(), "wt");
+    api.patch_status(
+        &pod,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Failed"}})),
+    )
+    .await
+    .unwrap();
+    wait_for("3 of 4 published", T, || async {
+        summary(&env, "part.wt.rank")
+            .await
+            .is_some_and(|s| s.starts_with("world=4 published=3 "))
+    })
+    .await;
+
+    let mut w = Waiter::start(&env, &["part", "--namespace=wt", "--timeout=2s"]);
+    assert_eq!(w.exit_code(T).await, 1);
+    assert_eq!(
+        w.said(),
+        vec![
+            "podns wait: timed out after 2s: 1 of 4 ranks of wt/part not published (generation 0)"
+                .to_string()
+        ]
+    );
+
+    let mut w = Waiter::start(&env, &["nope", "--namespace=wt", "--timeout=1500ms"]);
+    assert_eq!(w.exit_code(T).await, 1);
+    let said = w.said();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].starts_with("podns wait: timed out after 1500ms: 0 ranks of wt/nope published"),
+        "{said:?}"
+    );
+    assert!(said[0].contains("NXDOMAIN"), "{said:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_follows_a_gang_restart_to_the_new_generation() {
+    // Pods get their IPs only after 3 s: the restart lands while waiting.
+    let env = env(&["--kubelet", "--kubelet-delay-ms=3000"], &[]).await;
+    create_job(&env.client, "wt", "llm", 4, "jobset").await;
+    let mut w = Waiter::start(&env, &["llm", "--namespace=wt", "--timeout=60s"]);
+    wait_for("podns wait to see generation 0", T, || async {
+        w.lines()
+            .iter()
+            .any(|l| l.contains("generation: 0") && !l.contains("published: 4"))
+    })
+    .await;
+    sim_post(&env.client, "/sim/jobs/wt/llm/restart", json!({})).await;
+
+    assert_eq!(w.exit_code(T).await, 0, "{:?}", w.lines());
+    assert_eq!(
+        w.said(),
+        vec!["podns wait: wt/llm restarted: generation 0 → 1, waiting for its 4 ranks".to_string()]
+    );
+    let s = summary(&env, "llm.wt.rank").await.unwrap();
+    assert!(
+        s.starts_with("world=4 published=4 ") && s.ends_with("generation=1"),
+        "{s}"
+    );
+}
+
+#[test]
+fn wait_bad_flags_exit_64_with_one_line() {
+    for args in [
+        vec!["wait", "j"],
+        vec!["wait", "j", "-n", "ml", "--timeout=5x"],
+        vec!["wait", "j", "-n", "ml", "--server=not-an-ip"],
+        vec!["wait", "bad..name", "-n", "ml", "--server=127.0.0.1:1"],
+    ] {
+        let out = Command::new(PODNS_BIN).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    }
+}
