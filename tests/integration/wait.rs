@@ -155,7 +155,15 @@ async fn wait_times_out_naming_the_missing_ranks() {
     )
     .await;
     let created: serde_json::Value = serde_json::from_str(&created).unwrap();
-    // One rank's pod fails: terminal pods are never published.
+    // Once the simulated kubelet is done with every pod (all Ready, so it
+    // will not write their phase again), one rank's pod fails: terminal
+    // pods are never published.
+    wait_for("4 of 4 ready", T, || async {
+        summary(&env, "part.wt.rank")
+            .await
+            .is_some_and(|s| s.starts_with("world=4 published=4 ready=4 "))
+    })
+    .await;
     let pod = created["pods"][3].as_str().unwrap().to_string();
     let api: Api<Pod> = Api::namespaced(env.client.clone(), "wt");
     api.patch_status(
