@@ -149,6 +149,11 @@ async fn jobset_ranks_generation_and_leader() {
         !body.contains("podns_rank_gang_complete_seconds_count 0"),
         "gang completions observed"
     );
+    // The Job watch reports its sync like the pod and service watches.
+    assert!(
+        body.contains("podns_watch_synced{resource=\"jobs\"} 1"),
+        "{body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,4 +175,6 @@ async fn no_rank_view_serves_no_rank_names() {
             .as_u64()
             .unwrap_or(0);
     assert_eq!(jobs, 0, "no Job watch without the rank view");
+    let (_, body) = admin_get(env.admin, "/metrics").await;
+    assert!(!body.contains("resource=\"jobs\""), "{body}");
 }

@@ -242,6 +242,14 @@ impl Writer {
             .set(i64::from(
                 self.service_resets.len() >= self.needs.service_scopes,
             ));
+        // The Job watch (rank view) is optional for readiness but reports
+        // its state like the others, when there is one.
+        if self.needs.job_scopes > 0 {
+            self.metrics
+                .watch_synced
+                .get_or_create(&crate::admin::metrics::ResourceLabels { resource: "jobs" })
+                .set(i64::from(self.job_resets.len() >= self.needs.job_scopes));
+        }
     }
 
     // ---- pods ----------------------------------------------------------
