@@ -12,4 +12,5 @@ mod reliability;
 mod soak;
 mod support;
 mod unbound;
+mod wire;
 mod zonefile;

@@ -750,6 +750,9 @@ struct WatchTask {
 
 impl WatchTask {
     async fn send(&self, b: Bytes) -> bool {
+        if b.is_empty() {
+            return true;
+        }
         let n = b.len() as u64;
         if self.tx.send(Ok(b)).await.is_err() {
             return false;
@@ -777,6 +780,10 @@ impl WatchTask {
                 ty.as_str(),
                 obj,
             ));
+        }
+        if self.media == Media::Protobuf {
+            // No typed form (already warned): nothing a Protobuf client could read.
+            return Bytes::new();
         }
         if self.table {
             let page = super::store::Page {
