@@ -514,6 +514,8 @@ pub fn negotiate(accept: Option<&str>, protobuf_ok: bool) -> Option<Media> {
         for p in params {
             match p.split_once('=') {
                 Some(("q", v)) => q = v.trim().parse().unwrap_or(0.0),
+                // Watches say `;stream=watch`; the framing follows the verb.
+                Some(("stream", _)) => {}
                 // `as=Table;g=…;v=…` asks for a server-side Table, handled elsewhere.
                 Some(_) => other_params = true,
                 None => {}
