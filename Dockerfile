@@ -12,12 +12,17 @@
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
-# Dependencies first, so source edits do not refetch and rebuild them.
+# The workspace: the binary (src/), the server library and the simulator
+# (crates/); tests, benches and examples are copied only because the root
+# manifest names them. Built without the default `sim` feature, so the
+# image has no `podns sim` or `podns demo` (they say how to get them).
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
-    && cargo build --release --locked --bin podns || true
+COPY crates ./crates
 COPY src ./src
-RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin podns \
+COPY tests ./tests
+COPY benches ./benches
+COPY examples ./examples
+RUN cargo build --release --locked --no-default-features --bin podns \
     && strip target/release/podns
 
 FROM debian:bookworm-slim AS runtime

@@ -6,7 +6,7 @@
 //! Prints `synced pods=N elapsed_ms=T rss_kib=R` once the store is ready,
 //! where T counts from process start, then keeps the watch running until
 //! killed (so RSS can also be read from outside). Built by
-//! `cargo build --release --example reflector` (see `benches/run-all.sh`).
+//! `cargo build --release --example reflector` (see `benches/harness/run-all.sh`).
 
 use std::time::Instant;
 

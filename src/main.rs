@@ -82,10 +82,16 @@ fn main() -> ExitCode {
 }
 
 fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    // kube-client's trace layer logs every failed request at ERROR; our
+    // watch loop logs the same failure once, with the reason and the
+    // retry delay, so the client's line is left out unless RUST_LOG asks.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,kube_client::client::builder=off"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

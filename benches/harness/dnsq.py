@@ -1,7 +1,7 @@
 """Minimal DNS-over-UDP client for the whole-process benchmarks (stdlib only).
 
-Used by benches/run-all.sh to wait until a server answers and by
-benches/propagation.py. Loopback only: the address is always 127.0.0.1.
+Used by benches/harness/run-all.sh to wait until a server answers and by
+benches/harness/propagation.py. Loopback only: the address is always 127.0.0.1.
 """
 import random
 import socket

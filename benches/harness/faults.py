@@ -1,6 +1,6 @@
-"""Fault matrix under load (issue 7), driven by benches/faults.sh.
+"""Fault matrix under load (issue 7), driven by benches/harness/faults.sh.
 
-python3 benches/faults.py API_URL DNS_PORT ADMIN_PORT OUT_JSON [PHASES]
+python3 benches/harness/faults.py API_URL DNS_PORT ADMIN_PORT OUT_JSON [PHASES]
 
 The simulator (`podns sim --kubelet`) and `podns serve` are already running
 (faults.sh starts them). For each phase (default: none drop compact outage

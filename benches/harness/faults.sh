@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # Fault matrix under load (issue 7). Starts `podns sim --kubelet` with JOBS x
 # RANKS pods and `podns serve` (release) against it, then runs
-# benches/faults.py: for each fault in PHASES, one after another, dnsperf at
+# benches/harness/faults.py: for each fault in PHASES, one after another, dnsperf at
 # QPS over every pod name, /sim/churn at CHURN pod replacements/s, a checker
 # asking CHECK_QPS names and keeping every answer, and the fault injected
 # after PRE seconds (definitions of every column are in faults.py).
 #
-# Run:   benches/faults.sh                         (about 6 minutes)
-#        PHASES="none outage" QPS=5000 benches/faults.sh
+# Run:   benches/harness/faults.sh                         (about 6 minutes)
+#        PHASES="none outage" QPS=5000 benches/harness/faults.sh
 # Knobs: JOBS (10), RANKS (1000), QPS (10000), CHURN (500), CHECK_QPS (1000),
 #        PRE (5), POST (20), PHASES ("none drop compact outage throttle latency"),
-#        OUT (benches/results/faults.json).
+#        OUT (benches/harness/results/faults.json).
 # Output: OUT (one JSON object per phase) and a markdown table on stdout.
 # Everything is on 127.0.0.1; pod IPs are data only; every loop is bounded
 # (dnsperf -l, deadlines in faults.py).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-RES=benches/results
+cd "$(dirname "$0")/../.."
+RES=benches/harness/results
 mkdir -p "$RES"
 JOBS=${JOBS:-10}
 RANKS=${RANKS:-1000}
@@ -67,7 +67,7 @@ done
 log "podns ready (load average $(cut -d' ' -f1-3 /proc/loadavg))"
 
 OUT=${OUT:-$RES/faults.json}
-python3 benches/faults.py "$api" "$P_DNS" "$ADMIN" "$OUT" "$PHASES"
+python3 benches/harness/faults.py "$api" "$P_DNS" "$ADMIN" "$OUT" "$PHASES"
 rm -f "$OUT.names"
 log "podns log: $(grep -c ' WARN ' "$work/podns.log" || true) WARN, $(grep -c ' ERROR ' "$work/podns.log" || true) ERROR lines"
 grep -E ' (WARN|ERROR) ' "$work/podns.log" | sed -E 's/^[^ ]+ //' | cut -c1-200 | sort | uniq -c | sort -rn | head -20 >&2 || true

@@ -1,6 +1,6 @@
 """Gang restart: every rank of a job restarted at once; what a polling client sees.
 
-python3 benches/gang.py API_URL DNS_PORT OUT_JSON [JOB] [RANKS]
+python3 benches/harness/gang.py API_URL DNS_PORT OUT_JSON [JOB] [RANKS]
 
 Reads every rank name's current answer (the old IPs), POSTs
 /sim/jobs/default/JOB/restart, then sweeps all RANKS names over UDP on

@@ -1,6 +1,6 @@
 """Propagation: pod IP status write in the simulator -> correct answer from podns.
 
-python3 benches/propagation.py API_URL DNS_PORT OUT_CSV [SAMPLES] [RATES] [ADMIN_URL]
+python3 benches/harness/propagation.py API_URL DNS_PORT OUT_CSV [SAMPLES] [RATES] [ADMIN_URL]
 
 For each background churn rate (pod mutations/s, default 0,100,1000): start
 /sim/churn (the simulator's rate is pod replacements/s, about 3.96 mutations

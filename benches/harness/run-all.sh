@@ -13,42 +13,42 @@
 #         per-rank A, 5% gang64 headless A (64 addresses), 5% NXDOMAIN.
 #         Records QPS, latency and server CPU-seconds per 1,000 queries
 #         (utime+stime of the server's process tree from /proc/PID/stat).
-#         -> benches/results/dnsperf.csv
+#         -> benches/harness/results/dnsperf.csv
 #   cold  for 10k and 100k pods (COLD_SIZES in thousands; add 1000 for 1M):
 #         time from process start to ready, CPU-seconds used by then (which
 #         the load of a shared machine inflates less than wall time) and RSS
 #         at ready, for `podns serve` (/readyz 200) and for the kube-rs
-#         reflector baseline (benches/reflector.rs, full k8s_openapi Pods),
+#         reflector baseline (examples/reflector.rs, full k8s_openapi Pods),
 #         plus API-side requests/bytes from /sim/stats. From LEAN_FROM
 #         thousand pods on (default 1000) the simulator runs with
 #         --lean-pods (~2.5 KB pod bodies instead of ~7.6 KB, column pod_body)
 #         and the reflector is skipped: at 1M full pods the simulator alone
 #         needs ~10 GB and the reflector ~53 GB (5.3 GB at 100k).
-#         -> benches/results/coldstart.csv
+#         -> benches/harness/results/coldstart.csv
 #   prop  propagation p50/p99 from a pod IP status PATCH to podns answering
 #         the new IP, at 0, 100, 1,000 pod mutations/s of /sim/churn
-#         (benches/propagation.py), and podns's own event -> answerable
+#         (benches/harness/propagation.py), and podns's own event -> answerable
 #         histogram over the same window (in the CSV's per-rate note), which
 #         separates podns from the simulator and the Python poller.
-#         -> benches/results/propagation.csv
+#         -> benches/harness/results/propagation.csv
 #   gang  a gang restart of an 8,192-rank job (/sim/jobs/default/gang/restart):
 #         time until every rank name answers a new IP, and the stale and
 #         NXDOMAIN answers a client sweeping all names sees meanwhile
-#         (benches/gang.py). -> benches/results/gang.json
-#   plot  SVG figures and benches/results/summary.md (benches/plot.py,
+#         (benches/harness/gang.py). -> benches/harness/results/gang.json
+#   plot  SVG figures and benches/harness/results/summary.md (benches/harness/plot.py,
 #         matplotlib, pip-installed when missing).
 #
-# Run:   benches/run-all.sh                      (about 15 minutes on 2 cores)
-#        STAGES=dns DUR=5 benches/run-all.sh     (one stage, shorter runs)
-#        STAGES=plot benches/run-all.sh          (figures from existing CSVs)
+# Run:   benches/harness/run-all.sh                      (about 15 minutes on 2 cores)
+#        STAGES=dns DUR=5 benches/harness/run-all.sh     (one stage, shorter runs)
+#        STAGES=plot benches/harness/run-all.sh          (figures from existing CSVs)
 # Knobs: DUR (dnsperf seconds per run, 10), ROUNDS (alternation rounds, 2),
 #        COLD_SIZES ("10 100"), COLD_ROUNDS (2), LEAN_FROM (1000),
 #        PROP_SAMPLES (300),
 #        DNS_JOBS (100; a smaller number for a quick smoke run).
 # Needs root for apt-get only when dnsperf/nsd/knot/jq/curl/bc are missing.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-RES=${RES:-benches/results}
+cd "$(dirname "$0")/../.."
+RES=${RES:-benches/harness/results}
 mkdir -p "$RES"
 STAGES=${STAGES:-"dns cold prop gang plot"}
 DUR=${DUR:-10}
@@ -246,7 +246,7 @@ KNOT
   pids+=("$knot_pid")
   probe=train-$((DNS_JOBS - 1))-999.train-$((DNS_JOBS - 1)).default.svc.cluster.local
   for p in $P_PODNS $P_NSD $P_KNOT; do
-    python3 benches/dnsq.py "$p" "$probe" 300 || { log "server on $p never answered"; tail "$work"/podns.log "$work"/nsd/* "$work"/knot/out >&2; exit 1; }
+    python3 benches/harness/dnsq.py "$p" "$probe" 300 || { log "server on $p never answered"; tail "$work"/podns.log "$work"/nsd/* "$work"/knot/out >&2; exit 1; }
   done
   log "all three answer; RSS KiB podns=$(rss_kib $podns_pid) nsd=$(cpu_ticks $nsd_pid >/dev/null; for p in $(descendants $nsd_pid); do rss_kib $p; done | paste -sd+ | bc) knot=$(rss_kib $knot_pid)"
   csv=$RES/dnsperf.csv
@@ -340,7 +340,7 @@ if has prop; then
   pids+=("$pid")
   wait_readyz "$pid" 300
   echo "# loadavg at start $(loadavg)" >&2
-  taskset -c 1 python3 benches/propagation.py "$api" "$P_PODNS" "$RES/propagation.csv" "$PROP_SAMPLES" \
+  taskset -c 1 python3 benches/harness/propagation.py "$api" "$P_PODNS" "$RES/propagation.csv" "$PROP_SAMPLES" \
     0,100,1000 "http://127.0.0.1:$ADMIN"
   stop "$pid"; stop "$sim_pid"
 fi
@@ -356,9 +356,9 @@ if has gang; then
   pid=$!
   pids+=("$pid")
   wait_readyz "$pid" 300
-  python3 benches/dnsq.py "$P_PODNS" gang-8191.gang.default.svc.cluster.local 60
+  python3 benches/harness/dnsq.py "$P_PODNS" gang-8191.gang.default.svc.cluster.local 60
   echo "# loadavg at start $(loadavg)" >&2
-  taskset -c 1 python3 benches/gang.py "$api" "$P_PODNS" "$RES/gang.json" gang 8192
+  taskset -c 1 python3 benches/harness/gang.py "$api" "$P_PODNS" "$RES/gang.json" gang 8192
   stop "$pid"; stop "$sim_pid"
 fi
 
@@ -374,6 +374,6 @@ if has plot; then
     echo "nsd=$(nsd -v 2>&1 | head -1)"
     echo "knot=$(knotd -V 2>&1 | head -1)"
   } >"$RES/machine.txt"
-  python3 benches/plot.py "$RES"
+  python3 benches/harness/plot.py "$RES"
   log "wrote $RES/*.svg and $RES/summary.md"
 fi

@@ -1,6 +1,6 @@
-"""Soak sampler (issue 7), driven by benches/soak.sh.
+"""Soak sampler (issue 7), driven by benches/harness/soak.sh.
 
-python3 benches/soak.py DNS_PORT ADMIN_PORT PODNS_PID DURATION_S INTERVAL_S NAMES_FILE OUT_PREFIX
+python3 benches/harness/soak.py DNS_PORT ADMIN_PORT PODNS_PID DURATION_S INTERVAL_S NAMES_FILE OUT_PREFIX
 
 While soak.sh's dnsperf and /sim/churn run, every INTERVAL_S seconds:
   * podns's RSS (VmRSS) and open fds (entries of /proc/PID/fd);

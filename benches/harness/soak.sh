@@ -2,20 +2,20 @@
 # Soak (issue 7): DURATION seconds (default 1800) of dnsperf at QPS (20000)
 # over every pod name, plus MUTATIONS pod mutations/s (200) from /sim/churn,
 # against `podns serve` (release) on `podns sim --kubelet --jobs JOBS --ranks
-# 1000 --pod-cidr 10.0.0.0/12` (100,000 pods). benches/soak.py samples
+# 1000 --pod-cidr 10.0.0.0/12` (100,000 pods). benches/harness/soak.py samples
 # podns's RSS and open fds from /proc every INTERVAL seconds (10), the
 # server-side answer-time histogram and a 200 q/s probe's round-trip
 # percentiles per interval, and computes the least-squares slopes of RSS and
 # fds. At the end: WARN/ERROR lines in podns's log and dnsperf's totals.
 #
-# Run:   benches/soak.sh                       (30 minutes)
-#        DURATION=300 benches/soak.sh          (5 minutes)
-# Output: benches/results/soak-<DURATION>s.{csv,json} (+ .dnsperf.txt, .log.txt)
+# Run:   benches/harness/soak.sh                       (30 minutes)
+#        DURATION=300 benches/harness/soak.sh          (5 minutes)
+# Output: benches/harness/results/soak-<DURATION>s.{csv,json} (+ .dnsperf.txt, .log.txt)
 # Everything on 127.0.0.1; pod IPs are data only; dnsperf -l and DURATION
 # bound every loop.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-RES=benches/results
+cd "$(dirname "$0")/../.."
+RES=benches/harness/results
 mkdir -p "$RES"
 DURATION=${DURATION:-1800}
 QPS=${QPS:-20000}
@@ -69,10 +69,10 @@ log "podns ready (load average $(cut -d' ' -f1-3 /proc/loadavg))"
 for ((j = 0; j < JOBS; j++)); do
   for ((i = 0; i < 1000; i++)); do echo "train-$j-$i.train-$j.default.svc.cluster.local A"; done
 done | shuf --random-source=<(yes) >"$work/names.txt"
-python3 benches/dnsq.py "$P_DNS" "$(head -1 "$work/names.txt" | cut -d' ' -f1)" 60
+python3 benches/harness/dnsq.py "$P_DNS" "$(head -1 "$work/names.txt" | cut -d' ' -f1)" 60
 
 # The simulator's churn rate is pod replacements/s, about 3.96 mutations each
-# (benches/propagation.py measured it).
+# (benches/harness/propagation.py measured it).
 rate=$(python3 -c "print($MUTATIONS / 3.96)")
 m0=$(curl -fsS "$api/sim/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["pod_mutations"])')
 curl -fsS -X POST -H 'content-type: application/json' \
@@ -82,7 +82,7 @@ dnsperf -s 127.0.0.1 -p "$P_DNS" -d "$work/names.txt" -Q "$QPS" -l "$DURATION" -
   | grep -v 'Timeout' >"$out.dnsperf.txt" &
 perf_pid=$!
 pids+=("$perf_pid")
-python3 benches/soak.py "$P_DNS" "$ADMIN" "$podns_pid" "$DURATION" "$INTERVAL" \
+python3 benches/harness/soak.py "$P_DNS" "$ADMIN" "$podns_pid" "$DURATION" "$INTERVAL" \
   "$work/names.txt" "$out" >"$out.summary.tmp"
 wait "$perf_pid" || true
 m1=$(curl -fsS "$api/sim/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["pod_mutations"])')

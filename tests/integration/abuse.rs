@@ -263,9 +263,16 @@ async fn rrl_limits_udp_responses_per_client_prefix() {
     assert!(full + slipped < 40, "some responses were dropped");
     // TCP is not rate limited: a slipped client gets its answer there.
     assert!(apex_answers_tcp(env.dns).await);
+    // Every withheld response is counted under its action (on the UDP
+    // loop's cached counters), and only those.
     let (_, metrics) = admin_get(env.admin, "/metrics").await;
-    assert!(
-        metrics.contains("podns_dns_rate_limited_total{action=\"drop\"}"),
-        "{metrics}"
-    );
+    let limited = |action: &str| -> usize {
+        let series = format!("podns_dns_rate_limited_total{{action=\"{action}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series.as_str())?.parse().ok())
+            .unwrap_or_else(|| panic!("{series} missing in\n{metrics}"))
+    };
+    assert_eq!(limited("slip"), slipped, "{metrics}");
+    assert_eq!(limited("drop"), 40 - full - slipped, "{metrics}");
 }

@@ -12,14 +12,6 @@ use crate::support::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_podns");
 
-fn has(cmd: &str) -> bool {
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {cmd}"))
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 #[test]
 fn bad_flags_exit_64_with_one_line() {
     for args in [
@@ -36,6 +28,9 @@ fn bad_flags_exit_64_with_one_line() {
             "--kubeconfig",
             "/nonexistent",
         ],
+        vec!["sim", "--service-cidr", "fd00::/108"],
+        vec!["sim", "--service-cidr", "10.96.0.0/31"],
+        vec!["sim", "--service-cidr-v6", "10.96.0.0/12"],
         vec!["nosuchcommand"],
     ] {
         let out = Command::new(BIN)
@@ -263,4 +258,65 @@ async fn dig_agrees() {
     assert!(t.contains("10.244.9.9") && t.contains("(TCP)"), "{t}");
     let nx = dig("nobody.r.ml.svc.cluster.local A");
     assert!(nx.contains("status: NXDOMAIN"), "{nx}");
+}
+
+/// Logs on a pipe carry no terminal colour codes, and a failing watch logs
+/// one line per retry (ours, with the reason and delay), not also
+/// kube-client's ERROR for the same request.
+#[test]
+fn logs_on_a_pipe_are_plain_and_one_line_per_watch_retry() {
+    // An API server that refuses connections: a loopback port nobody
+    // listens on (bound, then closed).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kc,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- cluster: {{server: \"http://127.0.0.1:{port}\"}}\n  name: x\ncontexts:\n- context: {{cluster: x, user: x}}\n  name: x\ncurrent-context: x\nusers:\n- name: x\n  user: {{}}\n"
+        ),
+    )
+    .unwrap();
+    let mut child = Kill(
+        Command::new(BIN)
+            .args([
+                "serve",
+                "--dns-listen=127.0.0.1:0",
+                "--admin-listen=127.0.0.1:0",
+                "--no-rank-view",
+            ])
+            .arg(format!("--kubeconfig={}", kc.display()))
+            .env_remove("RUST_LOG")
+            .env_remove("NO_COLOR")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+    let mut seen = Vec::new();
+    // Two retries of each of the two watches (pods, services).
+    let retries = |seen: &[String]| {
+        seen.iter()
+            .filter(|l| l.contains("watch failed, retrying"))
+            .count()
+    };
+    for line in lines.by_ref() {
+        seen.push(line);
+        if retries(&seen) >= 4 {
+            break;
+        }
+    }
+    drop(child);
+    let text = seen.join("\n");
+    assert!(retries(&seen) >= 4, "no retries logged:\n{text}");
+    assert!(!text.contains('\u{1b}'), "colour codes on a pipe:\n{text}");
+    assert!(
+        !text.contains("kube_client"),
+        "kube-client logged the same failure too:\n{text}"
+    );
 }

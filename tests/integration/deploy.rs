@@ -2,8 +2,9 @@
 //! against the Kubernetes schemas (`kubernetes-validate --strict`, offline,
 //! when installed) and the fields that matter are checked by hand: RBAC is
 //! exactly get/list/watch on pods and services, the security context, the
-//! probes, resources, the downward-API POD_IP, Prometheus, and podns's own
-//! flags parse with the real CLI.
+//! probes, resources, the downward-API POD_IP, Prometheus (ServiceMonitor
+//! and the PrometheusRule of the alerts), and podns's own flags parse with
+//! the real CLI.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -131,6 +132,17 @@ fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
     assert_eq!(ann["prometheus.io/port"], admin_port.to_string());
     let sm = one(docs, "ServiceMonitor");
     assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+    // Alerts: the PrometheusRule renders with exactly the groups of the
+    // plain rule file promtool tests (tests/integration/prometheus.rs).
+    let rule = one(docs, "PrometheusRule");
+    let plain: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(repo().join("deploy/prometheus/rules.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        rule["spec"], plain,
+        "rendered PrometheusRule differs from rules.yaml: run deploy/prometheus/generate.sh"
+    );
     let metrics_svc = kind(docs, "Service")
         .into_iter()
         .find(|s| s["metadata"]["name"] == "podns-metrics")

@@ -268,6 +268,46 @@ async fn metrics_and_readiness_after_sync() {
     assert_eq!(nx(&body), before + 3, "{body}");
 }
 
+/// The value of one series (`name{labels}` exactly as exposed) in an
+/// OpenMetrics text body.
+fn sample(body: &str, series: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_duration_counts_every_query_of_every_loop() {
+    const H: &str = "podns_dns_request_duration_seconds";
+    let env = env(&[], &[]).await;
+    let scrape = || async {
+        let (status, body) = admin_get(env.admin, "/metrics").await;
+        assert_eq!(status, 200);
+        let count = sample(&body, &format!("{H}_count")).unwrap_or_else(|| panic!("{body}"));
+        let inf = sample(&body, &format!("{H}_bucket{{le=\"+Inf\"}}"))
+            .unwrap_or_else(|| panic!("{body}"));
+        let sum = sample(&body, &format!("{H}_sum")).unwrap_or_else(|| panic!("{body}"));
+        assert_eq!(count, inf, "_count and the +Inf bucket agree\n{body}");
+        (count, sum)
+    };
+    let (count0, sum0) = scrape().await;
+    // UDP from a fresh socket each time, so the kernel spreads them over
+    // both UDP loops (--udp-sockets=2); TCP on a connection each, so each
+    // query is recorded by a loop that has ended by the next scrape.
+    const UDP: usize = 24;
+    const TCP: usize = 6;
+    for i in 0..UDP {
+        let m = ask(env.dns, &format!("q{i}.nothing.svc"), RecordType::A).await;
+        assert_eq!(rcode(&m), ResponseCode::NXDomain);
+    }
+    for i in 0..TCP {
+        let q = query_msg(&fqdn(&format!("t{i}.nothing.svc")), RecordType::A, None);
+        assert_eq!(rcode(&tcp(env.dns, &q).await), ResponseCode::NXDomain);
+    }
+    let (count1, sum1) = scrape().await;
+    assert_eq!(count1, count0 + (UDP + TCP) as f64);
+    assert!(sum1 > sum0, "sum {sum0} -> {sum1}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_hostnames_answer_one_pod_through_a_restart_overlap() {
     let env = env(&[], &[]).await;
@@ -599,4 +639,116 @@ async fn namespace_and_label_scopes_limit_the_pod_watch() {
         rcode(&ask(env.dns, "10-244-8-3.out.pod", RecordType::A).await),
         ResponseCode::NXDomain
     );
+}
+
+/// EDNS as dig speaks it (RFC 6891, RFC 3225), against a running server,
+/// on the fast path (A, NXDOMAIN) and the general path (ANY, REFUSED):
+/// version 1 gets BADVERS with the question echoed and an OPT of version
+/// 0 (dig itself checks that a reply answers the question asked);
+/// `+dnssec` gets `do` back; other flags and options are not echoed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dig_sees_badvers_for_edns_1_and_its_do_bit_copied() {
+    if !has("dig") {
+        eprintln!("dig not installed: skipping (CI installs bind9-dnsutils)");
+        return;
+    }
+    let env = env(&[], &[]).await;
+    let mut body = pod_json("ml", "e-0-x", json!({"app": "e"}));
+    body["spec"]["hostname"] = json!("e-0");
+    body["spec"]["subdomain"] = json!("e");
+    create_pod(&env.client, body).await;
+    create_service(&env.client, headless_json("ml", "e", "e")).await;
+    set_status(&env.client, "ml", "e-0-x", &["10.244.6.6"], true).await;
+    wait_for("pod answers", T, || {
+        answers(&env, "e-0.e.ml.svc", &["10.244.6.6"])
+    })
+    .await;
+    let dig = |args: &str| {
+        let cmd = format!(
+            "dig @{} -p {} +time=2 +tries=2 +norec {args}",
+            env.dns.ip(),
+            env.dns.port()
+        );
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&cmd)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "{cmd}: {text}");
+        (cmd, text)
+    };
+    // The line after ";; QUESTION SECTION:", as words.
+    let question = |text: &str| -> Vec<String> {
+        let mut lines = text.lines().skip_while(|l| *l != ";; QUESTION SECTION:");
+        lines
+            .nth(1)
+            .map(|l| l.split_whitespace().map(String::from).collect())
+            .unwrap_or_default()
+    };
+    let questions = [
+        ("e-0.e.ml.svc.cluster.local", "A", "NOERROR"),
+        ("nobody.e.ml.svc.cluster.local", "A", "NXDOMAIN"),
+        ("e.ml.svc.cluster.local", "ANY", "NOERROR"),
+        ("example.com", "A", "REFUSED"),
+    ];
+    for (name, qtype, status) in questions {
+        for extra in ["", "+dnssec", "+tcp +dnssec"] {
+            let (cmd, text) = dig(&format!("+edns=1 +noednsneg {extra} {name} {qtype}"));
+            assert!(text.contains("status: BADVERS"), "{cmd}:\n{text}");
+            assert!(text.contains("QUERY: 1, ANSWER: 0"), "{cmd}:\n{text}");
+            assert_eq!(
+                question(&text),
+                [format!(";{name}."), "IN".into(), qtype.into()],
+                "{cmd}:\n{text}"
+            );
+            let opt = if extra.contains("dnssec") {
+                "; EDNS: version: 0, flags: do; udp: 1232"
+            } else {
+                "; EDNS: version: 0, flags:; udp: 1232"
+            };
+            assert!(text.contains(opt), "{cmd}:\n{text}");
+        }
+        let (cmd, text) = dig(&format!("+dnssec {name} {qtype}"));
+        assert!(
+            text.contains(&format!("status: {status}")),
+            "{cmd}:\n{text}"
+        );
+        assert!(
+            text.contains("; EDNS: version: 0, flags: do; udp: 1232"),
+            "{cmd}:\n{text}"
+        );
+        let (cmd, text) = dig(&format!("{name} {qtype}"));
+        assert!(
+            text.contains(&format!("status: {status}")),
+            "{cmd}:\n{text}"
+        );
+        assert!(
+            text.contains("; EDNS: version: 0, flags:; udp: 1232"),
+            "{cmd}:\n{text}"
+        );
+        // Options (NSID, a cookie, a private code) and unknown flags: the
+        // same answer, nothing of them echoed.
+        let (cmd, text) = dig(&format!(
+            "+nsid +cookie +ednsopt=65001:abcdef +ednsflags=0x4000 {name} {qtype}"
+        ));
+        assert!(
+            text.contains(&format!("status: {status}")),
+            "{cmd}:\n{text}"
+        );
+        assert!(
+            text.contains("; EDNS: version: 0, flags:; udp: 1232"),
+            "{cmd}:\n{text}"
+        );
+        let opt = text
+            .split(";; OPT PSEUDOSECTION:\n")
+            .nth(1)
+            .and_then(|t| t.split(";; QUESTION SECTION:").next())
+            .unwrap_or_default();
+        assert_eq!(
+            opt.trim(),
+            "; EDNS: version: 0, flags:; udp: 1232",
+            "nothing echoed: {cmd}:\n{text}"
+        );
+    }
 }

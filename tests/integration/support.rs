@@ -328,6 +328,16 @@ pub async fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
     (status, body)
 }
 
+/// Whether a command (dig, kubectl) is on PATH; tests that need one skip
+/// with a printed reason when it is not.
+pub fn has(cmd: &str) -> bool {
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {cmd}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 // ---- podns as a child process ------------------------------------------------
 
 pub const PODNS_BIN: &str = env!("CARGO_BIN_EXE_podns");

@@ -6,21 +6,26 @@
 //! plays kubelet and job controllers to produce realistic workloads.
 //!
 //! - [`store`]: objects as JSON bytes, one global resourceVersion, history ring.
+//! - [`service_net`]: Service cluster IPs and IP families, single- or
+//!   dual-stack, as the apiserver's Service registry keeps them.
+//! - [`field`]: field errors and the 422 `Invalid` Status built from them.
 //! - [`selector`]: label and field selectors.
 //! - [`http`]: the Kubernetes REST paths, lists and watches.
 //! - [`workload`]: kubelet timers, pod IPs, training jobs, churn, scenarios.
 //! - [`control`], [`faults`], [`stats`]: the `/sim/` endpoints.
 //! - [`discovery`], [`table`], [`protobuf`]: what kubectl needs besides
-//!   JSON objects (discovery documents, `as=Table` printing, and the one
-//!   protobuf body it sends, `create namespace`).
+//!   JSON objects (discovery documents, `as=Table` printing, and the
+//!   protobuf bodies it sends, `create namespace` and `create service`).
 
 pub mod control;
 pub mod discovery;
 pub mod faults;
+pub mod field;
 pub mod http;
 pub mod pbenc;
 pub mod protobuf;
 pub mod selector;
+pub mod service_net;
 pub mod stats;
 pub mod store;
 pub mod table;
@@ -32,6 +37,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use axum::serve::ListenerExt as _;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -54,6 +60,15 @@ pub struct SimArgs {
     /// Also give pods an IPv6 address from this range (dual stack).
     #[arg(long)]
     pub pod_cidr_v6: Option<String>,
+    /// IPv4 range Service cluster IPs are taken from (kube-apiserver's
+    /// `--service-cluster-ip-range`; data only, never a destination). Its
+    /// first address is the `kubernetes` Service's.
+    #[arg(long, default_value = "10.96.0.0/12", value_parser = parse_service_cidr_v4)]
+    pub service_cidr: Ipv4Net,
+    /// Also take cluster IPs from this IPv6 range: with it the cluster is
+    /// dual-stack (IPv4 primary), and Services may ask for both families.
+    #[arg(long, value_parser = parse_service_cidr_v6)]
+    pub service_cidr_v6: Option<Ipv6Net>,
     /// Delay before a pod gets its IP and Running phase.
     #[arg(long, default_value_t = 0)]
     pub kubelet_delay_ms: u64,
@@ -106,6 +121,9 @@ impl Default for SimArgs {
             kubelet: false,
             pod_cidr: "10.244.0.0/16".into(),
             pod_cidr_v6: None,
+            service_cidr: Ipv4Net::new(std::net::Ipv4Addr::new(10, 96, 0, 0), 12)
+                .expect("a valid prefix length"),
+            service_cidr_v6: None,
             kubelet_delay_ms: 0,
             ready_delay_ms: 0,
             default_grace: 0,
@@ -120,6 +138,35 @@ impl Default for SimArgs {
             no_protobuf: false,
         }
     }
+}
+
+impl SimArgs {
+    /// The service CIDRs in `--service-cluster-ip-range` order: IPv4, the
+    /// primary family, then IPv6 when the cluster is dual-stack.
+    pub fn service_cidrs(&self) -> Vec<IpNet> {
+        let mut v = vec![IpNet::V4(self.service_cidr)];
+        v.extend(self.service_cidr_v6.map(IpNet::V6));
+        v
+    }
+}
+
+/// `--service-cidr`: an IPv4 network with room for at least one Service.
+fn parse_service_cidr_v4(s: &str) -> Result<Ipv4Net, String> {
+    parse_service_cidr(s, "an IPv4 CIDR such as 10.96.0.0/12")
+}
+
+/// `--service-cidr-v6`: an IPv6 network with room for at least one Service.
+fn parse_service_cidr_v6(s: &str) -> Result<Ipv6Net, String> {
+    parse_service_cidr(s, "an IPv6 CIDR such as fd00:10:96::/112")
+}
+
+fn parse_service_cidr<N>(s: &str, want: &str) -> Result<N, String>
+where
+    N: std::str::FromStr + Into<IpNet> + Copy,
+{
+    let net: N = s.parse().map_err(|_| format!("expected {want}"))?;
+    service_net::ServiceNet::new(&[net.into()]).map_err(|e| e.to_string())?;
+    Ok(net)
 }
 
 /// State shared by every request.
@@ -202,12 +249,14 @@ fn populate(sim: &Sim, args: &SimArgs) -> anyhow::Result<()> {
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         workload::ensure_namespace(&sim.store, ns)?;
     }
-    // Every cluster has it; DNS serves it like any ClusterIP Service.
+    // Every cluster has it, single-stack on the first address of the
+    // primary range; DNS serves it like any ClusterIP Service.
+    let ip = sim.store.first_service_ip().to_string();
     sim.store.create(
         store::Kind::Service,
         "default",
         json!({"metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
-               "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "targetPort": 6443, "protocol": "TCP"}]}}),
+               "spec": {"clusterIP": ip, "ports": [{"name": "https", "port": 443, "targetPort": 6443, "protocol": "TCP"}]}}),
     )?;
     if let Some(path) = &args.scenario {
         let text = std::fs::read_to_string(path).map_err(|source| {
@@ -267,7 +316,9 @@ pub async fn spawn(
     let addr = listener
         .local_addr()
         .context("failed to read the listener address")?;
-    let store = store::Store::new(args.history);
+    let services = service_net::ServiceNet::new(&args.service_cidrs())
+        .context("failed to set up the service CIDRs")?;
+    let store = store::Store::with_services(args.history, services);
     let workload = workload::Workload::new(store.clone(), &args, shutdown.clone())?;
     let sim = Arc::new(Sim {
         store,

@@ -15,6 +15,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
 use super::selector::{Field, FieldSelector, LabelSelector};
+use super::service_net::ServiceNet;
 
 /// The kinds the simulator serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -363,7 +364,8 @@ struct Inner {
     /// rv >= `first_rv - 1` is possible.
     first_rv: u64,
     cap: usize,
-    service_ips: u32,
+    /// The service CIDRs and the cluster IPs taken from them.
+    services: ServiceNet,
     pod_events: u64,
 }
 
@@ -440,7 +442,14 @@ fn set_rv(v: &mut Value, rv: u64) {
 }
 
 impl Store {
+    /// A store whose Services take cluster IPs from kube-apiserver's
+    /// default range (10.96.0.0/12, single-stack).
     pub fn new(history: usize) -> Arc<Store> {
+        Self::with_services(history, ServiceNet::default())
+    }
+
+    /// A store whose Services take cluster IPs from `services`.
+    pub fn with_services(history: usize, services: ServiceNet) -> Arc<Store> {
         let (notify, _) = watch::channel(0);
         Arc::new(Store {
             inner: Mutex::new(Inner {
@@ -449,7 +458,7 @@ impl Store {
                 ring: VecDeque::new(),
                 first_rv: 1,
                 cap: history.max(1),
-                service_ips: 0,
+                services,
                 pod_events: 0,
             }),
             notify,
@@ -467,6 +476,12 @@ impl Store {
 
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.notify.subscribe()
+    }
+
+    /// The first address of the primary service CIDR, which the
+    /// `kubernetes` Service holds.
+    pub fn first_service_ip(&self) -> std::net::IpAddr {
+        self.lock().services.first_ip()
     }
 
     pub fn current_rv(&self) -> u64 {
@@ -525,6 +540,10 @@ impl Store {
         let key = (obj.ns.clone(), obj.name.clone());
         if ty == EvType::Deleted {
             g.objects[kind.idx()].remove(&key);
+            if kind == Kind::Service {
+                // A deleted Service gives its cluster IPs back.
+                g.services.release(&obj.value()["spec"]);
+            }
         } else {
             g.objects[kind.idx()].insert(key, obj.clone());
         }
@@ -829,13 +848,12 @@ impl Store {
         new["kind"] = kind.name().into();
         new["apiVersion"] = kind.api_version().into();
         if kind == Kind::Service {
-            // clusterIP is immutable once set.
-            if let Some(ip) = old_v["spec"].get("clusterIP") {
-                new["spec"]["clusterIP"] = ip.clone();
+            // The IP fields change only as the apiserver allows; a status
+            // write leaves the spec as it was, which is always allowed.
+            if !new["spec"].is_object() {
+                new["spec"] = json!({});
             }
-            if let Some(ips) = old_v["spec"].get("clusterIPs") {
-                new["spec"]["clusterIPs"] = ips.clone();
-            }
+            g.services.update(name, &old_v["spec"], &mut new["spec"])?;
         }
         if new == old_v {
             // A no-op write does not bump the resourceVersion.
@@ -1149,35 +1167,9 @@ fn default_object(kind: Kind, v: &mut Value, g: &mut Inner) -> Result<(), ApiErr
                 .unwrap_or_default()
                 .to_string();
             let spec = &mut v["spec"];
-            let ty = spec["type"].as_str().unwrap_or("ClusterIP").to_string();
-            spec["type"] = ty.clone().into();
-            if ty == "ExternalName" {
-                if spec["externalName"].as_str().is_none_or(str::is_empty) {
-                    return Err(ApiError::invalid(
-                        Kind::Service,
-                        &name,
-                        "spec.externalName: Required value",
-                    ));
-                }
-            } else {
-                let ip = match spec["clusterIP"].as_str() {
-                    Some(ip) if !ip.is_empty() => ip.to_string(),
-                    _ => {
-                        // 10.96.0.0/12; .0.1 is the `kubernetes` Service.
-                        g.service_ips += 1;
-                        let n = g.service_ips + 1;
-                        std::net::Ipv4Addr::from(
-                            u32::from(std::net::Ipv4Addr::new(10, 96, 0, 0)) + n,
-                        )
-                        .to_string()
-                    }
-                };
-                spec["clusterIP"] = ip.clone().into();
-                spec["clusterIPs"] = json!([ip]);
-                if ip != "None" {
-                    spec["ipFamilies"] = json!(["IPv4"]);
-                    spec["ipFamilyPolicy"] = json!("SingleStack");
-                }
+            // Type, cluster IPs and IP families, or the apiserver's 422.
+            g.services.create(&name, spec)?;
+            if spec["type"] != "ExternalName" {
                 if spec.get("sessionAffinity").is_none() {
                     spec["sessionAffinity"] = json!("None");
                 }

@@ -1,14 +1,15 @@
 //! Prometheus metrics. Names are constants so dashboards and tests agree;
 //! histogram buckets are explicit.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
 /// Queries received, by query type and transport.
@@ -41,6 +42,20 @@ pub const PROPAGATION: &str = "podns_propagation_seconds";
 pub const RANK_JOBS: &str = "podns_rank_jobs";
 /// From the earliest creation of a generation's pods to every rank of it published, in seconds.
 pub const GANG_COMPLETE: &str = "podns_rank_gang_complete_seconds";
+
+/// Upper bounds of [`DNS_REQUEST_DURATION`], in seconds: 5 µs … 80 ms. The
+/// answer path is microseconds; a slow one is news.
+pub const REQUEST_DURATION_BUCKETS: [f64; 11] = [
+    5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 2.5e-2, 8e-2,
+];
+/// Every value [`rcode_label`] gives.
+pub const RCODES: [&str; 8] = [
+    "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "BADVERS", "other",
+];
+/// Every `action` of [`DNS_RATE_LIMITED`].
+pub const RATE_LIMIT_ACTIONS: [&str; 2] = ["drop", "slip"];
+/// The resources whose `podns_watch_synced` gates readiness.
+pub const SYNCED_RESOURCES: [&str; 2] = ["pods", "services"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -80,7 +95,7 @@ pub struct RestartLabels {
 pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub responses: Family<RcodeLabels, Counter>,
-    pub request_duration: Histogram,
+    pub request_duration: ShardedHistogram,
     pub truncated: Counter,
     pub tcp_refused: Counter,
     pub rate_limited: Family<ActionLabels, Counter>,
@@ -107,10 +122,7 @@ impl Metrics {
     pub fn new() -> Self {
         let requests = Family::<RequestLabels, Counter>::default();
         let responses = Family::<RcodeLabels, Counter>::default();
-        // 5 µs … ~80 ms: the answer path is microseconds, a slow one is news.
-        let request_duration = Histogram::new([
-            5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 2.5e-2, 8e-2,
-        ]);
+        let request_duration = ShardedHistogram::new(REQUEST_DURATION_BUCKETS);
         let truncated = Counter::default();
         let tcp_refused = Counter::default();
         let rate_limited = Family::<ActionLabels, Counter>::default();
@@ -132,6 +144,22 @@ impl Metrics {
         let gang_complete = Histogram::new([
             0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
         ]);
+
+        // Label sets known in advance exist at 0 from the start. A counter
+        // born at 1 has no earlier sample, so Prometheus's rate() and
+        // increase() never see its first events (the first SERVFAILs, the
+        // first drops), and a missing series reads as "no data", not 0. A
+        // podns that never syncs must export `watch_synced 0`, or the alert
+        // on it has nothing to fire on.
+        for rcode in RCODES {
+            let _ = responses.get_or_create(&RcodeLabels { rcode });
+        }
+        for action in RATE_LIMIT_ACTIONS {
+            let _ = rate_limited.get_or_create(&ActionLabels { action });
+        }
+        for resource in SYNCED_RESOURCES {
+            let _ = watch_synced.get_or_create(&ResourceLabels { resource });
+        }
 
         let mut registry = Registry::default();
         registry.register(DNS_REQUESTS, "DNS queries received", requests.clone());
@@ -224,6 +252,179 @@ impl Metrics {
     }
 }
 
+/// A histogram recorded through shards, one per serving loop, and summed
+/// at scrape time. prometheus-client's [`Histogram`] takes a lock per
+/// observation, and every UDP loop observing into one of them means a lock
+/// (and its cache line) shared by all loops, per query. A shard is owned by
+/// one loop and records with plain atomic stores on counters no other loop
+/// writes; a scrape adds the shards up and encodes them exactly as a
+/// [`Histogram`] with the same buckets and observations would.
+///
+/// A shard given back (its loop or TCP connection ended) keeps its counts
+/// in the total and is handed to the next loop that asks, so the number of
+/// shards is the most loops ever served at once, not the number of TCP
+/// connections ever accepted.
+#[derive(Clone, Debug)]
+pub struct ShardedHistogram {
+    inner: Arc<ShardedInner>,
+}
+
+#[derive(Debug)]
+struct ShardedInner {
+    /// Upper bounds as [`Histogram::new`] keeps them: the finite ones in
+    /// the order given, then +Inf.
+    bounds: Box<[f64]>,
+    /// Locked when a shard is handed out or given back, and per scrape;
+    /// never per observation.
+    shards: Mutex<Shards>,
+}
+
+#[derive(Debug, Default)]
+struct Shards {
+    /// Every shard ever handed out: a histogram never goes down.
+    all: Vec<Arc<Cells>>,
+    /// Shards given back, for the next loop.
+    free: Vec<Arc<Cells>>,
+}
+
+/// One cache line of counters, so two shards never share a line (a store
+/// by one loop would otherwise evict the other loop's copy).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Line([AtomicU64; 16]);
+
+/// A shard's counters: one per bucket (not cumulative), then the sum as
+/// `f64` bits. The count is the buckets' total, so `_count` and the +Inf
+/// bucket always agree in an exposition.
+#[derive(Debug)]
+struct Cells {
+    lines: Box<[Line]>,
+}
+
+impl Cells {
+    fn new(slots: usize) -> Self {
+        Self {
+            lines: (0..slots.div_ceil(16)).map(|_| Line::default()).collect(),
+        }
+    }
+
+    fn slot(&self, i: usize) -> &AtomicU64 {
+        &self.lines[i / 16].0[i % 16]
+    }
+}
+
+impl ShardedHistogram {
+    /// Buckets as for [`Histogram::new`]: non-finite bounds are dropped and
+    /// +Inf is added last.
+    pub fn new(buckets: impl IntoIterator<Item = f64>) -> Self {
+        let bounds = buckets
+            .into_iter()
+            .filter(|b| b.is_finite())
+            .chain(std::iter::once(f64::INFINITY))
+            .collect();
+        Self {
+            inner: Arc::new(ShardedInner {
+                bounds,
+                shards: Mutex::new(Shards::default()),
+            }),
+        }
+    }
+
+    /// A shard for one serving loop to record into.
+    pub fn shard(&self) -> HistogramShard {
+        let mut shards = self.inner.lock();
+        let cells = match shards.free.pop() {
+            Some(cells) => cells,
+            None => {
+                let cells = Arc::new(Cells::new(self.inner.bounds.len() + 1));
+                shards.all.push(cells.clone());
+                cells
+            }
+        };
+        HistogramShard {
+            cells,
+            owner: self.inner.clone(),
+        }
+    }
+
+    /// Sum, count and per-bucket (not cumulative) counts over all shards,
+    /// in the form `MetricEncoder::encode_histogram` takes.
+    fn snapshot(&self) -> (f64, u64, Vec<(f64, u64)>) {
+        let bounds = &self.inner.bounds;
+        let mut buckets: Vec<(f64, u64)> = bounds.iter().map(|&b| (b, 0)).collect();
+        let mut sum = 0.0;
+        for cells in &self.inner.lock().all {
+            for (i, (_, n)) in buckets.iter_mut().enumerate() {
+                *n += cells.slot(i).load(Ordering::Relaxed);
+            }
+            sum += f64::from_bits(cells.slot(bounds.len()).load(Ordering::Relaxed));
+        }
+        let count = buckets.iter().map(|(_, n)| n).sum();
+        (sum, count, buckets)
+    }
+}
+
+impl ShardedInner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shards> {
+        // The lists stay valid whatever a panicking holder was doing.
+        self.shards.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl TypedMetric for ShardedHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for ShardedHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let (sum, count, buckets) = self.snapshot();
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+/// One loop's part of a [`ShardedHistogram`]. Not `Clone`, and recording
+/// takes `&mut self`: one writer per shard, which is what lets an
+/// observation be a load and a store instead of a locked read-modify-write.
+/// Dropping it gives it back, counts included.
+#[derive(Debug)]
+pub struct HistogramShard {
+    cells: Arc<Cells>,
+    owner: Arc<ShardedInner>,
+}
+
+impl HistogramShard {
+    /// Record one observation, in the bucket [`Histogram::observe`] would
+    /// pick: the first whose bound is ≥ `v`, +Inf for NaN.
+    pub fn observe(&mut self, v: f64) {
+        let bounds = &self.owner.bounds;
+        let i = bounds
+            .iter()
+            .position(|&b| b >= v)
+            .unwrap_or(bounds.len() - 1);
+        // Relaxed: a scrape needs each counter's own latest value, not an
+        // order between counters. Only this shard writes these cells (the
+        // hand-over of a shard between loops goes through the mutex), so a
+        // load and a store add without losing a count.
+        let n = self.cells.slot(i);
+        n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        let sum = self.cells.slot(bounds.len());
+        sum.store(
+            (f64::from_bits(sum.load(Ordering::Relaxed)) + v).to_bits(),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+impl Drop for HistogramShard {
+    fn drop(&mut self) {
+        self.owner.lock().free.push(self.cells.clone());
+    }
+}
+
 /// A query type as a metric label without allocating: the common types by
 /// name, the rest as "other" (label values must stay few).
 pub fn qtype_label(t: Option<hickory_proto::rr::RecordType>) -> &'static str {
@@ -257,5 +458,196 @@ pub fn rcode_label(r: hickory_proto::op::ResponseCode) -> &'static str {
         R::Refused => "REFUSED",
         R::BADVERS => "BADVERS",
         _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The OpenMetrics text of one metric registered under the request
+    /// duration's name and help.
+    fn text(metric: impl prometheus_client::registry::Metric) -> String {
+        let mut registry = Registry::default();
+        registry.register(DNS_REQUEST_DURATION, "Time to answer a DNS query", metric);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        out
+    }
+
+    fn cumulative_inf(h: &ShardedHistogram) -> u64 {
+        h.snapshot().2.iter().map(|(_, n)| n).sum()
+    }
+
+    #[test]
+    fn concurrent_shards_merge_into_the_right_buckets() {
+        const THREADS: u64 = 4;
+        const ROUNDS: u64 = 20_000;
+        let h = ShardedHistogram::new([1.0, 2.0, 4.0]);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let h = h.clone();
+                    s.spawn(move || {
+                        let mut shard = h.shard();
+                        for _ in 0..ROUNDS {
+                            // One on a bound (belongs to it: le is ≤), one
+                            // between, one past the last finite bound, and
+                            // one per thread number into bucket ≤ 1.
+                            shard.observe(2.0);
+                            shard.observe(3.0);
+                            shard.observe(8.0);
+                            for _ in 0..=t {
+                                shard.observe(0.5);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            // A scrape meanwhile sees a total that only grows and a count
+            // equal to its +Inf bucket.
+            let scraper = s.spawn(|| {
+                let mut last = 0;
+                let mut scrapes = 0u64;
+                while !done.load(Ordering::Relaxed) {
+                    let (_, count, buckets) = h.snapshot();
+                    assert_eq!(count, buckets.iter().map(|(_, n)| n).sum::<u64>());
+                    assert!(count >= last, "count went down: {last} -> {count}");
+                    last = count;
+                    scrapes += 1;
+                }
+                scrapes
+            });
+            for w in workers {
+                w.join().unwrap();
+            }
+            done.store(true, Ordering::Relaxed);
+            assert!(scraper.join().unwrap() > 0);
+        });
+        let (sum, count, buckets) = h.snapshot();
+        let halves = ROUNDS * (1..=THREADS).sum::<u64>();
+        assert_eq!(
+            buckets,
+            vec![
+                (1.0, halves),
+                (2.0, THREADS * ROUNDS),
+                (4.0, THREADS * ROUNDS),
+                (f64::INFINITY, THREADS * ROUNDS),
+            ]
+        );
+        assert_eq!(count, 3 * THREADS * ROUNDS + halves);
+        // Every value is a multiple of 0.5 well inside f64's exact range, so
+        // the sum is exact whatever the order of additions.
+        assert_eq!(sum, (THREADS * ROUNDS) as f64 * 13.0 + halves as f64 * 0.5);
+    }
+
+    #[test]
+    fn a_shard_given_back_keeps_its_counts_and_is_reused() {
+        let h = ShardedHistogram::new(REQUEST_DURATION_BUCKETS);
+        let mut a = h.shard();
+        let mut b = h.shard();
+        a.observe(1e-6);
+        b.observe(1.0);
+        drop(a);
+        assert_eq!(h.snapshot().1, 2, "a ended loop still counts");
+        // The next loop gets the shard back rather than a new one.
+        let mut c = h.shard();
+        c.observe(3e-5);
+        assert_eq!(h.inner.lock().all.len(), 2);
+        drop((b, c));
+        let (_, count, buckets) = h.snapshot();
+        assert_eq!(count, 3);
+        assert_eq!(buckets[0].1, 1); // ≤ 5 µs
+        assert_eq!(buckets[3].1, 1); // ≤ 50 µs
+        assert_eq!(buckets[11], (f64::INFINITY, 1)); // 1 s is past 80 ms
+        assert_eq!(cumulative_inf(&h), count);
+    }
+
+    /// What the request path observes: microseconds, values on bounds, a
+    /// slow outlier, and the edge cases a `Histogram` has rules for.
+    const SAMPLES: [f64; 12] = [
+        3.1e-6, 5e-6, 7.7e-6, 1e-5, 2.2e-5, 9.9e-5, 1e-3, 0.0, 4.2e-3, 0.08, 0.5, 12.0,
+    ];
+
+    #[test]
+    fn one_shard_encodes_byte_for_byte_like_a_histogram() {
+        let plain = Histogram::new(REQUEST_DURATION_BUCKETS);
+        let sharded = ShardedHistogram::new(REQUEST_DURATION_BUCKETS);
+        assert_eq!(text(sharded.clone()), text(plain.clone()), "empty");
+        let mut shard = sharded.shard();
+        for v in SAMPLES.iter().cycle().take(1000) {
+            plain.observe(*v);
+            shard.observe(*v);
+        }
+        let want = text(plain.clone());
+        assert!(want.contains("_bucket{le=\"+Inf\"} 1000\n"), "{want}");
+        assert_eq!(text(sharded.clone()), want);
+        // Oddities a duration never is, handled as Histogram handles them:
+        // -inf in the first bucket, +inf and NaN in the last, NaN sum.
+        for v in [f64::NEG_INFINITY, f64::INFINITY, f64::NAN] {
+            plain.observe(v);
+            shard.observe(v);
+        }
+        assert_eq!(text(sharded), text(plain));
+    }
+
+    #[test]
+    fn many_shards_encode_like_one_histogram() {
+        // Dyadic values add exactly in any order, so even the sum is equal
+        // bit for bit; with other values the merged sum can differ from a
+        // single running sum in its last bits (addition order), nothing else.
+        let values: Vec<f64> = (0..64).map(|i| f64::from(i) / 65536.0).collect();
+        let plain = Histogram::new(REQUEST_DURATION_BUCKETS);
+        let sharded = ShardedHistogram::new(REQUEST_DURATION_BUCKETS);
+        let mut shards: Vec<_> = (0..5).map(|_| sharded.shard()).collect();
+        for (i, v) in values.iter().cycle().take(640).enumerate() {
+            plain.observe(*v);
+            shards[i % 5].observe(*v);
+        }
+        // Two loops end before the scrape; their counts stay.
+        shards.truncate(3);
+        assert_eq!(text(sharded), text(plain));
+    }
+
+    #[test]
+    fn metrics_registers_the_request_duration_as_a_histogram() {
+        let m = Metrics::new();
+        let mut shard = m.request_duration.shard();
+        shard.observe(7e-6);
+        let out = m.encode();
+        for line in [
+            "# HELP podns_dns_request_duration_seconds Time to answer a DNS query.\n",
+            "# TYPE podns_dns_request_duration_seconds histogram\n",
+            "podns_dns_request_duration_seconds_count 1\n",
+            "podns_dns_request_duration_seconds_bucket{le=\"+Inf\"} 1\n",
+        ] {
+            assert!(out.contains(line), "{line:?} missing in\n{out}");
+        }
+    }
+
+    #[test]
+    fn known_label_sets_start_at_zero() {
+        let text = Metrics::new().encode();
+        for rcode in RCODES {
+            let line = format!("podns_dns_responses_total{{rcode=\"{rcode}\"}} 0\n");
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+        for action in RATE_LIMIT_ACTIONS {
+            let line = format!("podns_dns_rate_limited_total{{action=\"{action}\"}} 0\n");
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+        for resource in SYNCED_RESOURCES {
+            let line = format!("podns_watch_synced{{resource=\"{resource}\"}} 0\n");
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn rcode_labels_are_all_listed() {
+        for code in 0..=u16::from(hickory_proto::op::ResponseCode::BADCOOKIE) + 1 {
+            let label = rcode_label(<hickory_proto::op::ResponseCode as From<u16>>::from(code));
+            assert!(RCODES.contains(&label), "{code} -> {label}");
+        }
     }
 }

@@ -233,12 +233,25 @@ impl Answerer {
         resp.metadata.recursion_desired = req.metadata.recursion_desired;
         resp.metadata.checking_disabled = req.metadata.checking_disabled;
         if let Some(edns) = &req.edns {
+            // A fresh OPT of version 0: the client's options and unknown
+            // flags are never echoed (RFC 6891 §6.1.2, §6.1.4), but DO is
+            // copied back (RFC 3225 §3). The payload size podns sends is
+            // its own limit, not the client's.
             let mut e = Edns::new();
             e.set_max_payload(MAX_UDP_PAYLOAD);
+            e.set_dnssec_ok(edns.flags().dnssec_ok);
             resp.set_edns(e);
             if edns.version() > 0 {
-                // RFC 6891 §6.1.3: unknown EDNS version → BADVERS.
+                // RFC 6891 §6.1.3: BADVERS, with an OPT of the highest
+                // version implemented (0). BADVERS is 16, so its header
+                // RCODE is 0 and the 1 lives in the OPT's extended-rcode
+                // byte (hickory-proto writes it there because an OPT is
+                // set). The question is echoed: clients drop a reply that
+                // "does not respond to the question asked".
                 resp.metadata.response_code = ResponseCode::BADVERS;
+                if let [q] = req.queries.as_slice() {
+                    resp.add_query(q.clone());
+                }
                 return resp;
             }
         }

@@ -599,28 +599,396 @@ fn garbage_gets_formerr_or_is_dropped() {
     );
 }
 
-#[test]
-fn edns_is_echoed_and_bad_versions_get_badvers() {
-    let w = world();
-    let mut m = query("cluster.local.", RecordType::SOA);
+/// The client's OPT: version, DO and, with `extras`, every other flag bit
+/// and options podns does not implement (a cookie, NSID, client subnet, a
+/// private code). Payload 1232; [`wire`] writes any other.
+fn client_edns(version: u8, dnssec_ok: bool, extras: bool) -> Edns {
+    use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption, NSIDPayload};
     let mut e = Edns::new();
-    e.set_max_payload(4096);
-    m.set_edns(e.clone());
-    let r = w.answerer.answer(&m);
-    assert_eq!(
-        r.edns.as_ref().map(|e| e.max_payload()),
-        Some(MAX_UDP_PAYLOAD)
+    e.set_max_payload(1232);
+    e.set_version(version);
+    e.set_dnssec_ok(dnssec_ok);
+    if extras {
+        e.flags_mut().z = 0x7fff;
+        let opts = e.options_mut();
+        opts.insert(EdnsOption::Unknown(10, vec![1, 2, 3, 4, 5, 6, 7, 8]));
+        opts.insert(EdnsOption::NSID(NSIDPayload::new(vec![]).unwrap()));
+        opts.insert(EdnsOption::Subnet(ClientSubnet::new(ip("10.9.8.0"), 24, 0)));
+        opts.insert(EdnsOption::Unknown(65001, vec![0xab; 3]));
+    }
+    e
+}
+
+fn edns_query(name: &str, qtype: RecordType, edns: Edns) -> Message {
+    let mut m = query(name, qtype);
+    m.set_edns(edns);
+    m
+}
+
+/// The reply through the general path alone and through `handle_into`
+/// (the fast path when it takes the query), as bytes.
+fn both_paths(w: &World, bytes: &[u8], t: Transport) -> [(&'static str, Vec<u8>); 2] {
+    let general = w.answerer.handle_general(bytes, t).unwrap().bytes;
+    let mut out = Vec::new();
+    w.answerer.handle_into(bytes, t, &mut out).unwrap();
+    [("general", general), ("handle_into", out)]
+}
+
+/// podns's OPT on the wire: always the last record, with no options, so
+/// the last 11 bytes: root, TYPE 41, CLASS = payload, TTL = extended
+/// rcode, version, DO|Z, Z, then RDLENGTH 0.
+fn wire_opt(reply: &[u8]) -> [u8; 11] {
+    let opt: [u8; 11] = reply[reply.len() - 11..].try_into().unwrap();
+    assert_eq!(opt[..3], [0, 0, 41], "OPT last: {reply:02x?}");
+    opt
+}
+
+#[test]
+fn the_opt_in_replies_is_version_0_with_podns_payload() {
+    let w = world();
+    let m = edns_query(
+        "cluster.local.",
+        RecordType::SOA,
+        client_edns(0, false, false),
     );
-    e.set_version(1);
-    m.set_edns(e);
-    let bytes = w
+    let r = Message::from_vec(
+        &w.answerer
+            .handle(&wire(&m, 4096), Transport::Udp)
+            .unwrap()
+            .bytes,
+    )
+    .unwrap();
+    let e = r.edns.as_ref().unwrap();
+    assert_eq!((e.max_payload(), e.version()), (MAX_UDP_PAYLOAD, 0));
+    // No OPT in, no OPT out (RFC 6891 §7).
+    assert!(w.ask("cluster.local.", RecordType::SOA).edns.is_none());
+}
+
+/// RFC 6891 §6.1.3: BADVERS (16) is header RCODE 0 plus extended-rcode 1
+/// in an OPT of version 0, and the question comes back, on both paths and
+/// for questions the fast path takes and those it does not.
+#[test]
+fn edns_version_above_0_gets_badvers_with_the_question_and_an_opt_of_version_0() {
+    let mut w = world();
+    trainer(&mut w, 2);
+    for (name, qtype, fast) in [
+        (
+            "trainer-0.trainer.ml.svc.cluster.local.",
+            RecordType::A,
+            true,
+        ),
+        ("Trainer.ML.svc.cluster.local.", RecordType::SRV, true),
+        ("example.com.", RecordType::A, true),
+        ("trainer.ml.svc.cluster.local.", RecordType::ANY, false),
+        ("*.ml.svc.cluster.local.", RecordType::A, false),
+        ("4.0.1.10.in-addr.arpa.", RecordType::PTR, true),
+    ] {
+        for (version, dnssec_ok) in [(1, false), (1, true), (255, false)] {
+            let q = edns_query(name, qtype, client_edns(version, dnssec_ok, true));
+            let bytes = q.to_vec().unwrap();
+            let what = format!("{name} {qtype} version {version} do {dnssec_ok}");
+            assert_eq!(
+                w.answerer
+                    .handle_fast(&bytes, Transport::Udp, &mut Vec::new())
+                    .is_some(),
+                fast,
+                "{what}"
+            );
+            // The query's question ends where its OPT begins.
+            let question = &bytes[12..bytes.len() - wire_len_of_opt(&q)];
+            for t in [Transport::Udp, Transport::Tcp] {
+                for (path, out) in both_paths(&w, &bytes, t) {
+                    let what = format!("{what} {t:?} {path}");
+                    assert_eq!(out[2] & 0x80, 0x80, "QR: {what}");
+                    assert_eq!(out[3] & 0x0f, 0, "header RCODE 0: {what}");
+                    assert_eq!(&out[4..12], &[0, 1, 0, 0, 0, 0, 0, 1], "counts: {what}");
+                    assert_eq!(&out[12..12 + question.len()], question, "{what}");
+                    let flags = if dnssec_ok { 0x80 } else { 0 };
+                    assert_eq!(
+                        wire_opt(&out),
+                        [0, 0, 41, 0x04, 0xd0, 1, 0, flags, 0, 0, 0],
+                        "extended-rcode 1, version 0, payload 1232: {what}"
+                    );
+                    let r = Message::from_vec(&out).unwrap();
+                    assert_eq!(u16::from(r.metadata.response_code), 16, "{what}");
+                    assert_eq!(r.queries, q.queries, "{what}");
+                    assert_eq!(r.edns.as_ref().map(|e| e.version()), Some(0), "{what}");
+                    assert!(!r.metadata.authoritative, "{what}");
+                }
+            }
+        }
+    }
+}
+
+/// The query's bytes with the client's payload size in its OPT. hickory
+/// raises a payload size under 512 to 512 when it encodes (and when it
+/// decodes), so sizes such as 0 or 100 are written here into the bytes,
+/// as a client would send them.
+fn wire(q: &Message, payload: u16) -> Vec<u8> {
+    let mut bytes = q.to_vec().unwrap();
+    let at = bytes.len() - wire_len_of_opt(q);
+    assert_eq!(bytes[at..at + 3], [0, 0, 41], "the query's OPT is last");
+    bytes[at + 3..at + 5].copy_from_slice(&payload.to_be_bytes());
+    bytes
+}
+
+/// The length of the query's OPT record on the wire.
+fn wire_len_of_opt(q: &Message) -> usize {
+    let e = q.edns.as_ref().unwrap();
+    11 + e
+        .options()
+        .as_ref()
+        .iter()
+        .map(|(_, o)| 4 + usize::from(o.len()))
+        .sum::<usize>()
+}
+
+/// RFC 3225 §3: DO is copied from the query's OPT into the reply's, for
+/// every reply that carries an OPT.
+#[test]
+fn the_do_bit_is_copied_into_every_reply_with_an_opt() {
+    let mut w = world();
+    trainer(&mut w, 100);
+    let two_questions = |e: Edns| {
+        let mut m = edns_query("trainer-0.trainer.ml.svc.cluster.local.", RecordType::A, e);
+        m.add_query(Query::query(
+            Name::from_ascii("trainer-1.trainer.ml.svc.cluster.local.").unwrap(),
+            RecordType::A,
+        ));
+        m
+    };
+    let notify = |e: Edns| {
+        let mut m = edns_query("cluster.local.", RecordType::SOA, e);
+        m.metadata.op_code = OpCode::Notify;
+        m
+    };
+    let q = |name: &'static str, qtype| move |e: Edns| edns_query(name, qtype, e);
+    type Case<'a> = (&'a str, Box<dyn Fn(Edns) -> Message>, u16, bool);
+    let cases: Vec<Case> = vec![
+        (
+            "positive",
+            Box::new(q("trainer-0.trainer.ml.svc.cluster.local.", RecordType::A)),
+            0,
+            false,
+        ),
+        (
+            "positive any",
+            Box::new(q(
+                "trainer-0.trainer.ml.svc.cluster.local.",
+                RecordType::ANY,
+            )),
+            0,
+            false,
+        ),
+        (
+            "nodata",
+            Box::new(q(
+                "trainer-0.trainer.ml.svc.cluster.local.",
+                RecordType::AAAA,
+            )),
+            0,
+            false,
+        ),
+        (
+            "nxdomain",
+            Box::new(q("nobody.ml.svc.cluster.local.", RecordType::A)),
+            3,
+            false,
+        ),
+        (
+            "refused",
+            Box::new(q("example.com.", RecordType::A)),
+            5,
+            false,
+        ),
+        (
+            "tc",
+            Box::new(q("trainer.ml.svc.cluster.local.", RecordType::A)),
+            0,
+            true,
+        ),
+        (
+            "tc srv",
+            Box::new(q("trainer.ml.svc.cluster.local.", RecordType::SRV)),
+            0,
+            true,
+        ),
+        ("formerr", Box::new(two_questions), 1, false),
+        ("notimp", Box::new(notify), 4, false),
+    ];
+    for (what, make, rcode, tc) in &cases {
+        for dnssec_ok in [false, true] {
+            let bytes = make(client_edns(0, dnssec_ok, false)).to_vec().unwrap();
+            for (path, out) in both_paths(&w, &bytes, Transport::Udp) {
+                let what = format!("{what} do={dnssec_ok} {path}");
+                let r = Message::from_vec(&out).unwrap();
+                assert_eq!(u16::from(r.metadata.response_code), *rcode, "{what}");
+                assert_eq!(r.metadata.truncation, *tc, "{what}");
+                assert_eq!(
+                    r.edns.as_ref().map(|e| e.flags().dnssec_ok),
+                    Some(dnssec_ok),
+                    "{what}"
+                );
+                assert_eq!(wire_opt(&out)[7] & 0x80 != 0, dnssec_ok, "{what}");
+            }
+        }
+    }
+    let bytes = edns_query(
+        "trainer-0.trainer.ml.svc.cluster.local.",
+        RecordType::A,
+        client_edns(0, true, false),
+    )
+    .to_vec()
+    .unwrap();
+    assert!(
+        w.answerer
+            .handle_fast(&bytes, Transport::Udp, &mut Vec::new())
+            .is_some(),
+        "the fast path's own OPT was checked above"
+    );
+    // SERVFAIL before the index is synced carries DO back too.
+    let unsynced = Answerer::new(Table::new(), AnswerConfig::default());
+    let r = unsynced
+        .handle(&bytes, Transport::Udp)
+        .map(|r| Message::from_vec(&r.bytes).unwrap())
+        .unwrap();
+    assert_eq!(r.metadata.response_code, ResponseCode::ServFail);
+    assert_eq!(r.edns.map(|e| e.flags().dnssec_ok), Some(true));
+}
+
+/// RFC 6891 §6.1.2: options and flags podns does not implement are
+/// ignored (the answer is the same) and never echoed (its OPT has no
+/// option and no flag but DO).
+#[test]
+fn unknown_edns_options_and_flags_are_ignored_and_never_echoed() {
+    let mut w = world();
+    trainer(&mut w, 3);
+    for (name, qtype) in [
+        ("trainer.ml.svc.cluster.local.", RecordType::A),
+        ("trainer.ml.svc.cluster.local.", RecordType::SRV),
+        ("nobody.ml.svc.cluster.local.", RecordType::A),
+    ] {
+        let plain = edns_query(name, qtype, client_edns(0, false, false));
+        let odd = edns_query(name, qtype, client_edns(0, false, true));
+        assert!(odd.to_vec().unwrap().len() > plain.to_vec().unwrap().len() + 20);
+        for t in [Transport::Udp, Transport::Tcp] {
+            let [(_, want), _] = both_paths(&w, &plain.to_vec().unwrap(), t);
+            for (path, out) in both_paths(&w, &odd.to_vec().unwrap(), t) {
+                let what = format!("{name} {qtype} {t:?} {path}");
+                assert_eq!(out, want, "same reply with or without them: {what}");
+                assert_eq!(
+                    wire_opt(&out),
+                    [0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0],
+                    "{what}"
+                );
+            }
+        }
+    }
+}
+
+/// RFC 6891 §6.1.1: more than one OPT is FORMERR.
+#[test]
+fn two_opt_records_are_formerr() {
+    let mut w = world();
+    trainer(&mut w, 1);
+    let q = edns_query(
+        "trainer-0.trainer.ml.svc.cluster.local.",
+        RecordType::A,
+        client_edns(0, true, false),
+    );
+    let mut bytes = q.to_vec().unwrap();
+    let opt = bytes[bytes.len() - 11..].to_vec();
+    bytes.extend_from_slice(&opt);
+    bytes[11] = 2;
+    let mut out = Vec::new();
+    let meta = w
         .answerer
-        .handle(&m.to_vec().unwrap(), Transport::Udp)
-        .unwrap()
-        .bytes;
-    let r = Message::from_vec(&bytes).unwrap();
-    // BADVERS and BADSIG share code 16 (RFC 6891 §9); a decoder may name either.
-    assert_eq!(u16::from(r.metadata.response_code), 16);
+        .handle_into(&bytes, Transport::Udp, &mut out)
+        .unwrap();
+    assert_eq!(meta.rcode, ResponseCode::FormErr);
+    assert_eq!(&out[..2], &q.metadata.id.to_be_bytes());
+}
+
+/// RFC 6891 §6.2.5: a payload size under 512 counts as 512; and podns
+/// never sends more than 1232 bytes over UDP (DNS Flag Day 2020), whatever
+/// the client offers. TCP always carries the whole answer.
+#[test]
+fn small_payload_sizes_count_as_512_and_udp_stops_at_1232() {
+    let mut w = world();
+    let gang = |w: &mut World, name: &str, n: u32, net: u32| {
+        w.svc(headless("ml", name, name));
+        for i in 0..n {
+            w.pod(
+                pod(
+                    "ml",
+                    &format!("{name}-{i}"),
+                    &format!("10.{net}.0.{}", i + 1),
+                )
+                .label("app", name),
+            );
+        }
+    };
+    // About 380, 700 and 1,700 bytes of A records.
+    gang(&mut w, "g20", 20, 20);
+    gang(&mut w, "g40", 40, 40);
+    gang(&mut w, "g100", 100, 100);
+    // A is the fast path's; ANY (its minimal answer is the same addresses)
+    // the general path's.
+    for qtype in [RecordType::A, RecordType::ANY] {
+        let query_bytes = |name: &str, payload: u16| {
+            let q = edns_query(
+                &format!("{name}.ml.svc.cluster.local."),
+                qtype,
+                client_edns(0, false, false),
+            );
+            wire(&q, payload)
+        };
+        let ask = |name: &str, payload: u16, t: Transport| {
+            both_paths(&w, &query_bytes(name, payload), t).map(|(_, out)| {
+                let r = Message::from_vec(&out).unwrap();
+                (out.len(), r.metadata.truncation, ips(&r).len())
+            })
+        };
+        for payload in [0, 1, 100, 511, 512] {
+            if qtype == RecordType::A {
+                let mut out = Vec::new();
+                let fast =
+                    w.answerer
+                        .handle_fast(&query_bytes("g20", payload), Transport::Udp, &mut out);
+                assert!(
+                    fast.is_some_and(|m| !m.truncated),
+                    "fast path, payload {payload}"
+                );
+            }
+            for (len, tc, n) in ask("g20", payload, Transport::Udp) {
+                assert!(!tc && n == 20, "{qtype} payload {payload}: fits 512");
+                assert!(len > 300 && len <= 512, "{len}");
+            }
+            for (len, tc, n) in ask("g40", payload, Transport::Udp) {
+                assert!(
+                    tc && n == 0 && len <= 512,
+                    "{qtype} payload {payload}: {len}"
+                );
+            }
+        }
+        for payload in [1232, 4096, 65535] {
+            for (len, tc, n) in ask("g40", payload, Transport::Udp) {
+                assert!(
+                    !tc && n == 40 && len > 512 && len <= 1232,
+                    "{qtype} {payload}"
+                );
+            }
+            for (len, tc, n) in ask("g100", payload, Transport::Udp) {
+                assert!(
+                    tc && n == 0 && len <= 1232,
+                    "{qtype} payload {payload}: {len}"
+                );
+            }
+        }
+        for (_, tc, n) in ask("g100", 100, Transport::Tcp) {
+            assert!(!tc && n == 100, "{qtype} over TCP");
+        }
+    }
 }
 
 #[test]
@@ -923,7 +1291,7 @@ fn unused_record_helper_compiles() {
 
 /// The wire fast path and the general path give the same reply, field by
 /// field, for every kind of question the fast path takes and for the ones
-/// it must hand over.
+/// it must hand over, with and without EDNS; and both keep the EDNS rules.
 #[test]
 fn fast_path_agrees_with_the_general_path() {
     let mut w = world_with(
@@ -989,19 +1357,38 @@ fn fast_path_agrees_with_the_general_path() {
         RecordType::ANY,
         RecordType::AXFR,
     ];
+    // EDNS as clients send it: none, payload sizes below 512 (counted as
+    // 512), at and above 1232 (capped), DO, unknown flags and options,
+    // and versions podns does not speak (BADVERS).
+    // (payload, version, DO, other flags and options)
+    let ednses = [
+        None,
+        Some((512u16, 0u8, false, false)),
+        Some((1232, 0, false, false)),
+        Some((4096, 0, false, false)),
+        Some((0, 0, true, false)),
+        Some((100, 0, false, true)),
+        Some((511, 0, true, true)),
+        Some((1232, 0, true, true)),
+        Some((65535, 0, false, true)),
+        Some((1232, 1, false, false)),
+        Some((4096, 1, true, true)),
+        Some((100, 255, true, false)),
+    ];
     let mut fast_taken = 0;
     for name in names {
         for qtype in types {
-            for edns in [None, Some(512u16), Some(1232), Some(4096)] {
+            for edns in ednses {
                 for cd in [false, true] {
                     let mut q = query(name, qtype);
                     q.metadata.checking_disabled = cd;
-                    if let Some(p) = edns {
-                        let mut e = Edns::new();
-                        e.set_max_payload(p);
-                        q.set_edns(e);
+                    if let Some((_, version, dnssec_ok, extras)) = edns {
+                        q.set_edns(client_edns(version, dnssec_ok, extras));
                     }
-                    let bytes = q.to_vec().unwrap();
+                    let bytes = match edns {
+                        Some((payload, ..)) => wire(&q, payload),
+                        None => q.to_vec().unwrap(),
+                    };
                     for transport in [Transport::Udp, Transport::Tcp] {
                         let general = w.answerer.handle_general(&bytes, transport).unwrap();
                         let mut out = Vec::new();
@@ -1012,7 +1399,7 @@ fn fast_path_agrees_with_the_general_path() {
                             fast_taken += 1;
                         }
                         let meta = w.answerer.handle_into(&bytes, transport, &mut out).unwrap();
-                        let what = format!("{name} {qtype} edns={edns:?} {transport:?}");
+                        let what = format!("{name} {qtype} edns={edns:?} cd={cd} {transport:?}");
                         let (f, g) = (
                             Message::from_vec(&out).expect(&what),
                             Message::from_vec(&general.bytes).unwrap(),
@@ -1023,8 +1410,35 @@ fn fast_path_agrees_with_the_general_path() {
                             (general.rcode, general.qtype, general.truncated),
                             "{what}"
                         );
+                        // What both replies must say about EDNS (they are
+                        // equal, so checking one checks both).
+                        match edns {
+                            None => assert!(g.edns.is_none(), "{what}"),
+                            Some((_, version, dnssec_ok, _)) => {
+                                let e = g.edns.as_ref().expect(&what);
+                                assert_eq!(
+                                    (e.version(), e.max_payload(), e.flags().dnssec_ok),
+                                    (0, MAX_UDP_PAYLOAD, dnssec_ok),
+                                    "{what}"
+                                );
+                                assert_eq!(e.flags().z, 0, "{what}");
+                                assert!(e.options().as_ref().is_empty(), "{what}");
+                                let badvers = u16::from(g.metadata.response_code) == 16;
+                                assert_eq!(badvers, version > 0, "{what}");
+                                if badvers {
+                                    assert_eq!(g.queries, q.queries, "{what}");
+                                    for reply in [&out, &general.bytes] {
+                                        assert_eq!(reply[3] & 0x0f, 0, "{what}");
+                                        assert_eq!(wire_opt(reply)[5..7], [1, 0], "{what}");
+                                    }
+                                }
+                            }
+                        }
                         if transport == Transport::Udp {
-                            assert!(out.len() <= usize::from(edns.unwrap_or(512).clamp(512, 1232)));
+                            let payload = edns.map_or(512, |(p, ..)| p);
+                            let limit = usize::from(payload.clamp(512, 1232));
+                            assert!(out.len() <= limit, "{what}");
+                            assert!(general.bytes.len() <= limit, "{what}");
                         }
                     }
                 }

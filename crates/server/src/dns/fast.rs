@@ -4,11 +4,13 @@
 //! or NODATA — are read and answered straight from and into bytes, with no
 //! `Message` built, no `Name` parsed and no allocation.
 //!
-//! Everything else (other types, CNAMEs, the apex and the fixed names,
-//! reverse names, unsynced index, odd headers or names) returns `None` and
-//! takes the general path in [`super::answer`], which holds the rules. The
-//! two must agree; `answer_tests::fast_path_agrees_with_the_general_path`
-//! compares them on every kind of query, and the `request` fuzz target runs
+//! It also answers BADVERS (an OPT version above 0) for any question it
+//! can read. Everything else (other types, CNAMEs, the apex and the fixed
+//! names, reverse names, unsynced index, odd headers or names) returns
+//! `None` and takes the general path in [`super::answer`], which holds the
+//! rules. The two must agree;
+//! `answer_tests::fast_path_agrees_with_the_general_path` compares them on
+//! every kind of query and EDNS record, and the `request` fuzz target runs
 //! this code on every input.
 
 use hickory_proto::op::ResponseCode;
@@ -35,8 +37,19 @@ struct Question {
     /// End of the question section (name, type, class).
     end: usize,
     qtype: u16,
-    /// The client's UDP payload size when it sent EDNS (version 0).
-    edns: Option<u16>,
+    /// The client's OPT record, when it sent one.
+    edns: Option<Opt>,
+}
+
+/// What the fast path reads from the client's OPT record; its options and
+/// other flags are ignored, as the general path ignores them.
+#[derive(Clone, Copy)]
+struct Opt {
+    /// The client's UDP payload size, as sent (clamped where it is used).
+    payload: u16,
+    version: u8,
+    /// The DO bit, copied into the reply (RFC 3225 §3).
+    dnssec_ok: bool,
 }
 
 /// The zone data the fast path needs, precomputed from the answer config.
@@ -56,18 +69,25 @@ pub(super) fn answer(
     zones: &Zones<'_>,
     out: &mut Vec<u8>,
 ) -> Option<ReplyMeta> {
+    let mut key = [0u8; 255];
+    let (q, key_len) = parse(bytes, &mut key)?;
+    if q.edns.is_some_and(|e| e.version > 0) {
+        // Before everything else, as in the general path: the client
+        // does not speak our EDNS version, whatever the name. A question
+        // the parser took is at most 259 bytes: the reply fits 512.
+        out.clear();
+        return Some(badvers(&q, bytes, out));
+    }
     if !table.is_synced() {
         return None; // SERVFAIL: rare, and the general path says why
     }
-    let mut key = [0u8; 255];
-    let (q, key_len) = parse(bytes, &mut key)?;
     let name = std::str::from_utf8(&key[..key_len]).ok()?;
     let (rel, zone_at) = place(name, zones)?;
     let limit = if !udp {
         usize::from(u16::MAX)
     } else {
         q.edns
-            .map_or(512, |p| usize::from(p.clamp(512, MAX_UDP_PAYLOAD)))
+            .map_or(512, |e| usize::from(e.payload.clamp(512, MAX_UDP_PAYLOAD)))
     };
     out.clear();
     match table.lookup(rel) {
@@ -166,15 +186,20 @@ fn parse(b: &[u8], key: &mut [u8; 255]) -> Option<(Question, usize)> {
         }
         let payload = be16(b, j + 3)?;
         let (ext_rcode, version) = (*b.get(j + 5)?, *b.get(j + 6)?);
-        if ext_rcode != 0 || version != 0 {
-            return None; // BADVERS and friends
+        if ext_rcode != 0 {
+            return None; // meaningless in a query: the general path decides
         }
+        let dnssec_ok = *b.get(j + 7)? & 0x80 != 0;
         let rdlen = usize::from(be16(b, j + 9)?);
         j += 11 + rdlen;
         if j > b.len() {
             return None;
         }
-        edns = Some(payload);
+        edns = Some(Opt {
+            payload,
+            version,
+            dnssec_ok,
+        });
     }
     if j != b.len() {
         return None; // trailing bytes: let the general parser decide
@@ -236,13 +261,31 @@ fn begin(
     out.extend_from_slice(&req[HEADER..q.end]);
 }
 
-/// Our OPT record when the client sent one: payload 1232, no flags.
-fn opt(q: &Question, out: &mut Vec<u8>) {
-    if q.edns.is_some() {
+/// Our OPT record when the client sent one: root owner, payload 1232,
+/// TTL = extended rcode, version 0, the client's DO bit (RFC 3225 §3) and
+/// no other flag, no options (RFC 6891 §6.1.2: never echoed).
+fn opt(q: &Question, ext_rcode: u8, out: &mut Vec<u8>) {
+    if let Some(e) = q.edns {
         out.push(0);
         out.extend_from_slice(&TYPE_OPT.to_be_bytes());
         out.extend_from_slice(&MAX_UDP_PAYLOAD.to_be_bytes());
-        out.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+        let flags = if e.dnssec_ok { 0x80 } else { 0 };
+        out.extend_from_slice(&[ext_rcode, 0, flags, 0, 0, 0]);
+    }
+}
+
+/// RFC 6891 §6.1.3: an OPT version podns does not implement gets BADVERS
+/// (16: header RCODE 0, extended-rcode 1 in our OPT of version 0) with the
+/// question echoed and no AA (nothing was looked up).
+fn badvers(q: &Question, req: &[u8], out: &mut Vec<u8>) -> ReplyMeta {
+    let rcode = ResponseCode::BADVERS;
+    begin(q, req, rcode, false, [0, 0, 0], out);
+    out[2] &= !0x04; // AA off: no zone data was consulted
+    opt(q, rcode.high(), out);
+    ReplyMeta {
+        rcode,
+        qtype: Some(RecordType::from(q.qtype)),
+        truncated: false,
     }
 }
 
@@ -266,7 +309,7 @@ fn addresses(
         // RFC 2181 §9: TC=1 and the question only; the client retries
         // over TCP.
         begin(q, req, ResponseCode::NoError, true, [0, 0, 0], out);
-        opt(q, out);
+        opt(q, 0, out);
         return Some(ReplyMeta {
             rcode: ResponseCode::NoError,
             qtype,
@@ -290,7 +333,7 @@ fn addresses(
     } else {
         rrs.aaaa.iter().for_each(|ip| rr(&ip.octets()));
     }
-    opt(q, out);
+    opt(q, 0, out);
     Some(ReplyMeta {
         rcode: ResponseCode::NoError,
         qtype,
@@ -329,7 +372,7 @@ fn negative(
     out.extend_from_slice(&zones.negative_ttl.to_be_bytes());
     let rdlen = (out.len() - rdlen_at - 2) as u16;
     out[rdlen_at..rdlen_at + 2].copy_from_slice(&rdlen.to_be_bytes());
-    opt(q, out);
+    opt(q, 0, out);
     Some(ReplyMeta {
         rcode,
         qtype: Some(RecordType::from(q.qtype)),

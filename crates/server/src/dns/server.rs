@@ -15,7 +15,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::Metrics;
-use crate::admin::metrics::{ActionLabels, RcodeLabels, RequestLabels, qtype_label, rcode_label};
+use crate::admin::metrics::{
+    ActionLabels, HistogramShard, RcodeLabels, RequestLabels, qtype_label, rcode_label,
+};
 use prometheus_client::metrics::counter::Counter;
 
 use super::answer::{Answerer, ReplyMeta, Transport};
@@ -59,13 +61,36 @@ pub fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::from_std(sock.into())
 }
 
-/// The per-query counters of one serving loop, looked up in the metric
-/// families once per label set and then kept: a family lookup takes a
-/// shared lock and hashes the labels, per query, on every UDP thread.
+/// The per-query metrics of one serving loop: counters looked up in their
+/// families once per label set and then kept (a family lookup takes a
+/// shared lock and hashes the labels), and the loop's own shard of the
+/// request-duration histogram (one shared `Histogram` locks per
+/// observation). Nothing here takes a lock per query (`--rrl` itself does:
+/// its buckets are one map behind a mutex).
 struct Counters {
     metrics: Metrics,
     requests: Vec<(RequestLabels, Counter)>,
     responses: Vec<(&'static str, Counter)>,
+    rate_limited: Vec<(&'static str, Counter)>,
+    duration: HistogramShard,
+}
+
+/// The counter for `key` in a loop's cache, looked up in the family on
+/// first use only.
+fn cached<K: PartialEq>(
+    cache: &mut Vec<(K, Counter)>,
+    key: K,
+    lookup: impl FnOnce(&K) -> Counter,
+) -> &Counter {
+    let i = match cache.iter().position(|(k, _)| *k == key) {
+        Some(i) => i,
+        None => {
+            let counter = lookup(&key);
+            cache.push((key, counter));
+            cache.len() - 1
+        }
+    };
+    &cache[i].1
 }
 
 impl Counters {
@@ -74,6 +99,8 @@ impl Counters {
             metrics: metrics.clone(),
             requests: Vec::new(),
             responses: Vec::new(),
+            rate_limited: Vec::new(),
+            duration: metrics.request_duration.shard(),
         }
     }
 
@@ -82,37 +109,31 @@ impl Counters {
             qtype: qtype_label(reply.qtype),
             proto: transport.label(),
         };
-        match self.requests.iter().find(|(l, _)| *l == labels) {
-            Some((_, c)) => {
-                c.inc();
-            }
-            None => {
-                let c = self.metrics.requests.get_or_create(&labels).clone();
-                c.inc();
-                self.requests.push((labels, c));
-            }
-        };
+        let family = &self.metrics.requests;
+        cached(&mut self.requests, labels, |labels| {
+            family.get_or_create(labels).clone()
+        })
+        .inc();
         let rcode = rcode_label(reply.rcode);
-        match self.responses.iter().find(|(r, _)| *r == rcode) {
-            Some((_, c)) => {
-                c.inc();
-            }
-            None => {
-                let c = self
-                    .metrics
-                    .responses
-                    .get_or_create(&RcodeLabels { rcode })
-                    .clone();
-                c.inc();
-                self.responses.push((rcode, c));
-            }
-        };
+        let family = &self.metrics.responses;
+        cached(&mut self.responses, rcode, |&rcode| {
+            family.get_or_create(&RcodeLabels { rcode }).clone()
+        })
+        .inc();
         if reply.truncated {
             self.metrics.truncated.inc();
         }
-        self.metrics
-            .request_duration
-            .observe(started.elapsed().as_secs_f64());
+        self.duration.observe(started.elapsed().as_secs_f64());
+    }
+
+    /// Count a response withheld by `--rrl`: under a flood that is every
+    /// query, so it is counted on the loop's cached counters too.
+    fn rate_limited(&mut self, action: &'static str) {
+        let family = &self.metrics.rate_limited;
+        cached(&mut self.rate_limited, action, |&action| {
+            family.get_or_create(&ActionLabels { action }).clone()
+        })
+        .inc();
     }
 }
 
@@ -120,7 +141,7 @@ impl Counters {
 /// (the reply, or its slip: TC=1, question only), false to drop it.
 fn rate_limited(
     rrl: Option<&Rrl>,
-    metrics: &Metrics,
+    counters: &mut Counters,
     bytes: &mut Vec<u8>,
     src: SocketAddr,
 ) -> bool {
@@ -132,10 +153,7 @@ fn rate_limited(
         Verdict::Slip => "slip",
         Verdict::Drop => "drop",
     };
-    metrics
-        .rate_limited
-        .get_or_create(&ActionLabels { action })
-        .inc();
+    counters.rate_limited(action);
     match (action, rrl::slip(bytes)) {
         ("slip", Some(slipped)) => {
             *bytes = slipped;
@@ -232,7 +250,7 @@ fn run_udp_with(
                 continue;
             };
             counters.count(&meta, Transport::Udp, started);
-            if rate_limited(rrl.as_deref(), &metrics, out, src) {
+            if rate_limited(rrl.as_deref(), &mut counters, out, src) {
                 ready.push((i, src));
             }
         }

@@ -403,6 +403,7 @@ struct Watch<K: Watched> {
 
 impl<K: Watched> Watch<K> {
     fn restart(&self, reason: &'static str) {
+        debug_assert!(RESTART_REASONS.contains(&reason), "unlisted {reason}");
         self.metrics
             .watch_restarts
             .get_or_create(&RestartLabels {
@@ -413,6 +414,18 @@ impl<K: Watched> Watch<K> {
     }
 
     async fn run(mut self) {
+        // Every reason at 0 before the first error, so the restart alert's
+        // increase() counts the first restart too (see admin/metrics.rs);
+        // the same for the first skipped object.
+        let _ = self.metrics.watch_skipped.get_or_create(&ResourceLabels {
+            resource: K::RESOURCE,
+        });
+        for reason in RESTART_REASONS {
+            let _ = self.metrics.watch_restarts.get_or_create(&RestartLabels {
+                resource: K::RESOURCE,
+                reason,
+            });
+        }
         let mut streaming = self.streaming != StreamingList::Off;
         // Auto may fall back until the first streaming list completes.
         let mut may_fall_back = self.streaming == StreamingList::Auto;
@@ -559,6 +572,18 @@ fn status(error: &watcher::Error) -> Option<&Status> {
         watcher::Error::NoResourceVersion => None,
     }
 }
+
+/// Every `reason` label of `podns_watch_restarts`: what [`restart_reason`]
+/// gives, and `streaming_refused` (a fallback to list + watch).
+pub const RESTART_REASONS: [&str; 7] = [
+    "expired_410",
+    "throttled_429",
+    "unavailable",
+    "list_failed",
+    "no_resource_version",
+    "watch_failed",
+    "streaming_refused",
+];
 
 /// The `reason` label of a watch restart.
 pub fn restart_reason(error: &watcher::Error) -> &'static str {
