@@ -553,7 +553,8 @@ pub fn envelope(b: &[u8]) -> Result<Envelope<'_>, PbError> {
             }
             (2, v) => out.raw = sub(v).ok_or(PbError("bad raw"))?,
             (3, v) => {
-                if !str_of(v).ok_or(PbError("bad contentEncoding"))?.is_empty() {
+                let enc = str_of(v).ok_or(PbError("bad contentEncoding"))?;
+                if !enc.is_empty() {
                     return Err(PbError("encoded content is not supported"));
                 }
             }
