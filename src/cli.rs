@@ -13,6 +13,7 @@ use podns_server::dns::Zone;
 use podns_server::dns::server::TcpLimits;
 use podns_server::index::{Duplicates, Hostnames, Policy, Publish};
 use podns_server::k8s::watch::StreamingList;
+use podns_server::k8s::wire::Wire;
 use podns_server::serve::ServeConfig;
 use podns_server::zonefile::ZonefileConfig;
 
@@ -143,6 +144,10 @@ pub struct ServeArgs {
     /// Initial list by watch stream (sendInitialEvents).
     #[arg(long, env = "PODNS_STREAMING_LIST", default_value = "auto", value_parser = keyword::<StreamingList>(StreamingList::NAMES))]
     pub streaming_list: StreamingList,
+    /// Encoding asked of the API server: auto (Protobuf, else JSON, as
+    /// client-go does for built-in types), protobuf, or json.
+    #[arg(long, env = "PODNS_WIRE", default_value = "auto", value_parser = keyword::<Wire>(Wire::NAMES))]
+    pub wire: Wire,
     /// Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
@@ -203,6 +208,7 @@ impl ServeArgs {
             label_selector: self.label_selector.clone(),
             consistent_list: self.consistent_list,
             streaming_list: self.streaming_list,
+            wire: self.wire,
             kubeconfig: self.kubeconfig.clone(),
             context: self.context.clone(),
             shutdown_grace: self.shutdown_grace.0,
@@ -236,6 +242,7 @@ impl ZonefileArgs {
             },
             kubeconfig: self.kubeconfig.clone(),
             context: self.context.clone(),
+            wire: self.wire,
         }
     }
 }
@@ -325,6 +332,9 @@ pub struct ZonefileArgs {
     /// Kubeconfig context to use.
     #[arg(long, env = "PODNS_CONTEXT")]
     pub context: Option<String>,
+    /// Encoding asked of the API server: auto, protobuf or json.
+    #[arg(long, env = "PODNS_WIRE", default_value = "auto", value_parser = keyword::<Wire>(Wire::NAMES))]
+    pub wire: Wire,
 }
 
 /// Flags of `podns wait`.

@@ -15,4 +15,5 @@ mod soak;
 mod support;
 mod unbound;
 mod wait;
+mod wire;
 mod zonefile;

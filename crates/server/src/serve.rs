@@ -21,6 +21,7 @@ use crate::dns::server::TcpLimits;
 use crate::index::{Policy, SyncNeeds, Table, Writer};
 use crate::k8s::watch::StreamingList;
 use crate::k8s::watch::{self, WatchConfig};
+use crate::k8s::wire::Wire;
 
 /// Everything `podns serve` needs; the CLI maps its flags into this.
 /// `Default` is the CLI's defaults on loopback port 0 (for tests and demos).
@@ -50,6 +51,8 @@ pub struct ServeConfig {
     /// Quorum reads instead of lists from the watch cache.
     pub consistent_list: bool,
     pub streaming_list: StreamingList,
+    /// Protobuf or JSON from the API server (`auto`: Protobuf when offered).
+    pub wire: Wire,
     /// A kubeconfig path (None: `$KUBECONFIG`, `~/.kube/config`, in-cluster).
     pub kubeconfig: Option<std::path::PathBuf>,
     /// The kubeconfig context to use.
@@ -81,6 +84,7 @@ impl Default for ServeConfig {
             label_selector: None,
             consistent_list: false,
             streaming_list: StreamingList::Auto,
+            wire: Wire::Auto,
             kubeconfig: None,
             context: None,
             shutdown_grace: std::time::Duration::from_secs(5),
@@ -287,6 +291,7 @@ pub fn start(
         consistent_list: args.consistent_list,
         streaming: args.streaming_list,
         jobs: args.policy.rank_view,
+        wire: args.wire,
     };
     let needs = SyncNeeds {
         pod_scopes: watch::pod_scopes(&wcfg),

@@ -29,6 +29,7 @@ use crate::index::names::{IN_ADDR_ARPA, IP6_ARPA};
 use crate::index::{Change, Policy, Rrs, SyncNeeds, Table, Update, Writer};
 use crate::k8s::convert;
 use crate::k8s::slim::{SlimJob, SlimPod, SlimService};
+use crate::k8s::wire::{RawWatched, Wire, list_page};
 use crate::serve::ConfigError;
 
 /// The first line of every zone section on stdout.
@@ -309,6 +310,8 @@ pub struct ZonefileConfig {
     pub policy: Policy,
     pub kubeconfig: Option<std::path::PathBuf>,
     pub context: Option<String>,
+    /// Protobuf or JSON from the API server.
+    pub wire: Wire,
 }
 
 impl Default for ZonefileConfig {
@@ -328,6 +331,7 @@ impl Default for ZonefileConfig {
             },
             kubeconfig: None,
             context: None,
+            wire: Wire::Auto,
         }
     }
 }
@@ -343,12 +347,16 @@ pub fn validate(args: &ZonefileConfig) -> Result<(), ConfigError> {
 
 /// List everything once and build the index a fresh `podns serve` would
 /// hold after its first sync.
-pub async fn list_into_table(client: kube::Client, policy: Policy) -> anyhow::Result<Arc<Table>> {
-    let pods = list_all::<SlimPod>(client.clone()).await?;
-    let services = list_all::<SlimService>(client.clone()).await?;
+pub async fn list_into_table(
+    client: kube::Client,
+    policy: Policy,
+    wire: Wire,
+) -> anyhow::Result<Arc<Table>> {
+    let pods = list_all::<SlimPod>(client.clone(), wire).await?;
+    let services = list_all::<SlimService>(client.clone(), wire).await?;
     // The rank view's Jobs: optional, as in serve (no RBAC, no rank names).
     let jobs = if policy.rank_view {
-        match list_all::<SlimJob>(client).await {
+        match list_all::<SlimJob>(client, wire).await {
             Ok(jobs) => jobs,
             Err(error) => {
                 tracing::warn!(error = %format!("{error:#}"), "no Jobs: the export has no JobSet-wide ranks");
@@ -403,20 +411,20 @@ pub async fn list_into_table(client: kube::Client, policy: Policy) -> anyhow::Re
 
 /// A paginated list (pages of 500, as kubectl does), so a 100k-pod
 /// cluster is not one response.
-async fn list_all<K>(client: kube::Client) -> anyhow::Result<Vec<K>>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let api: Api<K> = Api::all(client);
+async fn list_all<K: RawWatched>(client: kube::Client, wire: Wire) -> anyhow::Result<Vec<K>> {
+    let api: Api<K> = Api::all(client.clone());
     let mut out = Vec::new();
     let mut params = ListParams::default().limit(500);
     loop {
-        let page = api
-            .list(&params)
-            .await
-            .with_context(|| format!("failed to list {}", K::plural(&())))?;
-        out.extend(page.items);
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+        let (items, cont) = if wire == Wire::Json {
+            let page = api.list(&params).await;
+            page.map(|p| (p.items, p.metadata.continue_.filter(|c| !c.is_empty())))
+        } else {
+            list_page::<K>(&client, wire, api.resource_url(), &params).await
+        }
+        .with_context(|| format!("failed to list {}", K::plural(&())))?;
+        out.extend(items);
+        match cont {
             Some(c) => params = params.continue_token(&c),
             None => break,
         }
@@ -458,7 +466,7 @@ pub async fn run(args: ZonefileConfig) -> anyhow::Result<()> {
     validate(&args)?;
     let client =
         crate::serve::kube_client_for(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
-    let table = list_into_table(client, args.policy).await?;
+    let table = list_into_table(client, args.policy, args.wire).await?;
     let zones: Vec<Name> = args.zones.iter().map(|z| z.0.clone()).collect();
     let mut texts = render_zones(&table.snapshot(), &zones, &render_config(&args));
     if args.reverse_only {

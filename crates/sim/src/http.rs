@@ -1,8 +1,11 @@
 //! The HTTP face of the simulator: Kubernetes REST paths under `/api`,
 //! discovery, and the simulator's own controls under `/sim/`.
 //!
-//! Every answer is JSON (`application/json`), whatever protobuf or Table
-//! media type the client prefers first; kubectl and client-go fall back.
+//! Pods, Services, Jobs and Namespaces are answered in the media type the
+//! client's `Accept` prefers: Protobuf (`application/vnd.kubernetes.protobuf`,
+//! `;stream=watch` for watches, see [`pbenc`](super::pbenc)) or JSON. Errors
+//! are JSON `Status` bodies, which every client reads. `--no-protobuf`
+//! refuses Protobuf as a server without it does.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -20,6 +23,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::Sim;
+use super::pbenc::{self, Media};
 use super::selector::{FieldSelector, LabelSelector};
 use super::store::{ApiError, EvType, Filter, Kind, Obj, decode_continue, event_line};
 use super::table;
@@ -223,6 +227,22 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
         _ => "unsupported",
     };
     sim.stats.count(verb, &resource);
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let media = match pbenc::negotiate(accept.as_deref(), sim.protobuf) {
+        Some(m) => m,
+        None if accept.as_deref().is_some_and(|a| a.contains("protobuf")) => {
+            return Err(ApiError::new(
+                406,
+                "NotAcceptable",
+                "only the following media types are accepted: application/json",
+            ));
+        }
+        None => Media::Json,
+    };
     let ns = t.ns.clone().unwrap_or_default();
     let name = t.name.clone().unwrap_or_default();
     match verb {
@@ -236,15 +256,15 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
                 };
                 return Ok(value_response(200, &table::table(t.kind, &page)));
             }
-            Ok(obj_response(200, &o))
+            Ok(obj_response(200, &o, t.kind, media))
         }
-        "list" => list(sim, &t, &q, req.headers()),
+        "list" => list(sim, &t, &q, req.headers(), media),
         "watch" => {
             let mut q = q;
             if let Some(n) = &t.name {
                 q.insert("fieldSelector".into(), format!("metadata.name={n}"));
             }
-            watch_start(sim, &t, &q, wants_table(req.headers()))
+            watch_start(sim, &t, &q, wants_table(req.headers()), media)
         }
         "create" => {
             if t.status {
@@ -263,12 +283,12 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
             }
             let v = body_json(req).await?;
             let o = sim.store.create(t.kind, &ns, v)?;
-            Ok(obj_response(201, &o))
+            Ok(obj_response(201, &o, t.kind, media))
         }
         "update" => {
             let v = body_json(req).await?;
             let o = sim.store.replace(t.kind, &ns, &name, v, t.status)?;
-            Ok(obj_response(200, &o))
+            Ok(obj_response(200, &o, t.kind, media))
         }
         "patch" => {
             let ct = req
@@ -290,7 +310,7 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
             }
             let v = body_json(req).await?;
             let o = sim.store.patch(t.kind, &ns, &name, v, t.status)?;
-            Ok(obj_response(200, &o))
+            Ok(obj_response(200, &o, t.kind, media))
         }
         "delete" => {
             let mut grace: Option<u64> = match q.get("gracePeriodSeconds") {
@@ -342,7 +362,7 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
                     let _ = sim.workload.delete_pod(&ns, &p.name, grace, Some(&p.uid));
                 }
             }
-            Ok(obj_response(200, &o))
+            Ok(obj_response(200, &o, t.kind, media))
         }
         _ => Err(ApiError::new(
             405,
@@ -360,7 +380,17 @@ fn wants_table(headers: &http::HeaderMap) -> bool {
         .is_some_and(|a| a.contains("as=Table"))
 }
 
-fn obj_response(code: u16, o: &Obj) -> Response {
+fn obj_response(code: u16, o: &Obj, kind: Kind, media: Media) -> Response {
+    if media == Media::Protobuf
+        && let Some(b) = o.pb_object(kind)
+    {
+        let mut r = json_response(code, b);
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(pbenc::PROTOBUF),
+        );
+        return r;
+    }
     json_response(code, o.bytes.clone())
 }
 
@@ -433,6 +463,7 @@ fn list(
     t: &Target,
     q: &Query,
     headers: &http::HeaderMap,
+    media: Media,
 ) -> Result<Response, ApiError> {
     let f = filter(t, q)?;
     let limit = match q.get("limit") {
@@ -500,6 +531,15 @@ fn list(
     if wants_table(headers) {
         return Ok(value_response(200, &table::table(t.kind, &page)));
     }
+    if media == Media::Protobuf
+        && let Some(items) = page
+            .items
+            .iter()
+            .map(|o| o.pb_item(t.kind).cloned())
+            .collect::<Option<Vec<Bytes>>>()
+    {
+        return Ok(pb_list(sim, t.kind, page.rv, page.cont.as_deref(), items));
+    }
     let mut head = format!(
         "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{}\"",
         t.kind.list_name(),
@@ -556,6 +596,34 @@ fn list(
     Ok(r)
 }
 
+/// A Protobuf list: the enveloped list head, then the items in chunks (a
+/// 100k-pod list never exists as one buffer).
+fn pb_list(sim: &Arc<Sim>, kind: Kind, rv: u64, cont: Option<&str>, items: Vec<Bytes>) -> Response {
+    let total = items.iter().map(Bytes::len).sum();
+    let head = Bytes::from(pbenc::list_head(kind, rv, cont, total));
+    let chunks = items
+        .chunks(256)
+        .map(|c| Bytes::from(c.concat()))
+        .collect::<Vec<_>>();
+    let counted = sim.stats.clone();
+    let stream = futures::StreamExt::map(
+        futures::stream::iter(std::iter::once(head).chain(chunks)),
+        move |b| {
+            counted
+                .bytes_sent
+                .fetch_add(b.len() as u64, Ordering::Relaxed);
+            Ok::<_, Infallible>(b)
+        },
+    );
+    let mut r = Response::new(Body::from_stream(stream));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(pbenc::PROTOBUF),
+    );
+    r.extensions_mut().insert(super::stats::Counted);
+    r
+}
+
 fn bookmark(kind: Kind, rv: u64, initial_end: bool) -> Bytes {
     let ann = if initial_end {
         ",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}"
@@ -569,7 +637,15 @@ fn bookmark(kind: Kind, rv: u64, initial_end: bool) -> Bytes {
     ))
 }
 
-fn watch_start(sim: &Arc<Sim>, t: &Target, q: &Query, table: bool) -> Result<Response, ApiError> {
+fn watch_start(
+    sim: &Arc<Sim>,
+    t: &Target,
+    q: &Query,
+    table: bool,
+    media: Media,
+) -> Result<Response, ApiError> {
+    // A Table watch is JSON whatever else the client accepts.
+    let media = if table { Media::Json } else { media };
     let f = filter(t, q)?;
     let bookmarks = truthy(q, "allowWatchBookmarks");
     let send_initial = q.get("sendInitialEvents").map(|s| s == "true" || s == "1");
@@ -625,6 +701,7 @@ fn watch_start(sim: &Arc<Sim>, t: &Target, q: &Query, table: bool) -> Result<Res
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     let w = WatchTask {
         table,
+        media,
         sim: sim.clone(),
         kind: t.kind,
         filter: f,
@@ -642,7 +719,10 @@ fn watch_start(sim: &Arc<Sim>, t: &Target, q: &Query, table: bool) -> Result<Res
     ));
     r.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
+        HeaderValue::from_static(match media {
+            Media::Json => "application/json",
+            Media::Protobuf => pbenc::PROTOBUF_WATCH,
+        }),
     );
     r.headers_mut().insert(
         header::CACHE_CONTROL,
@@ -661,6 +741,8 @@ struct WatchTask {
     initial_end_bookmark: bool,
     /// kubectl's `get -w` asks for Table rows; each event carries one.
     table: bool,
+    /// JSON lines or Protobuf frames.
+    media: Media,
     start_rv: Option<u64>,
     deadline: Option<Instant>,
     tx: mpsc::Sender<Result<Bytes, Infallible>>,
@@ -668,6 +750,9 @@ struct WatchTask {
 
 impl WatchTask {
     async fn send(&self, b: Bytes) -> bool {
+        if b.is_empty() {
+            return true;
+        }
         let n = b.len() as u64;
         if self.tx.send(Ok(b)).await.is_err() {
             return false;
@@ -687,6 +772,19 @@ impl WatchTask {
     /// A line for one object, built for this watcher (initial events and
     /// Table watches; shared events use `Event::line`).
     fn object_line(&self, ty: EvType, o: &Arc<Obj>) -> Bytes {
+        if self.media == Media::Protobuf
+            && let Some(obj) = o.pb_object(self.kind)
+        {
+            return Bytes::from(pbenc::watch_frame(
+                self.kind.api_version(),
+                ty.as_str(),
+                obj,
+            ));
+        }
+        if self.media == Media::Protobuf {
+            // No typed form (already warned): nothing a Protobuf client could read.
+            return Bytes::new();
+        }
         if self.table {
             let page = super::store::Page {
                 rv: o.rv,
@@ -697,6 +795,17 @@ impl WatchTask {
             event_line(ty.as_str(), &t)
         } else {
             event_line(ty.as_str(), &o.bytes)
+        }
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        match self.media {
+            Media::Json => bookmark(self.kind, rv, initial_end),
+            Media::Protobuf => Bytes::from(pbenc::watch_frame(
+                self.kind.api_version(),
+                "BOOKMARK",
+                pbenc::bookmark_object(self.kind, rv, initial_end),
+            )),
         }
     }
 
@@ -733,7 +842,7 @@ impl WatchTask {
                         return None;
                     }
                 }
-                if self.initial_end_bookmark && !self.send(bookmark(self.kind, rv, true)).await {
+                if self.initial_end_bookmark && !self.send(self.bookmark(rv, true)).await {
                     return None;
                 }
                 rv
@@ -749,10 +858,17 @@ impl WatchTask {
                         "too old resource version: {cursor} ({})",
                         store.oldest_resumable() + 1
                     ));
-                    let line = event_line(
-                        "ERROR",
-                        &serde_json::to_vec(&e.status()).unwrap_or_default(),
-                    );
+                    let line = match self.media {
+                        Media::Json => event_line(
+                            "ERROR",
+                            &serde_json::to_vec(&e.status()).unwrap_or_default(),
+                        ),
+                        Media::Protobuf => Bytes::from(pbenc::watch_frame(
+                            "v1",
+                            "ERROR",
+                            pbenc::status(&e.status()),
+                        )),
+                    };
                     self.send(line).await;
                     return None;
                 }
@@ -761,7 +877,7 @@ impl WatchTask {
                     for ev in evs {
                         if let Some(ty) = self.visible(&ev)
                             && !self
-                                .send(if self.table {
+                                .send(if self.table || self.media == Media::Protobuf {
                                     self.object_line(ty, &ev.obj)
                                 } else {
                                     ev.line(ty)
@@ -781,7 +897,7 @@ impl WatchTask {
             tokio::select! {
                 r = changes.changed() => { r.ok()?; }
                 _ = tokio::time::sleep_until(next_bookmark), if self.bookmarks => {
-                    if !self.send(bookmark(self.kind, cursor, false)).await {
+                    if !self.send(self.bookmark(cursor, false)).await {
                         return None;
                     }
                     next_bookmark = Instant::now() + interval;

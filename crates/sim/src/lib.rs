@@ -22,6 +22,7 @@ pub mod discovery;
 pub mod faults;
 pub mod field;
 pub mod http;
+pub mod pbenc;
 pub mod protobuf;
 pub mod selector;
 pub mod service_net;
@@ -104,6 +105,11 @@ pub struct SimArgs {
     /// pods); results from such runs must say so.
     #[arg(long)]
     pub lean_pods: bool,
+    /// Refuse Protobuf (answer JSON when the client also accepts it, 406
+    /// when it accepts only Protobuf), as a server without it would: tests
+    /// a client's fallback.
+    #[arg(long)]
+    pub no_protobuf: bool,
 }
 
 impl Default for SimArgs {
@@ -129,6 +135,7 @@ impl Default for SimArgs {
             scenario: None,
             job_kind: "indexed-job".into(),
             lean_pods: false,
+            no_protobuf: false,
         }
     }
 }
@@ -171,6 +178,8 @@ pub struct Sim {
     pub shutdown: CancellationToken,
     pub addr: SocketAddr,
     pub bookmark_interval: u64,
+    /// Pods, Services, Jobs and Namespaces may be answered in Protobuf.
+    pub protobuf: bool,
 }
 
 /// A running simulator.
@@ -319,6 +328,7 @@ pub async fn spawn(
         shutdown: shutdown.clone(),
         addr,
         bookmark_interval: args.bookmark_interval,
+        protobuf: !args.no_protobuf,
     });
     {
         let (sim, args) = (sim.clone(), args.clone());

@@ -17,6 +17,8 @@ pub struct Counted;
 pub struct Stats {
     requests: Mutex<BTreeMap<String, BTreeMap<String, u64>>>,
     responses: Mutex<BTreeMap<u16, u64>>,
+    /// Responses by `Content-Type` (`application/vnd.kubernetes.protobuf`…).
+    content_types: Mutex<BTreeMap<String, u64>>,
     pub requests_total: AtomicU64,
     pub open_watches: AtomicI64,
     pub watch_events_sent: AtomicU64,
@@ -43,6 +45,18 @@ impl Stats {
             .unwrap_or_else(|p| p.into_inner())
             .entry(r.status().as_u16())
             .or_default() += 1;
+        let ct = r
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        *self
+            .content_types
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(ct)
+            .or_default() += 1;
         if r.extensions().get::<Counted>().is_none()
             && let Some(n) = r.body().size_hint().exact()
         {
@@ -57,6 +71,10 @@ impl Stats {
             .unwrap_or_else(|p| p.into_inner())
             .clear();
         self.responses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.content_types
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
@@ -82,7 +100,13 @@ impl Stats {
             .iter()
             .map(|(k, v)| (k.to_string(), *v))
             .collect();
+        let content_types = self
+            .content_types
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         json!({
+            "responses_by_content_type": content_types,
             "requests_total": self.requests_total.load(Ordering::Relaxed),
             "requests": requests,
             "responses": responses,

@@ -214,9 +214,37 @@ pub struct Obj {
     pub phase: String,
     pub has_ip: bool,
     pub deleting: bool,
+    /// The Protobuf form (one `…List` item), encoded on first use and
+    /// shared by every list and watch that sends it.
+    pub pb: OnceLock<Option<Bytes>>,
 }
 
 impl Obj {
+    /// This object as one item of its kind's Protobuf list; `None` (and a
+    /// warning once) when the stored JSON has no typed form.
+    pub fn pb_item(&self, kind: Kind) -> Option<&Bytes> {
+        self.pb
+            .get_or_init(|| match super::pbenc::list_item(kind, &self.bytes) {
+                Ok(b) => Some(Bytes::from(b)),
+                Err(error) => {
+                    tracing::warn!(%error, ns = %self.ns, name = %self.name, "no protobuf form");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    /// The enveloped object, as a get or a watch event carries it.
+    pub fn pb_object(&self, kind: Kind) -> Option<Vec<u8>> {
+        let item = self.pb_item(kind)?;
+        let raw = super::pbenc::object(item)?;
+        Some(super::pbenc::envelope(
+            kind.api_version(),
+            kind.name(),
+            raw.to_vec(),
+        ))
+    }
+
     fn from_value(v: &Value, rv: u64) -> Obj {
         let meta = &v["metadata"];
         let s = |x: &Value| x.as_str().unwrap_or_default().to_string();
@@ -239,6 +267,7 @@ impl Obj {
             phase: s(&v["status"]["phase"]),
             has_ip: v["status"]["podIP"].as_str().is_some_and(|s| !s.is_empty()),
             deleting: !meta["deletionTimestamp"].is_null(),
+            pb: OnceLock::new(),
         }
     }
 

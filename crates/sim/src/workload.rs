@@ -508,6 +508,7 @@ impl Workload {
                 phase: if tpl.running { "Running" } else { "Pending" }.to_string(),
                 has_ip: tpl.running,
                 deleting: false,
+                pb: std::sync::OnceLock::new(),
             }
         })
     }

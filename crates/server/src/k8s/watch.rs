@@ -25,7 +25,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::convert::{self, ConvertError};
+use super::pb::PbObject;
 use super::slim::{SlimJob, SlimPod, SlimService};
+use super::wire::{RawConfig, Wire, raw_watcher};
 use crate::admin::metrics::{EventLabels, Metrics, ResourceLabels, RestartLabels};
 use crate::index::types::{Arrival, Change, JobInfo, ObjKey, PodInfo, ServiceInfo, Update};
 
@@ -53,6 +55,8 @@ pub struct WatchConfig {
     pub streaming: StreamingList,
     /// Also watch batch/v1 Jobs (the rank view needs their completions).
     pub jobs: bool,
+    /// Protobuf or JSON from the API server.
+    pub wire: Wire,
 }
 
 impl WatchConfig {
@@ -105,6 +109,7 @@ pub fn spawn_watchers(
             api: api(&client, scope.as_deref()),
             config: list_config(cfg, cfg.label_selector.clone()),
             streaming: cfg.streaming,
+            wire: cfg.wire,
             mapper: Mapper::new(scope.clone(), metrics.clone()),
             tx: tx.clone(),
             metrics: metrics.clone(),
@@ -114,6 +119,7 @@ pub fn spawn_watchers(
             api: api(&client, scope.as_deref()),
             config: list_config(cfg, None),
             streaming: cfg.streaming,
+            wire: cfg.wire,
             mapper: Mapper::new(scope.clone(), metrics.clone()),
             tx: tx.clone(),
             metrics: metrics.clone(),
@@ -125,6 +131,7 @@ pub fn spawn_watchers(
                 api: api(&client, scope.as_deref()),
                 config: list_config(cfg, None),
                 streaming: cfg.streaming,
+                wire: cfg.wire,
                 mapper: Mapper::new(scope.clone(), metrics.clone()),
                 tx: tx.clone(),
                 metrics: metrics.clone(),
@@ -180,6 +187,7 @@ trait Watched:
     kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
     + Clone
     + DeserializeOwned
+    + PbObject
     + Debug
     + Send
     + Sync
@@ -386,6 +394,7 @@ struct Watch<K: Watched> {
     api: Api<K>,
     config: watcher::Config,
     streaming: StreamingList,
+    wire: Wire,
     mapper: Mapper<K>,
     tx: mpsc::Sender<Arrival>,
     metrics: Metrics,
@@ -429,7 +438,20 @@ impl<K: Watched> Watch<K> {
                 self.config.clone()
             };
             tracing::debug!(streaming, "starting watcher");
-            let mut stream = watcher(self.api.clone(), config).boxed();
+            let mut stream = match self.wire {
+                Wire::Json => watcher(self.api.clone(), config).boxed(),
+                wire => raw_watcher::<K>(
+                    self.api.clone().into_client(),
+                    RawConfig {
+                        url_path: self.api.resource_url().to_owned(),
+                        label_selector: config.label_selector.clone(),
+                        list_semantic: config.list_semantic.clone(),
+                        streaming,
+                        wire,
+                    },
+                )
+                .boxed(),
+            };
             let mut init_deadline: Option<Instant> = None;
             let refused = loop {
                 let next = tokio::select! {

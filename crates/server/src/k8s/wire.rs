@@ -1,0 +1,468 @@
+//! The list/watch loop for `--wire auto|protobuf`: the kube-runtime
+//! watcher's states (list or streaming list, then watch from the last
+//! resourceVersion, bookmarks, relist on 410) over raw HTTP, because kube's
+//! `Api` only reads JSON. It asks for Protobuf in `Accept` and decodes what
+//! the server sends by `Content-Type`: Protobuf with [`pb`](super::pb), JSON
+//! with the same slim serde types as the JSON wire. It yields the same
+//! `watcher::Event`s and `watcher::Error`s as kube-runtime, so the retry
+//! loop, fallbacks and metrics in `watch` serve both paths unchanged.
+
+use std::fmt::Debug;
+
+use bytes::Bytes;
+use futures::Stream;
+use http_body_util::BodyExt;
+use kube::core::params::{ListParams, WatchParams};
+use kube::core::{ObjectList, Status, WatchEvent};
+use kube::runtime::watcher::{self, Event, ListSemantic};
+use serde::de::DeserializeOwned;
+
+use super::pb::{self, INITIAL_EVENTS_END, PROTOBUF, PbObject};
+
+/// Which encoding podns asks the API server for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Wire {
+    /// Prefer Protobuf, accept JSON; decode whatever comes, by Content-Type.
+    #[default]
+    Auto,
+    /// Ask for Protobuf only.
+    Protobuf,
+    /// JSON through kube-runtime's own watcher.
+    Json,
+}
+
+keywords!(Wire {
+    Auto = "auto",
+    Protobuf = "protobuf",
+    Json = "json"
+});
+
+impl Wire {
+    /// The `Accept` header: Protobuf first (order decides between equal
+    /// `q`, RFC 9110 §12.5.1, and the API server follows it), JSON after.
+    pub fn accept(self) -> &'static str {
+        match self {
+            Wire::Auto => "application/vnd.kubernetes.protobuf, application/json",
+            Wire::Protobuf => PROTOBUF,
+            Wire::Json => "application/json",
+        }
+    }
+}
+
+/// What the raw watcher needs of a slim type.
+pub trait RawWatched:
+    kube::Resource<DynamicType = ()> + PbObject + DeserializeOwned + Clone + Debug + Send + 'static
+{
+}
+impl<K> RawWatched for K where
+    K: kube::Resource<DynamicType = ()>
+        + PbObject
+        + DeserializeOwned
+        + Clone
+        + Debug
+        + Send
+        + 'static
+{
+}
+
+/// How to list and watch one scope.
+#[derive(Clone, Debug)]
+pub struct RawConfig {
+    /// `/api/v1/namespaces/ml/pods` or `/api/v1/pods`.
+    pub url_path: String,
+    pub label_selector: Option<String>,
+    pub list_semantic: ListSemantic,
+    pub streaming: bool,
+    pub wire: Wire,
+}
+
+/// The body of a watch, split into events.
+struct Events {
+    body: kube::client::Body,
+    protobuf: bool,
+    frames: pb::Framer,
+    lines: Vec<u8>,
+}
+
+impl Events {
+    /// The next event's bytes; `None` at the end of the stream.
+    async fn next_raw(&mut self) -> Result<Option<Vec<u8>>, kube::Error> {
+        loop {
+            if self.protobuf {
+                if let Some(f) = self
+                    .frames
+                    .next_frame()
+                    .map_err(|e| kube::Error::ReadEvents(std::io::Error::other(e)))?
+                {
+                    return Ok(Some(f.to_vec()));
+                }
+            } else if let Some(i) = self.lines.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.lines.drain(..=i).collect();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return Ok(Some(line));
+            }
+            match self.body.frame().await {
+                None => return Ok(None),
+                Some(Err(e)) => {
+                    return Err(kube::Error::ReadEvents(std::io::Error::other(e)));
+                }
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        if self.protobuf {
+                            self.frames.push(&data);
+                        } else {
+                            self.lines.extend_from_slice(&data);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn next<K: RawWatched>(&mut self) -> Result<Option<WatchEvent<K>>, kube::Error> {
+        let Some(raw) = self.next_raw().await? else {
+            return Ok(None);
+        };
+        if self.protobuf {
+            pb::watch_event::<K>(&raw)
+                .map(Some)
+                .map_err(|e| kube::Error::ReadEvents(std::io::Error::other(e)))
+        } else {
+            serde_json::from_slice::<WatchEvent<K>>(&raw)
+                .map(Some)
+                .map_err(kube::Error::SerdeError)
+        }
+    }
+}
+
+enum State<K> {
+    Empty,
+    /// A list has arrived; its items go out one by one.
+    Listing {
+        items: std::vec::IntoIter<K>,
+        rv: String,
+    },
+    /// Watch from `rv` (after a list, or a watch that ended).
+    Resume {
+        rv: String,
+    },
+    Watching {
+        rv: String,
+        events: Events,
+        /// A streaming list whose end bookmark has not come yet.
+        initial: bool,
+    },
+}
+
+/// The watcher's state machine; pulled one event at a time.
+struct RawWatcher<K> {
+    ctx: Ctx,
+    state: State<K>,
+}
+
+/// What requests need (shared while a body is being read, so kept apart
+/// from the state that holds the body).
+struct Ctx {
+    client: kube::Client,
+    cfg: RawConfig,
+}
+
+fn is_protobuf(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.trim_start().starts_with(PROTOBUF))
+}
+
+fn decode_err(e: pb::PbError) -> kube::Error {
+    kube::Error::Service(Box::new(e))
+}
+
+fn rv_of<K: kube::Resource>(k: &K) -> Option<String> {
+    k.meta().resource_version.clone()
+}
+
+/// Sends a GET with the wire's `Accept`; a non-2xx answer becomes the
+/// `Status` it carries, in either encoding.
+async fn get(
+    client: &kube::Client,
+    wire: Wire,
+    req: http::Request<Vec<u8>>,
+) -> Result<http::Response<kube::client::Body>, kube::Error> {
+    let (mut parts, body) = req.into_parts();
+    parts.headers.insert(
+        http::header::ACCEPT,
+        http::HeaderValue::from_static(wire.accept()),
+    );
+    let req = http::Request::from_parts(parts, kube::client::Body::from(body));
+    let res = client.send(req).await?;
+    let code = res.status();
+    if code.is_success() {
+        return Ok(res);
+    }
+    let protobuf = is_protobuf(res.headers());
+    let bytes = res.into_body().collect().await?.to_bytes();
+    let status = if protobuf {
+        pb::envelope(&bytes).and_then(|e| pb::status(e.raw)).ok()
+    } else {
+        serde_json::from_slice::<Status>(&bytes).ok()
+    };
+    let status = status.unwrap_or_else(|| {
+        Status::failure(
+            String::from_utf8_lossy(&bytes).trim(),
+            "Failed to parse error data",
+        )
+        .with_code(code.as_u16())
+    });
+    Err(kube::Error::Api(status.boxed()))
+}
+
+/// One page of a list in the wire's encoding: the items and the continue
+/// token (`podns zonefile` pages as kubectl does).
+pub async fn list_page<K: RawWatched>(
+    client: &kube::Client,
+    wire: Wire,
+    url_path: &str,
+    lp: &ListParams,
+) -> Result<(Vec<K>, Option<String>), kube::Error> {
+    let req = kube::core::Request::new(url_path)
+        .list(lp)
+        .map_err(kube::Error::BuildRequest)?;
+    let res = get(client, wire, req).await?;
+    let protobuf = is_protobuf(res.headers());
+    let body: Bytes = res.into_body().collect().await?.to_bytes();
+    if protobuf {
+        let l = pb::list::<K>(&body).map_err(decode_err)?;
+        Ok((l.items, l.continue_))
+    } else {
+        let l: ObjectList<K> = serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
+        Ok((l.items, l.metadata.continue_.filter(|c| !c.is_empty())))
+    }
+}
+
+impl Ctx {
+    async fn get(
+        &self,
+        req: http::Request<Vec<u8>>,
+    ) -> Result<http::Response<kube::client::Body>, kube::Error> {
+        get(&self.client, self.cfg.wire, req).await
+    }
+
+    fn request(&self) -> kube::core::Request {
+        kube::core::Request::new(self.cfg.url_path.clone())
+    }
+
+    fn list_rv(&self) -> &'static str {
+        match self.cfg.list_semantic {
+            ListSemantic::Any => "0",
+            ListSemantic::MostRecent => "",
+        }
+    }
+
+    async fn list<K: RawWatched>(&self) -> Result<(Vec<K>, String), kube::Error> {
+        let lp = ListParams {
+            label_selector: self.cfg.label_selector.clone(),
+            resource_version: match self.list_rv() {
+                "" => None,
+                rv => Some(rv.to_owned()),
+            },
+            ..ListParams::default()
+        };
+        let req = self
+            .request()
+            .list(&lp)
+            .map_err(kube::Error::BuildRequest)?;
+        let res = self.get(req).await?;
+        let protobuf = is_protobuf(res.headers());
+        let body: Bytes = res.into_body().collect().await?.to_bytes();
+        if protobuf {
+            let l = pb::list::<K>(&body).map_err(decode_err)?;
+            Ok((l.items, l.resource_version.unwrap_or_default()))
+        } else {
+            let l: ObjectList<K> =
+                serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
+            Ok((l.items, l.metadata.resource_version.unwrap_or_default()))
+        }
+    }
+
+    async fn watch(&self, rv: &str, initial: bool) -> Result<Events, kube::Error> {
+        let mut wp = WatchParams {
+            label_selector: self.cfg.label_selector.clone(),
+            bookmarks: true,
+            ..WatchParams::default()
+        };
+        if initial {
+            wp = wp.initial_events();
+        }
+        let mut req = self
+            .request()
+            .watch(&wp, rv)
+            .map_err(kube::Error::BuildRequest)?;
+        // One event per gzip member breaks some decoders; watch streams
+        // go uncompressed, as kube does.
+        req.headers_mut().insert(
+            http::header::ACCEPT_ENCODING,
+            http::HeaderValue::from_static("identity"),
+        );
+        let res = self.get(req).await?;
+        Ok(Events {
+            protobuf: is_protobuf(res.headers()),
+            body: res.into_body(),
+            frames: pb::Framer::default(),
+            lines: Vec::new(),
+        })
+    }
+}
+
+impl<K: RawWatched> RawWatcher<K> {
+    async fn step(&mut self) -> watcher::Result<Event<K>> {
+        loop {
+            match std::mem::replace(&mut self.state, State::Empty) {
+                State::Empty if self.ctx.cfg.streaming => {
+                    let rv = self.ctx.list_rv();
+                    match self.ctx.watch(rv, true).await {
+                        Ok(events) => {
+                            self.state = State::Watching {
+                                rv: String::new(),
+                                events,
+                                initial: true,
+                            };
+                            return Ok(Event::Init);
+                        }
+                        Err(e) => return Err(watcher::Error::WatchStartFailed(e)),
+                    }
+                }
+                State::Empty => match self.ctx.list::<K>().await {
+                    Ok((items, rv)) => {
+                        if rv.is_empty() {
+                            return Err(watcher::Error::NoResourceVersion);
+                        }
+                        self.state = State::Listing {
+                            items: items.into_iter(),
+                            rv,
+                        };
+                        return Ok(Event::Init);
+                    }
+                    Err(e) => return Err(watcher::Error::InitialListFailed(e)),
+                },
+                State::Listing { mut items, rv } => match items.next() {
+                    Some(k) => {
+                        self.state = State::Listing { items, rv };
+                        return Ok(Event::InitApply(k));
+                    }
+                    None => {
+                        self.state = State::Resume { rv };
+                        return Ok(Event::InitDone);
+                    }
+                },
+                State::Resume { rv } => match self.ctx.watch(&rv, false).await {
+                    Ok(events) => {
+                        self.state = State::Watching {
+                            rv,
+                            events,
+                            initial: false,
+                        };
+                    }
+                    Err(e) => {
+                        let expired = matches!(&e, kube::Error::Api(s) if s.code == 410);
+                        self.state = if expired {
+                            State::Empty
+                        } else {
+                            State::Resume { rv }
+                        };
+                        return Err(watcher::Error::WatchStartFailed(e));
+                    }
+                },
+                State::Watching {
+                    mut rv,
+                    mut events,
+                    mut initial,
+                } => {
+                    let ev = match events.next::<K>().await {
+                        Ok(Some(ev)) => ev,
+                        // The server closed the watch (timeoutSeconds): resume.
+                        Ok(None) if initial => continue,
+                        Ok(None) => {
+                            self.state = State::Resume { rv };
+                            continue;
+                        }
+                        Err(e) => {
+                            self.state = if initial {
+                                State::Empty
+                            } else {
+                                State::Resume { rv }
+                            };
+                            return Err(watcher::Error::WatchFailed(e));
+                        }
+                    };
+                    let out = match ev {
+                        WatchEvent::Added(k) | WatchEvent::Modified(k) => {
+                            if let Some(v) = rv_of(&k) {
+                                rv = v;
+                            }
+                            Some(if initial {
+                                Event::InitApply(k)
+                            } else {
+                                Event::Apply(k)
+                            })
+                        }
+                        WatchEvent::Deleted(k) => {
+                            if let Some(v) = rv_of(&k) {
+                                rv = v;
+                            }
+                            Some(Event::Delete(k))
+                        }
+                        WatchEvent::Bookmark(b) => {
+                            rv = b.metadata.resource_version;
+                            let end = b
+                                .metadata
+                                .annotations
+                                .get(INITIAL_EVENTS_END)
+                                .is_some_and(|v| v == "true");
+                            if initial && end {
+                                initial = false;
+                                Some(Event::InitDone)
+                            } else {
+                                None
+                            }
+                        }
+                        WatchEvent::Error(s) => {
+                            self.state = if s.code == 410 || initial {
+                                State::Empty
+                            } else {
+                                State::Resume { rv }
+                            };
+                            return Err(watcher::Error::WatchError(s));
+                        }
+                    };
+                    self.state = State::Watching {
+                        rv,
+                        events,
+                        initial,
+                    };
+                    if let Some(out) = out {
+                        return Ok(out);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The raw watcher as a stream, pulled like kube-runtime's: nothing is
+/// requested while the caller waits out a backoff.
+pub fn raw_watcher<K: RawWatched>(
+    client: kube::Client,
+    cfg: RawConfig,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send {
+    let w = RawWatcher {
+        ctx: Ctx { client, cfg },
+        state: State::Empty,
+    };
+    futures::stream::unfold(w, |mut w| async move {
+        let r = w.step().await;
+        Some((r, w))
+    })
+}
