@@ -119,6 +119,13 @@ async fn sigterm_drains_then_exits_zero() {
         admin_get(admin, "/readyz").await.0 == 200
     })
     .await;
+    assert!(
+        admin_get(admin, "/metrics")
+            .await
+            .1
+            .contains("\npodns_ready 1\n"),
+        "podns_ready follows /readyz"
+    );
     let pid = child.0.id().to_string();
     assert!(
         Command::new("kill")
@@ -133,6 +140,13 @@ async fn sigterm_drains_then_exits_zero() {
         || async { admin_get(admin, "/readyz").await.0 == 503 },
     )
     .await;
+    assert!(
+        admin_get(admin, "/metrics")
+            .await
+            .1
+            .contains("\npodns_ready 0\n"),
+        "podns_ready is 0 while draining"
+    );
     // Still answering during the grace period.
     assert_eq!(
         rcode(&ask(dns, "cluster.local.", RecordType::SOA).await),

@@ -47,6 +47,9 @@ struct AppState {
 }
 
 async fn serve_metrics(State(s): State<AppState>) -> impl IntoResponse {
+    // Readiness as `/readyz` sees it right now, so an alert and the
+    // kubelet's probe never disagree.
+    s.metrics.ready.set(i64::from(s.health.is_ready()));
     (
         [(
             header::CONTENT_TYPE,

@@ -26,6 +26,8 @@ pub const DNS_TCP_REFUSED: &str = "podns_dns_tcp_connections_refused";
 pub const DNS_RATE_LIMITED: &str = "podns_dns_rate_limited";
 /// Pods, Services and DNS names in the index.
 pub const INDEX_PODS: &str = "podns_index_pods";
+/// 1 when `/readyz` answers 200 (synced and not draining), else 0; set at scrape time.
+pub const READY: &str = "podns_ready";
 pub const INDEX_SERVICES: &str = "podns_index_services";
 pub const INDEX_NAMES: &str = "podns_index_names";
 /// Watch events applied, by resource and event type.
@@ -100,6 +102,7 @@ pub struct Metrics {
     pub tcp_refused: Counter,
     pub rate_limited: Family<ActionLabels, Counter>,
     pub index_pods: Gauge<i64, AtomicI64>,
+    pub ready: Gauge<i64, AtomicI64>,
     pub index_services: Gauge<i64, AtomicI64>,
     pub index_names: Gauge<i64, AtomicI64>,
     pub watch_events: Family<EventLabels, Counter>,
@@ -127,6 +130,7 @@ impl Metrics {
         let tcp_refused = Counter::default();
         let rate_limited = Family::<ActionLabels, Counter>::default();
         let index_pods = Gauge::<i64, AtomicI64>::default();
+        let ready = Gauge::<i64, AtomicI64>::default();
         let index_services = Gauge::<i64, AtomicI64>::default();
         let index_names = Gauge::<i64, AtomicI64>::default();
         let watch_events = Family::<EventLabels, Counter>::default();
@@ -186,6 +190,11 @@ impl Metrics {
         );
         registry.register(INDEX_PODS, "Pods in the index", index_pods.clone());
         registry.register(
+            READY,
+            "1 when /readyz answers 200 (index synced, not draining)",
+            ready.clone(),
+        );
+        registry.register(
             INDEX_SERVICES,
             "Services in the index",
             index_services.clone(),
@@ -232,6 +241,7 @@ impl Metrics {
             tcp_refused,
             rate_limited,
             index_pods,
+            ready,
             index_services,
             index_names,
             watch_events,
