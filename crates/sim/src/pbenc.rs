@@ -291,7 +291,14 @@ message!(ocore::ServiceSpec => pcore::ServiceSpec {
     ip_family_policy, internal_traffic_policy,
 });
 message!(ocore::ServicePort => pcore::ServicePort { name, protocol, app_protocol, port, target_port, node_port });
-message!(ocore::ServiceStatus => pcore::ServiceStatus {});
+message!(ocore::ServiceStatus => pcore::ServiceStatus { load_balancer, conditions });
+// `kubectl describe service` prints `LoadBalancer Ingress` from here.
+message!(ocore::LoadBalancerStatus => pcore::LoadBalancerStatus { ingress });
+message!(ocore::LoadBalancerIngress => pcore::LoadBalancerIngress { ip, hostname, ip_mode, ports });
+message!(ocore::PortStatus => pcore::PortStatus { port, protocol, error });
+message!(ometa::Condition => pmeta::Condition {
+    type_ => r#type, status, observed_generation, last_transition_time, reason, message,
+});
 
 message!(ocore::Namespace => pcore::Namespace { metadata, spec, status });
 message!(ocore::NamespaceSpec => pcore::NamespaceSpec { finalizers });
