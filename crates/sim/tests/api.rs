@@ -1392,9 +1392,7 @@ async fn kubectl_describe_reads_protobuf() {
             .as_u64()
             .unwrap_or(0)
     };
-    // Runs kubectl and checks that it was answered in Protobuf.
-    let run = async |args: &[&str]| {
-        let before = protobuf_served().await;
+    let kubectl = async |args: &[&str]| {
         let out = tokio::process::Command::new(&bin)
             .arg("--kubeconfig")
             .arg(&kc)
@@ -1409,13 +1407,30 @@ async fn kubectl_describe_reads_protobuf() {
             "kubectl {args:?}: {}{stdout}",
             String::from_utf8_lossy(&out.stderr)
         );
+        stdout
+    };
+    // Runs kubectl and checks that it was answered in Protobuf.
+    let run = async |args: &[&str]| {
+        let before = protobuf_served().await;
+        let stdout = kubectl(args).await;
         let after = protobuf_served().await;
         assert!(after > before, "kubectl {args:?} got no Protobuf: {stdout}");
         stdout
     };
+    // describe pads its columns to the widest label: compare with runs of
+    // blanks collapsed.
+    let squeeze = |s: &str| {
+        s.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     let has = |out: &str, lines: &[&str]| {
         for l in lines {
-            assert!(out.contains(l), "missing {l:?} in:\n{out}");
+            assert!(
+                squeeze(out).contains(&squeeze(l)),
+                "missing {l:?} in:\n{out}"
+            );
         }
     };
 
@@ -1513,6 +1528,34 @@ async fn kubectl_describe_reads_protobuf() {
             "Port:              80-8080  80/TCP",
             "TargetPort:        8080/TCP",
             "Selector:          app=pb-svc",
+        ],
+    );
+
+    // A load balancer's status (written as JSON, read back as Protobuf).
+    run(&[
+        "create",
+        "service",
+        "loadbalancer",
+        "pb-lb",
+        "--tcp=80:8080",
+    ])
+    .await;
+    kubectl(&[
+        "patch",
+        "service",
+        "pb-lb",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"loadBalancer":{"ingress":[{"ip":"203.0.113.7","ipMode":"VIP"}]}}}"#,
+    ])
+    .await;
+    let out = run(&["describe", "service", "pb-lb"]).await;
+    has(
+        &out,
+        &[
+            "Type:                     LoadBalancer",
+            "LoadBalancer Ingress:     203.0.113.7 (VIP)",
         ],
     );
 }
