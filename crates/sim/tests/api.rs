@@ -1437,11 +1437,11 @@ async fn kubectl_describe_reads_protobuf() {
     let pods = get(sim.addr, "/api/v1/namespaces/default/pods")
         .await
         .json();
-    let pod = &pods["items"][0];
-    let name = pod["metadata"]["name"].as_str().unwrap();
-    let ip = pod["status"]["podIP"].as_str().unwrap();
-    let node = pod["spec"]["nodeName"].as_str().unwrap();
-    let host_ip = pod["status"]["hostIP"].as_str().unwrap();
+    let train = &pods["items"][0];
+    let name = train["metadata"]["name"].as_str().unwrap();
+    let ip = train["status"]["podIP"].as_str().unwrap();
+    let node = train["spec"]["nodeName"].as_str().unwrap();
+    let host_ip = train["status"]["hostIP"].as_str().unwrap();
     let out = run(&["describe", "pod", name]).await;
     has(
         &out,
@@ -1528,6 +1528,31 @@ async fn kubectl_describe_reads_protobuf() {
             "Port:              80-8080  80/TCP",
             "TargetPort:        8080/TCP",
             "Selector:          app=pb-svc",
+        ],
+    );
+
+    // Probes: the action is an embedded `ProbeHandler` in Protobuf.
+    let mut probed = pod("probed", json!({"app": "probed"}));
+    probed["spec"]["containers"][0]["livenessProbe"] = json!({
+        "httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"},
+        "initialDelaySeconds": 5, "timeoutSeconds": 2, "periodSeconds": 10,
+        "successThreshold": 1, "failureThreshold": 3,
+    });
+    probed["spec"]["containers"][0]["readinessProbe"] = json!({
+        "tcpSocket": {"port": "grpc"}, "periodSeconds": 7,
+    });
+    probed["spec"]["containers"][0]["startupProbe"] = json!({
+        "exec": {"command": ["cat", "/ready"]}, "failureThreshold": 30,
+    });
+    let r = post_json(sim.addr, "/api/v1/namespaces/default/pods", &probed).await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let out = run(&["describe", "pod", "probed"]).await;
+    has(
+        &out,
+        &[
+            "Liveness: http-get http://:8080/healthz delay=5s timeout=2s period=10s #success=1 #failure=3",
+            "Readiness: tcp-socket :grpc delay=0s timeout=0s period=7s",
+            "Startup: exec [cat /ready] delay=0s timeout=0s period=0s #success=0 #failure=30",
         ],
     );
 
