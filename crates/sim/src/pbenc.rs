@@ -198,7 +198,37 @@ message!(ometa::LabelSelector => pmeta::LabelSelector { match_labels, match_expr
 message!(ometa::LabelSelectorRequirement => pmeta::LabelSelectorRequirement { key, operator, values });
 
 message!(ocore::Pod => pcore::Pod { metadata, spec, status });
-// Not carried: ephemeral/init containers' probes and lifecycle, DNS
+impl Pb<pcore::Probe> for ocore::Probe {
+    fn pb(&self) -> pcore::Probe {
+        // The action is an embedded `ProbeHandler` in Protobuf.
+        pcore::Probe {
+            handler: Some(pcore::ProbeHandler {
+                exec: self.exec.pb(),
+                http_get: self.http_get.pb(),
+                tcp_socket: self.tcp_socket.pb(),
+                grpc: self.grpc.pb(),
+            }),
+            initial_delay_seconds: self.initial_delay_seconds.pb(),
+            timeout_seconds: self.timeout_seconds.pb(),
+            period_seconds: self.period_seconds.pb(),
+            success_threshold: self.success_threshold.pb(),
+            failure_threshold: self.failure_threshold.pb(),
+            termination_grace_period_seconds: self.termination_grace_period_seconds.pb(),
+        }
+    }
+}
+impl Pb<Option<pcore::Probe>> for ocore::Probe {
+    fn pb(&self) -> Option<pcore::Probe> {
+        Some(self.pb())
+    }
+}
+message!(ocore::ExecAction => pcore::ExecAction { command });
+message!(ocore::HTTPGetAction => pcore::HttpGetAction { path, port, host, scheme, http_headers });
+message!(ocore::HTTPHeader => pcore::HttpHeader { name, value });
+message!(ocore::TCPSocketAction => pcore::TcpSocketAction { port, host });
+message!(ocore::GRPCAction => pcore::GrpcAction { port, service });
+
+// Not carried: ephemeral containers, lifecycle hooks, DNS
 // config, topology spread, overhead, resource claims (the simulator
 // writes none of them; DNS reads none of them).
 message!(ocore::PodSpec => pcore::PodSpec {
@@ -214,7 +244,7 @@ message!(ocore::PodReadinessGate => pcore::PodReadinessGate { condition_type });
 message!(ocore::Container => pcore::Container {
     name, image, command, args, working_dir, ports, env, resources, volume_mounts,
     termination_message_path, termination_message_policy, image_pull_policy,
-    security_context, stdin, stdin_once, tty,
+    security_context, stdin, stdin_once, tty, liveness_probe, readiness_probe, startup_probe,
 });
 message!(ocore::ContainerPort => pcore::ContainerPort { name, host_port, container_port, protocol, host_ip });
 message!(ocore::EnvVar => pcore::EnvVar { name, value, value_from });
@@ -291,7 +321,14 @@ message!(ocore::ServiceSpec => pcore::ServiceSpec {
     ip_family_policy, internal_traffic_policy,
 });
 message!(ocore::ServicePort => pcore::ServicePort { name, protocol, app_protocol, port, target_port, node_port });
-message!(ocore::ServiceStatus => pcore::ServiceStatus {});
+message!(ocore::ServiceStatus => pcore::ServiceStatus { load_balancer, conditions });
+// `kubectl describe service` prints `LoadBalancer Ingress` from here.
+message!(ocore::LoadBalancerStatus => pcore::LoadBalancerStatus { ingress });
+message!(ocore::LoadBalancerIngress => pcore::LoadBalancerIngress { ip, hostname, ip_mode, ports });
+message!(ocore::PortStatus => pcore::PortStatus { port, protocol, error });
+message!(ometa::Condition => pmeta::Condition {
+    type_ => r#type, status, observed_generation, last_transition_time, reason, message,
+});
 
 message!(ocore::Namespace => pcore::Namespace { metadata, spec, status });
 message!(ocore::NamespaceSpec => pcore::NamespaceSpec { finalizers });

@@ -1365,6 +1365,226 @@ fn kubectl_binary() -> Option<String> {
     None
 }
 
+/// kubectl's typed clients (describe, create namespace, create service)
+/// ask for `application/vnd.kubernetes.protobuf,application/json`; `get`,
+/// `delete`, `label` and `rollout` ask for JSON. client-go decodes our
+/// Protobuf with Kubernetes' own generated code, so what describe prints is
+/// an outside check of the simulator's encoder.
+#[tokio::test]
+async fn kubectl_describe_reads_protobuf() {
+    let Some(bin) = kubectl_binary() else {
+        eprintln!("kubectl not found: skipping kubectl_describe_reads_protobuf");
+        return;
+    };
+    let sim = start(SimArgs {
+        kubelet: true,
+        jobs: 1,
+        ranks: 2,
+        ..SimArgs::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("k.yaml");
+    std::fs::write(&kc, sim.kubeconfig_yaml()).unwrap();
+    let protobuf_served = async || {
+        get(sim.addr, "/sim/stats").await.json()["responses_by_content_type"]
+            ["application/vnd.kubernetes.protobuf"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let kubectl = async |args: &[&str]| {
+        let out = tokio::process::Command::new(&bin)
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(["--request-timeout", "10s"])
+            .args(args)
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    // Runs kubectl and checks that it was answered in Protobuf.
+    let run = async |args: &[&str]| {
+        let before = protobuf_served().await;
+        let stdout = kubectl(args).await;
+        let after = protobuf_served().await;
+        assert!(after > before, "kubectl {args:?} got no Protobuf: {stdout}");
+        stdout
+    };
+    // describe pads its columns to the widest label: compare with runs of
+    // blanks collapsed.
+    let squeeze = |s: &str| {
+        s.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let has = |out: &str, lines: &[&str]| {
+        for l in lines {
+            assert!(
+                squeeze(out).contains(&squeeze(l)),
+                "missing {l:?} in:\n{out}"
+            );
+        }
+    };
+
+    let pods = get(sim.addr, "/api/v1/namespaces/default/pods")
+        .await
+        .json();
+    let train = &pods["items"][0];
+    let name = train["metadata"]["name"].as_str().unwrap();
+    let ip = train["status"]["podIP"].as_str().unwrap();
+    let node = train["spec"]["nodeName"].as_str().unwrap();
+    let host_ip = train["status"]["hostIP"].as_str().unwrap();
+    let out = run(&["describe", "pod", name]).await;
+    has(
+        &out,
+        &[
+            name,
+            &format!("IP:                   {ip}"),
+            &format!("Node:                 {node}/{host_ip}"),
+            "job-name=train-0",
+            "Status:               Running",
+            "Controlled By:  Job/train-0",
+            "Containers:\n  trainer:",
+            "Ready:          True",
+            "PodScheduled                True",
+        ],
+    );
+
+    let out = run(&["describe", "service", "kubernetes"]).await;
+    has(
+        &out,
+        &[
+            "IP:                10.96.0.1",
+            "IPs:               10.96.0.1",
+            "Port:              https  443/TCP",
+            "TargetPort:        6443/TCP",
+            "provider=kubernetes",
+        ],
+    );
+    let out = run(&["describe", "service", "train-0"]).await;
+    has(
+        &out,
+        &[
+            "Selector:          job-name=train-0",
+            "IP:                None",
+            "Port:              nccl  29500/TCP",
+        ],
+    );
+
+    let out = run(&["describe", "namespace", "default"]).await;
+    has(
+        &out,
+        &[
+            "kubernetes.io/metadata.name=default",
+            "Status:       Active",
+        ],
+    );
+
+    let out = run(&["describe", "job", "train-0"]).await;
+    has(
+        &out,
+        &[
+            "Parallelism:        2",
+            "Completion Mode:    Indexed",
+            "Pods Statuses:      2 Active / 0 Succeeded / 0 Failed",
+        ],
+    );
+
+    // Creates answer in Protobuf too; kubectl re-encodes the object as JSON.
+    let ns: Value =
+        serde_json::from_str(&run(&["create", "namespace", "pb-made", "-o", "json"]).await)
+            .unwrap();
+    assert_eq!(ns["metadata"]["name"], "pb-made");
+    assert_eq!(ns["status"]["phase"], "Active");
+    let svc: Value = serde_json::from_str(
+        &run(&[
+            "create",
+            "service",
+            "clusterip",
+            "pb-svc",
+            "--tcp=80:8080",
+            "-o",
+            "json",
+        ])
+        .await,
+    )
+    .unwrap();
+    let cip = svc["spec"]["clusterIP"].as_str().unwrap().to_owned();
+    assert!(cip.parse::<std::net::Ipv4Addr>().is_ok(), "{svc}");
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], 8080);
+    let out = run(&["describe", "service", "pb-svc"]).await;
+    has(
+        &out,
+        &[
+            &format!("IP:                {cip}"),
+            "Port:              80-8080  80/TCP",
+            "TargetPort:        8080/TCP",
+            "Selector:          app=pb-svc",
+        ],
+    );
+
+    // Probes: the action is an embedded `ProbeHandler` in Protobuf.
+    let mut probed = pod("probed", json!({"app": "probed"}));
+    probed["spec"]["containers"][0]["livenessProbe"] = json!({
+        "httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"},
+        "initialDelaySeconds": 5, "timeoutSeconds": 2, "periodSeconds": 10,
+        "successThreshold": 1, "failureThreshold": 3,
+    });
+    probed["spec"]["containers"][0]["readinessProbe"] = json!({
+        "tcpSocket": {"port": "grpc"}, "periodSeconds": 7,
+    });
+    probed["spec"]["containers"][0]["startupProbe"] = json!({
+        "exec": {"command": ["cat", "/ready"]}, "failureThreshold": 30,
+    });
+    let r = post_json(sim.addr, "/api/v1/namespaces/default/pods", &probed).await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let out = run(&["describe", "pod", "probed"]).await;
+    has(
+        &out,
+        &[
+            "Liveness: http-get http://:8080/healthz delay=5s timeout=2s period=10s #success=1 #failure=3",
+            "Readiness: tcp-socket :grpc delay=0s timeout=0s period=7s",
+            "Startup: exec [cat /ready] delay=0s timeout=0s period=0s #success=0 #failure=30",
+        ],
+    );
+
+    // A load balancer's status (written as JSON, read back as Protobuf).
+    run(&[
+        "create",
+        "service",
+        "loadbalancer",
+        "pb-lb",
+        "--tcp=80:8080",
+    ])
+    .await;
+    kubectl(&[
+        "patch",
+        "service",
+        "pb-lb",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"loadBalancer":{"ingress":[{"ip":"203.0.113.7","ipMode":"VIP"}]}}}"#,
+    ])
+    .await;
+    let out = run(&["describe", "service", "pb-lb"]).await;
+    has(
+        &out,
+        &[
+            "Type:                     LoadBalancer",
+            "LoadBalancer Ingress:     203.0.113.7 (VIP)",
+        ],
+    );
+}
+
 #[tokio::test]
 async fn kubectl_works_unchanged() {
     let Some(bin) = kubectl_binary() else {
