@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::RecordType;
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::*;
@@ -358,4 +359,56 @@ async fn serve_and_zonefile_need_no_write_access() {
     // Let the temp dir be removed.
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
     shutdown.cancel();
+}
+
+/// A Job created during a 10 s API outage answers within 3 s of the
+/// outage's end: the watches resume from their resourceVersion on a short
+/// backoff instead of one that grew all through the outage.
+async fn job_created_during_outage_answers_soon_after(serve_flags: &[&str]) {
+    const OUTAGE: Duration = Duration::from_secs(10);
+    const WITHIN: Duration = Duration::from_secs(3);
+    let env = env_like_binary(&["--kubelet"], serve_flags).await;
+    // The simulator times the outage from when it gets this request, so
+    // `end` is at or before the real end: measuring from it is strict.
+    let start = Instant::now();
+    sim_post(
+        &env.client,
+        &format!("/sim/faults/outage?seconds={}", OUTAGE.as_secs()),
+        json!({}),
+    )
+    .await;
+    let end = start + OUTAGE;
+    // /sim/ is the simulator's own path, not subject to the outage.
+    create_job(&env.client, "default", "outage", 4, "indexed-job").await;
+    let name = "outage-3.outage.default.svc";
+    wait_resolves(
+        env.dns,
+        name,
+        (end + WITHIN).saturating_duration_since(Instant::now()),
+    )
+    .await;
+    eprintln!(
+        "outage {serve_flags:?}: {name} answered {:?} after the outage ended",
+        Instant::now().saturating_duration_since(end)
+    );
+    // The watches came back by resuming, not by relisting.
+    let metrics = admin_get(env.admin, "/metrics").await.1;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("podns_watch_restarts_total")
+                && l.contains(r#"retry="resume""#)
+                && !l.ends_with(" 0")),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_recovery_is_quick_with_wire_json() {
+    job_created_during_outage_answers_soon_after(&["--wire", "json"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_recovery_is_quick_with_default_wire() {
+    job_created_during_outage_answers_soon_after(&[]).await;
 }

@@ -68,12 +68,26 @@ pub fn serve_args(extra: &[&str]) -> ServeConfig {
 
 /// Simulator plus server, waiting until the index is synced.
 pub async fn env(sim_flags: &[&str], serve_flags: &[&str]) -> Env {
+    env_with(sim_flags, serve_flags, true).await
+}
+
+/// Like [`env`], but the server's client is built as the binary builds it:
+/// without kube-client's own retry layer, which would hide an outage from
+/// the watch loop's backoff (serve.rs `client`).
+pub async fn env_like_binary(sim_flags: &[&str], serve_flags: &[&str]) -> Env {
+    env_with(sim_flags, serve_flags, false).await
+}
+
+async fn env_with(sim_flags: &[&str], serve_flags: &[&str], default_retry: bool) -> Env {
     let shutdown = CancellationToken::new();
     let sim = start_sim(sim_flags, &shutdown).await;
     let client = sim.client();
+    let mut config = kube::Config::new(sim.url().parse().unwrap());
+    config.default_retry = default_retry;
+    let serve_client = kube::Client::try_from(config).unwrap();
     let args = serve_args(serve_flags);
     let listeners = Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen).unwrap();
-    let server = podns_server::serve::start(&args, client.clone(), listeners, shutdown.clone());
+    let server = podns_server::serve::start(&args, serve_client, listeners, shutdown.clone());
     let (dns, admin) = (server.dns_addr, server.admin_addr);
     let table = server.table.clone();
     wait_for("index synced", Duration::from_secs(20), || {

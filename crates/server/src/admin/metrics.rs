@@ -90,6 +90,9 @@ pub struct EventLabels {
 pub struct RestartLabels {
     pub resource: &'static str,
     pub reason: &'static str,
+    /// `resume` (a watch from the last resourceVersion, cheap for the API
+    /// server) or `relist` (a full list).
+    pub retry: &'static str,
 }
 
 /// Every metric podns exports. Cheap to clone (all handles are `Arc`s).

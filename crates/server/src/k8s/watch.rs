@@ -402,13 +402,14 @@ struct Watch<K: Watched> {
 }
 
 impl<K: Watched> Watch<K> {
-    fn restart(&self, reason: &'static str) {
+    fn restart(&self, reason: &'static str, retry: Retry) {
         debug_assert!(RESTART_REASONS.contains(&reason), "unlisted {reason}");
         self.metrics
             .watch_restarts
             .get_or_create(&RestartLabels {
                 resource: K::RESOURCE,
                 reason,
+                retry: retry.label(),
             })
             .inc();
     }
@@ -421,17 +422,29 @@ impl<K: Watched> Watch<K> {
             resource: K::RESOURCE,
         });
         for reason in RESTART_REASONS {
-            let _ = self.metrics.watch_restarts.get_or_create(&RestartLabels {
-                resource: K::RESOURCE,
-                reason,
-            });
+            for retry in [Retry::Resume, Retry::Relist] {
+                let _ = self.metrics.watch_restarts.get_or_create(&RestartLabels {
+                    resource: K::RESOURCE,
+                    reason,
+                    retry: retry.label(),
+                });
+            }
         }
         let mut streaming = self.streaming != StreamingList::Off;
         // Auto may fall back until the first streaming list completes.
         let mut may_fall_back = self.streaming == StreamingList::Auto;
-        let mut backoff = DefaultBackoff::default();
+        // Two backoffs, chosen by what the watcher does next. A relist is
+        // the expensive request ("reconnecting clients flood list operations
+        // during recovery"), so it keeps client-go's long backoff; a watch
+        // from a known resourceVersion costs the API server little, so it
+        // comes back within a second or so of the server's return instead of
+        // after a backoff that grew all through an outage.
+        let mut relist_backoff = DefaultBackoff::default();
+        let mut resume_backoff = ResumeBackoff::default();
         let mut stood_in = false;
         loop {
+            // A new watcher starts empty: its first request is a list.
+            let mut resumable = false;
             let config = if streaming {
                 self.config.clone().streaming_lists()
             } else {
@@ -471,7 +484,13 @@ impl<K: Watched> Watch<K> {
                     // The watcher never ends; if it did, start a new one.
                     None => break false,
                     Some(Ok(event)) => {
-                        backoff.reset();
+                        relist_backoff.reset();
+                        resume_backoff.reset();
+                        match event {
+                            Event::Init => resumable = false,
+                            Event::InitDone => resumable = true,
+                            _ => {}
+                        }
                         if may_fall_back {
                             match event {
                                 Event::Init => {
@@ -522,12 +541,27 @@ impl<K: Watched> Watch<K> {
                                 return;
                             }
                         }
+                        resumable = resumable && !relists(&error);
+                        let retry = if resumable {
+                            Retry::Resume
+                        } else {
+                            Retry::Relist
+                        };
                         let reason = restart_reason(&error);
-                        self.restart(reason);
+                        self.restart(reason, retry);
                         let delay = retry_after(&error)
-                            .or_else(|| backoff.next())
+                            .or_else(|| match retry {
+                                Retry::Resume => resume_backoff.next(),
+                                Retry::Relist => relist_backoff.next(),
+                            })
                             .unwrap_or(Duration::from_secs(30));
-                        tracing::warn!(%error, reason, ?delay, "watch failed, retrying");
+                        tracing::warn!(
+                            %error,
+                            reason,
+                            retry = retry.label(),
+                            ?delay,
+                            "watch failed, retrying"
+                        );
                         tokio::select! {
                             biased;
                             () = self.shutdown.cancelled() => return,
@@ -537,7 +571,7 @@ impl<K: Watched> Watch<K> {
                 }
             };
             if refused {
-                self.restart("streaming_refused");
+                self.restart("streaming_refused", Retry::Relist);
                 streaming = false;
                 may_fall_back = false;
             }
@@ -556,6 +590,62 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
+    }
+}
+
+/// What the watcher does after an error: both kube-runtime's watcher and
+/// [`raw_watcher`] keep their resourceVersion after a failed watch (state
+/// `InitListed`/`Resume`) and go back to a list only after 410 Gone, a
+/// failed or incomplete first list, or an object without a resourceVersion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Retry {
+    Resume,
+    Relist,
+}
+
+impl Retry {
+    fn label(self) -> &'static str {
+        match self {
+            Retry::Resume => "resume",
+            Retry::Relist => "relist",
+        }
+    }
+}
+
+/// Whether the watcher drops its resourceVersion after `error` (so its
+/// next request is a list). Errors before the first `InitDone` of a watcher
+/// also lead to a list, which the retry loop tracks itself.
+fn relists(error: &watcher::Error) -> bool {
+    status(error).is_some_and(|s| s.code == 410)
+        || matches!(
+            error,
+            watcher::Error::InitialListFailed(_) | watcher::Error::NoResourceVersion
+        )
+}
+
+/// The backoff of a watch that resumes from a known resourceVersion:
+/// 250 ms doubling to a 1 s cap, each delay plus up to 50% jitter (so many
+/// replicas do not come back in step), reset by any event. The API server
+/// is back within 1.5 s of its return.
+#[derive(Debug, Default)]
+struct ResumeBackoff {
+    attempt: u32,
+}
+
+impl ResumeBackoff {
+    const MIN: Duration = Duration::from_millis(250);
+    const MAX: Duration = Duration::from_secs(1);
+
+    fn reset(&mut self) {
+        self.attempt = 0;
+    }
+
+    fn next(&mut self) -> Option<Duration> {
+        let base = Self::MIN
+            .saturating_mul(1 << self.attempt.min(8))
+            .min(Self::MAX);
+        self.attempt = self.attempt.saturating_add(1);
+        Some(base.mul_f64(1.0 + fastrand::f64() * 0.5))
     }
 }
 
@@ -828,6 +918,34 @@ mod tests {
     }
 
     #[test]
+    fn relist_only_after_410_or_a_failed_list() {
+        use watcher::Error::*;
+        assert!(relists(&watch_err(410)));
+        assert!(relists(&WatchStartFailed(api_err(410, None))));
+        assert!(relists(&InitialListFailed(api_err(503, None))));
+        assert!(relists(&NoResourceVersion));
+        assert!(!relists(&WatchStartFailed(api_err(503, None))));
+        assert!(!relists(&WatchStartFailed(api_err(429, Some(1)))));
+        assert!(!relists(&watch_err(500)));
+        let io = kube::Error::ReadEvents(std::io::Error::other("reset"));
+        assert!(!relists(&WatchFailed(io)));
+    }
+
+    #[test]
+    fn resume_backoff_stays_short_and_resets() {
+        let mut b = ResumeBackoff::default();
+        let first = b.next().unwrap();
+        assert!(first >= ResumeBackoff::MIN && first <= ResumeBackoff::MIN.mul_f64(1.5));
+        for _ in 0..50 {
+            let d = b.next().unwrap();
+            assert!(d <= ResumeBackoff::MAX.mul_f64(1.5), "{d:?}");
+        }
+        assert!(b.next().unwrap() >= ResumeBackoff::MAX);
+        b.reset();
+        assert!(b.next().unwrap() <= ResumeBackoff::MIN.mul_f64(1.5));
+    }
+
+    #[test]
     fn scopes_and_list_config() {
         let cfg = WatchConfig {
             namespaces: vec!["a".into(), "b".into(), "a".into()],
@@ -990,6 +1108,7 @@ mod tests {
                 .get_or_create(&RestartLabels {
                     resource: "pods",
                     reason: "streaming_refused",
+                    retry: "relist",
                 })
                 .get();
             assert_eq!(refused, 1);
