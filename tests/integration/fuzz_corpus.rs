@@ -28,3 +28,8 @@ fn the_request_corpus_replays_cleanly() {
 fn the_decode_corpus_replays_cleanly() {
     assert!(replay("decode", podns_server::fuzzing::decode) >= 10);
 }
+
+#[test]
+fn the_pb_corpus_replays_cleanly() {
+    assert!(replay("pb", podns_server::fuzzing::pb) >= 7);
+}

@@ -7,14 +7,16 @@ use std::sync::{Arc, OnceLock};
 
 use hickory_proto::op::Message;
 use hickory_proto::rr::Name;
+use kube::core::WatchEvent;
 
 use crate::dns::answer::{AnswerConfig, Answerer, MAX_UDP_PAYLOAD, Transport, udp_limit};
 use crate::index::testing::{
     PodExt, SvcExt, cluster_ip, headless, job, pod, rank_pod, synced_writer,
 };
 use crate::index::{Change, Policy, ServiceInfo, ServiceKind, TargetPort, Update};
-use crate::k8s::convert;
+use crate::k8s::pb::PbObject;
 use crate::k8s::slim::{SlimJob, SlimPod, SlimService};
+use crate::k8s::{convert, pb};
 
 /// A small world with every kind of name: a 40-pod headless gang with
 /// hostnames and ports, a dual-stack pod, ClusterIP and ExternalName
@@ -126,5 +128,34 @@ pub fn decode(data: &[u8]) {
     }
     if let Ok(j) = serde_json::from_slice::<SlimJob>(data) {
         let _ = convert::job(&j);
+    }
+}
+
+/// Arbitrary bytes through the slim Protobuf decoder as every way podns
+/// meets them: a list body, a watch frame (also cut by the framer), and a
+/// bare object, enveloped or not. Errors are fine, panics are not.
+pub fn pb(data: &[u8]) {
+    fn each<K: PbObject>(data: &[u8], conv: impl Fn(&K)) {
+        if let Ok(l) = pb::list::<K>(data) {
+            l.items.iter().for_each(&conv);
+        }
+        if let Ok(WatchEvent::Added(k) | WatchEvent::Modified(k) | WatchEvent::Deleted(k)) =
+            pb::watch_event::<K>(data)
+        {
+            conv(&k);
+        }
+        conv(&K::decode_pb(data));
+        if let Ok(env) = pb::envelope(data) {
+            conv(&K::decode_pb(env.raw));
+        }
+    }
+    each::<SlimPod>(data, |p| drop(convert::pod(p)));
+    each::<SlimService>(data, |s| drop(convert::service(s)));
+    each::<SlimJob>(data, |j| drop(convert::job(j)));
+    // The stream path: frames cut from the same bytes.
+    let mut f = pb::Framer::default();
+    f.push(data);
+    while let Ok(Some(frame)) = f.next_frame() {
+        let _ = pb::watch_event::<SlimPod>(frame);
     }
 }

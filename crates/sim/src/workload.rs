@@ -1002,6 +1002,31 @@ fn job_pod_with(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Va
     v
 }
 
+/// One running rank of a 1,000-rank JobSet exactly as the simulator
+/// stores it (realistic, or `--lean-pods`), for benches that measure
+/// decoding and wire sizes.
+pub fn sample_job_pod(lean: bool) -> Value {
+    let info = JobInfo {
+        kind: "jobset".into(),
+        ranks: 1000,
+        uid: new_uid(),
+        job_name: child_job_name("jobset", "llama-70b"),
+        set_uid: new_uid(),
+        key: new_uid().replace('-', ""),
+        attempt: 0,
+        lean,
+    };
+    let mut v = job_pod("team-a", "llama-70b", 17, &info);
+    let p = Placement {
+        node: "gpu-node-0042".into(),
+        host_ip: "10.128.0.42".into(),
+        ip4: "10.0.4.17".into(),
+        ip6: None,
+    };
+    set_running(&mut v, &p, &container_id());
+    v
+}
+
 /// Strips a job pod to what a DNS server reads (`--lean-pods`): metadata
 /// without managedFields, and a spec of hostname,
 /// subdomain, scheduling fields and container names and ports.

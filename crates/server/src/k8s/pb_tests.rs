@@ -152,3 +152,51 @@ fn malformed_objects_are_flagged_not_fatal() {
     assert!(envelope(b"k8s").is_err());
     assert!(envelope(b"{\"kind\":\"Pod\"}").is_err());
 }
+
+/// Writes the `pb` fuzz target's seeds (`fuzz/corpus/pb/`) from the
+/// simulator's encoder. Run by hand when the encoding changes:
+/// `cargo test -p podns-server --lib write_pb_fuzz_seeds -- --ignored`.
+#[test]
+#[ignore]
+fn write_pb_fuzz_seeds() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/pb");
+    std::fs::create_dir_all(&dir).unwrap();
+    let svc = r#"{"metadata":{"name":"api","namespace":"ml","uid":"s1","resourceVersion":"4"},
+      "spec":{"type":"ClusterIP","clusterIP":"10.96.0.1","clusterIPs":["10.96.0.1","fd00::1"],
+        "selector":{"app":"x"},"ports":[{"name":"http","port":80,"protocol":"TCP","targetPort":"web"}]}}"#;
+    let job = r#"{"metadata":{"name":"train","namespace":"ml","uid":"j1"},
+      "spec":{"completions":4,"parallelism":4,"completionMode":"Indexed"}}"#;
+    let item = pbenc::list_item(Kind::Pod, POD.as_bytes()).unwrap();
+    let mut list = pbenc::list_head(Kind::Pod, 42, Some("next"), item.len() * 2);
+    list.extend_from_slice(&item);
+    list.extend_from_slice(&item);
+    let frame = |ty: &str, obj: Vec<u8>| pbenc::watch_frame("v1", ty, obj)[4..].to_vec();
+    let seeds = [
+        ("list-pods", list),
+        (
+            "watch-modified-pod",
+            frame(
+                "MODIFIED",
+                pbenc::envelope("v1", "Pod", pb_of(Kind::Pod, POD)),
+            ),
+        ),
+        (
+            "watch-bookmark",
+            frame("BOOKMARK", pbenc::bookmark_object(Kind::Pod, 99, true)),
+        ),
+        (
+            "watch-stream-added-pod",
+            pbenc::watch_frame(
+                "v1",
+                "ADDED",
+                pbenc::envelope("v1", "Pod", pb_of(Kind::Pod, POD)),
+            ),
+        ),
+        ("pod", pbenc::envelope("v1", "Pod", pb_of(Kind::Pod, POD))),
+        ("service", pb_of(Kind::Service, svc)),
+        ("job", pb_of(Kind::Job, job)),
+    ];
+    for (name, bytes) in seeds {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+}

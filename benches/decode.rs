@@ -1,0 +1,87 @@
+//! What a pod costs podns to read, JSON (the slim serde path) against
+//! Protobuf (the slim `k8s::pb` decoder), for a realistic and a
+//! `--lean-pods` rank exactly as the simulator writes them: decode time per
+//! pod (bare object and whole watch event), and the bytes each encoding
+//! puts on the wire per pod in a list and per watch event (printed first).
+//!
+//! Run: `cargo bench --bench decode` (about half a minute).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use kube::core::WatchEvent;
+
+use podns_server::k8s::pb::{self, PbObject};
+use podns_server::k8s::slim::SlimPod;
+use podns_sim::pbenc;
+use podns_sim::store::Kind;
+use podns_sim::workload::sample_job_pod;
+
+/// One pod in both encodings, as a bare object and as a watch event.
+struct Encoded {
+    json: Vec<u8>,
+    json_event: Vec<u8>,
+    pb: Vec<u8>,
+    pb_list_item: Vec<u8>,
+    pb_frame: Vec<u8>,
+}
+
+fn encoded(lean: bool) -> Encoded {
+    let json = serde_json::to_vec(&sample_job_pod(lean)).expect("pod serializes");
+    let mut json_event = br#"{"type":"MODIFIED","object":"#.to_vec();
+    json_event.extend_from_slice(&json);
+    json_event.extend_from_slice(b"}\n");
+    let pb_list_item = pbenc::list_item(Kind::Pod, &json).expect("pod encodes");
+    let pb = pbenc::object(&pb_list_item).expect("a list item").to_vec();
+    let pb_frame = pbenc::watch_frame("v1", "MODIFIED", pbenc::envelope("v1", "Pod", pb.clone()));
+    Encoded {
+        json,
+        json_event,
+        pb,
+        pb_list_item,
+        pb_frame,
+    }
+}
+
+fn print_sizes(name: &str, e: &Encoded) {
+    // In a list a JSON pod is its object and a comma; a Protobuf pod is its
+    // `items` field (tag, length, object). A JSON event is one line; a
+    // Protobuf event is a length-prefixed, enveloped frame.
+    let (jl, pl) = (e.json.len() + 1, e.pb_list_item.len());
+    let (je, pe) = (e.json_event.len(), e.pb_frame.len());
+    println!(
+        "{name:9} bytes/pod in a list: json {jl}, protobuf {pl} ({:.0}%); \
+         per watch event: json {je}, protobuf {pe} ({:.0}%)",
+        100.0 * pl as f64 / jl as f64,
+        100.0 * pe as f64 / je as f64,
+    );
+}
+
+fn decode(c: &mut Criterion) {
+    let mut g = c.benchmark_group("decode");
+    g.measurement_time(Duration::from_secs(3));
+    for (name, lean) in [("realistic", false), ("lean", true)] {
+        let e = encoded(lean);
+        print_sizes(name, &e);
+        g.bench_with_input(BenchmarkId::new("json", name), &e, |b, e| {
+            b.iter(|| serde_json::from_slice::<SlimPod>(black_box(&e.json)).expect("decodes"))
+        });
+        g.bench_with_input(BenchmarkId::new("protobuf", name), &e, |b, e| {
+            b.iter(|| SlimPod::decode_pb(black_box(&e.pb)))
+        });
+        g.bench_with_input(BenchmarkId::new("json_event", name), &e, |b, e| {
+            b.iter(|| {
+                let line = &e.json_event[..e.json_event.len() - 1];
+                serde_json::from_slice::<WatchEvent<SlimPod>>(black_box(line)).expect("decodes")
+            })
+        });
+        g.bench_with_input(BenchmarkId::new("protobuf_event", name), &e, |b, e| {
+            b.iter(|| pb::watch_event::<SlimPod>(black_box(&e.pb_frame[4..])).expect("decodes"))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, decode);
+criterion_main!(benches);
