@@ -5,12 +5,11 @@
 //! created later may select on any of them), but each distinct key=value
 //! pair once, shared by the pods that carry it.
 
-use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::types::{ContainerPort, Phase, PodInfo};
-use super::writer::SmallSet;
+use super::writer::{HashSet, SmallSet};
 
 /// One label or annotation, shared by every pod that carries it.
 pub(crate) type Pair = Arc<(Box<str>, Box<str>)>;

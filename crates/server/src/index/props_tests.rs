@@ -110,6 +110,9 @@ enum Event {
     /// A gang restart of one pod: its replacement (same hostname, new name
     /// and IP) appears not ready, the old one terminates, the new one is Ready.
     Overlap(PodInfo),
+    /// A complete list read as a stream (a watch's first list): each pod
+    /// applied as it arrives, then the keys of the whole list.
+    StreamPods(Option<usize>, Vec<PodInfo>),
 }
 
 fn arb_event() -> impl Strategy<Value = Event> {
@@ -123,6 +126,8 @@ fn arb_event() -> impl Strategy<Value = Event> {
         1 => (prop::option::of(0..NSS.len()), prop::collection::vec(arb_service(), 0..4))
             .prop_map(|(n, v)| Event::RelistServices(n, v)),
         2 => arb_pod().prop_map(Event::Overlap),
+        1 => (prop::option::of(0..NSS.len()), prop::collection::vec(arb_pod(), 0..8))
+            .prop_map(|(n, v)| Event::StreamPods(n, v)),
     ]
 }
 
@@ -144,6 +149,19 @@ fn updates(ev: &Event) -> Vec<Update> {
             namespace: ns.map(|n| NSS[n].to_string()),
             items: in_scope(ns, items, |p| &mut p.key),
         })],
+        Event::StreamPods(ns, items) => {
+            let items = in_scope(ns, items, |p| &mut p.key);
+            let keys = items.iter().map(|p| p.key.clone()).collect();
+            let mut v: Vec<Update> = items
+                .into_iter()
+                .map(|p| Update::Pod(Change::Apply(p)))
+                .collect();
+            v.push(Update::Pod(Change::Listed {
+                namespace: ns.map(|n| NSS[n].to_string()),
+                keys,
+            }));
+            v
+        }
         Event::RelistServices(ns, items) => vec![Update::Service(Change::Reset {
             namespace: ns.map(|n| NSS[n].to_string()),
             items: in_scope(ns, items, |s| &mut s.key),
@@ -219,6 +237,16 @@ impl Model {
                     .retain(|k, _| namespace.as_ref().is_some_and(|n| *n != k.namespace));
                 self.pods
                     .extend(items.into_iter().map(|p| (p.key.clone(), p)));
+            }
+            Update::Pod(Change::Listed { namespace, keys }) => {
+                self.pods.retain(|k, _| {
+                    namespace.as_ref().is_some_and(|n| *n != k.namespace) || keys.contains(k)
+                });
+            }
+            Update::Service(Change::Listed { namespace, keys }) => {
+                self.services.retain(|k, _| {
+                    namespace.as_ref().is_some_and(|n| *n != k.namespace) || keys.contains(k)
+                });
             }
             Update::Service(Change::Apply(s)) => {
                 self.services.insert(s.key.clone(), s);

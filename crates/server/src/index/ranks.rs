@@ -7,7 +7,7 @@
 //! - `leader.<job|jobset>.<ns>.rank`: rank 0, or the JobSet coordinator
 //! - `<job|jobset>.<ns>.rank` TXT: `world=W published=P ready=R generation=G`
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use std::sync::Arc;
 
@@ -222,11 +222,11 @@ impl Writer {
     }
 
     /// Keys of the rank view that depend on this pod as it is linked now.
-    pub(super) fn rank_keys(&self, id: PodId, out: &mut BTreeSet<Key>) {
+    pub(super) fn rank_keys(&self, id: PodId, out: &mut Vec<Key>) {
         for (group, idx) in self.ranks.links.get(&id).into_iter().flatten() {
-            out.insert(Key::Rank(group.clone(), *idx));
-            out.insert(Key::Leader(group.clone()));
-            out.insert(Key::Summary(group.clone()));
+            out.push(Key::Rank(group.clone(), *idx));
+            out.push(Key::Leader(group.clone()));
+            out.push(Key::Summary(group.clone()));
         }
     }
 
@@ -254,17 +254,18 @@ impl Writer {
         self.relink_job_pods(key);
     }
 
-    pub(super) fn reset_jobs(&mut self, namespace: Option<&str>, items: Vec<JobInfo>) {
-        for k in &vanished(&self.jobs, namespace, items.iter().map(|j| &j.key)) {
+    pub(super) fn retain_jobs<'a>(
+        &mut self,
+        namespace: Option<&str>,
+        listed: impl Iterator<Item = &'a ObjKey>,
+    ) {
+        for k in &vanished(&self.jobs, namespace, listed) {
             self.delete_job(k);
-        }
-        for j in items {
-            self.apply_job(j);
         }
     }
 
     fn link_jobset(&mut self, job: &JobInfo) {
-        self.dirty.insert(Key::Summary(group(
+        self.dirty.push(Key::Summary(group(
             false,
             job.key.namespace.clone(),
             job.key.name.clone(),
@@ -275,7 +276,7 @@ impl Writer {
                 .entry((job.key.namespace.clone(), js.to_string()))
                 .or_default()
                 .insert(job.key.name.clone());
-            self.dirty.insert(Key::Summary(group(
+            self.dirty.push(Key::Summary(group(
                 true,
                 job.key.namespace.clone(),
                 js.to_string(),
@@ -284,7 +285,7 @@ impl Writer {
     }
 
     fn unlink_jobset(&mut self, job: &JobInfo) {
-        self.dirty.insert(Key::Summary(group(
+        self.dirty.push(Key::Summary(group(
             false,
             job.key.namespace.clone(),
             job.key.name.clone(),
@@ -297,7 +298,7 @@ impl Writer {
                     self.ranks.jobset_jobs.remove(&k);
                 }
             }
-            self.dirty.insert(Key::Summary(group(
+            self.dirty.push(Key::Summary(group(
                 true,
                 job.key.namespace.clone(),
                 js.to_string(),
@@ -313,7 +314,7 @@ impl Writer {
             .get(job)
             .map(|s| s.iter().copied().collect())
             .unwrap_or_default();
-        let mut dirty = BTreeSet::new();
+        let mut dirty = Vec::new();
         for id in ids {
             self.rank_keys(id, &mut dirty);
             self.unlink_ranks(id);

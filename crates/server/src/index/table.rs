@@ -62,7 +62,7 @@ pub enum Lookup {
 /// The shared index: the name table plus sync state. Cheap to share (`Arc`).
 #[derive(Debug, Default)]
 pub struct Table {
-    names: DashMap<Box<str>, Entry>,
+    names: DashMap<Box<str>, Entry, foldhash::fast::RandomState>,
     synced: AtomicBool,
     generation: AtomicU64,
 }

@@ -176,6 +176,15 @@ pub enum Change<T> {
         namespace: Option<String>,
         items: Vec<T>,
     },
+    /// The end of a complete list whose objects were each sent as an
+    /// `Apply` while the list was still read (a watch's first list): as for
+    /// `Reset`, everything of the scope not among `keys` is gone, but the
+    /// listed objects are in place already. No second copy of a million
+    /// objects waits for the end of the list.
+    Listed {
+        namespace: Option<String>,
+        keys: Vec<ObjKey>,
+    },
 }
 
 /// What the watchers send to the index writer.

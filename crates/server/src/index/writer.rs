@@ -5,7 +5,7 @@
 //! A pod event costs O(names it owns + headless Services of its namespace
 //! that select it); a Service event re-evaluates only its namespace's pods.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -21,6 +21,12 @@ use super::model::{Interner, Pod};
 use super::names::{dashed, reverse, undashed};
 use super::table::{Rrs, Srv, Table};
 use super::types::*;
+
+/// The index's hash maps: foldhash, several times faster than SipHash on
+/// its short keys, and seeded at random per map (the keys are names that
+/// anyone who can create a pod chooses).
+pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+pub(crate) type HashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
 
 /// A logical group of names that is rebuilt as one unit.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -47,6 +53,14 @@ enum Key {
     Leader(Group),
     /// `<group>.<ns>.rank` TXT
     Summary(Group),
+}
+
+/// The resources a watch lists.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Pods,
+    Services,
+    Jobs,
 }
 
 /// How many complete lists (one per watch scope) each resource needs before
@@ -89,11 +103,12 @@ pub struct Writer {
     /// The data of names that answer one address, shared by those names.
     single: HashMap<IpAddr, Arc<Rrs>>,
     needs: SyncNeeds,
-    /// Keys touched since the last flush: a batch of events (a relist, a
-    /// burst during a gang restart) rebuilds each touched name once. Event
-    /// handlers collect keys in a local set and extend this one, so one that
-    /// returns early cannot drop what the batch staged before it.
-    dirty: BTreeSet<Key>,
+    /// Keys touched since the last flush, with repeats: a batch of events
+    /// (a relist, a burst during a gang restart) rebuilds each touched name
+    /// once, after sorting them. Event handlers collect keys in a local
+    /// list and extend this one, so one that returns early cannot drop what
+    /// the batch staged before it.
+    dirty: Vec<Key>,
     /// Names with data in the table (kept here: counting is O(names)).
     name_count: i64,
     pod_resets: HashSet<Option<String>>,
@@ -110,23 +125,23 @@ impl Writer {
             metrics,
             pods: Slab::default(),
             interner: Interner::default(),
-            services: HashMap::new(),
-            jobs: HashMap::new(),
+            services: HashMap::default(),
+            jobs: HashMap::default(),
             ranks: Ranks::default(),
-            ns_pods: HashMap::new(),
-            ns_services: HashMap::new(),
-            hosts: HashMap::new(),
-            members: HashMap::new(),
-            ip_pods: HashMap::new(),
-            ip_services: HashMap::new(),
-            svc_published: HashMap::new(),
-            single: HashMap::new(),
+            ns_pods: HashMap::default(),
+            ns_services: HashMap::default(),
+            hosts: HashMap::default(),
+            members: HashMap::default(),
+            ip_pods: HashMap::default(),
+            ip_services: HashMap::default(),
+            svc_published: HashMap::default(),
+            single: HashMap::default(),
             needs,
-            dirty: BTreeSet::new(),
+            dirty: Vec::new(),
             name_count: 0,
-            pod_resets: HashSet::new(),
-            service_resets: HashSet::new(),
-            job_resets: HashSet::new(),
+            pod_resets: HashSet::default(),
+            service_resets: HashSet::default(),
+            job_resets: HashSet::default(),
         }
     }
 
@@ -154,35 +169,64 @@ impl Writer {
             Update::Pod(Change::Apply(p)) => self.apply_pod(p),
             Update::Pod(Change::Delete(k)) => self.delete_pod(&k),
             Update::Pod(Change::Reset { namespace, items }) => {
-                self.reset_pods(namespace.as_deref(), items);
-                // Synced only once the names are rebuilt.
-                self.flush();
-                self.pod_resets.insert(namespace);
-                self.update_synced();
+                self.retain_pods(namespace.as_deref(), items.iter().map(|p| &p.key));
+                for p in items {
+                    self.apply_pod(p);
+                }
+                self.listed(Kind::Pods, namespace);
+            }
+            Update::Pod(Change::Listed { namespace, keys }) => {
+                self.retain_pods(namespace.as_deref(), keys.iter());
+                self.listed(Kind::Pods, namespace);
             }
             Update::Service(Change::Apply(s)) => self.apply_service(s),
             Update::Service(Change::Delete(k)) => self.delete_service(&k),
             Update::Service(Change::Reset { namespace, items }) => {
-                self.reset_services(namespace.as_deref(), items);
-                self.flush();
-                self.service_resets.insert(namespace);
-                self.update_synced();
+                self.retain_services(namespace.as_deref(), items.iter().map(|s| &s.key));
+                for s in items {
+                    self.apply_service(s);
+                }
+                self.listed(Kind::Services, namespace);
+            }
+            Update::Service(Change::Listed { namespace, keys }) => {
+                self.retain_services(namespace.as_deref(), keys.iter());
+                self.listed(Kind::Services, namespace);
             }
             Update::Job(Change::Apply(j)) => self.apply_job(j),
             Update::Job(Change::Delete(k)) => self.delete_job(&k),
             Update::Job(Change::Reset { namespace, items }) => {
-                self.reset_jobs(namespace.as_deref(), items);
-                self.flush();
-                self.job_resets.insert(namespace);
-                self.update_synced();
+                self.retain_jobs(namespace.as_deref(), items.iter().map(|j| &j.key));
+                for j in items {
+                    self.apply_job(j);
+                }
+                self.listed(Kind::Jobs, namespace);
+            }
+            Update::Job(Change::Listed { namespace, keys }) => {
+                self.retain_jobs(namespace.as_deref(), keys.iter());
+                self.listed(Kind::Jobs, namespace);
             }
         }
+    }
+
+    /// A complete list of one watch scope is applied: rebuild its names,
+    /// then count the scope as listed (synced only once the names are in).
+    fn listed(&mut self, kind: Kind, namespace: Option<String>) {
+        self.flush();
+        match kind {
+            Kind::Pods => self.pod_resets.insert(namespace),
+            Kind::Services => self.service_resets.insert(namespace),
+            Kind::Jobs => self.job_resets.insert(namespace),
+        };
+        self.update_synced();
     }
 
     /// Rebuild every name touched since the last flush, then publish gauges.
     pub fn flush(&mut self) {
         if !self.dirty.is_empty() {
-            let dirty = std::mem::take(&mut self.dirty);
+            let mut dirty = std::mem::take(&mut self.dirty);
+            // In key order: ranks before the summaries that count them.
+            dirty.sort_unstable();
+            dirty.dedup();
             self.rebuild(dirty);
             self.table.bump_generation();
         }
@@ -268,7 +312,7 @@ impl Writer {
         if old.is_some_and(|id| self.pod(id).same_as(&pod)) {
             return;
         }
-        let mut dirty = BTreeSet::new();
+        let mut dirty = Vec::new();
         if let Some(id) = old {
             self.pod_keys(id, &mut dirty);
             self.unlink_pod(id);
@@ -282,16 +326,20 @@ impl Writer {
         let Some(id) = self.pod_id(&key.namespace, &key.name) else {
             return;
         };
-        let mut dirty = BTreeSet::new();
+        let mut dirty = Vec::new();
         self.pod_keys(id, &mut dirty);
         self.unlink_pod(id);
         self.dirty.extend(dirty);
     }
 
-    fn reset_pods(&mut self, namespace: Option<&str>, items: Vec<PodInfo>) {
-        let keep: HashSet<(&str, &str)> = items
-            .iter()
-            .map(|p| (p.key.namespace.as_str(), p.key.name.as_str()))
+    /// Remove the pods of a listed scope that the list no longer has.
+    fn retain_pods<'a>(
+        &mut self,
+        namespace: Option<&str>,
+        listed: impl Iterator<Item = &'a ObjKey>,
+    ) {
+        let keep: HashSet<(&str, &str)> = listed
+            .map(|k| (k.namespace.as_str(), k.name.as_str()))
             .collect();
         let gone: Vec<PodId> = self
             .ns_pods
@@ -306,18 +354,15 @@ impl Writer {
             .collect();
         drop(keep);
         for id in gone {
-            let mut dirty = BTreeSet::new();
+            let mut dirty = Vec::new();
             self.pod_keys(id, &mut dirty);
             self.unlink_pod(id);
             self.dirty.extend(dirty);
         }
-        for p in items {
-            self.apply_pod(p);
-        }
     }
 
     /// Every key whose names depend on this pod as it is now.
-    fn pod_keys(&self, id: PodId, out: &mut BTreeSet<Key>) {
+    fn pod_keys(&self, id: PodId, out: &mut Vec<Key>) {
         let pod = self.pod(id);
         let ns = &pod.ns;
         if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain) {
@@ -329,13 +374,13 @@ impl Writer {
                 }
                 let sp = self.pod(sibling);
                 for ip in &sp.ips {
-                    out.insert(Key::Ptr(*ip));
+                    out.push(Key::Ptr(*ip));
                 }
                 for svc in &sp.services {
-                    out.insert(Key::Svc(ObjKey::new(&**ns, &**svc)));
+                    out.push(Key::Svc(ObjKey::new(&**ns, &**svc)));
                 }
             }
-            out.insert(Key::Host {
+            out.push(Key::Host {
                 ns: ns.to_string(),
                 sub: sub.to_string(),
                 host: host.to_string(),
@@ -344,16 +389,16 @@ impl Writer {
         for svc in &pod.services {
             let sk = ObjKey::new(&**ns, &**svc);
             for ip in &pod.ips {
-                out.insert(Key::SvcIp(sk.clone(), *ip));
+                out.push(Key::SvcIp(sk.clone(), *ip));
             }
-            out.insert(Key::Svc(sk));
+            out.push(Key::Svc(sk));
         }
         for ip in &pod.ips {
-            out.insert(Key::PodIp {
+            out.push(Key::PodIp {
                 ns: ns.to_string(),
                 ip: *ip,
             });
-            out.insert(Key::Ptr(*ip));
+            out.push(Key::Ptr(*ip));
         }
         self.rank_keys(id, out);
     }
@@ -369,7 +414,10 @@ impl Writer {
         // indexes that hold them already.
         let (ns, names) = match self.ns_pods.get_key_value(namespace.as_str()) {
             Some((ns, _)) => (ns.clone(), None),
-            None => (Arc::<str>::from(namespace.as_str()), Some(HashMap::new())),
+            None => (
+                Arc::<str>::from(namespace.as_str()),
+                Some(HashMap::default()),
+            ),
         };
         if let Some(names) = names {
             self.ns_pods.insert(ns.clone(), names);
@@ -475,7 +523,7 @@ impl Writer {
             return;
         }
         let key = svc.key.clone();
-        let mut dirty = BTreeSet::new();
+        let mut dirty = Vec::new();
         self.service_keys(&key, &mut dirty);
         self.unlink_service(&key);
         self.link_service(svc);
@@ -487,18 +535,19 @@ impl Writer {
         if !self.services.contains_key(key) {
             return;
         }
-        let mut dirty = BTreeSet::new();
+        let mut dirty = Vec::new();
         self.service_keys(key, &mut dirty);
         self.unlink_service(key);
         self.dirty.extend(dirty);
     }
 
-    fn reset_services(&mut self, namespace: Option<&str>, items: Vec<ServiceInfo>) {
-        for k in &vanished(&self.services, namespace, items.iter().map(|s| &s.key)) {
+    fn retain_services<'a>(
+        &mut self,
+        namespace: Option<&str>,
+        listed: impl Iterator<Item = &'a ObjKey>,
+    ) {
+        for k in &vanished(&self.services, namespace, listed) {
             self.delete_service(k);
-        }
-        for s in items {
-            self.apply_service(s);
         }
     }
 
@@ -506,17 +555,17 @@ impl Writer {
     /// names, its members' dashed names and PTRs (whose most specific name
     /// may be under it), and the hostname names under a subdomain of its name
     /// (which policies tie to the Service).
-    fn service_keys(&self, key: &ObjKey, out: &mut BTreeSet<Key>) {
-        out.insert(Key::Svc(key.clone()));
+    fn service_keys(&self, key: &ObjKey, out: &mut Vec<Key>) {
+        out.push(Key::Svc(key.clone()));
         if let Some(ServiceKind::ClusterIp(ips)) = self.services.get(key).map(|s| &s.kind) {
             for ip in ips {
-                out.insert(Key::Ptr(*ip));
+                out.push(Key::Ptr(*ip));
             }
         }
         for &id in self.members.get(key).into_iter().flatten() {
             for ip in &self.pod(id).ips {
-                out.insert(Key::SvcIp(key.clone(), *ip));
-                out.insert(Key::Ptr(*ip));
+                out.push(Key::SvcIp(key.clone(), *ip));
+                out.push(Key::Ptr(*ip));
             }
         }
         let under = self
@@ -524,14 +573,14 @@ impl Writer {
             .get(key.namespace.as_str())
             .and_then(|subs| subs.get(key.name.as_str()));
         for (host, pods) in under.into_iter().flatten() {
-            out.insert(Key::Host {
+            out.push(Key::Host {
                 ns: key.namespace.clone(),
                 sub: key.name.clone(),
                 host: host.to_string(),
             });
             for &id in pods {
                 for ip in &self.pod(id).ips {
-                    out.insert(Key::Ptr(*ip));
+                    out.push(Key::Ptr(*ip));
                 }
             }
         }
@@ -693,7 +742,7 @@ impl Writer {
         self.choose(pods).into_iter().next()
     }
 
-    fn rebuild(&mut self, dirty: BTreeSet<Key>) {
+    fn rebuild(&mut self, dirty: Vec<Key>) {
         let mut again = Vec::new();
         for key in dirty {
             self.rebuild_key(key, Some(&mut again));

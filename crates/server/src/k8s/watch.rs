@@ -76,19 +76,19 @@ impl WatchConfig {
     }
 }
 
-/// How many `Change::Reset`s of pods (one per watch) the writer must see
+/// How many complete lists (`Change::Reset` or `Change::Listed`) of pods (one per watch) the writer must see
 /// before pods are synced.
 pub fn pod_scopes(cfg: &WatchConfig) -> usize {
     cfg.scopes().len()
 }
 
-/// How many `Change::Reset`s of services the writer must see before
+/// How many complete lists (`Change::Reset` or `Change::Listed`) of services the writer must see before
 /// services are synced (the same scopes as pods).
 pub fn service_scopes(cfg: &WatchConfig) -> usize {
     cfg.scopes().len()
 }
 
-/// How many `Change::Reset`s of Jobs the writer must see (0 without the
+/// How many complete lists (`Change::Reset` or `Change::Listed`) of Jobs the writer must see (0 without the
 /// rank view).
 pub fn job_scopes(cfg: &WatchConfig) -> usize {
     if cfg.jobs { cfg.scopes().len() } else { 0 }
@@ -201,6 +201,7 @@ trait Watched:
     /// is empty so DNS still becomes ready, and the watch keeps retrying.
     const OPTIONAL: bool = false;
     fn convert(&self) -> Result<Self::Info, ConvertError>;
+    fn key(info: &Self::Info) -> &ObjKey;
     fn update(change: Change<Self::Info>) -> Update;
 }
 
@@ -209,6 +210,9 @@ impl Watched for SlimPod {
     const RESOURCE: &'static str = "pods";
     fn convert(&self) -> Result<PodInfo, ConvertError> {
         convert::pod(self)
+    }
+    fn key(info: &PodInfo) -> &ObjKey {
+        &info.key
     }
     fn update(change: Change<PodInfo>) -> Update {
         Update::Pod(change)
@@ -221,6 +225,9 @@ impl Watched for SlimService {
     fn convert(&self) -> Result<ServiceInfo, ConvertError> {
         convert::service(self)
     }
+    fn key(info: &ServiceInfo) -> &ObjKey {
+        &info.key
+    }
     fn update(change: Change<ServiceInfo>) -> Update {
         Update::Service(change)
     }
@@ -232,6 +239,9 @@ impl Watched for SlimJob {
     const OPTIONAL: bool = true;
     fn convert(&self) -> Result<JobInfo, ConvertError> {
         convert::job(self)
+    }
+    fn key(info: &JobInfo) -> &ObjKey {
+        &info.key
     }
     fn update(change: Change<JobInfo>) -> Update {
         Update::Job(change)
@@ -246,22 +256,38 @@ const REPORTED_MAX: usize = 10_000;
 /// Turns watcher events of one watch into index updates.
 struct Mapper<K: Watched> {
     namespace: Option<String>,
-    /// The objects of a list in progress (between `Init` and `InitDone`).
-    buffer: Option<Vec<K::Info>>,
+    /// The list in progress (between `Init` and `InitDone`).
+    buffer: Option<Listing<K::Info>>,
     /// A list of this watch has completed before. Until then the index
     /// holds nothing from this scope and is not ready, so each listed
-    /// object is also sent at once as an `Apply`: the writer builds names
-    /// on its own core while the rest of the list is still decoded, and the
-    /// closing `Reset` (the same objects) finds them already in place.
-    /// Later relists stay one `Reset`, so a relist's state is never seen
-    /// half-applied.
+    /// object is sent at once as an `Apply` and only its key is kept: the
+    /// writer builds names on its own core while the rest of the list is
+    /// still decoded, and the closing `Listed` removes what the list no
+    /// longer has. Later relists are buffered whole and sent as one
+    /// `Reset`, so a relist's state is never seen half-applied.
     listed_once: bool,
     /// Uids of malformed objects already logged.
     reported: HashSet<String>,
     metrics: Metrics,
 }
 
+/// What a list in progress keeps until its end.
+enum Listing<T> {
+    /// The first list: the objects went to the writer already.
+    Keys(Vec<ObjKey>),
+    /// A relist: the objects, applied together at the end.
+    Items(Vec<T>),
+}
+
 impl<K: Watched> Mapper<K> {
+    fn new_listing(&self) -> Listing<K::Info> {
+        if self.listed_once {
+            Listing::Items(Vec::new())
+        } else {
+            Listing::Keys(Vec::new())
+        }
+    }
+
     fn new(namespace: Option<String>, metrics: Metrics) -> Self {
         Self {
             namespace,
@@ -290,25 +316,43 @@ impl<K: Watched> Mapper<K> {
         match event {
             Event::Init => {
                 self.count("init");
-                self.buffer = Some(Vec::new());
+                self.buffer = Some(self.new_listing());
                 None
             }
             Event::InitApply(obj) => {
                 self.count("init_apply");
                 let info = self.convert(&obj)?;
-                let early = (!self.listed_once).then(|| K::update(Change::Apply(info.clone())));
-                self.buffer.get_or_insert_with(Vec::new).push(info);
-                early
+                if self.buffer.is_none() {
+                    self.buffer = Some(self.new_listing());
+                }
+                match self.buffer.as_mut() {
+                    Some(Listing::Keys(keys)) => {
+                        keys.push(K::key(&info).clone());
+                        Some(K::update(Change::Apply(info)))
+                    }
+                    Some(Listing::Items(items)) => {
+                        items.push(info);
+                        None
+                    }
+                    None => None,
+                }
             }
             Event::InitDone => {
                 self.count("init_done");
                 self.listed_once = true;
-                let items = self.buffer.take().unwrap_or_default();
-                tracing::debug!(items = items.len(), "list complete");
-                Some(K::update(Change::Reset {
-                    namespace: self.namespace.clone(),
-                    items,
-                }))
+                let namespace = self.namespace.clone();
+                Some(K::update(
+                    match self.buffer.take().unwrap_or_else(|| self.new_listing()) {
+                        Listing::Keys(keys) => {
+                            tracing::debug!(items = keys.len(), "first list complete");
+                            Change::Listed { namespace, keys }
+                        }
+                        Listing::Items(items) => {
+                            tracing::debug!(items = items.len(), "list complete");
+                            Change::Reset { namespace, items }
+                        }
+                    },
+                ))
             }
             Event::Apply(obj) => {
                 self.count("apply");
@@ -751,12 +795,13 @@ mod tests {
             m.on_event(Event::InitApply(pod("b", json!("10.0.0.2")))),
             Some(Update::Pod(Change::Apply(_)))
         ));
-        let Some(Update::Pod(Change::Reset { namespace, items })) = m.on_event(Event::InitDone)
+        // Its end names what was listed; the objects themselves went ahead.
+        let Some(Update::Pod(Change::Listed { namespace, keys })) = m.on_event(Event::InitDone)
         else {
-            panic!("expected a reset")
+            panic!("expected the end of a first list")
         };
         assert_eq!(namespace.as_deref(), Some("ml"));
-        let names: Vec<_> = items.iter().map(|p| p.key.name.as_str()).collect();
+        let names: Vec<_> = keys.iter().map(|k| k.name.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
         assert_eq!(skipped(&metrics), 1);
 
@@ -1080,12 +1125,12 @@ mod tests {
                     ),
                 };
                 match a.update {
-                    Update::Pod(Change::Reset { namespace, items }) => {
+                    Update::Pod(Change::Listed { namespace, keys }) => {
                         assert_eq!(namespace, None);
-                        pod_reset = Some(items);
+                        pod_reset = Some(keys);
                     }
-                    Update::Service(Change::Reset { items, .. }) => {
-                        assert!(items.is_empty());
+                    Update::Service(Change::Listed { keys, .. }) => {
+                        assert!(keys.is_empty());
                         svc_reset = true;
                     }
                     // The first list's objects come early too.
@@ -1099,9 +1144,8 @@ mod tests {
                     other => panic!("unexpected {other:?}"),
                 }
             }
-            let items = pod_reset.unwrap();
-            assert_eq!(items.len(), 1);
-            assert_eq!(items[0].key, ObjKey::new("ml", "a"));
+            let keys = pod_reset.unwrap();
+            assert_eq!(keys, [ObjKey::new("ml", "a")]);
             assert_eq!(skipped(&metrics), 1);
             let refused = metrics
                 .watch_restarts
