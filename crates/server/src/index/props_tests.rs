@@ -77,8 +77,15 @@ fn arb_pod() -> impl Strategy<Value = PodInfo> {
 }
 
 fn arb_service() -> impl Strategy<Value = ServiceInfo> {
-    (0..NSS.len(), 0..SUBS.len(), 0..3u8, 0..APPS.len(), 1..=2u8).prop_map(
-        |(ns, name, kind, app, ip)| {
+    (
+        0..NSS.len(),
+        0..SUBS.len(),
+        0..3u8,
+        0..APPS.len(),
+        1..=2u8,
+        any::<bool>(),
+    )
+        .prop_map(|(ns, name, kind, app, ip, ports)| {
             let (ns, name) = (NSS[ns], SUBS[name]);
             let mut s = match kind {
                 0 => headless(ns, name, APPS[app]),
@@ -93,9 +100,26 @@ fn arb_service() -> impl Strategy<Value = ServiceInfo> {
             if let ServiceKind::ClusterIp(_) = s.kind {
                 s.selector = Some(vec![("app".into(), APPS[app].into())]);
             }
+            if ports {
+                // SRV records: one per member and port, targets that
+                // depend on which pod wins a shared hostname.
+                s.ports = vec![
+                    ServicePort {
+                        name: Some("http".into()),
+                        port: 80,
+                        protocol: Proto::Tcp,
+                        target: TargetPort::Same,
+                    },
+                    ServicePort {
+                        name: None,
+                        port: 53,
+                        protocol: Proto::Udp,
+                        target: TargetPort::Number(5353),
+                    },
+                ];
+            }
             s
-        },
-    )
+        })
 }
 
 #[derive(Clone, Debug)]

@@ -13,7 +13,8 @@ use dashmap::DashMap;
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Srv {
     pub port: u16,
-    pub target: Box<str>,
+    /// Shared by the SRV records of one member (one per Service port).
+    pub target: Arc<str>,
 }
 
 /// Everything one name answers, built by the writer when an event touches

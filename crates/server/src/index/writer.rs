@@ -17,6 +17,7 @@ pub mod ranks;
 
 use ranks::{Group, Ranks, group};
 
+use super::headless::{Added, HeadlessSet, PodId};
 use super::model::{Interner, Pod};
 use super::names::{dashed, reverse, undashed};
 use super::table::{Rrs, Srv, Table};
@@ -37,6 +38,9 @@ enum Key {
         sub: String,
         host: String,
     },
+    /// What one pod adds to a headless Service's set (no name of its own:
+    /// sorted before `Svc`, which publishes the set).
+    Member(ObjKey, PodId),
     /// `<svc>.<ns>.svc` and its SRV names `_<port>._<proto>.<svc>.<ns>.svc`
     Svc(ObjKey),
     /// `<a-b-c-d>.<svc>.<ns>.svc` of a headless Service
@@ -54,6 +58,9 @@ enum Key {
     /// `<group>.<ns>.rank` TXT
     Summary(Group),
 }
+
+/// How often a sync in progress says how far it got.
+pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The resources a watch lists.
 #[derive(Clone, Copy, Debug)]
@@ -94,6 +101,12 @@ pub struct Writer {
     /// Pods selected by each headless Service, in any state (the reverse is
     /// `Pod::services`).
     members: HashMap<ObjKey, BTreeSet<PodId>>,
+    /// The records of each headless Service with a selector, counted
+    /// member by member (derived from `members`).
+    sets: HashMap<ObjKey, HeadlessSet>,
+    /// Services whose set must be counted again from all members (the
+    /// Service itself changed).
+    stale_sets: HashSet<ObjKey>,
     /// Pods holding each IP, and Services holding each ClusterIP.
     ip_pods: HashMap<IpAddr, SmallSet<PodId>>,
     ip_services: HashMap<IpAddr, SmallSet<ObjKey>>,
@@ -132,6 +145,8 @@ impl Writer {
             ns_services: HashMap::default(),
             hosts: HashMap::default(),
             members: HashMap::default(),
+            sets: HashMap::default(),
+            stale_sets: HashSet::default(),
             ip_pods: HashMap::default(),
             ip_services: HashMap::default(),
             svc_published: HashMap::default(),
@@ -242,6 +257,8 @@ impl Writer {
     pub fn run_blocking(mut self, mut rx: tokio::sync::mpsc::Receiver<Arrival>) {
         const BATCH: usize = 1024;
         let mut arrived = Vec::with_capacity(BATCH);
+        let started = std::time::Instant::now();
+        let mut logged = started;
         while let Some(first) = rx.blocking_recv() {
             arrived.clear();
             arrived.push(first.at);
@@ -258,6 +275,19 @@ impl Writer {
             self.flush();
             for at in &arrived {
                 self.metrics.propagation.observe(at.elapsed().as_secs_f64());
+            }
+            if !self.table.is_synced() && logged.elapsed() >= PROGRESS_EVERY {
+                // A 1M-pod sync takes a while: show it moving.
+                logged = std::time::Instant::now();
+                let secs = started.elapsed().as_secs_f64();
+                tracing::info!(
+                    phase = "indexing",
+                    pods = self.pods.len(),
+                    pods_per_second = (self.pods.len() as f64 / secs) as u64,
+                    services = self.services.len(),
+                    queued = rx.len(),
+                    "sync in progress"
+                );
             }
         }
     }
@@ -377,7 +407,9 @@ impl Writer {
                     out.push(Key::Ptr(*ip));
                 }
                 for svc in &sp.services {
-                    out.push(Key::Svc(ObjKey::new(&**ns, &**svc)));
+                    let sk = ObjKey::new(&**ns, &**svc);
+                    out.push(Key::Member(sk.clone(), sibling));
+                    out.push(Key::Svc(sk));
                 }
             }
             out.push(Key::Host {
@@ -391,6 +423,7 @@ impl Writer {
             for ip in &pod.ips {
                 out.push(Key::SvcIp(sk.clone(), *ip));
             }
+            out.push(Key::Member(sk.clone(), id));
             out.push(Key::Svc(sk));
         }
         for ip in &pod.ips {
@@ -588,6 +621,7 @@ impl Writer {
 
     fn link_service(&mut self, svc: ServiceInfo) {
         let key = svc.key.clone();
+        self.stale_sets.insert(key.clone());
         let ns = key.namespace.clone();
         self.ns_services
             .entry(ns.clone())
@@ -623,6 +657,8 @@ impl Writer {
         let Some(svc) = self.services.remove(key) else {
             return;
         };
+        self.sets.remove(key);
+        self.stale_sets.insert(key.clone());
         remove_from(&mut self.ns_services, &key.namespace, &key.name);
         if let ServiceKind::ClusterIp(ips) = &svc.kind {
             for ip in ips {
@@ -744,13 +780,88 @@ impl Writer {
 
     fn rebuild(&mut self, dirty: Vec<Key>) {
         let mut again = Vec::new();
+        // Members sort before the Service that publishes their set.
+        let mut changed: HashMap<ObjKey, Vec<PodId>> = HashMap::default();
         for key in dirty {
+            match key {
+                Key::Member(sk, id) => {
+                    changed.entry(sk).or_default().push(id);
+                    continue;
+                }
+                Key::Svc(ref sk) => {
+                    let ids = changed.remove(sk).unwrap_or_default();
+                    self.update_set(sk, ids);
+                }
+                _ => {}
+            }
             self.rebuild_key(key, Some(&mut again));
         }
         for key in again {
             self.rebuild_key(key, None);
         }
         self.metrics.index_names.set(self.name_count);
+    }
+
+    /// Bring a headless Service's set up to date: what the `changed`
+    /// members add now, or every member's when the Service itself changed.
+    fn update_set(&mut self, sk: &ObjKey, changed: Vec<PodId>) {
+        let Some(svc) = self
+            .services
+            .get(sk)
+            .filter(|s| s.kind == ServiceKind::Headless)
+        else {
+            self.stale_sets.remove(sk);
+            self.sets.remove(sk);
+            return;
+        };
+        if self.stale_sets.remove(sk) || !self.sets.contains_key(sk) {
+            let mut set = HeadlessSet::default();
+            for &id in self.members.get(sk).into_iter().flatten() {
+                set.put(id, self.added(svc, id));
+            }
+            self.sets.insert(sk.clone(), set);
+            return;
+        }
+        let now: Vec<(PodId, Option<Added>)> = changed
+            .into_iter()
+            .map(|id| (id, self.added(svc, id)))
+            .collect();
+        if let Some(set) = self.sets.get_mut(sk) {
+            for (id, added) in now {
+                set.put(id, added);
+            }
+        }
+    }
+
+    /// What pod `id` adds to headless Service `svc` as things are now:
+    /// nothing unless it is a live, published member.
+    fn added(&self, svc: &ServiceInfo, id: PodId) -> Option<Added> {
+        let p = self.pods.try_get(id)?;
+        if *p.ns != *svc.key.namespace
+            || !p.services.contains(svc.key.name.as_str())
+            || !self.published(p, svc.publish_not_ready)
+        {
+            return None;
+        }
+        let mut srv = Vec::new();
+        // JobSet's Services have no ports: no SRV, and no per-member
+        // target to work out.
+        if !svc.ports.is_empty() {
+            for ip in &p.ips {
+                let target: Arc<str> = self.target_under(p, &svc.key.name, *ip).into();
+                for (i, port) in svc.ports.iter().enumerate() {
+                    let srv_ = Srv {
+                        port: pod_port(port, p),
+                        target: target.clone(),
+                    };
+                    srv.push((u16::try_from(i).unwrap_or(u16::MAX), srv_));
+                }
+            }
+        }
+        Some(Added {
+            ips: p.ips.clone(),
+            srv: srv.into_boxed_slice(),
+        })
     }
 
     /// Publish the names of one key as [`Self::build`] makes them now. A
@@ -865,6 +976,8 @@ impl Writer {
                 }
                 vec![(format!("{host}.{sub}.{ns}.svc"), rrs)]
             }
+            // Members have no names of their own (see `rebuild`).
+            Key::Member(..) => vec![],
             Key::Svc(sk) => self.build_service(sk),
             Key::SvcIp(sk, ip) => {
                 let Some(svc) = self
@@ -973,54 +1086,23 @@ impl Writer {
                 }
             }
             ServiceKind::Headless => {
-                let mut rrs = Rrs::default();
-                let mut named: BTreeMap<String, Vec<Srv>> = BTreeMap::new();
-                let members = self.members.get(sk);
-                for &id in members.into_iter().flatten() {
-                    let p = self.pod(id);
-                    if !self.published(p, svc.publish_not_ready) {
-                        continue;
+                let Some(set) = self.sets.get(sk) else {
+                    out.push((base, Rrs::default()));
+                    return out;
+                };
+                out.push((base.clone(), set.rrs()));
+                for (i, port) in svc.ports.iter().enumerate() {
+                    let Some(pn) = &port.name else { continue };
+                    let srv = set.port_srv(u16::try_from(i).unwrap_or(u16::MAX));
+                    if !srv.is_empty() {
+                        out.push((
+                            format!("_{pn}._{}.{base}", port.protocol.label()),
+                            Rrs {
+                                srv,
+                                ..Default::default()
+                            },
+                        ));
                     }
-                    add_ips(&mut rrs, &p.ips);
-                    if svc.ports.is_empty() {
-                        // JobSet's Services have no ports: no SRV, and no
-                        // per-member target to work out.
-                        continue;
-                    }
-                    for ip in &p.ips {
-                        let target: Box<str> = self.target_under(p, &sk.name, *ip).into();
-                        for port in &svc.ports {
-                            let srv = Srv {
-                                port: pod_port(port, p),
-                                target: target.clone(),
-                            };
-                            rrs.srv.push(srv.clone());
-                            if let Some(pn) = &port.name {
-                                named
-                                    .entry(format!("_{pn}._{}.{base}", port.protocol.label()))
-                                    .or_default()
-                                    .push(srv);
-                            }
-                        }
-                    }
-                }
-                rrs.a.sort();
-                rrs.a.dedup();
-                rrs.aaaa.sort();
-                rrs.aaaa.dedup();
-                rrs.srv.sort();
-                rrs.srv.dedup();
-                out.push((base, rrs));
-                for (name, mut srv) in named {
-                    srv.sort();
-                    srv.dedup();
-                    out.push((
-                        name,
-                        Rrs {
-                            srv,
-                            ..Default::default()
-                        },
-                    ));
                 }
             }
         }
@@ -1062,63 +1144,45 @@ impl Writer {
     }
 }
 
-/// A pod's place in [`Slab`].
-type PodId = u32;
-
 /// The pods of each hostname under one subdomain.
 type Hosts = HashMap<Arc<str>, SmallSet<PodId>>;
 
-/// Pods by id; a deleted pod's id is reused.
+/// Pods by id: a [`slab::Slab`] (a deleted pod's id is reused) under
+/// `u32` ids, the size every index of the writer stores.
 #[derive(Debug)]
-struct Slab<T> {
-    slots: Vec<Option<T>>,
-    free: Vec<PodId>,
-    len: usize,
-}
+struct Slab<T>(slab::Slab<T>);
 
 impl<T> Default for Slab<T> {
     fn default() -> Self {
-        Self {
-            slots: Vec::new(),
-            free: Vec::new(),
-            len: 0,
-        }
+        Self(slab::Slab::new())
     }
 }
 
 impl<T> Slab<T> {
     fn insert(&mut self, v: T) -> PodId {
-        self.len += 1;
-        match self.free.pop() {
-            Some(id) => {
-                self.slots[id as usize] = Some(v);
-                id
-            }
-            None => {
-                self.slots.push(Some(v));
-                PodId::try_from(self.slots.len() - 1).expect("fewer than 2^32 pods")
-            }
-        }
+        PodId::try_from(self.0.insert(v)).expect("fewer than 2^32 pods")
+    }
+
+    /// The entry of an id, if it is live.
+    fn try_get(&self, id: PodId) -> Option<&T> {
+        self.0.get(id as usize)
     }
 
     /// The entry of a live id (ids come from the writer's own indexes).
     fn get(&self, id: PodId) -> &T {
-        self.slots[id as usize].as_ref().expect("live pod id")
+        &self.0[id as usize]
     }
 
     fn get_mut(&mut self, id: PodId) -> &mut T {
-        self.slots[id as usize].as_mut().expect("live pod id")
+        &mut self.0[id as usize]
     }
 
     fn remove(&mut self, id: PodId) -> T {
-        let v = self.slots[id as usize].take().expect("live pod id");
-        self.free.push(id);
-        self.len -= 1;
-        v
+        self.0.remove(id as usize)
     }
 
     fn len(&self) -> usize {
-        self.len
+        self.0.len()
     }
 }
 
@@ -1127,7 +1191,7 @@ impl<T> Slab<T> {
 fn key_name(key: &Key) -> Option<String> {
     Some(match key {
         Key::Host { ns, sub, host } => format!("{host}.{sub}.{ns}.svc"),
-        Key::Svc(_) => return None,
+        Key::Member(..) | Key::Svc(_) => return None,
         Key::SvcIp(sk, ip) => format!("{}.{}.{}.svc", dashed(*ip), sk.name, sk.namespace),
         Key::PodIp { ns, ip } => format!("{}.{ns}.pod", dashed(*ip)),
         Key::Ptr(ip) => reverse(*ip),
@@ -1156,7 +1220,7 @@ fn collider(key: &Key) -> Option<Key> {
             sub: sk.name.clone(),
             host: dashed(*ip),
         }),
-        Key::Svc(_) | Key::PodIp { .. } | Key::Ptr(_) => None,
+        Key::Member(..) | Key::Svc(_) | Key::PodIp { .. } | Key::Ptr(_) => None,
     }
 }
 

@@ -30,6 +30,7 @@ use super::slim::{SlimJob, SlimPod, SlimService};
 use super::wire::{RawConfig, Wire, raw_watcher};
 use crate::admin::metrics::{EventLabels, Metrics, ResourceLabels, RestartLabels};
 use crate::index::types::{Arrival, Change, JobInfo, ObjKey, PodInfo, ServiceInfo, Update};
+use crate::index::writer::PROGRESS_EVERY;
 
 /// How the first list is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -268,6 +269,8 @@ struct Mapper<K: Watched> {
     listed_once: bool,
     /// Uids of malformed objects already logged.
     reported: HashSet<String>,
+    /// The list in progress: when it started, objects so far, last log.
+    progress: Option<(Instant, u64, Instant)>,
     metrics: Metrics,
 }
 
@@ -294,7 +297,27 @@ impl<K: Watched> Mapper<K> {
             buffer: None,
             listed_once: false,
             reported: HashSet::new(),
+            progress: None,
             metrics,
+        }
+    }
+
+    /// One more listed object; every few seconds a line saying how far the
+    /// list got (a 1M-pod list takes a while).
+    fn listed_one(&mut self) {
+        let now = Instant::now();
+        let (started, n, logged) = self.progress.get_or_insert((now, 0, now));
+        *n += 1;
+        if *n % 1024 == 0 && now.duration_since(*logged) >= PROGRESS_EVERY {
+            *logged = now;
+            let secs = now.duration_since(*started).as_secs_f64();
+            tracing::info!(
+                phase = "listing",
+                resource = K::RESOURCE,
+                listed = *n,
+                per_second = (*n as f64 / secs) as u64,
+                "sync in progress"
+            );
         }
     }
 
@@ -316,11 +339,13 @@ impl<K: Watched> Mapper<K> {
         match event {
             Event::Init => {
                 self.count("init");
+                self.progress = None;
                 self.buffer = Some(self.new_listing());
                 None
             }
             Event::InitApply(obj) => {
                 self.count("init_apply");
+                self.listed_one();
                 let info = self.convert(&obj)?;
                 if self.buffer.is_none() {
                     self.buffer = Some(self.new_listing());
@@ -339,6 +364,16 @@ impl<K: Watched> Mapper<K> {
             }
             Event::InitDone => {
                 self.count("init_done");
+                if let Some((started, n, _)) = self.progress.take()
+                    && started.elapsed() >= PROGRESS_EVERY
+                {
+                    tracing::info!(
+                        resource = K::RESOURCE,
+                        listed = n,
+                        seconds = started.elapsed().as_secs(),
+                        "list complete"
+                    );
+                }
                 self.listed_once = true;
                 let namespace = self.namespace.clone();
                 Some(K::update(
