@@ -95,7 +95,11 @@ pub struct Writer {
     /// Pod ids by namespace and name (the name shared with the pod).
     ns_pods: HashMap<Arc<str>, HashMap<Arc<str>, PodId>>,
     /// Service names by namespace.
-    ns_services: HashMap<String, BTreeSet<String>>,
+    /// Headless Services with a selector, by namespace and by one pair of
+    /// their selector (its anchor): a pod is tried against the Services
+    /// whose anchor it carries, not against every Service of its
+    /// namespace (1,000 Jobs in one namespace made that 1,000 tries a pod).
+    selectors: HashMap<String, HashMap<(Box<str>, Box<str>), BTreeSet<String>>>,
     /// Pods by namespace, subdomain and hostname, in any state.
     hosts: HashMap<Arc<str>, HashMap<Arc<str>, Hosts>>,
     /// Pods selected by each headless Service, in any state (the reverse is
@@ -142,7 +146,7 @@ impl Writer {
             jobs: HashMap::default(),
             ranks: Ranks::default(),
             ns_pods: HashMap::default(),
-            ns_services: HashMap::default(),
+            selectors: HashMap::default(),
             hosts: HashMap::default(),
             members: HashMap::default(),
             sets: HashMap::default(),
@@ -480,12 +484,14 @@ impl Writer {
             subdomain,
             &mut self.interner,
         );
-        if let Some(svcs) = self.ns_services.get(&*ns) {
-            for svc in svcs {
-                if let Some(s) = self.services.get(&ObjKey::new(&*ns, svc.as_str()))
-                    && selects(s, &pod)
-                {
-                    pod.services.insert(svc.as_str().into());
+        if let Some(anchors) = self.selectors.get(&*ns) {
+            for pair in &pod.labels {
+                for svc in anchors.get(&**pair).into_iter().flatten() {
+                    if let Some(s) = self.services.get(&ObjKey::new(&*ns, svc.as_str()))
+                        && selects(s, &pod)
+                    {
+                        pod.services.insert(svc.as_str().into());
+                    }
                 }
             }
         }
@@ -623,10 +629,14 @@ impl Writer {
         let key = svc.key.clone();
         self.stale_sets.insert(key.clone());
         let ns = key.namespace.clone();
-        self.ns_services
-            .entry(ns.clone())
-            .or_default()
-            .insert(key.name.clone());
+        if let Some(anchor) = anchor(&svc) {
+            self.selectors
+                .entry(ns.clone())
+                .or_default()
+                .entry(anchor)
+                .or_default()
+                .insert(key.name.clone());
+        }
         if let ServiceKind::ClusterIp(ips) = &svc.kind {
             for ip in ips {
                 self.ip_services.entry(*ip).or_default().insert(key.clone());
@@ -659,7 +669,14 @@ impl Writer {
         };
         self.sets.remove(key);
         self.stale_sets.insert(key.clone());
-        remove_from(&mut self.ns_services, &key.namespace, &key.name);
+        if let Some(anchor) = anchor(&svc)
+            && let Some(anchors) = self.selectors.get_mut(&key.namespace)
+        {
+            remove_from(anchors, &anchor, &key.name);
+            if anchors.is_empty() {
+                self.selectors.remove(&key.namespace);
+            }
+        }
         if let ServiceKind::ClusterIp(ips) = &svc.kind {
             for ip in ips {
                 remove_from(&mut self.ip_services, ip, key);
@@ -1247,6 +1264,16 @@ pub(super) fn vanished<'a, V>(
         .filter(|k| namespace.is_none_or(|ns| k.namespace == ns) && !keep.contains(k))
         .cloned()
         .collect()
+}
+
+/// The selector pair a Service that can select pods is found by: any pair
+/// would do, since a pod must carry all of them.
+fn anchor(svc: &ServiceInfo) -> Option<(Box<str>, Box<str>)> {
+    if svc.kind != ServiceKind::Headless {
+        return None;
+    }
+    let (k, v) = svc.selector.as_ref()?.first()?;
+    Some((k.as_str().into(), v.as_str().into()))
 }
 
 /// Does the Service select this pod? Only headless Services with a selector
