@@ -15,6 +15,9 @@ use crate::admin::Metrics;
 #[path = "ranks.rs"]
 pub mod ranks;
 
+#[path = "explain.rs"]
+pub mod explain;
+
 use ranks::{Group, Ranks, group};
 
 use super::model::{Interner, Pod};
@@ -99,6 +102,8 @@ pub struct Writer {
     pod_resets: HashSet<Option<String>>,
     service_resets: HashSet<Option<String>>,
     job_resets: HashSet<Option<String>>,
+    /// `podns explain` requests, answered between batches (`--admin-debug`).
+    explain_rx: Option<explain::ExplainReceiver>,
 }
 
 impl Writer {
@@ -127,6 +132,7 @@ impl Writer {
             pod_resets: HashSet::new(),
             service_resets: HashSet::new(),
             job_resets: HashSet::new(),
+            explain_rx: None,
         }
     }
 
@@ -198,7 +204,7 @@ impl Writer {
     pub fn run_blocking(mut self, mut rx: tokio::sync::mpsc::Receiver<Arrival>) {
         const BATCH: usize = 1024;
         let mut arrived = Vec::with_capacity(BATCH);
-        while let Some(first) = rx.blocking_recv() {
+        while let Some(first) = self.next_arrival(&mut rx) {
             arrived.clear();
             arrived.push(first.at);
             self.stage(first.update);
