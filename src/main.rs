@@ -126,6 +126,13 @@ fn explain(args: &podns::cli::ExplainArgs) -> ExitCode {
     };
     match runtime.block_on(podns::explain::run(&args.config())) {
         Ok(body) => {
+            // The server's JSON is compact; a person reads it indented.
+            let body = match args.output {
+                podns::explain::Output::Json => serde_json::from_str::<serde_json::Value>(&body)
+                    .and_then(|v| serde_json::to_string_pretty(&v))
+                    .unwrap_or(body),
+                podns::explain::Output::Text => body,
+            };
             print!("{body}");
             if !body.ends_with('\n') {
                 println!();

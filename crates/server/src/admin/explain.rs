@@ -216,7 +216,7 @@ impl Explainer {
                 .push(format!("{}: {}", f.reason.code(), out.detail));
             out.reason = Reason::NoRecordOfType;
             out.detail = format!(
-                "{} exists but has no {} records (NODATA)",
+                "{} exists but has no {} records, so the answer is NODATA",
                 out.name, out.qtype
             );
             return;

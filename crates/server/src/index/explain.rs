@@ -846,28 +846,26 @@ impl Writer {
                 .filter(|p| !p.host_network && self.published_anywhere(p))
                 .collect();
             let pod = self.choose_one(candidates);
-            let rule = match (&pod, target.ends_with(".pod")) {
-                (_, true) => "its pod name (no hostname name or headless Service publishes it)",
-                (Some(p), false)
-                    if p.hostname.is_some()
-                        && target.starts_with(&**p.hostname.as_ref().unwrap_or(&p.name)) =>
-                {
-                    "its hostname name, the most specific"
-                }
-                _ => "its dashed name under the headless Service that publishes it",
+            let hostname_name = pod.and_then(|p| match (&p.hostname, &p.subdomain) {
+                (Some(h), Some(s)) => Some(format!("{h}.{s}.{}.svc", p.ns)),
+                _ => None,
+            });
+            let rule = if hostname_name.as_deref() == Some(target.as_str()) {
+                "its hostname name, the most specific"
+            } else if target.ends_with(".pod") {
+                "its pod name (no hostname name or headless Service publishes it)"
+            } else {
+                "its dashed name under the headless Service that publishes it"
             };
-            let objects = pod
+            let objects: Vec<Object> = pod
                 .map(|p| vec![self.pod_object(p, "answers", None)])
+                .unwrap_or_default();
+            let owner = pod
+                .map(|p| format!("pod {}/{}", p.ns, p.name))
                 .unwrap_or_default();
             return Findings::new(
                 Reason::PtrPod,
-                format!(
-                    "{ip} belongs to pod {}: PTR {target}, {rule}",
-                    objects
-                        .first()
-                        .map(|o| format!("{}/{}", o.namespace, o.name))
-                        .unwrap_or_default()
-                ),
+                format!("{ip} belongs to {owner}: the PTR points at {rule}"),
             )
             .ns(&first.ns)
             .with(objects);
