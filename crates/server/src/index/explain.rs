@@ -230,6 +230,9 @@ impl Writer {
     /// Explain requests come first: they are rare and cheap, and a steady
     /// stream of events must not starve them.
     pub(super) fn next_arrival(&mut self, rx: &mut mpsc::Receiver<Arrival>) -> Option<Arrival> {
+        // A stack temporary moved once per wait: boxing the arrival would
+        // allocate on every batch for nothing.
+        #[allow(clippy::large_enum_variant)]
         enum Next {
             Arrival(Option<Arrival>),
             Explain(Option<ExplainRequest>),
