@@ -238,6 +238,15 @@ impl Explainer {
             );
             return;
         }
+        if f.namespace.is_none()
+            && !self.namespaces.is_empty()
+            && matches!(out.reason, Reason::NoPodWithIp)
+        {
+            out.notes.push(format!(
+                "podns watches only namespaces {}: an IP of a pod elsewhere is unknown to it",
+                self.namespaces.join(",")
+            ));
+        }
         if let Some(sel) = &self.label_selector
             && matches!(
                 out.reason,

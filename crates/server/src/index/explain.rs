@@ -227,8 +227,8 @@ impl Writer {
     }
 
     /// The next arrival, answering explain requests while waiting for it.
-    /// Explain requests come first: they are rare and cheap, and a steady
-    /// stream of events must not starve them.
+    /// When both are ready the pick is random, so a steady stream of events
+    /// cannot starve explain requests, nor a flood of requests the events.
     pub(super) fn next_arrival(&mut self, rx: &mut mpsc::Receiver<Arrival>) -> Option<Arrival> {
         // A stack temporary moved once per wait: boxing the arrival would
         // allocate on every batch for nothing.
@@ -245,7 +245,6 @@ impl Writer {
             // with a local executor, as `blocking_recv` does for one.
             let next = futures::executor::block_on(async {
                 tokio::select! {
-                    biased;
                     e = erx.recv() => Next::Explain(e),
                     a = rx.recv() => Next::Arrival(a),
                 }

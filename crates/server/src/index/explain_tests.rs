@@ -226,3 +226,47 @@ fn reason_codes_are_snake_case() {
     );
     assert!(Reason::Hostname.is_rule() && !Reason::NoPod.is_rule());
 }
+
+#[test]
+fn the_writer_answers_explain_requests_while_no_event_arrives() {
+    let mut w = writer(Policy::default());
+    pods(&mut w, vec![pod("ml", "a", "10.0.0.1").host("a", "w")]);
+    let (etx, erx) = mpsc::channel(1);
+    let (tx, rx) = mpsc::channel::<Arrival>(1);
+    let w = w.with_explain(erx);
+    let writer = std::thread::spawn(move || w.run_blocking(rx));
+    // No arrival is queued: the writer waits, and answers meanwhile.
+    let (reply, answer) = oneshot::channel();
+    etx.blocking_send(ExplainRequest {
+        key: "a.w.ml.svc".into(),
+        reply,
+    })
+    .unwrap();
+    assert_eq!(answer.blocking_recv().unwrap().reason, Reason::Hostname);
+    tx.blocking_send(Arrival {
+        update: Update::Pod(Change::Delete(ObjKey::new("ml", "a"))),
+        at: std::time::Instant::now(),
+    })
+    .unwrap();
+    // Events still flow between requests: a later request sees the delete.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (reply, answer) = oneshot::channel();
+        etx.blocking_send(ExplainRequest {
+            key: "a.w.ml.svc".into(),
+            reply,
+        })
+        .unwrap();
+        match answer.blocking_recv().unwrap().reason {
+            Reason::NoPod => break,
+            Reason::Hostname => {
+                assert!(std::time::Instant::now() < deadline, "delete never applied")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // Closing the explain channel leaves the writer running on events.
+    drop(etx);
+    drop(tx);
+    writer.join().unwrap();
+}
