@@ -1,4 +1,4 @@
-//! Command line: one binary, five subcommands. Value types parse with
+//! Command line: one binary, six subcommands. Value types parse with
 //! `FromStr` so a bad flag is reported by clap in one line.
 
 use std::net::{IpAddr, SocketAddr};
@@ -17,6 +17,7 @@ use podns_server::k8s::wire::Wire;
 use podns_server::serve::ServeConfig;
 use podns_server::zonefile::ZonefileConfig;
 
+use crate::explain::{ExplainConfig, Output, parse_admin};
 use crate::wait::{Timeout, WaitConfig, parse_server, resolv_conf_servers};
 
 #[derive(Parser, Debug)]
@@ -47,6 +48,8 @@ pub enum Command {
     Zonefile(ZonefileArgs),
     /// Wait until every rank of a Job or JobSet is published (or Ready), asking DNS only.
     Wait(WaitArgs),
+    /// Ask a running podns (started with --admin-debug) why a name answers what it does.
+    Explain(ExplainArgs),
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,6 +182,9 @@ pub struct ServeArgs {
     /// Response rate limiting: at most this many UDP responses a second per client /24 (IPv4) or /56 (IPv6); over it, half slip as TC=1, half are dropped (default: off).
     #[arg(long, env = "PODNS_RRL")]
     pub rrl: Option<u32>,
+    /// Serve /debug/explain (`podns explain`) on the admin address. It shows pods that DNS does not publish: keep the admin port private.
+    #[arg(long, env = "PODNS_ADMIN_DEBUG")]
+    pub admin_debug: bool,
 }
 
 impl ServeArgs {
@@ -218,6 +224,7 @@ impl ServeArgs {
                 max_queries: self.tcp_max_queries,
             },
             rrl: self.rrl,
+            admin_debug: self.admin_debug,
         }
     }
 }
@@ -379,6 +386,40 @@ impl WaitArgs {
             servers,
             zone: self.zone.0.clone(),
             query_timeout: self.query_timeout.0,
+        }
+    }
+}
+
+/// Flags of `podns explain`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ExplainArgs {
+    /// The name to explain (`web-0.web.ml.svc.cluster.local`, a reverse name, ...).
+    pub name: String,
+    /// Record type.
+    #[arg(default_value = "A", value_parser = record_type)]
+    pub qtype: String,
+    /// The admin address of a podns serve started with --admin-debug (e.g. through kubectl port-forward).
+    #[arg(long, env = "PODNS_EXPLAIN_ADMIN", default_value = "http://127.0.0.1:9153", value_parser = parse_admin)]
+    pub admin: String,
+    /// Text for a person, or JSON with stable reason codes.
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+/// A record type by name (`A`, `aaaa`, `SRV`) or number, upper-cased.
+fn record_type(s: &str) -> Result<String, String> {
+    podns_server::admin::explain::parse_type(s)
+        .map(|t| t.to_string())
+        .map_err(|e| e.to_string())
+}
+
+impl ExplainArgs {
+    pub fn config(&self) -> ExplainConfig {
+        ExplainConfig {
+            name: self.name.clone(),
+            qtype: self.qtype.clone(),
+            admin: self.admin.clone(),
+            output: self.output,
         }
     }
 }

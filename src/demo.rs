@@ -19,13 +19,15 @@ const JOBS: [(&str, &str, usize, &str); 2] = [
     ("ml", "bert-finetune", 64, "indexed-job"),
 ];
 
-/// A loopback server (the serve defaults otherwise).
+/// A loopback server (the serve defaults otherwise), with `/debug/explain`
+/// on: the demo's admin port is on loopback and its pods are made up.
 pub fn loopback_serve_config(dns: SocketAddr, admin: SocketAddr) -> ServeConfig {
     ServeConfig {
         dns_listen: dns,
         admin_listen: admin,
         udp_sockets: 2,
         ns_addrs: vec![[127, 0, 0, 1].into()],
+        admin_debug: true,
         ..ServeConfig::default()
     }
 }
@@ -164,6 +166,11 @@ fn print_walkthrough(dns: SocketAddr, admin: SocketAddr, api: SocketAddr, took: 
     println!("dig {at} leader.bert-finetune.ml.rank.cluster.local A +norec");
     println!("dig {at} llama-pretrain.ml.rank.cluster.local TXT +norec");
     println!();
+    println!();
+    println!("# why a name answers what it does (the demo serves /debug/explain):");
+    println!(
+        "podns explain bert-finetune-64.bert-finetune.ml.svc.cluster.local --admin http://{admin}"
+    );
     println!("metrics: curl -s http://{admin}/metrics | grep podns_");
     println!("kubectl: kubectl --server http://{api} get pods -n ml | head");
     println!("(Ctrl-C to stop)");

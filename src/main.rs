@@ -44,6 +44,9 @@ fn main() -> ExitCode {
     if let Command::Wait(args) = &cli.command {
         return wait(args);
     }
+    if let Command::Explain(args) = &cli.command {
+        return explain(args);
+    }
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -63,7 +66,9 @@ fn main() -> ExitCode {
             #[cfg(feature = "sim")]
             Command::Demo(args) => podns::demo::run(args).await,
             Command::Zonefile(args) => podns_server::zonefile::run(args.config()).await,
-            Command::Wait(_) => unreachable!("handled before the server runtime"),
+            Command::Wait(_) | Command::Explain(_) => {
+                unreachable!("handled before the server runtime")
+            }
         }
     });
     // Blocking threads (the index writer in the middle of a big initial
@@ -103,6 +108,40 @@ fn wait(args: &podns::cli::WaitArgs) -> ExitCode {
         Err(e) => {
             eprintln!("{e}");
             ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// `podns explain`: one GET, printed as the server wrote it.
+fn explain(args: &podns::cli::ExplainArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("podns explain: failed to start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(podns::explain::run(&args.config())) {
+        Ok(body) => {
+            // The server's JSON is compact; a person reads it indented.
+            let body = match args.output {
+                podns::explain::Output::Json => serde_json::from_str::<serde_json::Value>(&body)
+                    .and_then(|v| serde_json::to_string_pretty(&v))
+                    .unwrap_or(body),
+                podns::explain::Output::Text => body,
+            };
+            print!("{body}");
+            if !body.ends_with('\n') {
+                println!();
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
         }
     }
 }

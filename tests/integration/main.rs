@@ -7,6 +7,7 @@ mod daemons;
 mod deploy;
 mod dns;
 mod dualstack;
+mod explain;
 mod fuzz_corpus;
 mod prometheus;
 mod rank;

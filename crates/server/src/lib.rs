@@ -14,13 +14,13 @@
 //!                                        dns/answer  pure: question → response
 //!                                          │
 //!                                        dns/server  UDP (SO_REUSEPORT loops) and TCP (capped, own framing)
-//! admin/ (/metrics /healthz /readyz)
+//! admin/ (/metrics /healthz /readyz; /debug/explain with --admin-debug)
 //! ```
 //!
 //! - [`k8s`]: what we read from the API server and how it becomes index input.
 //! - [`index`]: the in-memory name table, its single writer and its [`index::Policy`].
 //! - [`dns`]: zones, record rules ([`dns::answer`]) and sockets ([`dns::server`]).
-//! - [`admin`]: Prometheus metrics and health endpoints.
+//! - [`admin`]: Prometheus metrics, health endpoints and `/debug/explain`.
 //! - [`serve`]: the wiring of a server from a [`serve::ServeConfig`].
 //! - [`zonefile`]: one list → the index → RFC 1035 zone text, from a
 //!   [`zonefile::ZonefileConfig`].

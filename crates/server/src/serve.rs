@@ -62,6 +62,9 @@ pub struct ServeConfig {
     pub tcp: TcpLimits,
     /// Response rate limit: UDP responses a second per client network.
     pub rrl: Option<u32>,
+    /// Serve `/debug/explain` on the admin address. Off by default: it
+    /// shows pods that DNS does not publish.
+    pub admin_debug: bool,
 }
 
 impl Default for ServeConfig {
@@ -90,6 +93,7 @@ impl Default for ServeConfig {
             shutdown_grace: std::time::Duration::from_secs(5),
             tcp: TcpLimits::default(),
             rrl: None,
+            admin_debug: false,
         }
     }
 }
@@ -298,7 +302,13 @@ pub fn start(
         service_scopes: watch::service_scopes(&wcfg),
         job_scopes: watch::job_scopes(&wcfg),
     };
-    let writer = Writer::new(table.clone(), args.policy, metrics.clone(), needs);
+    let mut writer = Writer::new(table.clone(), args.policy, metrics.clone(), needs);
+    // Explain requests reach the writer on a channel of their own, and only
+    // with --admin-debug.
+    let (explain_tx, explain_rx) = mpsc::channel(16);
+    if args.admin_debug {
+        writer = writer.with_explain(explain_rx);
+    }
     let (tx, rx) = mpsc::channel(4096);
     tasks.spawn_blocking(move || writer.run_blocking(rx));
     watch::spawn_watchers(
@@ -311,6 +321,12 @@ pub fn start(
     );
 
     let answerer = Arc::new(Answerer::new(table.clone(), answer_config(args)));
+    let explainer = args.admin_debug.then(|| admin::explain::Explainer {
+        answerer: answerer.clone(),
+        writer: explain_tx,
+        namespaces: args.namespaces.clone(),
+        label_selector: args.label_selector.clone(),
+    });
     let rrl = args.rrl.map(|rate| Arc::new(Rrl::new(rate)));
     for sock in listeners.udp {
         let (a, m, stop) = (answerer.clone(), metrics.clone(), shutdown.clone());
@@ -337,6 +353,7 @@ pub fn start(
         listeners.admin,
         metrics.clone(),
         health.clone(),
+        explainer,
         admin_shutdown.clone(),
     ));
     Running {

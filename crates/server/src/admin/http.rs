@@ -1,11 +1,12 @@
-//! `/metrics`, `/healthz`, `/readyz` over plain HTTP.
+//! `/metrics`, `/healthz`, `/readyz` over plain HTTP, and with
+//! `--admin-debug` `/debug/explain` ([`super::explain`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
@@ -14,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::index::Table;
 
 use super::Metrics;
+use super::explain::{self, Explainer};
 
 /// What `/readyz` reports: ready once the index is synced, and not while
 /// draining for shutdown.
@@ -44,6 +46,8 @@ impl Health {
 struct AppState {
     metrics: Metrics,
     health: Arc<Health>,
+    /// `None` unless `--admin-debug`.
+    explainer: Option<Explainer>,
 }
 
 async fn serve_metrics(State(s): State<AppState>) -> impl IntoResponse {
@@ -73,18 +77,85 @@ async fn readyz(State(s): State<AppState>) -> (StatusCode, &'static str) {
     }
 }
 
-/// Serve the admin endpoints until `shutdown`.
+#[derive(serde::Deserialize)]
+struct ExplainParams {
+    name: Option<String>,
+    #[serde(rename = "type")]
+    qtype: Option<String>,
+    format: Option<String>,
+}
+
+/// `/debug/explain?name=NAME&type=TYPE[&format=json|text]`: JSON when
+/// `format=json` or `Accept: application/json`, text otherwise; 404 unless
+/// `--admin-debug`.
+async fn debug_explain(
+    State(s): State<AppState>,
+    Query(q): Query<ExplainParams>,
+    headers: HeaderMap,
+) -> axum::response::Response {
+    let Some(explainer) = &s.explainer else {
+        return (
+            StatusCode::NOT_FOUND,
+            "/debug/explain is off: start podns serve with --admin-debug\n",
+        )
+            .into_response();
+    };
+    let json = match q.format.as_deref() {
+        Some("json") => true,
+        Some("text") => false,
+        Some(other) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("unknown format {other:?} (json or text)\n"),
+            )
+                .into_response();
+        }
+        None => headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("application/json")),
+    };
+    let parsed = explain::parse_name(q.name.as_deref().unwrap_or_default()).and_then(|name| {
+        Ok((
+            name,
+            explain::parse_type(q.qtype.as_deref().unwrap_or("A"))?,
+        ))
+    });
+    let (name, qtype) = match parsed {
+        Ok(v) => v,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+    };
+    let explanation = explainer.explain(&name, qtype).await;
+    if json {
+        axum::Json(explanation).into_response()
+    } else {
+        (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            explanation.text(),
+        )
+            .into_response()
+    }
+}
+
+/// Serve the admin endpoints until `shutdown`; `/debug/explain` only with
+/// an `explainer` (`--admin-debug`).
 pub async fn run(
     listener: TcpListener,
     metrics: Metrics,
     health: Arc<Health>,
+    explainer: Option<Explainer>,
     shutdown: CancellationToken,
 ) {
     let app = Router::new()
         .route("/metrics", get(serve_metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(AppState { metrics, health });
+        .route("/debug/explain", get(debug_explain))
+        .with_state(AppState {
+            metrics,
+            health,
+            explainer,
+        });
     if let Err(error) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await

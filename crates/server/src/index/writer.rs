@@ -15,6 +15,9 @@ use crate::admin::Metrics;
 #[path = "ranks.rs"]
 pub mod ranks;
 
+#[path = "explain.rs"]
+pub mod explain;
+
 use ranks::{Group, Ranks, group};
 
 use super::headless::{Added, HeadlessSet, PodId};
@@ -131,6 +134,8 @@ pub struct Writer {
     pod_resets: HashSet<Option<String>>,
     service_resets: HashSet<Option<String>>,
     job_resets: HashSet<Option<String>>,
+    /// `podns explain` requests, answered between batches (`--admin-debug`).
+    explain_rx: Option<explain::ExplainReceiver>,
 }
 
 impl Writer {
@@ -161,6 +166,7 @@ impl Writer {
             pod_resets: HashSet::default(),
             service_resets: HashSet::default(),
             job_resets: HashSet::default(),
+            explain_rx: None,
         }
     }
 
@@ -263,7 +269,7 @@ impl Writer {
         let mut arrived = Vec::with_capacity(BATCH);
         let started = std::time::Instant::now();
         let mut logged = started;
-        while let Some(first) = rx.blocking_recv() {
+        while let Some(first) = self.next_arrival(&mut rx) {
             arrived.clear();
             arrived.push(first.at);
             self.stage(first.update);

@@ -1,0 +1,341 @@
+//! `GET /debug/explain?name=NAME&type=TYPE`: why a name answers what it
+//! does. The real answer comes from the [`Answerer`] (the same rules DNS
+//! uses); the objects and the rule come from the index writer
+//! ([`crate::index::writer::explain`]); what neither can see (the zones, the
+//! watch scope) is added here. Served only with `--admin-debug`: it shows
+//! pods that DNS does not publish.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::{Name, RecordType};
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::dns::answer::Answerer;
+use crate::index::names;
+use crate::index::writer::explain::{ExplainRequest, Findings, Object, Reason};
+
+/// How long an explain request may wait for the writer (it is served
+/// between batches; a 100k-pod relist is seconds).
+const WRITER_WAIT: Duration = Duration::from_secs(10);
+
+/// How many answer records the text form prints (a gang's set may be thousands).
+const TEXT_RECORDS: usize = 20;
+
+/// What the explain endpoint needs, given to the admin server only with
+/// `--admin-debug`.
+#[derive(Clone)]
+pub struct Explainer {
+    pub answerer: Arc<Answerer>,
+    pub writer: mpsc::Sender<ExplainRequest>,
+    /// `--namespace` (empty: all).
+    pub namespaces: Vec<String>,
+    /// `--label-selector`.
+    pub label_selector: Option<String>,
+}
+
+/// The whole explanation, as the endpoint sends it (JSON) or renders it
+/// ([`Explanation::text`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct Explanation {
+    /// The name as asked, fully qualified.
+    pub name: String,
+    #[serde(rename = "type")]
+    pub qtype: String,
+    /// NOERROR, NXDOMAIN, SERVFAIL, REFUSED, ...
+    pub rcode: String,
+    /// The answer section, one record a line in zone-file form.
+    pub answer: Vec<String>,
+    /// A stable code: the rule that produced records, or why there are none.
+    pub reason: Reason,
+    /// The same, as a sentence for a person.
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chosen_by: Option<&'static str>,
+    pub objects: Vec<Object>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub more_objects: usize,
+    /// What else may matter (the nearer reason the index saw, when a scope
+    /// reason is given first).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// A bad `name` or `type` parameter.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadRequest(pub String);
+
+/// A record type by name (`A`, `aaaa`, `SRV`) or number.
+pub fn parse_type(s: &str) -> Result<RecordType, BadRequest> {
+    let upper = s.to_ascii_uppercase();
+    if let Ok(n) = upper.parse::<u16>() {
+        return Ok(RecordType::from(n));
+    }
+    upper.parse::<RecordType>().map_err(|_| {
+        BadRequest(format!(
+            "unknown record type {s:?} (examples: A, AAAA, SRV, PTR, TXT)"
+        ))
+    })
+}
+
+/// A name as asked, made fully qualified.
+pub fn parse_name(s: &str) -> Result<Name, BadRequest> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err(BadRequest(
+            "name is required (example: name=web-0.web.ml.svc.cluster.local)".into(),
+        ));
+    }
+    let fq = if s.ends_with('.') {
+        s.to_string()
+    } else {
+        format!("{s}.")
+    };
+    Name::from_ascii(&fq).map_err(|e| BadRequest(format!("invalid name {s:?}: {e}")))
+}
+
+impl Explainer {
+    /// Explain `name` `qtype`: ask the answerer, then the writer.
+    pub async fn explain(&self, name: &Name, qtype: RecordType) -> Explanation {
+        let mut req = Message::new(0, MessageType::Query, OpCode::Query);
+        req.add_query(Query::query(name.clone(), qtype));
+        let resp = self.answerer.answer(&req);
+        let rcode = resp.metadata.response_code;
+        let answer: Vec<String> = resp.answers.iter().map(ToString::to_string).collect();
+        let mut out = Explanation {
+            name: name.to_ascii(),
+            qtype: qtype.to_string(),
+            rcode: rcode_name(rcode),
+            answer,
+            reason: Reason::NoSuchName,
+            detail: String::new(),
+            chosen_by: None,
+            objects: vec![],
+            more_objects: 0,
+            notes: vec![],
+        };
+        let Some(key) = self.key(name) else {
+            out.reason = Reason::OutsideZones;
+            let zones: Vec<String> = self
+                .answerer
+                .config()
+                .zones
+                .iter()
+                .map(|z| z.to_ascii())
+                .collect();
+            out.detail = format!(
+                "{} is in none of the served zones ({}) and is not a reverse name: podns answers REFUSED and never recurses",
+                out.name,
+                zones.join(", ")
+            );
+            return out;
+        };
+        if rcode == ResponseCode::Refused && names::is_reverse(&key) {
+            out.reason = Reason::ReverseRefused;
+            out.detail =
+                "the address is outside every --reverse-cidr: podns answers REFUSED for it".into();
+            return out;
+        }
+        if !self.answerer.table().is_synced() {
+            out.reason = Reason::NotSynced;
+            out.detail = "the index is not synced yet (the first list of Pods and Services has not been applied): every name in the zones answers SERVFAIL until it is".into();
+            return out;
+        }
+        let findings = match self.ask_writer(key).await {
+            Ok(f) => f,
+            Err(e) => {
+                out.notes.push(e);
+                return out;
+            }
+        };
+        self.combine(&mut out, findings, rcode);
+        out
+    }
+
+    /// The table key of a name: relative to the most specific zone, or the
+    /// absolute reverse name; `None` outside the zones.
+    fn key(&self, name: &Name) -> Option<String> {
+        let lower = name.to_lowercase().to_ascii();
+        let lower = lower.trim_end_matches('.');
+        let mut zones: Vec<String> = self
+            .answerer
+            .config()
+            .zones
+            .iter()
+            .map(|z| z.to_ascii().trim_end_matches('.').to_string())
+            .collect();
+        zones.sort_by_key(|z| std::cmp::Reverse(z.len()));
+        for z in &zones {
+            if lower == z {
+                return Some(String::new());
+            }
+            if let Some(rel) = lower
+                .strip_suffix(z.as_str())
+                .and_then(|r| r.strip_suffix('.'))
+            {
+                return Some(rel.to_string());
+            }
+        }
+        names::is_reverse(lower).then(|| lower.to_string())
+    }
+
+    async fn ask_writer(&self, key: String) -> Result<Findings, String> {
+        let (tx, rx) = oneshot::channel();
+        self.writer
+            .send(ExplainRequest { key, reply: tx })
+            .await
+            .map_err(|_| "the index writer has stopped".to_string())?;
+        match tokio::time::timeout(WRITER_WAIT, rx).await {
+            Ok(Ok(f)) => Ok(f),
+            Ok(Err(_)) => Err("the index writer has stopped".into()),
+            Err(_) => Err(format!(
+                "the index writer did not answer within {} s (busy applying a large list?)",
+                WRITER_WAIT.as_secs()
+            )),
+        }
+    }
+
+    /// The writer's findings against the real answer and the watch scope.
+    fn combine(&self, out: &mut Explanation, f: Findings, rcode: ResponseCode) {
+        out.reason = f.reason;
+        out.detail = f.detail;
+        out.chosen_by = f.chosen_by;
+        out.objects = f.objects;
+        out.more_objects = f.more_objects;
+        let negative = out.answer.is_empty();
+        if negative && rcode == ResponseCode::NoError && f.reason.is_rule() {
+            // The name exists; this type is not among its records.
+            out.notes
+                .push(format!("{}: {}", f.reason.code(), out.detail));
+            out.reason = Reason::NoRecordOfType;
+            out.detail = format!(
+                "{} exists but has no {} records, so the answer is NODATA",
+                out.name, out.qtype
+            );
+            return;
+        }
+        if !negative {
+            return;
+        }
+        // What the writer cannot see: objects outside the watch scope.
+        if let Some(ns) = &f.namespace
+            && !self.namespaces.is_empty()
+            && !self.namespaces.iter().any(|n| n == ns)
+        {
+            out.notes
+                .push(format!("{}: {}", out.reason.code(), out.detail));
+            out.reason = Reason::NamespaceNotWatched;
+            out.detail = format!(
+                "namespace {ns} is not watched: podns runs with --namespace {}, so it sees no pod or Service there",
+                self.namespaces.join(",")
+            );
+            return;
+        }
+        if f.namespace.is_none()
+            && !self.namespaces.is_empty()
+            && matches!(out.reason, Reason::NoPodWithIp)
+        {
+            out.notes.push(format!(
+                "podns watches only namespaces {}: an IP of a pod elsewhere is unknown to it",
+                self.namespaces.join(",")
+            ));
+        }
+        if let Some(sel) = &self.label_selector
+            && matches!(
+                out.reason,
+                Reason::NoPod
+                    | Reason::NoPodWithIp
+                    | Reason::NoRank
+                    | Reason::ServiceNoPublishedPods
+            )
+            && !out.objects.iter().any(|o| o.kind == "pod")
+        {
+            out.notes
+                .push(format!("{}: {}", out.reason.code(), out.detail));
+            out.reason = Reason::PodOutsideLabelSelector;
+            out.detail = format!(
+                "no pod for this name is visible, and podns watches only pods matching --label-selector {sel}: a pod outside the selector would not be seen (podns cannot tell whether one exists)"
+            );
+        }
+    }
+}
+
+impl Explanation {
+    /// For a person: the answer, then why, then the objects.
+    pub fn text(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(s, "{} {}: {}", self.name, self.qtype, self.rcode);
+        for r in self.answer.iter().take(TEXT_RECORDS) {
+            let _ = writeln!(s, "  {r}");
+        }
+        if self.answer.len() > TEXT_RECORDS {
+            let _ = writeln!(
+                s,
+                "  ... and {} more records (--output json has them all)",
+                self.answer.len() - TEXT_RECORDS
+            );
+        }
+        let _ = writeln!(s, "why: {} ({})", self.detail, self.reason.code());
+        if !self.objects.is_empty() {
+            let _ = writeln!(s, "objects:");
+        }
+        for o in &self.objects {
+            let _ = write!(s, "  {} {}/{}: {}", o.kind, o.namespace, o.name, o.role);
+            if let Some(t) = o.service_type {
+                let _ = write!(s, ", {t}");
+            }
+            if !o.ips.is_empty() {
+                let ips: Vec<String> = o.ips.iter().map(ToString::to_string).collect();
+                let _ = write!(s, ", ip {}", ips.join(" "));
+            } else if o.kind == "pod" {
+                let _ = write!(s, ", no ip");
+            }
+            if let Some(p) = &o.phase {
+                let _ = write!(s, ", {p}");
+            }
+            if let Some(r) = o.ready {
+                let _ = write!(s, ", {}", if r { "Ready" } else { "not Ready" });
+            }
+            if o.terminating == Some(true) {
+                let _ = write!(s, ", terminating");
+            }
+            match (o.published, o.not_published_because) {
+                (Some(false), Some(r)) => {
+                    let _ = write!(s, "; not published: {}", r.code());
+                }
+                (Some(true), _) => {
+                    let _ = write!(s, "; published");
+                }
+                _ => {}
+            }
+            s.push('\n');
+        }
+        if self.more_objects > 0 {
+            let _ = writeln!(s, "  ... and {} more", self.more_objects);
+        }
+        for n in &self.notes {
+            let _ = writeln!(s, "note: {n}");
+        }
+        s
+    }
+}
+
+fn rcode_name(rcode: ResponseCode) -> String {
+    match rcode {
+        ResponseCode::NoError => "NOERROR".into(),
+        ResponseCode::FormErr => "FORMERR".into(),
+        ResponseCode::ServFail => "SERVFAIL".into(),
+        ResponseCode::NXDomain => "NXDOMAIN".into(),
+        ResponseCode::NotImp => "NOTIMP".into(),
+        ResponseCode::Refused => "REFUSED".into(),
+        other => format!("{other:?}").to_uppercase(),
+    }
+}

@@ -1,0 +1,1066 @@
+//! `podns explain`, the writer's side: what the model holds for one name,
+//! which objects a name's answer comes from, the rule of DESIGN.md "Records
+//! served" that applied, and for a name without records the nearest reason
+//! the model can see (a pod without an IP, a terminating pod, the other pod
+//! of a shared hostname, ...).
+//!
+//! It is a child module of the writer so it can read the writer's model
+//! directly; it never changes it. Requests come over their own channel and
+//! are served between batches ([`Writer::next_arrival`]); DNS readers never
+//! wait for them. The admin side (`admin::explain`) adds what only it knows:
+//! the real answer, the zones, and the watch scope.
+
+use std::net::IpAddr;
+
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+use super::ranks::{COMPLETION_INDEX, JOB_NAME, LEGACY_JOB_NAME, group};
+use super::*;
+use crate::index::{Lookup, names};
+
+/// A question for the writer: what does the model hold for this key?
+#[derive(Debug)]
+pub struct ExplainRequest {
+    /// A table key: a forward name relative to its zone
+    /// (`web-0.web.ml.svc`, `""` for the apex), or an absolute reverse name
+    /// (`7.0.244.10.in-addr.arpa`); lower case, no trailing dot.
+    pub key: String,
+    pub reply: oneshot::Sender<Findings>,
+}
+
+/// The writer's side of the explain channel.
+pub type ExplainReceiver = mpsc::Receiver<ExplainRequest>;
+
+/// Why a name answers what it does: the rule that applied for a name with
+/// records, the nearest cause for one without. The JSON spelling
+/// (`snake_case`) is a stable, machine-readable code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    // ---- rules that produced records ----
+    /// `<host>.<sub>.<ns>.svc`: a pod's spec.hostname and spec.subdomain.
+    Hostname,
+    /// A hostname name shared by several published pods; one was chosen.
+    HostnameShared,
+    /// `<svc>.<ns>.svc` of a headless Service: its published pods.
+    HeadlessService,
+    /// `<a-b-c-d>.<svc>.<ns>.svc`: a published pod of a headless Service.
+    HeadlessMember,
+    /// `<svc>.<ns>.svc` of a Service with ClusterIPs.
+    ClusterIp,
+    /// `<svc>.<ns>.svc` of an ExternalName Service: a CNAME.
+    ExternalName,
+    /// `_<port>._<proto>.<svc>.<ns>.svc`: a named port's SRV records.
+    ServicePort,
+    /// `<a-b-c-d>.<ns>.pod`: a pod in the namespace has the IP.
+    PodIp,
+    /// A reverse name of a pod IP.
+    PtrPod,
+    /// A reverse name of a ClusterIP.
+    PtrService,
+    /// `<i>.<job>.<ns>.rank`: the rank view.
+    Rank,
+    /// `leader.<job>.<ns>.rank`.
+    RankLeader,
+    /// `<job>.<ns>.rank` TXT.
+    RankSummary,
+    /// The zone apex, `ns.dns` or `dns-version`: the server's own names.
+    Server,
+    // ---- why a name has no records ----
+    /// The index is not synced yet: every name in the zones is SERVFAIL.
+    NotSynced,
+    /// The name is in no served zone (REFUSED).
+    OutsideZones,
+    /// A reverse name outside every `--reverse-cidr` (REFUSED).
+    ReverseRefused,
+    /// The name's namespace is outside `--namespace`.
+    NamespaceNotWatched,
+    /// No pod of that name is visible, and `--label-selector` hides some pods.
+    PodOutsideLabelSelector,
+    /// No pod with that hostname and subdomain.
+    NoPod,
+    /// The pod has no IP yet.
+    PodNoIp,
+    /// The pod has a deletionTimestamp.
+    PodTerminating,
+    /// The pod is Succeeded or Failed.
+    PodTerminal,
+    /// `--publish ready` and the pod is not Ready.
+    PodNotReady,
+    /// `hostNetwork` pods get no PTR and no `pod` name.
+    PodHostNetwork,
+    /// `--hostnames service` and no headless Service is named like the subdomain.
+    HostnameNeedsService,
+    /// No Service of that name.
+    NoService,
+    /// A headless Service that selects no published pod.
+    ServiceNoPublishedPods,
+    /// No pod (in that namespace, or at all) has that IP.
+    NoPodWithIp,
+    /// No Job or JobSet rank of that name.
+    NoRank,
+    /// The name exists (other types answer) but has no records of this type.
+    NoRecordOfType,
+    /// A name with names below it and no records of its own (RFC 8020).
+    EmptyNonTerminal,
+    /// Nothing in the model makes this name.
+    NoSuchName,
+}
+
+impl Reason {
+    /// The code, as JSON spells it.
+    pub fn code(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+
+    /// Does the reason say why records exist (a rule), rather than why none do?
+    pub fn is_rule(self) -> bool {
+        use Reason::*;
+        matches!(
+            self,
+            Hostname
+                | HostnameShared
+                | HeadlessService
+                | HeadlessMember
+                | ClusterIp
+                | ExternalName
+                | ServicePort
+                | PodIp
+                | PtrPod
+                | PtrService
+                | Rank
+                | RankLeader
+                | RankSummary
+                | Server
+        )
+    }
+}
+
+/// One object a name's answer came from, or that the explanation is about.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Object {
+    /// `pod`, `service` or `job`.
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    /// What the object is to this name (`answers`, `not chosen`, `member`, ...).
+    pub role: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ips: Vec<IpAddr>,
+    /// Pods: `Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub terminating: Option<bool>,
+    /// Pods: published for this name; when not, why (a [`Reason`] code).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub published: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_published_because: Option<Reason>,
+    /// Services: `headless`, `ClusterIP` or `ExternalName`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_type: Option<&'static str>,
+}
+
+/// What the writer found for a key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Findings {
+    pub reason: Reason,
+    /// One human sentence, ending without a period.
+    pub detail: String,
+    /// For a shared hostname: what decided between the pods (`ready`,
+    /// `running`, `older`, `name`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chosen_by: Option<&'static str>,
+    pub objects: Vec<Object>,
+    /// Members not listed in `objects` (a headless set lists at most
+    /// [`MAX_LISTED`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub more_objects: usize,
+    /// The namespace the name is about, if any (for the scope checks).
+    #[serde(skip)]
+    pub namespace: Option<String>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// How many members of a Service an explanation lists.
+pub const MAX_LISTED: usize = 20;
+
+impl Findings {
+    fn new(reason: Reason, detail: impl Into<String>) -> Self {
+        Self {
+            reason,
+            detail: detail.into(),
+            chosen_by: None,
+            objects: vec![],
+            more_objects: 0,
+            namespace: None,
+        }
+    }
+
+    fn ns(mut self, ns: &str) -> Self {
+        self.namespace = Some(ns.to_string());
+        self
+    }
+
+    fn with(mut self, objects: Vec<Object>) -> Self {
+        self.objects = objects;
+        self
+    }
+}
+
+impl Writer {
+    /// Give the writer the receiving end of the explain channel; requests
+    /// are then answered between batches.
+    pub fn with_explain(mut self, rx: ExplainReceiver) -> Self {
+        self.explain_rx = Some(rx);
+        self
+    }
+
+    /// The next arrival, answering explain requests while waiting for it.
+    /// When both are ready the pick is random, so a steady stream of events
+    /// cannot starve explain requests, nor a flood of requests the events.
+    pub(super) fn next_arrival(&mut self, rx: &mut mpsc::Receiver<Arrival>) -> Option<Arrival> {
+        // A stack temporary moved once per wait: boxing the arrival would
+        // allocate on every batch for nothing.
+        #[allow(clippy::large_enum_variant)]
+        enum Next {
+            Arrival(Option<Arrival>),
+            Explain(Option<ExplainRequest>),
+        }
+        loop {
+            let Some(erx) = self.explain_rx.as_mut() else {
+                return rx.blocking_recv();
+            };
+            // The writer runs on a blocking thread: wait on both channels
+            // with a local executor, as `blocking_recv` does for one.
+            let next = futures::executor::block_on(async {
+                tokio::select! {
+                    e = erx.recv() => Next::Explain(e),
+                    a = rx.recv() => Next::Arrival(a),
+                }
+            });
+            match next {
+                Next::Arrival(a) => return a,
+                Next::Explain(Some(req)) => {
+                    let findings = self.explain(&req.key);
+                    let _ = req.reply.send(findings);
+                }
+                Next::Explain(None) => self.explain_rx = None,
+            }
+        }
+    }
+
+    /// What the model holds for one table key.
+    pub fn explain(&self, key: &str) -> Findings {
+        if names::is_reverse(key) {
+            return self.explain_reverse(key);
+        }
+        let labels: Vec<&str> = if key.is_empty() {
+            vec![]
+        } else {
+            key.split('.').collect()
+        };
+        match labels.as_slice() {
+            [] | ["ns", "dns"] | ["dns-version"] => {
+                Findings::new(Reason::Server, "a name of the server itself, always served")
+            }
+            ["dns"] => Findings::new(
+                Reason::EmptyNonTerminal,
+                "a name above ns.dns, with no records of its own",
+            ),
+            [.., "svc"] => self.explain_svc(&labels[..labels.len() - 1]),
+            [.., "pod"] => self.explain_pod_name(&labels[..labels.len() - 1]),
+            [.., "rank"] => self.explain_rank(&labels[..labels.len() - 1]),
+            _ => Findings::new(
+                Reason::NoSuchName,
+                "names in a zone end in svc, pod or rank (or are the server's own); this one does not",
+            ),
+        }
+    }
+
+    // ---- objects -------------------------------------------------------
+
+    fn pod_object(&self, pod: &Pod, role: impl Into<String>, why_not: Option<Reason>) -> Object {
+        Object {
+            kind: "pod",
+            namespace: pod.ns.to_string(),
+            name: pod.name.to_string(),
+            role: role.into(),
+            ips: pod.ips.to_vec(),
+            phase: Some(format!("{:?}", pod.phase)),
+            ready: Some(pod.ready),
+            terminating: Some(pod.deleting),
+            published: Some(why_not.is_none()),
+            not_published_because: why_not,
+            service_type: None,
+        }
+    }
+
+    fn service_object(&self, svc: &ServiceInfo, role: impl Into<String>) -> Object {
+        let (ips, service_type) = match &svc.kind {
+            ServiceKind::ClusterIp(ips) => (ips.clone(), "ClusterIP"),
+            ServiceKind::Headless => (vec![], "headless"),
+            ServiceKind::ExternalName(_) => (vec![], "ExternalName"),
+        };
+        Object {
+            kind: "service",
+            namespace: svc.key.namespace.clone(),
+            name: svc.key.name.clone(),
+            role: role.into(),
+            ips,
+            phase: None,
+            ready: None,
+            terminating: None,
+            published: None,
+            not_published_because: None,
+            service_type: Some(service_type),
+        }
+    }
+
+    /// Why a pod is not published for a Service whose
+    /// `publishNotReadyAddresses` is `pnr`; `None` when it is.
+    fn not_published(&self, pod: &Pod, pnr: bool) -> Option<Reason> {
+        if self.published(pod, pnr) {
+            None
+        } else if pod.phase.is_terminal() {
+            Some(Reason::PodTerminal)
+        } else if pod.deleting {
+            Some(Reason::PodTerminating)
+        } else if pod.ips.is_empty() {
+            Some(Reason::PodNoIp)
+        } else {
+            Some(Reason::PodNotReady)
+        }
+    }
+
+    /// [`Self::not_published`] for a pod's hostname name.
+    fn host_not_published(&self, pod: &Pod) -> Option<Reason> {
+        if self.host_published(pod) {
+            return None;
+        }
+        let sub = pod.subdomain.as_deref().unwrap_or_default();
+        let svc = self.headless(&pod.ns, sub);
+        if self.policy.hostnames == Hostnames::Service && svc.is_none() {
+            return Some(Reason::HostnameNeedsService);
+        }
+        self.not_published(pod, svc.is_some_and(|s| s.publish_not_ready))
+    }
+
+    // ---- <...>.svc -----------------------------------------------------
+
+    fn explain_svc(&self, labels: &[&str]) -> Findings {
+        match labels {
+            [] => Findings::new(
+                Reason::EmptyNonTerminal,
+                "the svc subtree: names below it, no records of its own",
+            ),
+            [ns] => self.explain_namespace(ns, "svc"),
+            [svc, ns] => self.explain_service(ns, svc),
+            [host, sub, ns] if host.starts_with('_') => Findings::new(
+                Reason::EmptyNonTerminal,
+                format!(
+                    "{host} is the port label of an SRV name: ask _<port>.{host}.{sub}.{ns}.svc"
+                ),
+            )
+            .ns(ns),
+            [host, sub, ns] => self.explain_host(ns, sub, host),
+            [port, proto, svc, ns] if port.starts_with('_') && proto.starts_with('_') => {
+                self.explain_srv(ns, svc, &port[1..], &proto[1..])
+            }
+            _ => Findings::new(
+                Reason::NoSuchName,
+                "svc names have at most four labels before svc (_<port>._<proto>.<service>.<namespace>)",
+            ),
+        }
+    }
+
+    fn explain_namespace(&self, ns: &str, tree: &str) -> Findings {
+        let known =
+            self.ns_pods.contains_key(ns) || self.services.keys().any(|k| k.namespace == ns);
+        let mut f = if known {
+            Findings::new(
+                Reason::EmptyNonTerminal,
+                format!("namespace {ns}: names below it, no records of its own"),
+            )
+        } else {
+            Findings::new(
+                Reason::NoSuchName,
+                format!("no pod or Service in namespace {ns} is known"),
+            )
+        };
+        if tree != "svc" {
+            f.detail = f.detail.replace("namespace", &format!("{tree} namespace"));
+        }
+        f.ns(ns)
+    }
+
+    fn explain_service(&self, ns: &str, name: &str) -> Findings {
+        let sk = ObjKey::new(ns, name);
+        let Some(svc) = self.services.get(&sk) else {
+            let subdomain = self.hosts.get(ns).is_some_and(|s| s.contains_key(name));
+            if subdomain {
+                return Findings::new(
+                    Reason::EmptyNonTerminal,
+                    format!(
+                        "no Service {sk}; pods use {name} as their subdomain, so their hostname names are below it"
+                    ),
+                )
+                .ns(ns);
+            }
+            return Findings::new(Reason::NoService, format!("no Service {sk}")).ns(ns);
+        };
+        match &svc.kind {
+            ServiceKind::ExternalName(target) => Findings::new(
+                Reason::ExternalName,
+                format!("Service {sk} is an ExternalName: CNAME {target}"),
+            )
+            .ns(ns)
+            .with(vec![self.service_object(svc, "answers")]),
+            ServiceKind::ClusterIp(ips) => Findings::new(
+                Reason::ClusterIp,
+                format!(
+                    "Service {sk} has ClusterIP {}",
+                    ips.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+            .ns(ns)
+            .with(vec![self.service_object(svc, "answers")]),
+            ServiceKind::Headless => self.explain_headless(svc),
+        }
+    }
+
+    /// A headless Service: its members, published or not, and why not.
+    fn explain_headless(&self, svc: &ServiceInfo) -> Findings {
+        let sk = &svc.key;
+        let members: Vec<&Pod> = self
+            .members
+            .get(sk)
+            .into_iter()
+            .flatten()
+            .map(|&id| self.pod(id))
+            .collect();
+        let published = members
+            .iter()
+            .filter(|p| self.published(p, svc.publish_not_ready))
+            .count();
+        let mut objects = vec![self.service_object(svc, "headless Service")];
+        // Published members first, then the others, each in name order.
+        let mut listed = members.clone();
+        listed.sort_by_key(|p| (!self.published(p, svc.publish_not_ready), p.name.clone()));
+        for p in listed.iter().take(MAX_LISTED) {
+            let why = self.not_published(p, svc.publish_not_ready);
+            objects.push(self.pod_object(p, "selected", why));
+        }
+        let more = members.len().saturating_sub(MAX_LISTED);
+        let mut f = if published > 0 {
+            Findings::new(
+                Reason::HeadlessService,
+                format!(
+                    "headless Service {sk} answers with its {published} published pod(s) of {} selected",
+                    members.len()
+                ),
+            )
+        } else if members.is_empty() {
+            let selector = match &svc.selector {
+                Some(sel) if !sel.is_empty() => sel
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                _ => "(none: a Service without a selector publishes no pods)".into(),
+            };
+            Findings::new(
+                Reason::ServiceNoPublishedPods,
+                format!("headless Service {sk} selects no pod (selector {selector})"),
+            )
+        } else {
+            let why = self
+                .not_published(listed[0], svc.publish_not_ready)
+                .map(|r| r.code())
+                .unwrap_or_default();
+            Findings::new(
+                Reason::ServiceNoPublishedPods,
+                format!(
+                    "headless Service {sk} selects {} pod(s) but publishes none (first: {} is {why})",
+                    members.len(),
+                    listed[0].name
+                ),
+            )
+        };
+        f.objects = objects;
+        f.more_objects = more;
+        f.ns(&sk.namespace)
+    }
+
+    /// `<host>.<sub>.<ns>.svc`: a hostname name, or a headless Service's
+    /// dashed name of a member's IP.
+    fn explain_host(&self, ns: &str, sub: &str, host: &str) -> Findings {
+        let pods: Vec<&Pod> = self
+            .host_pods(ns, sub, host)
+            .into_iter()
+            .flatten()
+            .map(|&id| self.pod(id))
+            .collect();
+        let dashed_ip = names::undashed(host);
+        let has_published = pods.iter().any(|p| self.host_published(p));
+        if !has_published
+            && let Some(ip) = dashed_ip
+            && let Some(svc) = self.headless(ns, sub)
+        {
+            return self.explain_member(svc, ip);
+        }
+        if pods.is_empty() {
+            return Findings::new(
+                Reason::NoPod,
+                format!("no pod in namespace {ns} has hostname {host} and subdomain {sub}"),
+            )
+            .ns(ns);
+        }
+        let Some(winner) = self.host_winner(ns, sub, host) else {
+            // Nobody is published: the nearest reason is the pod the
+            // duplicate rule would have chosen.
+            let mut sorted = pods.clone();
+            sorted.sort_by(|a, b| order(a, b));
+            let first = sorted[0];
+            let why = self.host_not_published(first).unwrap_or(Reason::NoSuchName);
+            let detail = match why {
+                Reason::PodNoIp => {
+                    format!("pod {ns}/{} has hostname {host} but no IP yet", first.name)
+                }
+                Reason::PodTerminating => format!(
+                    "pod {ns}/{} has hostname {host} but is terminating (deletionTimestamp set)",
+                    first.name
+                ),
+                Reason::PodTerminal => format!(
+                    "pod {ns}/{} has hostname {host} but is {:?}, a terminal phase",
+                    first.name, first.phase
+                ),
+                Reason::PodNotReady => format!(
+                    "pod {ns}/{} has hostname {host} but is not Ready, and --publish ready publishes Ready pods only (unless the Service {sub} sets publishNotReadyAddresses)",
+                    first.name
+                ),
+                Reason::HostnameNeedsService => format!(
+                    "pod {ns}/{} has hostname {host}, but --hostnames service requires a headless Service {ns}/{sub}, and there is none",
+                    first.name
+                ),
+                _ => format!(
+                    "pod {ns}/{} has hostname {host} but is not published",
+                    first.name
+                ),
+            };
+            let objects = sorted
+                .iter()
+                .map(|p| self.pod_object(p, "has the hostname", self.host_not_published(p)))
+                .collect();
+            return Findings::new(why, detail).ns(ns).with(objects);
+        };
+        let mut objects = vec![self.pod_object(winner, "answers", None)];
+        let mut others: Vec<&Pod> = pods
+            .iter()
+            .copied()
+            .filter(|p| !std::ptr::eq(*p, winner))
+            .collect();
+        others.sort_by(|a, b| order(a, b));
+        let rivals: Vec<&Pod> = others
+            .iter()
+            .copied()
+            .filter(|p| self.host_published(p))
+            .collect();
+        for p in &others {
+            let why = self.host_not_published(p);
+            let role = if why.is_none() && self.policy.duplicates == Duplicates::All {
+                "answers too (--duplicate-hostnames all)"
+            } else if why.is_none() {
+                "not chosen"
+            } else {
+                "has the hostname"
+            };
+            objects.push(self.pod_object(p, role, why));
+        }
+        if rivals.is_empty() {
+            return Findings::new(
+                Reason::Hostname,
+                format!(
+                    "pod {ns}/{} has spec.hostname {host} and spec.subdomain {sub}",
+                    winner.name
+                ),
+            )
+            .ns(ns)
+            .with(objects);
+        }
+        if self.policy.duplicates == Duplicates::All {
+            return Findings::new(
+                Reason::HostnameShared,
+                format!(
+                    "{} published pods share hostname {host}; --duplicate-hostnames all answers with every one",
+                    rivals.len() + 1
+                ),
+            )
+            .ns(ns)
+            .with(objects);
+        }
+        let rival = rivals[0];
+        let (by, why) = chosen_by(winner, rival);
+        let mut f = Findings::new(
+            Reason::HostnameShared,
+            format!(
+                "{} published pods share hostname {host}: {ns}/{} answers, not {ns}/{}, because {why}",
+                rivals.len() + 1,
+                winner.name,
+                rival.name
+            ),
+        )
+        .ns(ns)
+        .with(objects);
+        f.chosen_by = Some(by);
+        f
+    }
+
+    /// `<a-b-c-d>.<svc>.<ns>.svc` of a headless Service.
+    fn explain_member(&self, svc: &ServiceInfo, ip: IpAddr) -> Findings {
+        let sk = &svc.key;
+        let holders: Vec<&Pod> = self
+            .ip_pods
+            .get(&ip)
+            .into_iter()
+            .flatten()
+            .map(|&id| self.pod(id))
+            .filter(|p| *p.ns == *sk.namespace)
+            .collect();
+        let members: Vec<&Pod> = holders
+            .iter()
+            .copied()
+            .filter(|p| p.services.contains(sk.name.as_str()))
+            .collect();
+        let svc_obj = self.service_object(svc, "headless Service");
+        if let Some(p) = members
+            .iter()
+            .find(|p| self.published(p, svc.publish_not_ready))
+        {
+            return Findings::new(
+                Reason::HeadlessMember,
+                format!(
+                    "pod {}/{} has IP {ip} and is a published member of headless Service {sk}",
+                    p.ns, p.name
+                ),
+            )
+            .ns(&sk.namespace)
+            .with(vec![svc_obj, self.pod_object(p, "answers", None)]);
+        }
+        if let Some(p) = members.first() {
+            let why = self.not_published(p, svc.publish_not_ready);
+            let reason = why.unwrap_or(Reason::NoSuchName);
+            return Findings::new(
+                reason,
+                format!(
+                    "pod {}/{} has IP {ip} and is selected by {sk} but is not published ({})",
+                    p.ns,
+                    p.name,
+                    reason.code()
+                ),
+            )
+            .ns(&sk.namespace)
+            .with(vec![svc_obj, self.pod_object(p, "selected", why)]);
+        }
+        let mut objects = vec![svc_obj];
+        objects.extend(
+            holders
+                .iter()
+                .map(|p| self.pod_object(p, "has the IP, not selected", None)),
+        );
+        let detail = if holders.is_empty() {
+            format!("no pod in namespace {} has IP {ip}", sk.namespace)
+        } else {
+            format!("pods with IP {ip} exist, but headless Service {sk} does not select them")
+        };
+        Findings::new(Reason::NoPodWithIp, detail)
+            .ns(&sk.namespace)
+            .with(objects)
+    }
+
+    /// `_<port>._<proto>.<svc>.<ns>.svc`.
+    fn explain_srv(&self, ns: &str, name: &str, port: &str, proto: &str) -> Findings {
+        let sk = ObjKey::new(ns, name);
+        let Some(svc) = self.services.get(&sk) else {
+            return Findings::new(Reason::NoService, format!("no Service {sk}")).ns(ns);
+        };
+        let named = svc
+            .ports
+            .iter()
+            .any(|p| p.name.as_deref() == Some(port) && p.protocol.label() == proto);
+        if !named {
+            return Findings::new(
+                Reason::NoSuchName,
+                format!("Service {sk} has no port named {port} over {proto}"),
+            )
+            .ns(ns)
+            .with(vec![self.service_object(svc, "has no such port")]);
+        }
+        let mut f = match svc.kind {
+            ServiceKind::Headless => {
+                let mut f = self.explain_headless(svc);
+                if f.reason == Reason::HeadlessService {
+                    f.reason = Reason::ServicePort;
+                    f.detail = format!(
+                        "named port {port}/{proto} of headless Service {sk}: one SRV record per published pod"
+                    );
+                }
+                f
+            }
+            _ => Findings::new(
+                Reason::ServicePort,
+                format!("named port {port}/{proto} of Service {sk}"),
+            )
+            .with(vec![self.service_object(svc, "answers")]),
+        };
+        f.namespace = Some(ns.into());
+        f
+    }
+
+    // ---- <...>.pod -----------------------------------------------------
+
+    fn explain_pod_name(&self, labels: &[&str]) -> Findings {
+        let (dashed, ns) = match labels {
+            [] => {
+                return Findings::new(
+                    Reason::EmptyNonTerminal,
+                    "the pod subtree: names below it, no records of its own",
+                );
+            }
+            [ns] => return self.explain_namespace(ns, "pod"),
+            [dashed, ns] => (*dashed, *ns),
+            _ => {
+                return Findings::new(
+                    Reason::NoSuchName,
+                    "pod names are <a-b-c-d>.<namespace>.pod",
+                );
+            }
+        };
+        let Some(ip) = names::undashed(dashed) else {
+            return Findings::new(
+                Reason::NoSuchName,
+                format!("{dashed} is not a dashed IP address (a-b-c-d)"),
+            )
+            .ns(ns);
+        };
+        let mut holders: Vec<&Pod> = self
+            .ip_pods
+            .get(&ip)
+            .into_iter()
+            .flatten()
+            .map(|&id| self.pod(id))
+            .filter(|p| *p.ns == *ns)
+            .collect();
+        holders.sort_by(|a, b| order(a, b));
+        if let Some(p) = holders
+            .iter()
+            .find(|p| !p.host_network && self.published_anywhere(p))
+        {
+            return Findings::new(
+                Reason::PodIp,
+                format!(
+                    "pod {ns}/{} has IP {ip} (names under pod are verified)",
+                    p.name
+                ),
+            )
+            .ns(ns)
+            .with(vec![self.pod_object(p, "answers", None)]);
+        }
+        let Some(p) = holders.first() else {
+            return Findings::new(
+                Reason::NoPodWithIp,
+                format!("no pod in namespace {ns} has IP {ip}"),
+            )
+            .ns(ns);
+        };
+        let why = if p.host_network {
+            Reason::PodHostNetwork
+        } else {
+            self.not_published(p, false).unwrap_or(Reason::NoSuchName)
+        };
+        Findings::new(
+            why,
+            format!(
+                "pod {ns}/{} has IP {ip} but is not published ({})",
+                p.name,
+                why.code()
+            ),
+        )
+        .ns(ns)
+        .with(vec![self.pod_object(p, "has the IP", Some(why))])
+    }
+
+    // ---- reverse -------------------------------------------------------
+
+    fn explain_reverse(&self, key: &str) -> Findings {
+        let Some(ip) = names::parse_reverse(key) else {
+            return match self.table.lookup(key) {
+                Lookup::Missing => Findings::new(
+                    Reason::NoSuchName,
+                    "not a complete reverse name, and no known IP lies below it",
+                ),
+                _ => Findings::new(
+                    Reason::EmptyNonTerminal,
+                    "a partial reverse name: known IPs lie below it",
+                ),
+            };
+        };
+        if let Some(sk) = self.ip_services.get(&ip).and_then(|s| s.iter().next())
+            && let Some(svc) = self.services.get(sk)
+        {
+            return Findings::new(
+                Reason::PtrService,
+                format!("{ip} is the ClusterIP of Service {sk}"),
+            )
+            .ns(&sk.namespace)
+            .with(vec![self.service_object(svc, "answers")]);
+        }
+        let mut holders: Vec<&Pod> = self
+            .ip_pods
+            .get(&ip)
+            .into_iter()
+            .flatten()
+            .map(|&id| self.pod(id))
+            .collect();
+        holders.sort_by(|a, b| order(a, b));
+        let Some(first) = holders.first() else {
+            return Findings::new(
+                Reason::NoPodWithIp,
+                format!("no pod or Service has IP {ip}"),
+            );
+        };
+        if let Some(target) = self.ptr_target(ip) {
+            let candidates: Vec<&Pod> = holders
+                .iter()
+                .copied()
+                .filter(|p| !p.host_network && self.published_anywhere(p))
+                .collect();
+            let pod = self.choose_one(candidates);
+            let hostname_name = pod.and_then(|p| match (&p.hostname, &p.subdomain) {
+                (Some(h), Some(s)) => Some(format!("{h}.{s}.{}.svc", p.ns)),
+                _ => None,
+            });
+            let rule = if hostname_name.as_deref() == Some(target.as_str()) {
+                "its hostname name, the most specific"
+            } else if target.ends_with(".pod") {
+                "its pod name (no hostname name or headless Service publishes it)"
+            } else {
+                "its dashed name under the headless Service that publishes it"
+            };
+            let objects: Vec<Object> = pod
+                .map(|p| vec![self.pod_object(p, "answers", None)])
+                .unwrap_or_default();
+            let owner = pod
+                .map(|p| format!("pod {}/{}", p.ns, p.name))
+                .unwrap_or_default();
+            return Findings::new(
+                Reason::PtrPod,
+                format!("{ip} belongs to {owner}: the PTR points at {rule}"),
+            )
+            .ns(&first.ns)
+            .with(objects);
+        }
+        let why = if first.host_network {
+            Reason::PodHostNetwork
+        } else {
+            self.not_published(first, false)
+                .unwrap_or(Reason::NoSuchName)
+        };
+        let detail = if why == Reason::PodHostNetwork {
+            format!(
+                "{ip} is held by hostNetwork pod {}/{}: it is the node's IP, so podns gives it no PTR",
+                first.ns, first.name
+            )
+        } else {
+            format!(
+                "{ip} is held by pod {}/{}, which is not published ({})",
+                first.ns,
+                first.name,
+                why.code()
+            )
+        };
+        Findings::new(why, detail)
+            .ns(&first.ns)
+            .with(vec![self.pod_object(first, "has the IP", Some(why))])
+    }
+
+    // ---- <...>.rank ----------------------------------------------------
+
+    fn explain_rank(&self, labels: &[&str]) -> Findings {
+        if !self.policy.rank_view {
+            return Findings::new(Reason::NoSuchName, "the rank view is off (--no-rank-view)");
+        }
+        match labels {
+            [] => Findings::new(
+                Reason::EmptyNonTerminal,
+                "the rank subtree: names below it, no records of its own",
+            ),
+            [ns] => self.explain_namespace(ns, "rank"),
+            [job, ns] => {
+                for set in [false, true] {
+                    let g = group(set, *ns, *job);
+                    if let Some((_, rrs)) = self.build_summary(&g).into_iter().next() {
+                        let kind = if set { "JobSet" } else { "Job" };
+                        return Findings::new(
+                            Reason::RankSummary,
+                            format!(
+                                "{kind} {ns}/{job}: {}",
+                                rrs.txt.as_deref().unwrap_or_default()
+                            ),
+                        )
+                        .ns(ns);
+                    }
+                }
+                Findings::new(
+                    Reason::NoRank,
+                    format!("no Job or JobSet {ns}/{job} with ranks is known"),
+                )
+                .ns(ns)
+            }
+            [idx, job, ns] => {
+                let leader = *idx == "leader";
+                for set in [false, true] {
+                    let g = group(set, *ns, *job);
+                    let built = if leader {
+                        self.build_leader(&g)
+                    } else if let Ok(i) = idx.parse::<u32>() {
+                        self.build_rank(&g, i)
+                    } else {
+                        vec![]
+                    };
+                    if let Some((_, rrs)) = built.into_iter().next() {
+                        let kind = if set { "JobSet" } else { "Job" };
+                        let ip = rrs
+                            .a
+                            .first()
+                            .map(|a| IpAddr::V4(*a))
+                            .or_else(|| rrs.aaaa.first().map(|a| IpAddr::V6(*a)));
+                        let objects: Vec<Object> = ip
+                            .and_then(|ip| self.ip_pods.get(&ip))
+                            .into_iter()
+                            .flatten()
+                            .map(|&id| self.pod(id))
+                            .filter(|p| *p.ns == **ns && self.published(p, true))
+                            .take(1)
+                            .map(|p| self.pod_object(p, "answers", None))
+                            .collect();
+                        let (reason, what) = if leader {
+                            (
+                                Reason::RankLeader,
+                                "the leader (rank 0, or the JobSet coordinator)".to_string(),
+                            )
+                        } else {
+                            (Reason::Rank, format!("rank {idx}"))
+                        };
+                        return Findings::new(reason, format!("{what} of {kind} {ns}/{job}"))
+                            .ns(ns)
+                            .with(objects);
+                    }
+                }
+                self.explain_missing_rank(ns, job, idx)
+            }
+            _ => Findings::new(
+                Reason::NoSuchName,
+                "rank names are <index>.<job>.<namespace>.rank or leader.<job>.<namespace>.rank",
+            ),
+        }
+    }
+
+    /// A rank without a published pod: the pods of the Job that carry that
+    /// completion index, in any state (a scan of the namespace: this is a
+    /// debugging endpoint, not the query path).
+    fn explain_missing_rank(&self, ns: &str, job: &str, idx: &str) -> Findings {
+        let index = if idx == "leader" { "0" } else { idx };
+        let mut pods: Vec<&Pod> = self
+            .ns_pods
+            .get(ns)
+            .into_iter()
+            .flat_map(|names| names.values())
+            .map(|&id| self.pod(id))
+            .filter(|p| {
+                p.label(JOB_NAME).or_else(|| p.label(LEGACY_JOB_NAME)) == Some(job)
+                    && p.label(COMPLETION_INDEX)
+                        .or_else(|| p.annotation(COMPLETION_INDEX))
+                        == Some(index)
+            })
+            .collect();
+        pods.sort_by(|a, b| order(a, b));
+        let Some(first) = pods.first() else {
+            return Findings::new(
+                Reason::NoRank,
+                format!("no pod of Job or JobSet {ns}/{job} holds rank {idx}"),
+            )
+            .ns(ns);
+        };
+        let why = self.not_published(first, true).unwrap_or(Reason::NoRank);
+        let objects = pods
+            .iter()
+            .map(|p| self.pod_object(p, "holds the rank", self.not_published(p, true)))
+            .collect();
+        Findings::new(
+            why,
+            format!(
+                "pod {ns}/{} holds rank {index} of Job {ns}/{job} but is not published ({})",
+                first.name,
+                why.code()
+            ),
+        )
+        .ns(ns)
+        .with(objects)
+    }
+}
+
+/// The duplicate rule's order (Ready, Running, older, name), as
+/// [`Writer::choose`] sorts.
+fn order(a: &Pod, b: &Pod) -> std::cmp::Ordering {
+    b.ready
+        .cmp(&a.ready)
+        .then_with(|| (b.phase == Phase::Running).cmp(&(a.phase == Phase::Running)))
+        .then_with(|| a.created.cmp(&b.created))
+        .then_with(|| a.name.cmp(&b.name))
+        .then_with(|| a.ns.cmp(&b.ns))
+}
+
+/// Which step of the duplicate rule put `winner` before `other`, as a code
+/// and a few words.
+fn chosen_by(winner: &Pod, other: &Pod) -> (&'static str, String) {
+    if winner.ready != other.ready {
+        ("ready", format!("it is Ready and {} is not", other.name))
+    } else if (winner.phase == Phase::Running) != (other.phase == Phase::Running) {
+        (
+            "running",
+            format!("it is Running and {} is {:?}", other.name, other.phase),
+        )
+    } else if winner.created != other.created {
+        (
+            "older",
+            format!(
+                "both are {}, and it is older (created {} s earlier)",
+                if winner.ready { "Ready" } else { "not Ready" },
+                other.created - winner.created
+            ),
+        )
+    } else {
+        (
+            "name",
+            "they are alike in readiness, phase and age, and its name sorts first".to_string(),
+        )
+    }
+}
+
+#[cfg(test)]
+#[path = "explain_tests.rs"]
+mod tests;
