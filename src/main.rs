@@ -8,6 +8,9 @@ use clap::error::ErrorKind;
 use podns::cli::{Cli, Command, LogFormat};
 use tracing_subscriber::EnvFilter;
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// EX_USAGE from sysexits.h.
 const EXIT_USAGE: u8 = 64;
 

@@ -8,7 +8,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::table::{Rrs, Srv};
-use super::writer::HashMap;
+use super::writer::{HashMap, HashSet};
 
 /// A pod's place in the writer's slab.
 pub(crate) type PodId = u32;
@@ -53,16 +53,17 @@ impl<T: Ord + Clone> Counted<T> {
     }
 }
 
-/// What one published member adds to its Service's names.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Added {
-    pub ips: Box<[IpAddr]>,
-    /// SRV records, each with the index of the Service port it is for (its
-    /// named SRV name, if the port has a name).
-    pub srv: Box<[(u16, Srv)]>,
-}
+/// The SRV records one member adds, each with the index of the Service
+/// port it is for (its named SRV name, if the port has a name).
+pub(crate) type SrvAdded = Box<[(u16, Srv)]>;
 
 /// The records of one headless Service, counted over its published members.
+///
+/// A member's addresses are not stored: they are its pod's, and a pod's
+/// addresses only change through an unlink (when the writer calls
+/// [`Self::take`] with the old pod) and a new link. Only which members are
+/// counted is kept, and the SRV records of Services with ports (their
+/// targets depend on other pods).
 #[derive(Debug, Default)]
 pub(crate) struct HeadlessSet {
     a: Counted<Ipv4Addr>,
@@ -70,46 +71,61 @@ pub(crate) struct HeadlessSet {
     srv: Counted<Srv>,
     /// SRV records by Service port index, for the named SRV names.
     by_port: HashMap<u16, Counted<Srv>>,
-    added: HashMap<PodId, Added>,
+    counted: HashSet<PodId>,
+    srv_added: HashMap<PodId, SrvAdded>,
 }
 
 impl HeadlessSet {
-    /// Set what member `id` adds now (`None`: nothing, it is not published),
-    /// taking back what it added before.
-    pub(crate) fn put(&mut self, id: PodId, now: Option<Added>) {
-        if let Some(old) = self.added.remove(&id) {
-            if now.as_ref() == Some(&old) {
-                self.added.insert(id, old);
-                return;
-            }
-            for ip in &old.ips {
-                match ip {
-                    IpAddr::V4(v4) => self.a.remove(v4),
-                    IpAddr::V6(v6) => self.aaaa.remove(v6),
-                }
-            }
-            for (port, srv) in &old.srv {
-                self.srv.remove(srv);
-                if let Some(c) = self.by_port.get_mut(port) {
-                    c.remove(srv);
-                    if c.is_empty() {
-                        self.by_port.remove(port);
-                    }
-                }
-            }
+    /// Count member `id`, whose pod has `ips`, as it is now: published
+    /// with these SRV records (`Some`), or not (`None`).
+    pub(crate) fn put(&mut self, id: PodId, ips: &[IpAddr], now: Option<SrvAdded>) {
+        if self.counted.contains(&id)
+            && let Some(now) = &now
+            && self
+                .srv_added
+                .get(&id)
+                .map_or(now.is_empty(), |old| old == now)
+        {
+            return;
         }
-        let Some(now) = now else { return };
-        for ip in &now.ips {
+        self.take(id, ips);
+        let Some(srv) = now else { return };
+        for ip in ips {
             match ip {
                 IpAddr::V4(v4) => self.a.add(v4),
                 IpAddr::V6(v6) => self.aaaa.add(v6),
             }
         }
-        for (port, srv) in &now.srv {
-            self.srv.add(srv);
-            self.by_port.entry(*port).or_default().add(srv);
+        for (port, r) in &srv {
+            self.srv.add(r);
+            self.by_port.entry(*port).or_default().add(r);
         }
-        self.added.insert(id, now);
+        self.counted.insert(id);
+        if !srv.is_empty() {
+            self.srv_added.insert(id, srv);
+        }
+    }
+
+    /// Stop counting member `id`, whose pod has (or had, until now) `ips`.
+    pub(crate) fn take(&mut self, id: PodId, ips: &[IpAddr]) {
+        if !self.counted.remove(&id) {
+            return;
+        }
+        for ip in ips {
+            match ip {
+                IpAddr::V4(v4) => self.a.remove(v4),
+                IpAddr::V6(v6) => self.aaaa.remove(v6),
+            }
+        }
+        for (port, r) in self.srv_added.remove(&id).into_iter().flatten() {
+            self.srv.remove(&r);
+            if let Some(c) = self.by_port.get_mut(&port) {
+                c.remove(&r);
+                if c.is_empty() {
+                    self.by_port.remove(&port);
+                }
+            }
+        }
     }
 
     /// The Service's own name: every member's addresses and SRV records.
@@ -146,43 +162,37 @@ mod tests {
     fn a_record_stays_until_its_last_member_leaves() {
         let mut s = HeadlessSet::default();
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
-        let one = || Added {
-            ips: Box::new([ip]),
-            srv: Box::new([(0, srv(80, "a.web.ns.svc"))]),
-        };
-        s.put(1, Some(one()));
-        s.put(2, Some(one()));
+        let one = || -> SrvAdded { Box::new([(0, srv(80, "a.web.ns.svc"))]) };
+        s.put(1, &[ip], Some(one()));
+        s.put(2, &[ip], Some(one()));
         assert_eq!(s.rrs().a.len(), 1);
-        s.put(1, None);
+        s.put(1, &[ip], None);
         assert_eq!(s.rrs().a, ["10.0.0.1".parse::<Ipv4Addr>().unwrap()]);
         assert_eq!(s.port_srv(0), [srv(80, "a.web.ns.svc")]);
-        s.put(2, None);
+        s.take(2, &[ip]);
         assert!(s.rrs().is_empty());
         assert!(s.port_srv(0).is_empty() && s.by_port.is_empty());
+        s.take(2, &[ip]);
+        assert!(s.rrs().is_empty(), "a second take changes nothing");
     }
 
     #[test]
     fn a_member_that_changes_replaces_what_it_added() {
         let mut s = HeadlessSet::default();
+        let v4: IpAddr = "10.0.0.1".parse().unwrap();
         let v6: IpAddr = "fd00::2".parse().unwrap();
-        s.put(
-            7,
-            Some(Added {
-                ips: Box::new(["10.0.0.1".parse().unwrap()]),
-                srv: Box::new([]),
-            }),
-        );
-        s.put(
-            7,
-            Some(Added {
-                ips: Box::new([v6]),
-                srv: Box::new([(1, srv(53, "x"))]),
-            }),
-        );
+        s.put(7, &[v4], Some(Box::new([])));
+        // Relinked with another address: the writer takes the old pod.
+        s.take(7, &[v4]);
+        s.put(7, &[v6], Some(Box::new([(1, srv(53, "x"))])));
         let r = s.rrs();
         assert!(r.a.is_empty());
         assert_eq!(r.aaaa.len(), 1);
         assert_eq!(r.srv, [srv(53, "x")]);
         assert!(s.port_srv(0).is_empty());
+        // Its SRV target changes (another pod won its hostname).
+        s.put(7, &[v6], Some(Box::new([(1, srv(53, "y"))])));
+        assert_eq!(s.rrs().srv, [srv(53, "y")]);
+        assert_eq!(s.rrs().aaaa.len(), 1);
     }
 }

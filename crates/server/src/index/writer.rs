@@ -20,7 +20,7 @@ pub mod explain;
 
 use ranks::{Group, Ranks, group};
 
-use super::headless::{Added, HeadlessSet, PodId};
+use super::headless::{HeadlessSet, PodId, SrvAdded};
 use super::model::{Interner, Pod};
 use super::names::{dashed, reverse, undashed};
 use super::table::{Rrs, Srv, Table};
@@ -533,6 +533,11 @@ impl Writer {
         self.unlink_ranks(id);
         let pod = self.pods.remove(id);
         let ns = &pod.ns;
+        for svc in &pod.services {
+            if let Some(set) = self.sets.get_mut(&ObjKey::new(&**ns, &**svc)) {
+                set.take(id, &pod.ips);
+            }
+        }
         if let Some(names) = self.ns_pods.get_mut(&**ns) {
             names.remove(&*pod.name);
             if names.is_empty() {
@@ -840,25 +845,32 @@ impl Writer {
         if self.stale_sets.remove(sk) || !self.sets.contains_key(sk) {
             let mut set = HeadlessSet::default();
             for &id in self.members.get(sk).into_iter().flatten() {
-                set.put(id, self.added(svc, id));
+                set.put(id, &self.pods.get(id).ips, self.added(svc, id));
             }
             self.sets.insert(sk.clone(), set);
             return;
         }
-        let now: Vec<(PodId, Option<Added>)> = changed
+        // A member that left was taken out when its pod was unlinked.
+        let now: Vec<(PodId, SrvAdded, bool)> = changed
             .into_iter()
-            .map(|id| (id, self.added(svc, id)))
+            .filter(|&id| self.pods.try_get(id).is_some())
+            .map(|id| match self.added(svc, id) {
+                Some(srv) => (id, srv, true),
+                None => (id, SrvAdded::default(), false),
+            })
             .collect();
-        if let Some(set) = self.sets.get_mut(sk) {
-            for (id, added) in now {
-                set.put(id, added);
-            }
+        let Some(set) = self.sets.get_mut(sk) else {
+            return;
+        };
+        for (id, srv, published) in now {
+            let ips = &self.pods.get(id).ips;
+            set.put(id, ips, published.then_some(srv));
         }
     }
 
-    /// What pod `id` adds to headless Service `svc` as things are now:
-    /// nothing unless it is a live, published member.
-    fn added(&self, svc: &ServiceInfo, id: PodId) -> Option<Added> {
+    /// The SRV records pod `id` adds to headless Service `svc` as things
+    /// are now, or `None` unless it is a live, published member.
+    fn added(&self, svc: &ServiceInfo, id: PodId) -> Option<SrvAdded> {
         let p = self.pods.try_get(id)?;
         if *p.ns != *svc.key.namespace
             || !p.services.contains(svc.key.name.as_str())
@@ -873,18 +885,15 @@ impl Writer {
             for ip in &p.ips {
                 let target: Arc<str> = self.target_under(p, &svc.key.name, *ip).into();
                 for (i, port) in svc.ports.iter().enumerate() {
-                    let srv_ = Srv {
+                    let r = Srv {
                         port: pod_port(port, p),
                         target: target.clone(),
                     };
-                    srv.push((u16::try_from(i).unwrap_or(u16::MAX), srv_));
+                    srv.push((u16::try_from(i).unwrap_or(u16::MAX), r));
                 }
             }
         }
-        Some(Added {
-            ips: p.ips.clone(),
-            srv: srv.into_boxed_slice(),
-        })
+        Some(srv.into_boxed_slice())
     }
 
     /// Publish the names of one key as [`Self::build`] makes them now. A
