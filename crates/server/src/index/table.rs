@@ -1,9 +1,18 @@
 //! The read side: a concurrent map from a name key to the record data that
-//! name owns. Only the writer mutates it; readers take a shard read lock for
-//! the time of one hash lookup and an `Arc` clone, never while the writer
-//! computes anything.
+//! name owns, and one from an address to the names spelled from it. Only
+//! the writer mutates them; readers take a shard read lock for the time of
+//! one hash lookup and an `Arc` clone, never while the writer computes
+//! anything.
+//!
+//! The names spelled from an address (`<a-b-c-d>.<ns>.pod`,
+//! `<a-b-c-d>.<svc>.<ns>.svc` and the PTR name) are three of a pod's five
+//! names. They are not stored as strings: the question is parsed back into
+//! the address and looked up in `ips`, whose entry says in which namespaces
+//! and under which Services the address has a name, and what its PTR
+//! names. A stored name (a hostname name, say) of the same spelling wins.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -60,10 +69,50 @@ pub enum Lookup {
     Found(Arc<Rrs>),
 }
 
+/// The names spelled from one address.
+#[derive(Debug, Default)]
+struct IpNames {
+    /// The address's A or AAAA data, shared with the writer's other names
+    /// of this one address; set while `pod` or `members` is not empty.
+    rrs: Option<Arc<Rrs>>,
+    /// Namespaces where `<a-b-c-d>.<ns>.pod` exists.
+    pod: Box<[Arc<str>]>,
+    /// Namespace and headless Service where `<a-b-c-d>.<svc>.<ns>.svc` exists.
+    members: Box<[(Arc<str>, Arc<str>)]>,
+    /// The forward key the PTR record points at.
+    ptr: Option<Box<str>>,
+}
+
+impl IpNames {
+    fn is_empty(&self) -> bool {
+        self.pod.is_empty() && self.members.is_empty() && self.ptr.is_none()
+    }
+}
+
+/// One name spelled from an address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum IpName {
+    /// `<a-b-c-d>.<ns>.pod`
+    Pod(Arc<str>),
+    /// `<a-b-c-d>.<svc>.<ns>.svc`: namespace, Service.
+    Member(Arc<str>, Arc<str>),
+}
+
+impl IpName {
+    /// The key of the name (relative to the zone).
+    fn key(&self, ip: IpAddr) -> String {
+        match self {
+            IpName::Pod(ns) => format!("{}.{ns}.pod", super::names::dashed(ip)),
+            IpName::Member(ns, svc) => format!("{}.{svc}.{ns}.svc", super::names::dashed(ip)),
+        }
+    }
+}
+
 /// The shared index: the name table plus sync state. Cheap to share (`Arc`).
 #[derive(Debug, Default)]
 pub struct Table {
     names: DashMap<Box<str>, Entry, foldhash::fast::RandomState>,
+    ips: DashMap<IpAddr, IpNames, foldhash::fast::RandomState>,
     synced: AtomicBool,
     generation: AtomicU64,
 }
@@ -76,14 +125,52 @@ impl Table {
     /// Look a key up. Keys are lower case: forward keys relative to the
     /// zone, reverse keys absolute, neither with a trailing dot.
     pub fn lookup(&self, key: &str) -> Lookup {
-        match self.names.get(key) {
+        // One map's guard is dropped before the other map is read: the
+        // writer never holds both either.
+        let stored = match self.names.get(key) {
             None => Lookup::Missing,
             Some(e) => match &e.rrs {
-                Some(rrs) => Lookup::Found(rrs.clone()),
+                Some(rrs) => return Lookup::Found(rrs.clone()),
                 None if e.below > 0 => Lookup::Empty,
                 None => Lookup::Missing,
             },
+        };
+        match self.ip_name(key) {
+            Some(rrs) => Lookup::Found(rrs),
+            None => stored,
         }
+    }
+
+    /// The data of a name spelled from an address, if it exists.
+    fn ip_name(&self, key: &str) -> Option<Arc<Rrs>> {
+        if let Some(rest) = key.strip_suffix(".pod") {
+            let (label, ns) = rest.split_once('.')?;
+            let e = self.ips.get(&parse_dashed(label)?)?;
+            return e
+                .pod
+                .iter()
+                .any(|n| **n == *ns)
+                .then(|| e.rrs.clone())
+                .flatten();
+        }
+        if let Some(rest) = key.strip_suffix(".svc") {
+            let (label, rest) = rest.split_once('.')?;
+            let (svc, ns) = rest.split_once('.')?;
+            let e = self.ips.get(&parse_dashed(label)?)?;
+            return e
+                .members
+                .iter()
+                .any(|(n, s)| **n == *ns && **s == *svc)
+                .then(|| e.rrs.clone())
+                .flatten();
+        }
+        let ip = super::names::parse_reverse(key)?;
+        let target = self.ips.get(&ip)?.ptr.clone()?;
+        // PTR questions are rare: the record set is made for each.
+        Some(Arc::new(Rrs {
+            ptr: Some(target),
+            ..Default::default()
+        }))
     }
 
     /// True once every watch has applied its first complete list.
@@ -106,7 +193,7 @@ impl Table {
 
     /// Number of names with data.
     pub fn len(&self) -> usize {
-        self.names.iter().filter(|e| e.rrs.is_some()).count()
+        self.snapshot().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -120,8 +207,157 @@ impl Table {
             .iter()
             .filter_map(|e| e.rrs.clone().map(|r| (e.key().to_string(), r)))
             .collect();
+        let mut spelled: Vec<(String, Arc<Rrs>)> = Vec::new();
+        for e in self.ips.iter() {
+            let ip = *e.key();
+            if let Some(rrs) = &e.rrs {
+                let pods = e.pod.iter().map(|ns| IpName::Pod(ns.clone()));
+                let members = e
+                    .members
+                    .iter()
+                    .map(|(ns, svc)| IpName::Member(ns.clone(), svc.clone()));
+                spelled.extend(pods.chain(members).map(|n| (n.key(ip), rrs.clone())));
+            }
+            if let Some(target) = &e.ptr {
+                let rrs = Rrs {
+                    ptr: Some(target.clone()),
+                    ..Default::default()
+                };
+                v.push((super::names::reverse(ip), Arc::new(rrs)));
+            }
+        }
+        for (key, rrs) in spelled {
+            // A stored name of the same spelling wins (see `lookup`).
+            if self.names.get(key.as_str()).is_none_or(|e| e.rrs.is_none()) {
+                v.push((key, rrs));
+            }
+        }
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
+    }
+
+    /// Give `ip` the name `name`, answering `rrs` (the address's shared
+    /// data). Returns whether the name is new, and the data the table does
+    /// not keep (`rrs` itself when it had the address's data already).
+    pub(crate) fn add_ip_name(
+        &self,
+        ip: IpAddr,
+        name: IpName,
+        rrs: Arc<Rrs>,
+    ) -> (bool, Option<Arc<Rrs>>) {
+        let key = name.key(ip);
+        let fresh = {
+            let mut e = self.ips.entry(ip).or_default();
+            let fresh = match &name {
+                IpName::Pod(ns) if !e.pod.contains(ns) => {
+                    e.pod = e.pod.iter().cloned().chain([ns.clone()]).collect();
+                    true
+                }
+                IpName::Member(ns, svc) if !e.members.contains(&(ns.clone(), svc.clone())) => {
+                    e.members = e
+                        .members
+                        .iter()
+                        .cloned()
+                        .chain([(ns.clone(), svc.clone())])
+                        .collect();
+                    true
+                }
+                _ => false,
+            };
+            let unused = match &e.rrs {
+                Some(_) => Some(rrs),
+                None => {
+                    e.rrs = Some(rrs);
+                    None
+                }
+            };
+            (fresh, unused)
+        };
+        if fresh.0 {
+            self.count_ancestors(&key, 1);
+        }
+        fresh
+    }
+
+    /// Take name `name` from `ip`. Returns whether it had it, and the
+    /// address's data when no name of it is left.
+    pub(crate) fn remove_ip_name(&self, ip: IpAddr, name: &IpName) -> (bool, Option<Arc<Rrs>>) {
+        let (had, dropped) = {
+            let Some(mut e) = self.ips.get_mut(&ip) else {
+                return (false, None);
+            };
+            let had = match name {
+                IpName::Pod(ns) => {
+                    let before = e.pod.len();
+                    e.pod = e.pod.iter().filter(|n| *n != ns).cloned().collect();
+                    e.pod.len() < before
+                }
+                IpName::Member(ns, svc) => {
+                    let before = e.members.len();
+                    e.members = e
+                        .members
+                        .iter()
+                        .filter(|(n, s)| n != ns || s != svc)
+                        .cloned()
+                        .collect();
+                    e.members.len() < before
+                }
+            };
+            let dropped = if e.pod.is_empty() && e.members.is_empty() {
+                e.rrs.take()
+            } else {
+                None
+            };
+            (had, dropped)
+        };
+        self.ips.remove_if(&ip, |_, e| e.is_empty());
+        if had {
+            self.count_ancestors(&name.key(ip), -1);
+        }
+        (had, dropped)
+    }
+
+    /// Set (or clear) the PTR of `ip`. Returns +1 for a new name, -1 for a
+    /// removed one, 0 otherwise.
+    pub(crate) fn set_ptr(&self, ip: IpAddr, target: Option<Box<str>>) -> i64 {
+        let change = match target {
+            Some(t) => {
+                let mut e = self.ips.entry(ip).or_default();
+                let fresh = e.ptr.is_none();
+                if e.ptr.as_ref() != Some(&t) {
+                    e.ptr = Some(t);
+                }
+                i64::from(fresh)
+            }
+            None => {
+                let had = self
+                    .ips
+                    .get_mut(&ip)
+                    .is_some_and(|mut e| e.ptr.take().is_some());
+                self.ips.remove_if(&ip, |_, e| e.is_empty());
+                -i64::from(had)
+            }
+        };
+        if change != 0 {
+            self.count_ancestors(&super::names::reverse(ip), change);
+        }
+        change
+    }
+
+    /// A name spelled from an address came (+1) or went (-1): its
+    /// ancestors are empty non-terminals while it exists.
+    fn count_ancestors(&self, key: &str, by: i64) {
+        for anc in super::names::ancestors(key) {
+            if by > 0 {
+                self.names.entry(anc.into()).or_default().below += 1;
+            } else {
+                if let Some(mut e) = self.names.get_mut(anc) {
+                    e.below = e.below.saturating_sub(1);
+                }
+                self.names
+                    .remove_if(anc, |_, e| e.below == 0 && e.rrs.is_none());
+            }
+        }
     }
 
     /// Set (or replace) the data of `key`; identical data is left alone so
@@ -167,6 +403,39 @@ impl Table {
     }
 }
 
+/// The address a dashed label spells (`10-0-0-1`, `fd00--1`), only in
+/// its canonical spelling (the one [`super::names::dashed`] writes), and
+/// without allocating: this runs for every question of a dashed name.
+fn parse_dashed(label: &str) -> Option<IpAddr> {
+    if label.len() > 45 || label.contains(['.', ':']) {
+        return None;
+    }
+    let mut buf = [0u8; 45];
+    let spelled = &mut buf[..label.len()];
+    let dots = !label.contains("--")
+        && label.split('-').count() == 4
+        && !label.contains(|c: char| c.is_ascii_alphabetic());
+    for (b, c) in spelled.iter_mut().zip(label.bytes()) {
+        *b = match c {
+            b'-' if dots => b'.',
+            b'-' => b':',
+            c => c,
+        };
+    }
+    let ip: IpAddr = std::str::from_utf8(spelled).ok()?.parse().ok()?;
+    // Canonical only: 10-0-0-01 or fd00-0-0-0-0-0-0-1 name nothing.
+    let mut canon = [0u8; 45];
+    let mut cur = std::io::Cursor::new(&mut canon[..]);
+    write!(cur, "{ip}").ok()?;
+    let n = usize::try_from(cur.position()).ok()?;
+    (n == label.len()
+        && canon[..n]
+            .iter()
+            .zip(label.bytes())
+            .all(|(a, b)| *a == b || (matches!(*a, b'.' | b':') && b == b'-')))
+    .then_some(ip)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,6 +462,77 @@ mod tests {
         assert_eq!(t.lookup("web.ns.svc"), Lookup::Missing);
         assert_eq!(t.lookup("svc"), Lookup::Missing);
         assert!(t.names.is_empty(), "no entries left behind");
+    }
+
+    #[test]
+    fn names_spelled_from_an_address() {
+        let t = Table::default();
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let data = rrs("10.0.0.1");
+        let ml: Arc<str> = "ml".into();
+        let web: Arc<str> = "web".into();
+        assert_eq!(
+            t.add_ip_name(ip, IpName::Pod(ml.clone()), data.clone()),
+            (true, None)
+        );
+        let (fresh, unused) =
+            t.add_ip_name(ip, IpName::Member(ml.clone(), web.clone()), data.clone());
+        assert!(fresh && unused.is_some_and(|u| Arc::ptr_eq(&u, &data)));
+        assert_eq!(t.lookup("10-0-0-1.ml.pod"), Lookup::Found(data.clone()));
+        assert_eq!(t.lookup("10-0-0-1.web.ml.svc"), Lookup::Found(data.clone()));
+        assert_eq!(t.lookup("10-0-0-1.other.ml.svc"), Lookup::Missing);
+        assert_eq!(
+            t.lookup("10-0-0-01.ml.pod"),
+            Lookup::Missing,
+            "canonical only"
+        );
+        assert_eq!(t.lookup("10-0-0-1.web.pod"), Lookup::Missing);
+        assert_eq!(t.lookup("ml.pod"), Lookup::Empty);
+        assert_eq!(t.lookup("web.ml.svc"), Lookup::Empty);
+        assert_eq!(t.set_ptr(ip, Some("a.web.ml.svc".into())), 1);
+        let Lookup::Found(p) = t.lookup("1.0.0.10.in-addr.arpa") else {
+            panic!("PTR")
+        };
+        assert_eq!(p.ptr.as_deref(), Some("a.web.ml.svc"));
+        assert_eq!(t.lookup("0.0.10.in-addr.arpa"), Lookup::Empty);
+        assert_eq!(t.snapshot().len(), 3);
+        // A stored name of the same spelling wins.
+        t.set("10-0-0-1.web.ml.svc", rrs("10.9.9.9"));
+        assert_eq!(
+            t.lookup("10-0-0-1.web.ml.svc"),
+            Lookup::Found(rrs("10.9.9.9"))
+        );
+        assert_eq!(t.snapshot().len(), 3);
+        t.remove("10-0-0-1.web.ml.svc");
+        assert_eq!(t.remove_ip_name(ip, &IpName::Pod(ml.clone())), (true, None));
+        let (had, dropped) = t.remove_ip_name(ip, &IpName::Member(ml, web));
+        assert!(had && dropped.is_some());
+        assert_eq!(t.set_ptr(ip, None), -1);
+        assert!(
+            t.names.is_empty() && t.ips.is_empty(),
+            "nothing left behind"
+        );
+    }
+
+    #[test]
+    fn dashed_labels_parse_only_in_their_canonical_spelling() {
+        for (label, ip) in [
+            ("10-0-0-1", Some("10.0.0.1")),
+            ("fd00--1", Some("fd00::1")),
+            ("2001-db8--a-b", Some("2001:db8::a:b")),
+            ("10-0-0-01", None),
+            ("fd00-0-0-0-0-0-0-1", None),
+            ("FD00--1", None),
+            ("10-0-0", None),
+            ("web", None),
+            ("1-2-3-4-5", None),
+        ] {
+            assert_eq!(
+                parse_dashed(label),
+                ip.map(|s| s.parse().unwrap()),
+                "{label}"
+            );
+        }
     }
 
     #[test]

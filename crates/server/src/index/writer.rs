@@ -22,8 +22,8 @@ use ranks::{Group, Ranks, group};
 
 use super::headless::{HeadlessSet, PodId, SrvAdded};
 use super::model::{Interner, Pod};
-use super::names::{dashed, reverse, undashed};
-use super::table::{Rrs, Srv, Table};
+use super::names::{dashed, reverse};
+use super::table::{IpName, Rrs, Srv, Table};
 use super::types::*;
 
 /// The index's hash maps: foldhash, several times faster than SipHash on
@@ -102,7 +102,7 @@ pub struct Writer {
     /// their selector (its anchor): a pod is tried against the Services
     /// whose anchor it carries, not against every Service of its
     /// namespace (1,000 Jobs in one namespace made that 1,000 tries a pod).
-    selectors: HashMap<String, HashMap<(Box<str>, Box<str>), BTreeSet<String>>>,
+    selectors: HashMap<String, Anchors>,
     /// Pods by namespace, subdomain and hostname, in any state.
     hosts: HashMap<Arc<str>, HashMap<Arc<str>, Hosts>>,
     /// Pods selected by each headless Service, in any state (the reverse is
@@ -114,6 +114,9 @@ pub struct Writer {
     /// Services whose set must be counted again from all members (the
     /// Service itself changed).
     stale_sets: HashSet<ObjKey>,
+    /// Namespace and Service names the table's address entries hold,
+    /// one copy each.
+    strs: Strs,
     /// Pods holding each IP, and Services holding each ClusterIP.
     ip_pods: HashMap<IpAddr, SmallSet<PodId>>,
     ip_services: HashMap<IpAddr, SmallSet<ObjKey>>,
@@ -156,6 +159,7 @@ impl Writer {
             members: HashMap::default(),
             sets: HashMap::default(),
             stale_sets: HashSet::default(),
+            strs: Strs::default(),
             ip_pods: HashMap::default(),
             ip_services: HashMap::default(),
             svc_published: HashMap::default(),
@@ -904,6 +908,20 @@ impl Writer {
         match &key {
             Key::Rank(group, idx) => self.update_rank_state(group, *idx),
             Key::Summary(group) => self.settle_group(group),
+            // Names spelled from an address: the table keeps facts, not names.
+            Key::PodIp { ns, ip } => {
+                let name = IpName::Pod(self.strs.get(ns));
+                return self.publish_ip_name(*ip, name, &key);
+            }
+            Key::SvcIp(sk, ip) => {
+                let name = IpName::Member(self.strs.get(&sk.namespace), self.strs.get(&sk.name));
+                return self.publish_ip_name(*ip, name, &key);
+            }
+            Key::Ptr(ip) => {
+                let target = self.ptr_target(*ip).map(String::into_boxed_str);
+                self.name_count += self.table.set_ptr(*ip, target);
+                return;
+            }
             _ => {}
         }
         let names = self.build(&key);
@@ -936,6 +954,27 @@ impl Writer {
                 }
             }
         }
+    }
+
+    /// Give or take one name spelled from `ip`, as [`Self::build`] says.
+    fn publish_ip_name(&mut self, ip: IpAddr, name: IpName, key: &Key) {
+        if self.build(key).is_empty() {
+            let (had, dropped) = self.table.remove_ip_name(ip, &name);
+            if had {
+                self.name_count -= 1;
+            }
+            self.unshare(dropped);
+        } else {
+            let mut rrs = Rrs::default();
+            add_ips(&mut rrs, &[ip]);
+            let rrs = self.share(rrs);
+            let (fresh, unused) = self.table.add_ip_name(ip, name.clone(), rrs);
+            if fresh {
+                self.name_count += 1;
+            }
+            self.unshare(unused);
+        }
+        self.strs.release(name);
     }
 
     fn set_name(&mut self, name: &str, rrs: Rrs) {
@@ -1179,6 +1218,39 @@ impl Writer {
 /// The pods of each hostname under one subdomain.
 type Hosts = HashMap<Arc<str>, SmallSet<PodId>>;
 
+/// The headless Services of one namespace by a pair of their selector.
+type Anchors = HashMap<(Box<str>, Box<str>), BTreeSet<String>>;
+
+/// Shared copies of the namespace and Service names in the table's
+/// address entries: a million pods of one namespace hold one string.
+#[derive(Debug, Default)]
+struct Strs(HashSet<Arc<str>>);
+
+impl Strs {
+    fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(shared) = self.0.get(s) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = s.into();
+        self.0.insert(shared.clone());
+        shared
+    }
+
+    /// Drop a copy handed out by `get`; a string only this set still
+    /// holds leaves it.
+    fn release(&mut self, name: IpName) {
+        let strs = match name {
+            IpName::Pod(ns) => vec![ns],
+            IpName::Member(ns, svc) => vec![ns, svc],
+        };
+        for s in strs {
+            if Arc::strong_count(&s) == 2 {
+                self.0.remove(&s);
+            }
+        }
+    }
+}
+
 /// Pods by id: a [`slab::Slab`] (a deleted pod's id is reused) under
 /// `u32` ids, the size every index of the writer stores.
 #[derive(Debug)]
@@ -1243,15 +1315,10 @@ fn collider(key: &Key) -> Option<Key> {
         Key::Rank(g, idx) => Some(Key::Rank(flip(g), *idx)),
         Key::Leader(g) => Some(Key::Leader(flip(g))),
         Key::Summary(g) => Some(Key::Summary(flip(g))),
-        Key::Host { ns, sub, host } => Some(Key::SvcIp(
-            ObjKey::new(ns.as_str(), sub.as_str()),
-            undashed(host)?,
-        )),
-        Key::SvcIp(sk, ip) => Some(Key::Host {
-            ns: sk.namespace.clone(),
-            sub: sk.name.clone(),
-            host: dashed(*ip),
-        }),
+        // A hostname name spelled like a dashed name under a Service of the
+        // subdomain's name (`10-0-0-1.web.ns.svc`) is stored; the dashed
+        // name is spelled from the address, and the stored one wins.
+        Key::Host { .. } | Key::SvcIp(..) => None,
         Key::Member(..) | Key::Svc(_) | Key::PodIp { .. } | Key::Ptr(_) => None,
     }
 }
