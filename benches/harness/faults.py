@@ -1,6 +1,9 @@
 """Fault matrix under load (issue 7), driven by benches/harness/faults.sh.
 
 python3 benches/harness/faults.py API_URL DNS_PORT ADMIN_PORT OUT_JSON [PHASES]
+python3 benches/harness/faults.py --table OUT_JSON
+python3 benches/harness/faults.py --recovery ...   (N replicas, resume vs relist: see
+                                                     "Recovery with N replicas" below)
 
 The simulator (`podns sim --kubelet`) and `podns serve` are already running
 (faults.sh starts them). For each phase (default: none drop compact outage
@@ -70,7 +73,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dnsq import parse, query  # noqa: E402
 from promtext import scrape  # noqa: E402
 
-if sys.argv[1] != "--table":
+if sys.argv[1] == "--recovery":
+    api = sys.argv[2]
+elif sys.argv[1] not in ("--table", "--recovery-table"):
     api, dns_port, admin_port, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     phases = (sys.argv[5] if len(sys.argv) > 5 else "none drop compact outage throttle latency").split()
 QPS = int(os.environ.get("QPS", "10000"))
@@ -421,6 +426,219 @@ def main():
     table(results)
 
 
+# ---------------------------------------------------------------------------
+# Recovery with N replicas (issue 13): `faults.sh recovery` runs this once per
+# replica count, against one simulator without load or churn.
+#
+#   python3 faults.py --recovery API_URL N DNS_BASE ADMIN_BASE OUT_JSON [SCENARIOS]
+#
+# Replica i (0-based) serves DNS on 127.0.0.1:DNS_BASE+i and admin on
+# ADMIN_BASE+i. Scenarios (default "resume relist"), each with an outage of
+# OUTAGE seconds (env, default 10) via POST /sim/faults/outage:
+#   resume  the outage alone: every watch keeps its resourceVersion, so its
+#           retries are resumes (podns: 250 ms doubling to 1 s, +50% jitter);
+#   relist  POST /sim/faults/compact and /sim/faults/drop-watches first, wait
+#           (at most 0.6 s) until every replica has counted its 410
+#           restarts, then the outage: each watch now needs a list, and the
+#           list is what fails during the outage (podns: client-go's 0.8 s
+#           doubling to 30 s, with jitter).
+# One second into the outage a Job of JOB_RANKS (default 4) ranks is created
+# through POST /sim/jobs (the simulator's own path, not subject to the
+# outage); every replica is asked its last rank over UDP every 5 ms. The
+# answer time is from the outage's end (the request time + OUTAGE, so at or
+# before the simulator's own end: strict). /sim/stats is sampled every
+# 100 ms for podns's requests by verb and resource (a request the outage
+# refused is verb `fault`), responses and bytes sent.
+# ---------------------------------------------------------------------------
+OUTAGE = float(os.environ.get("OUTAGE", "10"))
+JOB_RANKS = int(os.environ.get("JOB_RANKS", "4"))
+
+
+def sim_sample():
+    st = req("GET", "/sim/stats", timeout=5)
+    return {"t": time.time(), "requests": podns_requests(st), "bytes_sent": st["bytes_sent"],
+            "watch_bytes_sent": st["watch_bytes_sent"], "open_watches": st["open_watches"]}
+
+
+def replica_metrics(admin_ports):
+    out = []
+    for p in admin_ports:
+        try:
+            m = scrape(f"http://127.0.0.1:{p}/metrics", timeout=5)
+        except Exception:
+            m = {}
+        out.append({k: v for k, v in m.items() if k.startswith("podns_watch_restarts_total")})
+    return out
+
+
+def restarts_diff(a, b):
+    """{'reason/retry': n} summed over replicas."""
+    d = {}
+    for m0, m1 in zip(a, b):
+        for k, v in m1.items():
+            n = v - m0.get(k, 0)
+            if n:
+                reason = re.search(r'reason="([^"]*)"', k).group(1)
+                retry = re.search(r'retry="([^"]*)"', k).group(1)
+                d[f"{reason}/{retry}"] = d.get(f"{reason}/{retry}", 0) + int(n)
+    return d
+
+
+def verb_sum(reqs, verb):
+    return sum(n for k, n in reqs.items() if k.split(" ")[0] == verb)
+
+
+def run_recovery(scenario, n, dns_ports, admin_ports, watches_per_replica=3):
+    print(f"[{time.strftime('%T')}] recovery {scenario}, {n} replicas, outage {OUTAGE:.0f} s",
+          file=sys.stderr)
+    time.sleep(2)
+    met0 = replica_metrics(admin_ports)
+    samples = [sim_sample()]
+    stop = threading.Event()
+
+    def sampler():
+        limit = time.time() + OUTAGE + 120
+        while not stop.is_set() and time.time() < limit:
+            try:
+                samples.append(sim_sample())
+            except Exception:
+                pass
+            time.sleep(0.1)
+
+    th = threading.Thread(target=sampler)
+    th.start()
+    relisting = None
+    if scenario == "relist":
+        req("POST", "/sim/faults/compact")
+        req("POST", "/sim/faults/drop-watches")
+        limit = time.time() + 0.6
+        while time.time() < limit:
+            d = restarts_diff(met0, replica_metrics(admin_ports))
+            relisting = sum(v for k, v in d.items() if k.endswith("/relist"))
+            if relisting >= watches_per_replica * n:
+                break
+            time.sleep(0.02)
+    s_t0 = sim_sample()
+    t0 = time.time()
+    req("POST", f"/sim/faults/outage?seconds={OUTAGE:g}")
+    t_end = t0 + OUTAGE
+    time.sleep(max(0.0, t0 + 1 - time.time()))
+    job = f"rec-{scenario}-{n}"
+    req("POST", "/sim/jobs", {"namespace": "default", "name": job, "ranks": JOB_RANKS,
+                              "kind": "indexed-job"})
+    name = f"{job}-{JOB_RANKS - 1}.{job}.default.svc.{ZONE}"
+    answered = [None] * n
+
+    def poll(i):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(0.05)
+        limit = t_end + 60
+        while time.time() < limit:
+            qid, q = query(name)
+            s.sendto(q, ("127.0.0.1", dns_ports[i]))
+            try:
+                while True:
+                    m, _ = s.recvfrom(65535)
+                    rid, rcode, _tc, addrs = parse(m)
+                    if rid == qid:
+                        break
+                if rcode == 0 and addrs:
+                    answered[i] = time.time()
+                    return
+            except socket.timeout:
+                pass
+            time.sleep(0.005)
+
+    pollers = [threading.Thread(target=poll, args=(i,)) for i in range(n)]
+    for p in pollers:
+        p.start()
+    for p in pollers:
+        p.join()
+    last = max([a for a in answered if a] or [time.time()])
+    time.sleep(max(0.0, last + 3 - time.time()))
+    stop.set()
+    th.join(timeout=10)
+    met1 = replica_metrics(admin_ports)
+    samples.append(s_t0)
+    samples.sort(key=lambda x: x["t"])
+    pre = s_t0
+    at_end = [x for x in samples if x["t"] <= t_end][-1]
+    fin = samples[-1]
+    during = diff_requests(pre["requests"], at_end["requests"])
+    after = diff_requests(at_end["requests"], fin["requests"])
+    # requests per whole second, from the outage's end (negative: during it)
+    timeline = {}
+    for a, b in zip(samples, samples[1:]):
+        sec = int((b["t"] - t_end) // 1)
+        for k, v in diff_requests(a["requests"], b["requests"]).items():
+            verb = k.split(" ")[0]
+            timeline.setdefault(sec, {}).setdefault(verb, 0)
+            timeline[sec][verb] += v
+    first_ok = None
+    for x in samples:
+        if x["t"] > t_end and verb_sum(diff_requests(at_end["requests"], x["requests"]), "watch") \
+                + verb_sum(diff_requests(at_end["requests"], x["requests"]), "list") > 0:
+            first_ok = round(x["t"] - t_end, 2)
+            break
+    after_s = [None if a is None else round(a - t_end, 3) for a in answered]
+    ok = sorted(a for a in after_s if a is not None)
+    rec_secs = [s for s in timeline if s >= 0]
+    res = {
+        "scenario": scenario, "replicas": n, "outage_s": OUTAGE, "job_ranks": JOB_RANKS,
+        "watches": watches_per_replica * n,
+        "relist_restarts_before_outage": relisting,
+        "answered_after_outage_end_s": after_s,
+        "answered_min_median_max_s": [ok[0], ok[len(ok) // 2], ok[-1]] if ok else None,
+        "unanswered": sum(1 for a in after_s if a is None),
+        "first_accepted_request_after_end_s": first_ok,
+        "before_outage_requests": diff_requests(samples[0]["requests"], s_t0["requests"]),
+        "during_outage_requests": during,
+        "refused_per_watch_per_s": round(during.get("fault ", 0) / (watches_per_replica * n) / OUTAGE, 2),
+        "after_end_requests": after,
+        "after_end_window_s": round(fin["t"] - at_end["t"], 2),
+        "after_end_bytes_sent": fin["bytes_sent"] - at_end["bytes_sent"],
+        "after_end_watch_bytes_sent": fin["watch_bytes_sent"] - at_end["watch_bytes_sent"],
+        "peak_requests_per_s_after_end": max([sum(timeline[s].values()) for s in rec_secs] or [0]),
+        "requests_per_s_from_end": {str(k): timeline[k] for k in sorted(timeline)},
+        "watch_restarts": restarts_diff(met0, met1),
+        "loadavg": open("/proc/loadavg").read().split()[:3],
+    }
+    print(json.dumps(res), file=sys.stderr)
+    return res
+
+
+def recovery_main():
+    n, dns_base, admin_base, out_file = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+    scenarios = (sys.argv[7] if len(sys.argv) > 7 else "resume relist").split()
+    dns_ports = [dns_base + i for i in range(n)]
+    admin_ports = [admin_base + i for i in range(n)]
+    results = json.load(open(out_file)) if os.path.exists(out_file) else []
+    for sc in scenarios:
+        results.append(run_recovery(sc, n, dns_ports, admin_ports))
+        with open(out_file, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def recovery_table(results):
+    print("| scenario | replicas (watches) | Job answers after the outage's end: min / median / max"
+          " | first list or watch accepted after the end | refused during the outage (per watch per s)"
+          " | after the end: list / watch requests | API bytes sent after the end | peak requests/s after the end"
+          " | watch restarts (reason/retry) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        a = r["answered_min_median_max_s"]
+        ans = " / ".join(f"{x:.2f} s" for x in a) if a else "none"
+        if r["unanswered"]:
+            ans += f" ({r['unanswered']} never in 60 s)"
+        refused = r["during_outage_requests"].get("fault ", 0)
+        aft = r["after_end_requests"]
+        rs = ", ".join(f"{k} {v}" for k, v in sorted(r["watch_restarts"].items()))
+        print(f"| {r['scenario']}, {r['outage_s']:g} s outage | {r['replicas']} ({r['watches']}) | {ans} |"
+              f" {r['first_accepted_request_after_end_s']} s | {refused} ({r['refused_per_watch_per_s']}) |"
+              f" {verb_sum(aft, 'list')} / {verb_sum(aft, 'watch')} |"
+              f" {r['after_end_bytes_sent'] / 1e6:.1f} MB | {r['peak_requests_per_s_after_end']} | {rs} |")
+
+
 def table(results):
     print("| fault | duration | load | wrong answers during / after catch-up | SERVFAIL | NXDOMAIN for existing names"
           " | relists (list requests + 410 restarts) | podns API requests during the fault | pod watch back"
@@ -447,5 +665,9 @@ def table(results):
 
 if len(sys.argv) == 3 and sys.argv[1] == "--table":  # python3 faults.py --table faults.json
     table(json.load(open(sys.argv[2])))
+elif len(sys.argv) == 3 and sys.argv[1] == "--recovery-table":  # ... --recovery-table faults-recovery.json
+    recovery_table(json.load(open(sys.argv[2])))
+elif sys.argv[1] == "--recovery":
+    recovery_main()
 else:
     main()
