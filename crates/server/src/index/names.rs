@@ -49,6 +49,49 @@ pub fn reverse(ip: IpAddr) -> String {
     }
 }
 
+// The spelling of every forward name the index publishes, each in one
+// function (keys relative to the zone, lower case, no trailing dot).
+
+/// `<host>.<sub>.<ns>.svc`: a pod's hostname name.
+pub fn host_name(host: &str, sub: &str, ns: &str) -> String {
+    format!("{host}.{sub}.{ns}.svc")
+}
+
+/// `<svc>.<ns>.svc`: a Service's own name.
+pub fn service_name(svc: &str, ns: &str) -> String {
+    format!("{svc}.{ns}.svc")
+}
+
+/// `_<port>._<proto>.<svc>.<ns>.svc`: a named port's SRV name.
+pub fn port_name(port: &str, proto: &str, svc: &str, ns: &str) -> String {
+    format!("_{port}._{proto}.{svc}.{ns}.svc")
+}
+
+/// `<a-b-c-d>.<svc>.<ns>.svc`: a member's dashed name under a headless Service.
+pub fn member_name(ip: IpAddr, svc: &str, ns: &str) -> String {
+    format!("{}.{svc}.{ns}.svc", dashed(ip))
+}
+
+/// `<a-b-c-d>.<ns>.pod`: a pod's dashed name.
+pub fn pod_name(ip: IpAddr, ns: &str) -> String {
+    format!("{}.{ns}.pod", dashed(ip))
+}
+
+/// `<i>.<gang>.<ns>.rank`: one rank of a Job or JobSet.
+pub fn rank_name(idx: u32, gang: &str, ns: &str) -> String {
+    format!("{idx}.{gang}.{ns}.rank")
+}
+
+/// `leader.<gang>.<ns>.rank`: rank 0's address.
+pub fn leader_name(gang: &str, ns: &str) -> String {
+    format!("leader.{gang}.{ns}.rank")
+}
+
+/// `<gang>.<ns>.rank`: the gang's TXT summary.
+pub fn gang_name(gang: &str, ns: &str) -> String {
+    format!("{gang}.{ns}.rank")
+}
+
 pub const IN_ADDR_ARPA: &str = "in-addr.arpa";
 pub const IP6_ARPA: &str = "ip6.arpa";
 

@@ -366,7 +366,7 @@ impl Writer {
         };
         let mut rrs = Rrs::default();
         add_ips(&mut rrs, &pod.ips);
-        vec![(format!("{idx}.{}.{}.rank", group.name, group.ns), rrs)]
+        vec![(rank_name(idx, &group.name, &group.ns), rrs)]
     }
 
     pub(super) fn build_leader(&self, group: &Group) -> Vec<(String, Rrs)> {
@@ -386,7 +386,7 @@ impl Writer {
         };
         let mut rrs = Rrs::default();
         add_ips(&mut rrs, &pod.ips);
-        vec![(format!("leader.{}.{}.rank", group.name, group.ns), rrs)]
+        vec![(leader_name(&group.name, &group.ns), rrs)]
     }
 
     /// The declared world size: a Job's completions, or the sum over a
@@ -469,7 +469,7 @@ impl Writer {
             self.world(group)
         );
         vec![(
-            format!("{}.{}.rank", group.name, group.ns),
+            gang_name(&group.name, &group.ns),
             Rrs {
                 txt: Some(txt.into()),
                 ..Default::default()

@@ -102,8 +102,8 @@ impl IpName {
     /// The key of the name (relative to the zone).
     fn key(&self, ip: IpAddr) -> String {
         match self {
-            IpName::Pod(ns) => format!("{}.{ns}.pod", super::names::dashed(ip)),
-            IpName::Member(ns, svc) => format!("{}.{svc}.{ns}.svc", super::names::dashed(ip)),
+            IpName::Pod(ns) => super::names::pod_name(ip, ns),
+            IpName::Member(ns, svc) => super::names::member_name(ip, svc, ns),
         }
     }
 }

@@ -22,7 +22,10 @@ use ranks::{Group, Ranks, group};
 
 use super::headless::{HeadlessSet, PodId, SrvAdded};
 use super::model::{Interner, Pod};
-use super::names::{dashed, reverse};
+use super::names::{
+    gang_name, host_name, leader_name, member_name, pod_name, port_name, rank_name, reverse,
+    service_name,
+};
 use super::table::{IpName, Rrs, Srv, Table};
 use super::types::*;
 
@@ -794,9 +797,9 @@ impl Writer {
                 .host_winner(ns, sub, host)
                 .is_some_and(|w| std::ptr::eq(w, pod))
         {
-            return format!("{host}.{sub}.{ns}.svc");
+            return host_name(host, sub, ns);
         }
-        format!("{}.{svc}.{ns}.svc", dashed(ip))
+        member_name(ip, svc, ns)
     }
 
     /// The pod that answers for a hostname name (first under the duplicate rule).
@@ -1045,7 +1048,7 @@ impl Writer {
                 for p in chosen {
                     add_ips(&mut rrs, &p.ips);
                 }
-                vec![(format!("{host}.{sub}.{ns}.svc"), rrs)]
+                vec![(host_name(host, sub, ns), rrs)]
             }
             // Members have no names of their own (see `rebuild`).
             Key::Member(..) => vec![],
@@ -1073,10 +1076,7 @@ impl Writer {
                 }
                 let mut rrs = Rrs::default();
                 add_ips(&mut rrs, &[*ip]);
-                vec![(
-                    format!("{}.{}.{}.svc", dashed(*ip), sk.name, sk.namespace),
-                    rrs,
-                )]
+                vec![(member_name(*ip, &sk.name, &sk.namespace), rrs)]
             }
             Key::PodIp { ns, ip } => {
                 // "Verified" pod names: only if a pod in <ns> has that IP.
@@ -1092,7 +1092,7 @@ impl Writer {
                 }
                 let mut rrs = Rrs::default();
                 add_ips(&mut rrs, &[*ip]);
-                vec![(format!("{}.{ns}.pod", dashed(*ip)), rrs)]
+                vec![(pod_name(*ip, ns), rrs)]
             }
             Key::Rank(group, idx) => self.build_rank(group, *idx),
             Key::Leader(group) => self.build_leader(group),
@@ -1116,7 +1116,7 @@ impl Writer {
         let Some(svc) = self.services.get(sk) else {
             return vec![];
         };
-        let base = format!("{}.{}.svc", sk.name, sk.namespace);
+        let base = service_name(&sk.name, &sk.namespace);
         let mut out = Vec::new();
         match &svc.kind {
             ServiceKind::ExternalName(target) => {
@@ -1138,7 +1138,12 @@ impl Writer {
                     rrs.srv.push(srv.clone());
                     if let Some(name) = &port.name {
                         named
-                            .entry(format!("_{name}._{}.{base}", port.protocol.label()))
+                            .entry(port_name(
+                                name,
+                                port.protocol.label(),
+                                &sk.name,
+                                &sk.namespace,
+                            ))
                             .or_default()
                             .push(srv);
                     }
@@ -1167,7 +1172,7 @@ impl Writer {
                     let srv = set.port_srv(u16::try_from(i).unwrap_or(u16::MAX));
                     if !srv.is_empty() {
                         out.push((
-                            format!("_{pn}._{}.{base}", port.protocol.label()),
+                            port_name(pn, port.protocol.label(), &sk.name, &sk.namespace),
                             Rrs {
                                 srv,
                                 ..Default::default()
@@ -1185,7 +1190,7 @@ impl Writer {
     /// publishes it, else `<a-b-c-d>.<ns>.pod`. hostNetwork pods get none.
     fn ptr_target(&self, ip: IpAddr) -> Option<String> {
         if let Some(sk) = self.ip_services.get(&ip).and_then(|s| s.iter().next()) {
-            return Some(format!("{}.{}.svc", sk.name, sk.namespace));
+            return Some(service_name(&sk.name, &sk.namespace));
         }
         let pods: Vec<&Pod> = self
             .ip_pods
@@ -1202,16 +1207,16 @@ impl Writer {
                 .host_winner(ns, sub, host)
                 .is_some_and(|w| std::ptr::eq(w, pod))
         {
-            return Some(format!("{host}.{sub}.{ns}.svc"));
+            return Some(host_name(host, sub, ns));
         }
         for s in &pod.services {
             if let Some(svc) = self.services.get(&ObjKey::new(&**ns, &**s))
                 && self.published(pod, svc.publish_not_ready)
             {
-                return Some(format!("{}.{s}.{ns}.svc", dashed(ip)));
+                return Some(member_name(ip, s, ns));
             }
         }
-        Some(format!("{}.{ns}.pod", dashed(ip)))
+        Some(pod_name(ip, ns))
     }
 }
 
@@ -1294,14 +1299,14 @@ impl<T> Slab<T> {
 /// Service, whose SRV names depend on its ports.
 fn key_name(key: &Key) -> Option<String> {
     Some(match key {
-        Key::Host { ns, sub, host } => format!("{host}.{sub}.{ns}.svc"),
+        Key::Host { ns, sub, host } => host_name(host, sub, ns),
         Key::Member(..) | Key::Svc(_) => return None,
-        Key::SvcIp(sk, ip) => format!("{}.{}.{}.svc", dashed(*ip), sk.name, sk.namespace),
-        Key::PodIp { ns, ip } => format!("{}.{ns}.pod", dashed(*ip)),
+        Key::SvcIp(sk, ip) => member_name(*ip, &sk.name, &sk.namespace),
+        Key::PodIp { ns, ip } => pod_name(*ip, ns),
         Key::Ptr(ip) => reverse(*ip),
-        Key::Rank(group, idx) => format!("{idx}.{}.{}.rank", group.name, group.ns),
-        Key::Leader(group) => format!("leader.{}.{}.rank", group.name, group.ns),
-        Key::Summary(group) => format!("{}.{}.rank", group.name, group.ns),
+        Key::Rank(group, idx) => rank_name(*idx, &group.name, &group.ns),
+        Key::Leader(group) => leader_name(&group.name, &group.ns),
+        Key::Summary(group) => gang_name(&group.name, &group.ns),
     })
 }
 
