@@ -44,7 +44,9 @@
 # Knobs: DUR (dnsperf seconds per run, 10), ROUNDS (alternation rounds, 2),
 #        COLD_SIZES ("10 100"), COLD_ROUNDS (2), LEAN_FROM (1000),
 #        PROP_SAMPLES (300),
-#        DNS_JOBS (100; a smaller number for a quick smoke run).
+#        DNS_JOBS (100; a smaller number for a quick smoke run),
+#        BIN (a podns binary to run instead of building this tree's; for
+#        before/after: STAGES=prop BIN=/tmp/before/target/release/podns).
 # Needs root for apt-get only when dnsperf/nsd/knot/jq/curl/bc are missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -58,7 +60,7 @@ COLD_ROUNDS=${COLD_ROUNDS:-2}
 LEAN_FROM=${LEAN_FROM:-1000}
 PROP_SAMPLES=${PROP_SAMPLES:-300}
 DNS_JOBS=${DNS_JOBS:-100} # jobs of 1,000 ranks for the dns stage
-BIN=target/release/podns
+BIN=${BIN:-target/release/podns} # another build for a before/after run (skips the build)
 REFLECTOR=target/release/examples/reflector
 ZONE=cluster.local
 P_PODNS=15353 P_NSD=15354 P_KNOT=15355 ADMIN=19153
@@ -84,7 +86,7 @@ if ((${#need[@]})); then
   ((own_policy)) && rm -f /usr/sbin/policy-rc.d
 fi
 
-if [[ $STAGES != plot ]]; then
+if [[ $STAGES != plot && $BIN == target/release/podns ]]; then
   log "building release"
   cargo build --release --bin podns --example reflector 2>&1 | tail -1 >&2
 fi
