@@ -3,6 +3,9 @@
 //! hickory-proto, `fast` straight into bytes) and the sockets
 //! ([`server`]).
 
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod agreement;
 pub mod answer;
 mod datagrams;
 mod fast;
@@ -12,5 +15,8 @@ pub mod resolve;
 pub mod rrl;
 pub mod server;
 pub mod zone;
+
+#[cfg(test)]
+mod plan_tests;
 
 pub use zone::{Zone, check_zones};
