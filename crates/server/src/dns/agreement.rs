@@ -318,12 +318,21 @@ impl Ask {
 }
 
 /// Ask over UDP and TCP; whenever the fast path answers, its reply must
-/// be the general path's, byte for byte. Returns how often the fast path
-/// answered.
+/// be the general path's, byte for byte, and so must what the server
+/// sends (`handle_into`, which also hands plans from the fast reader to
+/// the general encoder). Returns how often the fast path answered.
 pub fn check(answerer: &Answerer, query: &[u8]) -> usize {
     let mut taken = 0;
     for transport in [Transport::Udp, Transport::Tcp] {
         let general = answerer.handle_general(query, transport);
+        let mut into = Vec::new();
+        let sent = answerer
+            .handle_into(query, transport, &mut into)
+            .map(|meta| (into, meta.rcode, meta.qtype, meta.truncated));
+        let expected = general
+            .as_ref()
+            .map(|g| (g.bytes.clone(), g.rcode, g.qtype, g.truncated));
+        assert_eq!(sent, expected, "{query:02x?} over {transport:?}");
         let mut out = Vec::new();
         let Some(meta) = answerer.handle_fast(query, transport, &mut out) else {
             continue;

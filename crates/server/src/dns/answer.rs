@@ -11,6 +11,7 @@ use hickory_proto::op::{Edns, Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, PTR, SOA, SRV, TXT};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
+use super::fast::Fast;
 use super::resolve::{self, ClientEdns, Data, Owner, Plan, Records, Request, Rules};
 use crate::index::Table;
 
@@ -98,10 +99,19 @@ impl Answerer {
         transport: Transport,
         out: &mut Vec<u8>,
     ) -> Option<ReplyMeta> {
-        if let Some(meta) = self.handle_fast(bytes, transport, out) {
-            return Some(meta);
-        }
-        let reply = self.handle_general(bytes, transport)?;
+        let udp = transport == Transport::Udp;
+        let reply = match super::fast::answer(bytes, udp, &self.table, &self.rules, out) {
+            Fast::Done(meta) => return Some(meta),
+            // Resolved already: only the encoding is left to do here.
+            Fast::Plan(plan) => match Message::from_vec(bytes) {
+                Ok(req) => {
+                    let qtype = req.queries.first().map(|q| q.query_type());
+                    encode(&req, plan, qtype)?
+                }
+                Err(_) => self.handle_general(bytes, transport)?,
+            },
+            Fast::Declined => self.handle_general(bytes, transport)?,
+        };
         *out = reply.bytes;
         Some(ReplyMeta {
             rcode: reply.rcode,
@@ -119,7 +129,10 @@ impl Answerer {
         out: &mut Vec<u8>,
     ) -> Option<ReplyMeta> {
         let udp = transport == Transport::Udp;
-        super::fast::answer(bytes, udp, &self.table, &self.rules, out)
+        match super::fast::answer(bytes, udp, &self.table, &self.rules, out) {
+            Fast::Done(meta) => Some(meta),
+            Fast::Plan(_) | Fast::Declined => None,
+        }
     }
 
     /// The general path: parse into a `Message`, resolve, encode with

@@ -53,18 +53,34 @@ struct Question {
     lower_from: usize,
 }
 
-/// Answer `bytes` into `out` if the fast path can; `None` leaves `out` in
-/// an unspecified state and means "use the general path".
-pub(super) fn answer(
+/// What the fast path did with a request. Returned in place once per
+/// query: boxing the plan would allocate on every handover.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Fast<'a> {
+    /// Answered into `out`.
+    Done(ReplyMeta),
+    /// Resolved, but the plan is not one this encoder writes: the general
+    /// encoder takes it as it is, so a query is never resolved twice.
+    Plan(Plan<'a>),
+    /// Not a request this reader takes; `out` is in an unspecified state.
+    Declined,
+}
+
+/// Answer `bytes` into `out` if the fast path can.
+pub(super) fn answer<'a>(
     bytes: &[u8],
     udp: bool,
     table: &Table,
-    rules: &Rules,
+    rules: &'a Rules,
     out: &mut Vec<u8>,
-) -> Option<ReplyMeta> {
+) -> Fast<'a> {
     let mut key = [0u8; 255];
-    let q = parse(bytes, &mut key)?;
-    let name = std::str::from_utf8(&key[..q.key_len]).ok()?;
+    let Some(q) = parse(bytes, &mut key) else {
+        return Fast::Declined;
+    };
+    let Ok(name) = std::str::from_utf8(&key[..q.key_len]) else {
+        return Fast::Declined;
+    };
     let req = Request {
         opcode: OpCode::Query,
         edns: q.edns,
@@ -77,16 +93,20 @@ pub(super) fn answer(
     };
     let mut plan = rules.resolve(table, &req);
     if !fits_shape(&plan) {
-        return None;
+        return Fast::Plan(plan);
     }
     out.clear();
-    write(&q, bytes, name, &plan, out)?;
+    if write(&q, bytes, name, &plan, out).is_none() {
+        return Fast::Plan(plan);
+    }
     if out.len() > plan.limit {
         plan.truncate();
         out.clear();
-        write(&q, bytes, name, &plan, out)?;
+        if write(&q, bytes, name, &plan, out).is_none() {
+            return Fast::Plan(plan);
+        }
     }
-    Some(ReplyMeta {
+    Fast::Done(ReplyMeta {
         rcode: plan.rcode,
         qtype: Some(RecordType::from(q.qtype)),
         truncated: plan.tc,
