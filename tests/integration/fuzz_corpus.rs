@@ -33,3 +33,8 @@ fn the_decode_corpus_replays_cleanly() {
 fn the_pb_corpus_replays_cleanly() {
     assert!(replay("pb", podns_server::fuzzing::pb) >= 7);
 }
+
+#[test]
+fn the_encoders_corpus_replays_cleanly() {
+    assert!(replay("encoders", podns_server::fuzzing::encoders) >= 30);
+}

@@ -159,3 +159,17 @@ pub fn pb(data: &[u8]) {
         let _ = pb::watch_event::<SlimPod>(frame);
     }
 }
+
+/// A small index and eight questions decoded from the bytes
+/// ([`crate::dns::agreement::from_bytes`]): whenever the wire fast path
+/// answers, its reply is the general (hickory-proto) path's byte for byte,
+/// over UDP and TCP. The bytes themselves are asked too, as a query.
+pub fn encoders(data: &[u8]) {
+    use crate::dns::agreement::{check, from_bytes};
+    let (shape, asks) = from_bytes(data);
+    let (_writer, answerer) = shape.build();
+    for ask in &asks {
+        check(&answerer, &ask.bytes(&shape));
+    }
+    check(&answerer, data);
+}

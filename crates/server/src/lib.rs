@@ -11,7 +11,9 @@
 //!                                        index/  one writer; names → record data (DashMap)
 //!                                          │ lookup (sync, never blocks on the writer)
 //!                                          ▼
-//!                                        dns/answer  pure: question → response
+//!                                        dns/resolve  pure: question → answer plan (the rules, once)
+//!                                          │
+//!                                        dns/fast · dns/answer  the plan as bytes (wire / hickory-proto)
 //!                                          │
 //!                                        dns/server  UDP (SO_REUSEPORT loops) and TCP (capped, own framing)
 //! admin/ (/metrics /healthz /readyz; /debug/explain with --admin-debug)
@@ -19,7 +21,8 @@
 //!
 //! - [`k8s`]: what we read from the API server and how it becomes index input.
 //! - [`index`]: the in-memory name table, its single writer and its [`index::Policy`].
-//! - [`dns`]: zones, record rules ([`dns::answer`]) and sockets ([`dns::server`]).
+//! - [`dns`]: zones, the record rules ([`dns::resolve`]), their encoders
+//!   ([`dns::answer`] and the wire fast path) and sockets ([`dns::server`]).
 //! - [`admin`]: Prometheus metrics, health endpoints and `/debug/explain`.
 //! - [`serve`]: the wiring of a server from a [`serve::ServeConfig`].
 //! - [`zonefile`]: one list → the index → RFC 1035 zone text, from a

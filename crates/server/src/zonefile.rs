@@ -24,7 +24,7 @@ use kube::api::ListParams;
 
 use crate::admin::Metrics;
 use crate::dns::Zone;
-use crate::dns::answer::DNS_SCHEMA_VERSION;
+use crate::dns::resolve::{AnswerConfig, Data, Owner, Records, Rules};
 use crate::index::names::{IN_ADDR_ARPA, IP6_ARPA};
 use crate::index::{Change, Policy, Rrs, SyncNeeds, Table, Update, Writer};
 use crate::k8s::convert;
@@ -34,10 +34,6 @@ use crate::serve::ConfigError;
 
 /// The first line of every zone section on stdout.
 pub const SECTION_MARKER: &str = "; podns zone ";
-
-/// Forward names podns answers itself, whatever the index holds
-/// (`dns::answer` checks them before the table).
-const RESERVED: [&str; 3] = ["dns-version", "ns.dns", "dns"];
 
 /// What shapes the zone text besides the index.
 #[derive(Clone, Debug)]
@@ -77,36 +73,40 @@ pub fn render(snapshot: &[(String, Arc<Rrs>)], zones: &[Name], cfg: &RenderConfi
 }
 
 /// Every zone as its own text. `snapshot` is [`Table::snapshot`]: forward
-/// keys relative to each zone, reverse keys absolute.
+/// keys relative to each zone, reverse keys absolute. The records are the
+/// answer rules' own ([`Rules::apex_records`], [`Rules::owned_records`]):
+/// this module only spells them as zone text, in a stable order.
 pub fn render_zones(
     snapshot: &[(String, Arc<Rrs>)],
     zones: &[Name],
     cfg: &RenderConfig,
 ) -> Vec<ZoneText> {
-    let origins: Vec<String> = zones
-        .iter()
-        .map(|z| z.to_lowercase().to_ascii())
-        .map(|z| if z.ends_with('.') { z } else { format!("{z}.") })
-        .collect();
-    let Some(first) = origins.first() else {
+    if zones.is_empty() {
         return vec![];
-    };
+    }
+    let rules = Rules::new(AnswerConfig {
+        zones: zones.to_vec(),
+        ttl: cfg.ttl,
+        negative_ttl: cfg.negative_ttl,
+        ns_addrs: cfg.ns_addrs.clone(),
+        reverse_cidrs: vec![],
+    });
+    let apexes: Vec<&str> = rules.apexes().collect();
     // Records first, SOA last: the serial hashes the records.
-    let mut bodies: Vec<(String, String)> = Vec::new();
-    for origin in &origins {
-        bodies.push((origin.clone(), forward_body(snapshot, origin, first, cfg)));
+    let mut bodies: Vec<(String, Section, String)> = Vec::new();
+    for (i, apex) in apexes.iter().enumerate() {
+        let body = forward_body(snapshot, &rules, i, apex);
+        bodies.push((format!("{apex}."), Section::Forward(i), body));
     }
     if cfg.reverse {
         for apex in [IN_ADDR_ARPA, IP6_ARPA] {
-            bodies.push((
-                format!("{apex}."),
-                reverse_body(snapshot, apex, first, cfg.ttl),
-            ));
+            let body = reverse_body(snapshot, &rules, apex);
+            bodies.push((format!("{apex}."), Section::Reverse(apex), body));
         }
     }
     let serial = cfg.serial.unwrap_or_else(|| {
         let mut h = Fnv::default();
-        for (o, b) in &bodies {
+        for (o, _, b) in &bodies {
             h.write(o.as_bytes());
             h.write(b.as_bytes());
         }
@@ -114,83 +114,112 @@ pub fn render_zones(
     });
     bodies
         .into_iter()
-        .map(|(origin, body)| {
-            // Reverse zones name the first zone's server, as podns's
-            // reverse SOA does.
-            let soa_zone = if origins.contains(&origin) {
-                &origin
-            } else {
-                first
-            };
+        .map(|(origin, section, body)| {
+            let apex = origin.trim_end_matches('.');
             let mut text = String::new();
             let _ = writeln!(text, "{SECTION_MARKER}{origin}");
             let _ = writeln!(text, "$ORIGIN {origin}");
             let _ = writeln!(text, "$TTL {}", cfg.ttl);
-            let _ = writeln!(
-                text,
-                "@\t{ttl}\tIN\tSOA\tns.dns.{soa_zone} hostmaster.{soa_zone} {serial} 7200 1800 86400 {min}",
-                ttl = cfg.ttl,
-                min = cfg.negative_ttl,
-            );
-            let _ = writeln!(text, "@\t{}\tIN\tNS\tns.dns.{soa_zone}", cfg.ttl);
+            let head = match section {
+                Section::Forward(i) => rules.apex_records(i, serial),
+                Section::Reverse(apex) => rules.reverse_apex_records(apex, serial),
+            };
+            for r in head {
+                if matches!(r.data, Data::Soa(_) | Data::Ns(_)) {
+                    for (rtype, data) in rdata(&r) {
+                        let owner = relative(&r.owner, apex, "@");
+                        let _ = writeln!(text, "{owner}\t{}\tIN\t{rtype}\t{data}", r.ttl);
+                    }
+                }
+            }
             text.push_str(&body);
             ZoneText { origin, text }
         })
         .collect()
 }
 
-/// The records of a forward zone below the SOA and NS.
-fn forward_body(
-    snapshot: &[(String, Arc<Rrs>)],
-    origin: &str,
-    first: &str,
-    cfg: &RenderConfig,
-) -> String {
-    let ttl = cfg.ttl;
+/// Which kind of zone a section of the output is.
+enum Section {
+    /// The served zone at this index.
+    Forward(usize),
+    /// `in-addr.arpa` or `ip6.arpa`.
+    Reverse(&'static str),
+}
+
+/// The records of a forward zone below the SOA and NS: the server's own
+/// names, then the index's.
+fn forward_body(snapshot: &[(String, Arc<Rrs>)], rules: &Rules, zone: usize, apex: &str) -> String {
     let mut out = String::new();
-    let mut glue: Vec<String> = cfg
-        .ns_addrs
-        .iter()
-        .map(|ip| match ip {
-            IpAddr::V4(v4) => format!("ns.dns\t{ttl}\tIN\tA\t{v4}"),
-            IpAddr::V6(v6) => format!("ns.dns\t{ttl}\tIN\tAAAA\t{v6}"),
-        })
-        .collect();
+    let mut glue = Vec::new();
+    let mut own = Vec::new();
+    for r in rules.apex_records(zone, 0) {
+        let owner = relative(&r.owner, apex, "@");
+        for (rtype, data) in rdata(&r) {
+            let line = format!("{owner}\t{}\tIN\t{rtype}\t{data}", r.ttl);
+            match r.data {
+                Data::Soa(_) | Data::Ns(_) => {}
+                Data::Ip(_) => glue.push(line),
+                _ => own.push(line),
+            }
+        }
+    }
     glue.sort();
-    for line in glue {
+    for line in glue.iter().chain(&own) {
         let _ = writeln!(out, "{line}");
     }
-    let _ = writeln!(
-        out,
-        "dns-version\t{ttl}\tIN\tTXT\t{}",
-        quote(DNS_SCHEMA_VERSION)
-    );
     for (key, rrs) in snapshot {
-        if is_reverse_key(key) || RESERVED.contains(&key.as_str()) || key.is_empty() {
+        if is_reverse_key(key) || Rules::is_reserved(key) {
             continue;
         }
-        let owner = escape_name(key);
-        for (rtype, data) in rdata(rrs, origin, first) {
-            let _ = writeln!(out, "{owner}\t{ttl}\tIN\t{rtype}\t{data}");
-        }
+        names(
+            &mut out,
+            &escape_name(key),
+            rules.owned_records(Owner::Question, rrs, zone),
+        );
     }
     out
 }
 
 /// The PTR records under one reverse apex (`in-addr.arpa`).
-fn reverse_body(snapshot: &[(String, Arc<Rrs>)], apex: &str, first: &str, ttl: u32) -> String {
+fn reverse_body(snapshot: &[(String, Arc<Rrs>)], rules: &Rules, apex: &str) -> String {
     let suffix = format!(".{apex}");
     let mut out = String::new();
     for (key, rrs) in snapshot {
         let Some(rel) = key.strip_suffix(&suffix) else {
             continue;
         };
-        let owner = escape_name(rel);
-        for (rtype, data) in rdata(rrs, first, first) {
-            let _ = writeln!(out, "{owner}\t{ttl}\tIN\t{rtype}\t{data}");
-        }
+        names(
+            &mut out,
+            &escape_name(rel),
+            rules.owned_records(Owner::Question, rrs, 0),
+        );
     }
     out
+}
+
+/// One name's lines, each RRset sorted and without duplicates so the same
+/// state gives the same bytes.
+fn names<'a>(out: &mut String, owner: &str, records: impl IntoIterator<Item = Records<'a>>) {
+    for r in records {
+        let mut lines = rdata(&r);
+        lines.dedup();
+        for (rtype, data) in lines {
+            let _ = writeln!(out, "{owner}\t{}\tIN\t{rtype}\t{data}", r.ttl);
+        }
+    }
+}
+
+/// An owner relative to the origin `apex`; the question's own name (a
+/// snapshot key, spelled by the caller) is `question`.
+fn relative(owner: &Owner<'_>, apex: &str, question: &str) -> String {
+    match owner {
+        Owner::Question => question.to_string(),
+        Owner::Name(n) if n == apex => "@".to_string(),
+        Owner::Name(n) => match n.strip_suffix(apex).and_then(|r| r.strip_suffix('.')) {
+            Some(rel) => escape_name(rel),
+            None => format!("{}.", escape_name(n)),
+        },
+    }
 }
 
 fn is_reverse_key(key: &str) -> bool {
@@ -200,39 +229,55 @@ fn is_reverse_key(key: &str) -> bool {
         || key.ends_with(".ip6.arpa")
 }
 
-/// (type, rdata) lines of one name, each RRset sorted. A CNAME owner gets
-/// nothing else: podns chases the CNAME for every other type (RFC 1034
-/// §3.6.2 forbids other data beside it anyway).
-fn rdata(rrs: &Rrs, origin: &str, first: &str) -> Vec<(&'static str, String)> {
-    if let Some(target) = &rrs.cname {
-        return vec![("CNAME", format!("{}.", escape_name(target)))];
+/// Addresses in order, so the same set gives the same text.
+fn sorted<T: Ord + Copy>(ips: &[T]) -> Vec<T> {
+    let mut v = ips.to_vec();
+    v.sort();
+    v
+}
+
+/// The (type, rdata) text of each record of one plan entry, in a stable
+/// order.
+fn rdata(r: &Records<'_>) -> Vec<(&'static str, String)> {
+    let abs = |n: &str| format!("{}.", escape_name(n));
+    match &r.data {
+        Data::A(rrs) => sorted(&rrs.a)
+            .iter()
+            .map(|ip| ("A", ip.to_string()))
+            .collect(),
+        Data::Aaaa(rrs) => sorted(&rrs.aaaa)
+            .iter()
+            .map(|ip| ("AAAA", ip.to_string()))
+            .collect(),
+        Data::Ip(IpAddr::V4(ip)) => vec![("A", ip.to_string())],
+        Data::Ip(IpAddr::V6(ip)) => vec![("AAAA", ip.to_string())],
+        Data::Cname(t) => vec![("CNAME", abs(t))],
+        Data::Ptr(t) => vec![("PTR", abs(t))],
+        Data::Ns(t) => vec![("NS", abs(t))],
+        Data::Srv { rrs, weight, zone } => {
+            let mut srv: Vec<String> = rrs
+                .srv
+                .iter()
+                .map(|s| {
+                    let target = abs(&format!("{}.{zone}", s.target));
+                    format!("0 {weight} {} {target}", s.port)
+                })
+                .collect();
+            srv.sort();
+            srv.into_iter().map(|s| ("SRV", s)).collect()
+        }
+        Data::Txt(t) => vec![("TXT", quote(t))],
+        Data::Soa(s) => {
+            let [refresh, retry, expire] = s.timers;
+            vec![(
+                "SOA",
+                format!(
+                    "{}. {}. {} {refresh} {retry} {expire} {}",
+                    s.mname, s.rname, s.serial, s.minimum
+                ),
+            )]
+        }
     }
-    let mut out = Vec::new();
-    let mut a: Vec<_> = rrs.a.clone();
-    a.sort();
-    a.dedup();
-    out.extend(a.iter().map(|ip| ("A", ip.to_string())));
-    let mut aaaa: Vec<_> = rrs.aaaa.clone();
-    aaaa.sort();
-    aaaa.dedup();
-    out.extend(aaaa.iter().map(|ip| ("AAAA", ip.to_string())));
-    // Same weights as dns::answer: even shares of 100, at least 1.
-    let weight = 100usize.checked_div(rrs.srv.len()).map_or(0, |w| w.max(1));
-    let mut srv: Vec<String> = rrs
-        .srv
-        .iter()
-        .map(|s| format!("0 {weight} {} {}.{origin}", s.port, escape_name(&s.target)))
-        .collect();
-    srv.sort();
-    srv.dedup();
-    out.extend(srv.into_iter().map(|s| ("SRV", s)));
-    if let Some(t) = &rrs.txt {
-        out.push(("TXT", quote(t)));
-    }
-    if let Some(t) = &rrs.ptr {
-        out.push(("PTR", format!("{}.{first}", escape_name(t))));
-    }
-    out
 }
 
 /// A name (dots separate labels) with every byte that is special in zone

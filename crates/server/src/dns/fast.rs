@@ -1,23 +1,28 @@
-//! The wire-level fast path: the queries that make up nearly all of a
+//! The wire fast path: the queries that make up nearly all of a
 //! training cluster's traffic — one A or AAAA question for a name in the
 //! zone, and the search-path misses of `ndots:5` that come back NXDOMAIN
-//! or NODATA — are read and answered straight from and into bytes, with no
-//! `Message` built, no `Name` parsed and no allocation.
+//! or NODATA — are read straight from bytes, resolved into a plan by
+//! [`super::resolve`] like every other query, and the plan written
+//! straight into bytes, with no `Message` built, no `Name` parsed and no
+//! allocation.
 //!
-//! It also answers BADVERS (an OPT version above 0) for any question it
-//! can read. Everything else (other types, CNAMEs, the apex and the fixed
-//! names, reverse names, unsynced index, odd headers or names) returns
-//! `None` and takes the general path in [`super::answer`], which holds the
-//! rules. The two must agree;
-//! `answer_tests::fast_path_agrees_with_the_general_path` compares them on
-//! every kind of query and EDNS record, and the `request` fuzz target runs
-//! this code on every input.
+//! It decides no rule: it reads the request (declining anything unusual:
+//! compression or odd characters in the question, meta types, several
+//! records) and writes the plans whose shape it knows (the question,
+//! address records owned by the question's name, a SOA in Authority, an
+//! OPT, any rcode); every other plan (CNAMEs, SRV, TXT, glue, PTR...)
+//! returns `None` and takes the general path in [`super::answer`]. Its
+//! bytes must equal the general encoder's: `plan_tests` (a proptest over
+//! random indexes and questions) and the `encoders` fuzz target compare
+//! them, and `answer_tests::fast_path_agrees_with_the_general_path` field
+//! by field on every kind of query and EDNS record.
 
-use hickory_proto::op::ResponseCode;
-use hickory_proto::rr::RecordType;
+use hickory_proto::op::OpCode;
+use hickory_proto::rr::{DNSClass, RecordType};
 
-use super::answer::{MAX_UDP_PAYLOAD, ReplyMeta};
-use crate::index::{Lookup, Rrs, Table};
+use super::answer::ReplyMeta;
+use super::resolve::{self, ClientEdns, Data, Owner, Plan, Request, Rules};
+use crate::index::Table;
 
 const HEADER: usize = 12;
 const TYPE_A: u16 = 1;
@@ -25,8 +30,10 @@ const TYPE_AAAA: u16 = 28;
 const TYPE_OPT: u16 = 41;
 const TYPE_SOA: u16 = 6;
 const CLASS_IN: u16 = 1;
-/// SOA timers, as the general path writes them.
-const SOA_TIMERS: [u32; 3] = [7200, 1800, 86400];
+/// hickory-proto compresses the first 120 names of a message and writes
+/// the rest in full (Unbound's limit, CVE-2024-8508); the fast path
+/// writes the same bytes.
+const COMPRESSED_NAME_LIMIT: usize = 120;
 
 /// A question the fast path can take, read from the request bytes.
 struct Question {
@@ -38,90 +45,92 @@ struct Question {
     end: usize,
     qtype: u16,
     /// The client's OPT record, when it sent one.
-    edns: Option<Opt>,
+    edns: Option<ClientEdns>,
+    /// Length of the name's text form (the key).
+    key_len: usize,
+    /// Text offsets from here on were sent in lower case, so a suffix
+    /// starting there is byte-equal to the lower-case name it spells.
+    lower_from: usize,
 }
 
-/// What the fast path reads from the client's OPT record; its options and
-/// other flags are ignored, as the general path ignores them.
-#[derive(Clone, Copy)]
-struct Opt {
-    /// The client's UDP payload size, as sent (clamped where it is used).
-    payload: u16,
-    version: u8,
-    /// The DO bit, copied into the reply (RFC 3225 §3).
-    dnssec_ok: bool,
+/// What the fast path did with a request. Returned in place once per
+/// query: boxing the plan would allocate on every handover.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Fast<'a> {
+    /// Answered into `out`.
+    Done(ReplyMeta),
+    /// Resolved, but the plan is not one this encoder writes: the general
+    /// encoder takes it as it is, so a query is never resolved twice.
+    Plan(Plan<'a>),
+    /// Not a request this reader takes; `out` is in an unspecified state.
+    Declined,
 }
 
-/// The zone data the fast path needs, precomputed from the answer config.
-pub(super) struct Zones<'a> {
-    /// Lower-case zone names without the trailing dot, longest first.
-    pub by_len: &'a [String],
-    pub ttl: u32,
-    pub negative_ttl: u32,
-}
-
-/// Answer `bytes` into `out` if the fast path can; `None` leaves `out` in
-/// an unspecified state and means "use the general path".
-pub(super) fn answer(
+/// Answer `bytes` into `out` if the fast path can.
+pub(super) fn answer<'a>(
     bytes: &[u8],
     udp: bool,
     table: &Table,
-    zones: &Zones<'_>,
+    rules: &'a Rules,
     out: &mut Vec<u8>,
-) -> Option<ReplyMeta> {
+) -> Fast<'a> {
     let mut key = [0u8; 255];
-    let (q, key_len) = parse(bytes, &mut key)?;
-    if q.edns.is_some_and(|e| e.version > 0) {
-        // Before everything else, as in the general path: the client
-        // does not speak our EDNS version, whatever the name. A question
-        // the parser took is at most 259 bytes: the reply fits 512.
-        out.clear();
-        return Some(badvers(&q, bytes, out));
-    }
-    if !table.is_synced() {
-        return None; // SERVFAIL: rare, and the general path says why
-    }
-    let name = std::str::from_utf8(&key[..key_len]).ok()?;
-    let (rel, zone_at) = place(name, zones)?;
-    let limit = if !udp {
-        usize::from(u16::MAX)
-    } else {
-        q.edns
-            .map_or(512, |e| usize::from(e.payload.clamp(512, MAX_UDP_PAYLOAD)))
+    let Some(q) = parse(bytes, &mut key) else {
+        return Fast::Declined;
     };
+    let Ok(name) = std::str::from_utf8(&key[..q.key_len]) else {
+        return Fast::Declined;
+    };
+    let req = Request {
+        opcode: OpCode::Query,
+        edns: q.edns,
+        question: Some(resolve::Question {
+            name,
+            qtype: RecordType::from(q.qtype),
+            qclass: DNSClass::IN,
+        }),
+        udp,
+    };
+    let mut plan = rules.resolve(table, &req);
+    if !fits_shape(&plan) {
+        return Fast::Plan(plan);
+    }
     out.clear();
-    match table.lookup(rel) {
-        Lookup::Missing => negative(
-            &q,
-            bytes,
-            zone_at,
-            ResponseCode::NXDomain,
-            zones,
-            table,
-            out,
-        ),
-        Lookup::Empty => negative(&q, bytes, zone_at, ResponseCode::NoError, zones, table, out),
-        Lookup::Found(rrs) => {
-            if rrs.cname.is_some() {
-                return None;
-            }
-            match q.qtype {
-                TYPE_A if !rrs.a.is_empty() => addresses(&q, bytes, &rrs, limit, zones, out),
-                TYPE_AAAA if !rrs.aaaa.is_empty() => addresses(&q, bytes, &rrs, limit, zones, out),
-                TYPE_A | TYPE_AAAA => {
-                    negative(&q, bytes, zone_at, ResponseCode::NoError, zones, table, out)
-                }
-                _ => None,
-            }
+    if write(&q, bytes, name, &plan, out).is_none() {
+        return Fast::Plan(plan);
+    }
+    if out.len() > plan.limit {
+        plan.truncate();
+        out.clear();
+        if write(&q, bytes, name, &plan, out).is_none() {
+            return Fast::Plan(plan);
         }
     }
-    .filter(|_| out.len() <= limit)
+    Fast::Done(ReplyMeta {
+        rcode: plan.rcode,
+        qtype: Some(RecordType::from(q.qtype)),
+        truncated: plan.tc,
+    })
+}
+
+/// The plans this encoder writes: the question echoed, address records
+/// owned by the question's name, at most a SOA in Authority, no glue.
+fn fits_shape(plan: &Plan<'_>) -> bool {
+    plan.question
+        && plan.additional.is_empty()
+        && plan.answer.iter().all(|r| {
+            r.owner == Owner::Question && matches!(r.data, Data::A(_) | Data::Aaaa(_) | Data::Ip(_))
+        })
+        && plan
+            .authority
+            .as_ref()
+            .is_none_or(|r| matches!(r.owner, Owner::Name(_)) && matches!(r.data, Data::Soa(_)))
 }
 
 /// Read the header, the one question and an optional OPT record. The name
 /// goes into `key` lower-cased and dotted, without the trailing dot.
 /// Anything unusual is `None`.
-fn parse(b: &[u8], key: &mut [u8; 255]) -> Option<(Question, usize)> {
+fn parse(b: &[u8], key: &mut [u8; 255]) -> Option<Question> {
     if b.len() < HEADER {
         return None;
     }
@@ -136,6 +145,7 @@ fn parse(b: &[u8], key: &mut [u8; 255]) -> Option<(Question, usize)> {
     }
     let mut i = HEADER;
     let mut k = 0;
+    let mut lower_from = 0;
     loop {
         let len = usize::from(*b.get(i)?);
         i += 1;
@@ -152,6 +162,9 @@ fn parse(b: &[u8], key: &mut [u8; 255]) -> Option<(Question, usize)> {
             k += 1;
         }
         for &c in b.get(i..i + len)? {
+            if c.is_ascii_uppercase() {
+                lower_from = k + 1;
+            }
             let c = c.to_ascii_lowercase();
             if !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'_') {
                 return None;
@@ -195,7 +208,7 @@ fn parse(b: &[u8], key: &mut [u8; 255]) -> Option<(Question, usize)> {
         if j > b.len() {
             return None;
         }
-        edns = Some(Opt {
+        edns = Some(ClientEdns {
             payload,
             version,
             dnssec_ok,
@@ -211,171 +224,188 @@ fn parse(b: &[u8], key: &mut [u8; 255]) -> Option<(Question, usize)> {
         end,
         qtype,
         edns,
+        key_len: k,
+        lower_from,
     };
-    Some((q, k))
-}
-
-/// The key of `name` relative to its zone, and the offset of the zone's
-/// first label in the question (for compression pointers). `None` for the
-/// apex, the fixed names and names outside the zones.
-fn place<'n>(name: &'n str, zones: &Zones<'_>) -> Option<(&'n str, usize)> {
-    for z in zones.by_len {
-        let Some(rel) = name
-            .strip_suffix(z.as_str())
-            .and_then(|r| r.strip_suffix('.'))
-        else {
-            continue;
-        };
-        if rel.is_empty() || matches!(rel, "dns-version" | "ns.dns" | "dns") {
-            return None;
-        }
-        // Each dot of the text form is a length byte in the wire form, so
-        // a label at text offset p starts at HEADER + p.
-        return Some((rel, HEADER + rel.len() + 1));
-    }
-    None
+    Some(q)
 }
 
 fn be16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
 }
 
-/// Header and question (copied as the client sent it), then the counts.
-fn begin(
-    q: &Question,
-    req: &[u8],
-    rcode: ResponseCode,
-    tc: bool,
-    counts: [u16; 3],
-    out: &mut Vec<u8>,
-) {
+/// The plan into `out`; `None` for a shape [`fits_shape`] let through
+/// but the writer cannot reproduce byte for byte.
+fn write(q: &Question, req: &[u8], key: &str, plan: &Plan<'_>, out: &mut Vec<u8>) -> Option<()> {
+    let mut answers = 0usize;
+    for r in &plan.answer {
+        answers += match &r.data {
+            Data::A(rrs) => rrs.a.len(),
+            Data::Aaaa(rrs) => rrs.aaaa.len(),
+            _ => 1,
+        };
+    }
+    let counts = [
+        u16::try_from(answers).ok()?,
+        u16::from(plan.authority.is_some()),
+        u16::from(plan.opt.is_some()),
+    ];
+    let size = q.end + answers * 28 + plan.authority.as_ref().map_or(0, |_| 64) + 11;
+    out.reserve(size);
+    // QR, opcode 0, AA, TC, RD; RA = 0, AD = 0, CD, the rcode's low bits.
     out.extend_from_slice(&q.id);
-    // QR, opcode 0, AA, TC, RD; RA = 0, AD = 0, CD, rcode.
-    out.push(0x80 | 0x04 | if tc { 0x02 } else { 0 } | u8::from(q.rd));
-    out.push(if q.cd { 0x10 } else { 0 } | (u16::from(rcode) & 0x0f) as u8);
+    out.push(
+        0x80 | if plan.aa { 0x04 } else { 0 } | if plan.tc { 0x02 } else { 0 } | u8::from(q.rd),
+    );
+    out.push(if q.cd { 0x10 } else { 0 } | (u16::from(plan.rcode) & 0x0f) as u8);
     out.extend_from_slice(&1u16.to_be_bytes());
-    let ar = counts[2] + u16::from(q.edns.is_some());
-    for c in [counts[0], counts[1], ar] {
+    for c in counts {
         out.extend_from_slice(&c.to_be_bytes());
     }
+    // The question, as the client sent it.
     out.extend_from_slice(&req[HEADER..q.end]);
-}
-
-/// Our OPT record when the client sent one: root owner, payload 1232,
-/// TTL = extended rcode, version 0, the client's DO bit (RFC 3225 §3) and
-/// no other flag, no options (RFC 6891 §6.1.2: never echoed).
-fn opt(q: &Question, ext_rcode: u8, out: &mut Vec<u8>) {
-    if let Some(e) = q.edns {
+    let mut names = Names {
+        q,
+        req,
+        key,
+        count: 1,
+        stored: [(0, ""); 8],
+        n_stored: 0,
+    };
+    for r in &plan.answer {
+        let ttl = r.ttl.to_be_bytes();
+        let mut rr = |out: &mut Vec<u8>, rtype: u16, rdata: &[u8]| {
+            names.question(out);
+            out.extend_from_slice(&rtype.to_be_bytes());
+            out.extend_from_slice(&CLASS_IN.to_be_bytes());
+            out.extend_from_slice(&ttl);
+            out.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+            out.extend_from_slice(rdata);
+        };
+        match &r.data {
+            Data::A(rrs) => rrs.a.iter().for_each(|ip| rr(out, TYPE_A, &ip.octets())),
+            Data::Aaaa(rrs) => rrs
+                .aaaa
+                .iter()
+                .for_each(|ip| rr(out, TYPE_AAAA, &ip.octets())),
+            Data::Ip(std::net::IpAddr::V4(ip)) => rr(out, TYPE_A, &ip.octets()),
+            Data::Ip(std::net::IpAddr::V6(ip)) => rr(out, TYPE_AAAA, &ip.octets()),
+            _ => return None,
+        }
+    }
+    if let Some(r) = &plan.authority {
+        let (Owner::Name(owner), Data::Soa(soa)) = (&r.owner, &r.data) else {
+            return None;
+        };
+        names.write(owner, out)?;
+        out.extend_from_slice(&TYPE_SOA.to_be_bytes());
+        out.extend_from_slice(&CLASS_IN.to_be_bytes());
+        out.extend_from_slice(&r.ttl.to_be_bytes());
+        let rdlen_at = out.len();
+        out.extend_from_slice(&[0, 0]);
+        names.write(soa.mname, out)?;
+        names.write(soa.rname, out)?;
+        out.extend_from_slice(&soa.serial.to_be_bytes());
+        for t in soa.timers {
+            out.extend_from_slice(&t.to_be_bytes());
+        }
+        out.extend_from_slice(&soa.minimum.to_be_bytes());
+        let rdlen = u16::try_from(out.len() - rdlen_at - 2).ok()?;
+        out[rdlen_at..rdlen_at + 2].copy_from_slice(&rdlen.to_be_bytes());
+    }
+    // Our OPT: root owner, our payload size, TTL = extended rcode, version
+    // 0, the DO bit the plan says and no other flag, no options.
+    if let Some(e) = plan.opt {
         out.push(0);
         out.extend_from_slice(&TYPE_OPT.to_be_bytes());
-        out.extend_from_slice(&MAX_UDP_PAYLOAD.to_be_bytes());
+        out.extend_from_slice(&e.payload.to_be_bytes());
         let flags = if e.dnssec_ok { 0x80 } else { 0 };
-        out.extend_from_slice(&[ext_rcode, 0, flags, 0, 0, 0]);
+        out.extend_from_slice(&[plan.rcode.high(), 0, flags, 0, 0, 0]);
     }
+    Some(())
 }
 
-/// RFC 6891 §6.1.3: an OPT version podns does not implement gets BADVERS
-/// (16: header RCODE 0, extended-rcode 1 in our OPT of version 0) with the
-/// question echoed and no AA (nothing was looked up).
-fn badvers(q: &Question, req: &[u8], out: &mut Vec<u8>) -> ReplyMeta {
-    let rcode = ResponseCode::BADVERS;
-    begin(q, req, rcode, false, [0, 0, 0], out);
-    out[2] &= !0x04; // AA off: no zone data was consulted
-    opt(q, rcode.high(), out);
-    ReplyMeta {
-        rcode,
-        qtype: Some(RecordType::from(q.qtype)),
-        truncated: false,
-    }
+/// Names written so far, for compression as hickory-proto does it: a
+/// suffix (whole labels) that is byte-equal to one written earlier becomes
+/// a pointer to it, the first 120 names only.
+struct Names<'r> {
+    q: &'r Question,
+    req: &'r [u8],
+    /// The question's name, lower case, dotted.
+    key: &'r str,
+    /// Names written, the question's included.
+    count: usize,
+    /// Names written in full after the question: offset and text.
+    stored: [(u16, &'r str); 8],
+    n_stored: usize,
 }
 
-fn addresses(
-    q: &Question,
-    req: &[u8],
-    rrs: &Rrs,
-    limit: usize,
-    zones: &Zones<'_>,
-    out: &mut Vec<u8>,
-) -> Option<ReplyMeta> {
-    let (n, rdlen) = if q.qtype == TYPE_A {
-        (rrs.a.len(), 4)
-    } else {
-        (rrs.aaaa.len(), 16)
-    };
-    let opt_len = if q.edns.is_some() { 11 } else { 0 };
-    let size = q.end + n * (12 + rdlen) + opt_len;
-    let qtype = Some(RecordType::from(q.qtype));
-    if size > limit {
-        // RFC 2181 §9: TC=1 and the question only; the client retries
-        // over TCP.
-        begin(q, req, ResponseCode::NoError, true, [0, 0, 0], out);
-        opt(q, 0, out);
-        return Some(ReplyMeta {
-            rcode: ResponseCode::NoError,
-            qtype,
-            truncated: true,
-        });
+impl<'r> Names<'r> {
+    /// The question's name again: a pointer to it, or (past the
+    /// compression limit) its bytes.
+    fn question(&mut self, out: &mut Vec<u8>) {
+        if self.count < COMPRESSED_NAME_LIMIT {
+            out.extend_from_slice(&[0xc0, 0x0c]);
+        } else {
+            out.extend_from_slice(&self.req[HEADER..self.q.end - 4]);
+        }
+        self.count += 1;
     }
-    let count = u16::try_from(n).ok()?;
-    out.reserve(size);
-    begin(q, req, ResponseCode::NoError, false, [count, 0, 0], out);
-    let mut rr = |rdata: &[u8]| {
-        // The owner is the question's name: a pointer to offset 12.
-        out.extend_from_slice(&[0xc0, 0x0c]);
-        out.extend_from_slice(&q.qtype.to_be_bytes());
-        out.extend_from_slice(&CLASS_IN.to_be_bytes());
-        out.extend_from_slice(&zones.ttl.to_be_bytes());
-        out.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
-        out.extend_from_slice(rdata);
-    };
-    if q.qtype == TYPE_A {
-        rrs.a.iter().for_each(|ip| rr(&ip.octets()));
-    } else {
-        rrs.aaaa.iter().for_each(|ip| rr(&ip.octets()));
-    }
-    opt(q, 0, out);
-    Some(ReplyMeta {
-        rcode: ResponseCode::NoError,
-        qtype,
-        truncated: false,
-    })
-}
 
-/// NXDOMAIN or NODATA with the zone's SOA in Authority (RFC 2308), its
-/// owner and names compressed against the zone's labels in the question.
-fn negative(
-    q: &Question,
-    req: &[u8],
-    zone_at: usize,
-    rcode: ResponseCode,
-    zones: &Zones<'_>,
-    table: &Table,
-    out: &mut Vec<u8>,
-) -> Option<ReplyMeta> {
-    let zone_ptr = 0xc000 | u16::try_from(zone_at).ok()?;
-    begin(q, req, rcode, false, [0, 1, 0], out);
-    out.extend_from_slice(&zone_ptr.to_be_bytes());
-    out.extend_from_slice(&TYPE_SOA.to_be_bytes());
-    out.extend_from_slice(&CLASS_IN.to_be_bytes());
-    out.extend_from_slice(&zones.negative_ttl.to_be_bytes());
-    let rdlen_at = out.len();
-    out.extend_from_slice(&[0, 0]);
-    // MNAME ns.dns.<zone>, RNAME hostmaster.<zone>
-    out.extend_from_slice(b"\x02ns\x03dns");
-    out.extend_from_slice(&zone_ptr.to_be_bytes());
-    out.extend_from_slice(b"\x0ahostmaster");
-    out.extend_from_slice(&zone_ptr.to_be_bytes());
-    out.extend_from_slice(&(table.generation() as u32).to_be_bytes());
-    for t in SOA_TIMERS {
-        out.extend_from_slice(&t.to_be_bytes());
+    /// Where a name (lower case, dotted) was written before.
+    fn find(&self, suffix: &str) -> Option<u16> {
+        // A suffix of the question's name sent in lower case.
+        if let Some(p) = self.key.len().checked_sub(suffix.len())
+            && self.key.ends_with(suffix)
+            && (p == 0 || self.key.as_bytes()[p - 1] == b'.')
+            && p >= self.q.lower_from
+        {
+            return u16::try_from(HEADER + p).ok();
+        }
+        self.stored[..self.n_stored]
+            .iter()
+            .find(|(_, s)| *s == suffix)
+            .map(|&(at, _)| at)
     }
-    out.extend_from_slice(&zones.negative_ttl.to_be_bytes());
-    let rdlen = (out.len() - rdlen_at - 2) as u16;
-    out[rdlen_at..rdlen_at + 2].copy_from_slice(&rdlen.to_be_bytes());
-    opt(q, 0, out);
-    Some(ReplyMeta {
-        rcode,
-        qtype: Some(RecordType::from(q.qtype)),
-        truncated: false,
-    })
+
+    /// Write `name` (absolute, no trailing dot): its labels until a
+    /// suffix written before, then a pointer to it. `None` for a name
+    /// that is not lower case and plain or would need more than the
+    /// stored room, or a message past the compression limit.
+    fn write(&mut self, name: &'r str, out: &mut Vec<u8>) -> Option<()> {
+        if self.count >= COMPRESSED_NAME_LIMIT
+            || name.is_empty()
+            || name.len() > 253
+            || !name.bytes().all(|c| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'-' | b'_' | b'.')
+            })
+        {
+            return None;
+        }
+        self.count += 1;
+        let mut rest = name;
+        loop {
+            if let Some(at) = self.find(rest) {
+                out.extend_from_slice(&(0xc000 | at).to_be_bytes());
+                return Some(());
+            }
+            if self.n_stored == self.stored.len() {
+                return None;
+            }
+            let at = u16::try_from(out.len()).ok().filter(|&a| a < 0x4000)?;
+            self.stored[self.n_stored] = (at, rest);
+            self.n_stored += 1;
+            let (label, next) = rest.split_once('.').unwrap_or((rest, ""));
+            if label.is_empty() || label.len() > 63 {
+                return None;
+            }
+            out.push(label.len() as u8);
+            out.extend_from_slice(label.as_bytes());
+            if next.is_empty() {
+                out.push(0);
+                return Some(());
+            }
+            rest = next;
+        }
+    }
 }

@@ -1,13 +1,22 @@
-//! DNS: served zones ([`zone`]), the record rules ([`answer`]) and the
-//! sockets ([`server`]).
+//! DNS: served zones ([`zone`]), the record rules ([`resolve`]: question
+//! → answer plan), the encoders of a plan ([`answer`] through
+//! hickory-proto, `fast` straight into bytes) and the sockets
+//! ([`server`]).
 
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod agreement;
 pub mod answer;
 mod datagrams;
 mod fast;
 #[cfg(target_os = "linux")]
 mod mmsg;
+pub mod resolve;
 pub mod rrl;
 pub mod server;
 pub mod zone;
+
+#[cfg(test)]
+mod plan_tests;
 
 pub use zone::{Zone, check_zones};

@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 
-use hickory_proto::op::Message;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -88,14 +87,9 @@ impl Rrl {
 }
 
 /// The slip reply for an encoded response: the same header and question,
-/// TC=1, nothing else.
+/// TC=1, nothing else (the TC=1 shape of [`super::resolve::Plan::truncate`]).
 pub fn slip(reply: &[u8]) -> Option<Vec<u8>> {
-    let mut m = Message::from_vec(reply).ok()?;
-    m.metadata.truncation = true;
-    m.answers.clear();
-    m.authorities.clear();
-    m.additionals.clear();
-    m.to_vec().ok()
+    super::answer::slip(reply)
 }
 
 #[cfg(test)]

@@ -1,0 +1,836 @@
+//! The record rules, once: a pure function from (index, question, config)
+//! to an answer [`Plan`] — rcode, AA and TC, the answer RRsets, the SOA in
+//! Authority, the glue in Additional — as plain data, with no bytes.
+//!
+//! Every rule of DESIGN.md "Records served" is decided here and only here:
+//! the reserved names (`dns-version`, `ns.dns`, `dns`), which zone a name
+//! falls in and its apex, the SOA (names, timers, serial, TTL), NXDOMAIN
+//! vs NODATA, CNAME chasing, minimal ANY, SRV weights and glue, PTR
+//! targets, the reverse zones, the EDNS rules, the UDP payload clamp and
+//! the TC=1 shape. The encoders only write what a plan says:
+//! [`super::fast`] straight into bytes for the shapes it knows (and hands
+//! the rest over), [`super::answer`] through hickory-proto for every plan,
+//! and [`crate::zonefile`] as zone text. So the two wire encoders cannot
+//! disagree on a rule, only on bytes, and `plan_tests` (a proptest) and the
+//! `encoders` fuzz target compare those bytes.
+
+use std::borrow::Cow;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use hickory_proto::op::{OpCode, ResponseCode};
+use hickory_proto::rr::{DNSClass, Name, RecordType};
+use ipnet::IpNet;
+use smallvec::SmallVec;
+
+use crate::index::names::{self, IN_ADDR_ARPA, IP6_ARPA};
+use crate::index::{Lookup, Rrs, Table};
+
+/// The largest UDP payload podns sends, whatever the client offers: the
+/// DNS Flag Day 2020 value, which avoids IP fragmentation.
+pub const MAX_UDP_PAYLOAD: u16 = 1232;
+
+/// The schema version of the Kubernetes DNS specification served at
+/// `dns-version.<zone>` (spec §2.2).
+pub const DNS_SCHEMA_VERSION: &str = "1.1.0";
+
+/// SOA REFRESH, RETRY and EXPIRE (RFC 1035 §3.3.13). Nobody transfers
+/// from podns; these are the usual values, the same in answers and in the
+/// zone text `podns zonefile` writes.
+pub const SOA_TIMERS: [u32; 3] = [7200, 1800, 86400];
+
+/// Names directly under a zone that podns answers itself, whatever the
+/// index holds: `dns-version` (TXT), `ns.dns` (the server's addresses) and
+/// `dns`, the empty non-terminal above it.
+pub const RESERVED: [&str; 3] = ["dns-version", "ns.dns", "dns"];
+
+/// How deep an in-zone CNAME chain is followed.
+const MAX_CNAME_CHAIN: usize = 8;
+
+#[derive(Clone, Debug)]
+pub struct AnswerConfig {
+    /// Served zones, lower case, fully qualified; the first one is where PTR
+    /// targets and the reverse zones' SOA point.
+    pub zones: Vec<Name>,
+    pub ttl: u32,
+    pub negative_ttl: u32,
+    /// Addresses of `ns.dns.<zone>`.
+    pub ns_addrs: Vec<IpAddr>,
+    /// When non-empty, PTR only inside these networks; other reverse names are REFUSED.
+    pub reverse_cidrs: Vec<IpNet>,
+}
+
+impl Default for AnswerConfig {
+    fn default() -> Self {
+        Self {
+            zones: vec![Name::from_ascii("cluster.local.").expect("valid zone")],
+            ttl: 5,
+            negative_ttl: 1,
+            ns_addrs: vec![],
+            reverse_cidrs: vec![],
+        }
+    }
+}
+
+/// What the rules read from a request; each encoder fills it from its own
+/// parse.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'q> {
+    pub opcode: OpCode,
+    /// The client's OPT record, if it sent one.
+    pub edns: Option<ClientEdns>,
+    /// The question, when there is exactly one.
+    pub question: Option<Question<'q>>,
+    /// Over UDP (the payload clamp applies) or TCP.
+    pub udp: bool,
+}
+
+/// What the rules read from the client's OPT record; its options and
+/// other flags are ignored (RFC 6891 §6.1.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientEdns {
+    /// The payload size, as sent.
+    pub payload: u16,
+    pub version: u8,
+    pub dnssec_ok: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Question<'q> {
+    /// Lower case, dotted, without the trailing dot (`""` for the root).
+    pub name: &'q str,
+    pub qtype: RecordType,
+    pub qclass: DNSClass,
+}
+
+/// The answer, as data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan<'a> {
+    /// The full rcode; BADVERS (16) lives partly in the OPT (RFC 6891).
+    pub rcode: ResponseCode,
+    pub aa: bool,
+    pub tc: bool,
+    /// Whether the reply echoes the question (all but NOTIMP and FORMERR).
+    pub question: bool,
+    /// The reply's OPT record, present when the client sent one.
+    pub opt: Option<ReplyEdns>,
+    pub answer: SmallVec<[Records<'a>; 1]>,
+    /// The zone's SOA, in NXDOMAIN and NODATA answers (RFC 2308 §3).
+    pub authority: Option<Records<'a>>,
+    pub additional: Vec<Records<'a>>,
+    /// The most the reply may take (UDP: the clamped payload size).
+    pub limit: usize,
+}
+
+/// podns's OPT: version 0, its own payload size, the client's DO bit
+/// (RFC 3225 §3), no other flag and no option.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyEdns {
+    pub payload: u16,
+    pub dnssec_ok: bool,
+}
+
+/// The records of one owner, type and TTL (one RRset, or one record of
+/// the server's own addresses).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Records<'a> {
+    pub owner: Owner<'a>,
+    pub ttl: u32,
+    pub data: Data<'a>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Owner<'a> {
+    /// The question's name, spelled as the client spelled it.
+    Question,
+    /// An absolute name without the trailing dot: lower case, but for
+    /// the targets of a CNAME chain, which keep the index's spelling.
+    Name(Cow<'a, str>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Data<'a> {
+    /// Every address of `rrs.a`, in order.
+    A(Arc<Rrs>),
+    /// Every address of `rrs.aaaa`, in order.
+    Aaaa(Arc<Rrs>),
+    /// One address of the server itself.
+    Ip(IpAddr),
+    /// Absolute target, without the trailing dot.
+    Cname(Cow<'a, str>),
+    /// Absolute target, without the trailing dot.
+    Ptr(String),
+    /// Absolute name server, without the trailing dot.
+    Ns(&'a str),
+    /// Every record of `rrs.srv`: priority 0, this weight, the port, and
+    /// the target key under `zone`.
+    Srv {
+        rrs: Arc<Rrs>,
+        weight: u16,
+        zone: &'a str,
+    },
+    Txt(Cow<'a, str>),
+    Soa(Soa<'a>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Soa<'a> {
+    /// Absolute names without the trailing dot.
+    pub mname: &'a str,
+    pub rname: &'a str,
+    pub serial: u32,
+    /// REFRESH, RETRY, EXPIRE.
+    pub timers: [u32; 3],
+    /// The negative TTL (RFC 2308 §4).
+    pub minimum: u32,
+}
+
+impl<'a> Plan<'a> {
+    fn new(rcode: ResponseCode, opt: Option<ReplyEdns>, limit: usize) -> Self {
+        Self {
+            rcode,
+            aa: false,
+            tc: false,
+            question: true,
+            opt,
+            answer: SmallVec::new(),
+            authority: None,
+            additional: Vec::new(),
+            limit,
+        }
+    }
+
+    /// A reply with this header and no records, the question echoed: what
+    /// `--rrl` turns into its slip with [`Self::truncate`].
+    pub fn header_only(rcode: ResponseCode, aa: bool, opt: Option<ReplyEdns>) -> Plan<'static> {
+        let mut plan = Plan::new(rcode, opt, usize::from(u16::MAX));
+        plan.aa = aa;
+        plan
+    }
+
+    /// RFC 2181 §9: a reply that does not fit is sent with TC=1, the
+    /// header and question (and OPT) only; the client retries over TCP and
+    /// gets all of it. The rcode and AA stay. Also the `--rrl` slip.
+    pub fn truncate(&mut self) {
+        self.tc = true;
+        self.answer.clear();
+        self.authority = None;
+        self.additional.clear();
+    }
+
+    fn negative(&mut self, rcode: ResponseCode, soa: Records<'a>) {
+        self.rcode = rcode;
+        self.authority = Some(soa);
+    }
+}
+
+/// The payload limit of a reply: TCP takes 65,535 bytes; UDP 512 without
+/// EDNS (RFC 1035 §4.2.1), else what the client offers, counted as at
+/// least 512 (RFC 6891 §6.2.5) and at most [`MAX_UDP_PAYLOAD`].
+pub fn payload_limit(udp: bool, edns: Option<ClientEdns>) -> usize {
+    if !udp {
+        return usize::from(u16::MAX);
+    }
+    usize::from(edns.map_or(512, |e| e.payload.clamp(512, MAX_UDP_PAYLOAD)))
+}
+
+/// Even SRV weights summing to about 100, at least 1 each (RFC 2782), as
+/// CoreDNS does.
+pub fn srv_weight(n: usize) -> u16 {
+    100usize.checked_div(n).map_or(0, |w| w.max(1) as u16)
+}
+
+/// Where a question's name falls.
+enum Place<'n> {
+    /// Relative key under the zone at this index of `Rules::zones`.
+    Forward {
+        zone: usize,
+        rel: &'n str,
+    },
+    /// Absolute reverse name.
+    Reverse(&'n str),
+    Outside,
+}
+
+/// The names of one served zone, spelled once.
+#[derive(Clone, Debug)]
+struct ZoneNames {
+    /// Lower case, no trailing dot.
+    apex: String,
+    /// `ns.dns.<zone>`: SOA MNAME, the NS target and its glue's owner.
+    ns: String,
+    /// `hostmaster.<zone>`: SOA RNAME.
+    hostmaster: String,
+}
+
+/// The rules with their configuration, precomputed once.
+#[derive(Debug)]
+pub struct Rules {
+    cfg: AnswerConfig,
+    zones: Vec<ZoneNames>,
+    /// Indexes of `zones`, longest first, so nested zones match the most
+    /// specific.
+    by_len: Vec<usize>,
+}
+
+impl Rules {
+    pub fn new(mut cfg: AnswerConfig) -> Self {
+        cfg.zones = cfg.zones.iter().map(|z| z.to_lowercase()).collect();
+        let zones: Vec<ZoneNames> = cfg
+            .zones
+            .iter()
+            .map(|z| {
+                let apex = z.to_ascii().trim_end_matches('.').to_string();
+                ZoneNames {
+                    ns: format!("ns.dns.{apex}"),
+                    hostmaster: format!("hostmaster.{apex}"),
+                    apex,
+                }
+            })
+            .collect();
+        let mut by_len: Vec<usize> = (0..zones.len()).collect();
+        by_len.sort_by_key(|&i| std::cmp::Reverse(zones[i].apex.len()));
+        Self { cfg, zones, by_len }
+    }
+
+    pub fn config(&self) -> &AnswerConfig {
+        &self.cfg
+    }
+
+    /// The served zones' apexes, lower case, without the trailing dot.
+    pub fn apexes(&self) -> impl Iterator<Item = &str> {
+        self.zones.iter().map(|z| z.apex.as_str())
+    }
+
+    /// The answer plan for one request.
+    pub fn resolve<'a>(&'a self, table: &Table, req: &Request<'_>) -> Plan<'a> {
+        let limit = payload_limit(req.udp, req.edns);
+        // A fresh OPT of version 0: the client's options and unknown flags
+        // are never echoed (RFC 6891 §6.1.2, §6.1.4), but DO is copied
+        // back (RFC 3225 §3). The payload size podns sends is its own
+        // limit, not the client's.
+        let opt = req.edns.map(|e| ReplyEdns {
+            payload: MAX_UDP_PAYLOAD,
+            dnssec_ok: e.dnssec_ok,
+        });
+        let mut plan = Plan::new(ResponseCode::NoError, opt, limit);
+        if req.edns.is_some_and(|e| e.version > 0) {
+            // RFC 6891 §6.1.3: BADVERS, with an OPT of the highest version
+            // implemented (0), before anything else and whatever the name.
+            // The question is echoed: clients drop a reply that "does not
+            // respond to the question asked". No AA: no zone data was
+            // consulted.
+            plan.rcode = ResponseCode::BADVERS;
+            plan.question = req.question.is_some();
+            return plan;
+        }
+        if req.opcode != OpCode::Query {
+            plan.rcode = ResponseCode::NotImp;
+            plan.question = false;
+            return plan;
+        }
+        let Some(q) = req.question else {
+            plan.rcode = ResponseCode::FormErr;
+            plan.question = false;
+            return plan;
+        };
+        if !matches!(q.qclass, DNSClass::IN | DNSClass::ANY) {
+            plan.rcode = ResponseCode::Refused;
+            return plan;
+        }
+        let place = self.place(q.name);
+        if matches!(place, Place::Outside) {
+            // Never a recursive resolver.
+            plan.rcode = ResponseCode::Refused;
+            return plan;
+        }
+        if matches!(q.qtype, RecordType::AXFR | RecordType::IXFR) {
+            plan.rcode = ResponseCode::Refused;
+            return plan;
+        }
+        if let Place::Reverse(name) = place
+            && !self.reverse_allowed(name)
+        {
+            plan.rcode = ResponseCode::Refused;
+            return plan;
+        }
+        if !table.is_synced() {
+            // Never NXDOMAIN before the index is complete: downstream
+            // caches would keep it (kubernetes/dns#186).
+            plan.rcode = ResponseCode::ServFail;
+            return plan;
+        }
+        plan.aa = true;
+        match place {
+            Place::Forward { zone, rel } => self.forward(&mut plan, table, &q, zone, rel),
+            Place::Reverse(name) => self.reverse(&mut plan, table, &q, name),
+            Place::Outside => unreachable!("handled above"),
+        }
+        plan
+    }
+
+    fn place<'n>(&self, name: &'n str) -> Place<'n> {
+        for &i in &self.by_len {
+            let z = self.zones[i].apex.as_str();
+            if name == z {
+                return Place::Forward { zone: i, rel: "" };
+            }
+            if let Some(rel) = name.strip_suffix(z).and_then(|r| r.strip_suffix('.')) {
+                return Place::Forward { zone: i, rel };
+            }
+        }
+        if names::is_reverse(name) {
+            return Place::Reverse(name);
+        }
+        Place::Outside
+    }
+
+    fn reverse_allowed(&self, name: &str) -> bool {
+        if self.cfg.reverse_cidrs.is_empty() {
+            return true;
+        }
+        if let Some(ip) = names::parse_reverse(name) {
+            return self.cfg.reverse_cidrs.iter().any(|c| c.contains(&ip));
+        }
+        match names::reverse_prefix(name) {
+            // A partial name is ours if it lies inside a network or
+            // is an ancestor of one (its empty non-terminals).
+            Some((net, len)) => self.cfg.reverse_cidrs.iter().any(|c| {
+                (len >= c.prefix_len() && c.contains(&net))
+                    || (len < c.prefix_len()
+                        && IpNet::new(net, len).is_ok_and(|n| n.contains(&c.addr())))
+            }),
+            None => false,
+        }
+    }
+
+    /// The SOA of `zone` (its names; the reverse zones use the first
+    /// zone's) with this owner and TTL. The serial is the index generation.
+    fn soa_of<'a>(&'a self, owner: Owner<'a>, zone: usize, ttl: u32, serial: u32) -> Records<'a> {
+        let z = &self.zones[zone];
+        Records {
+            owner,
+            ttl,
+            data: Data::Soa(Soa {
+                mname: &z.ns,
+                rname: &z.hostmaster,
+                serial,
+                timers: SOA_TIMERS,
+                minimum: self.cfg.negative_ttl,
+            }),
+        }
+    }
+
+    /// The SOA in Authority of a negative answer. RFC 2308 §3: its TTL is
+    /// min(TTL, MINIMUM), both the negative TTL here.
+    fn negative_soa<'a>(&'a self, table: &Table, apex: &'a str, zone: usize) -> Records<'a> {
+        let serial = table.generation() as u32;
+        let owner = Owner::Name(Cow::Borrowed(apex));
+        self.soa_of(owner, zone, self.cfg.negative_ttl, serial)
+    }
+
+    fn nodata<'a>(&'a self, plan: &mut Plan<'a>, table: &Table, apex: &'a str, zone: usize) {
+        plan.negative(ResponseCode::NoError, self.negative_soa(table, apex, zone));
+    }
+
+    /// The server's own addresses of this type (ANY: all), owned by `owner`.
+    fn ns_addrs<'a>(&'a self, owner: &Owner<'a>, qtype: RecordType) -> Vec<Records<'a>> {
+        self.cfg
+            .ns_addrs
+            .iter()
+            .filter(|ip| match ip {
+                IpAddr::V4(_) => matches!(qtype, RecordType::A | RecordType::ANY),
+                IpAddr::V6(_) => matches!(qtype, RecordType::AAAA | RecordType::ANY),
+            })
+            .map(|ip| Records {
+                owner: owner.clone(),
+                ttl: self.cfg.ttl,
+                data: Data::Ip(*ip),
+            })
+            .collect()
+    }
+
+    fn forward<'a>(
+        &'a self,
+        plan: &mut Plan<'a>,
+        table: &Table,
+        q: &Question<'_>,
+        zone: usize,
+        rel: &str,
+    ) {
+        let qtype = q.qtype;
+        let z = &self.zones[zone];
+        let apex = z.apex.as_str();
+        let ttl = self.cfg.ttl;
+        match rel {
+            "" => {
+                match qtype {
+                    RecordType::SOA | RecordType::ANY => {
+                        let serial = table.generation() as u32;
+                        let soa = self.soa_of(Owner::Question, zone, ttl, serial);
+                        plan.answer.push(soa);
+                    }
+                    RecordType::NS => {
+                        plan.answer.push(Records {
+                            owner: Owner::Question,
+                            ttl,
+                            data: Data::Ns(&z.ns),
+                        });
+                        let glue = Owner::Name(Cow::Borrowed(z.ns.as_str()));
+                        plan.additional
+                            .extend(self.ns_addrs(&glue, RecordType::ANY));
+                    }
+                    _ => self.nodata(plan, table, apex, zone),
+                }
+                return;
+            }
+            "dns-version" => {
+                if matches!(qtype, RecordType::TXT | RecordType::ANY) {
+                    plan.answer.push(Records {
+                        owner: Owner::Question,
+                        ttl,
+                        data: Data::Txt(Cow::Borrowed(DNS_SCHEMA_VERSION)),
+                    });
+                } else {
+                    self.nodata(plan, table, apex, zone);
+                }
+                return;
+            }
+            "ns.dns" => {
+                let recs = self.ns_addrs(&Owner::Question, qtype);
+                if recs.is_empty() {
+                    self.nodata(plan, table, apex, zone);
+                } else {
+                    plan.answer.extend(recs);
+                }
+                return;
+            }
+            "dns" => {
+                self.nodata(plan, table, apex, zone);
+                return;
+            }
+            _ => {}
+        }
+        match table.lookup(rel) {
+            Lookup::Missing => {
+                plan.negative(ResponseCode::NXDomain, self.negative_soa(table, apex, zone))
+            }
+            Lookup::Empty => self.nodata(plan, table, apex, zone),
+            Lookup::Found(rrs) => {
+                if let Some(target) = &rrs.cname
+                    && qtype != RecordType::CNAME
+                {
+                    let target = target.to_string();
+                    self.chase_cname(plan, table, target, qtype);
+                    return;
+                }
+                if min_size(q.name, &rrs, qtype) > plan.limit {
+                    // An address or SRV set that cannot fit is not even
+                    // built (a 1,000-rank gang's set costs ~100 µs to
+                    // build and encode only to be dropped for TC=1).
+                    plan.truncate();
+                    return;
+                }
+                let before = plan.answer.len();
+                self.records(&mut plan.answer, Owner::Question, &rrs, qtype, zone);
+                if plan.answer.len() == before {
+                    self.nodata(plan, table, apex, zone);
+                    return;
+                }
+                if qtype == RecordType::SRV {
+                    self.srv_glue(plan, table, &rrs, zone);
+                }
+            }
+        }
+    }
+
+    /// RFC 1034 §4.3.2: answer with the CNAME, then, when the target lies
+    /// in a served zone, with the target's records; outside, the CNAME
+    /// alone (podns never recurses).
+    fn chase_cname<'a>(
+        &'a self,
+        plan: &mut Plan<'a>,
+        table: &Table,
+        target: String,
+        qtype: RecordType,
+    ) {
+        let ttl = self.cfg.ttl;
+        let mut owner = Owner::Question;
+        let mut target = target;
+        for _ in 0..MAX_CNAME_CHAIN {
+            if !valid_name(&target) {
+                return;
+            }
+            plan.answer.push(Records {
+                owner,
+                ttl,
+                data: Data::Cname(Cow::Owned(target.clone())),
+            });
+            let lower = target.to_ascii_lowercase();
+            let Place::Forward { zone: tz, rel } = self.place(&lower) else {
+                return;
+            };
+            let apex = self.zones[tz].apex.as_str();
+            match table.lookup(rel) {
+                Lookup::Found(rrs) => {
+                    if let Some(next) = &rrs.cname {
+                        owner = Owner::Name(Cow::Owned(target));
+                        target = next.to_string();
+                        continue;
+                    }
+                    let before = plan.answer.len();
+                    let tname = Owner::Name(Cow::Owned(target));
+                    self.records(&mut plan.answer, tname, &rrs, qtype, tz);
+                    if plan.answer.len() == before {
+                        plan.authority = Some(self.negative_soa(table, apex, tz));
+                    }
+                }
+                Lookup::Empty => {
+                    plan.authority = Some(self.negative_soa(table, apex, tz));
+                }
+                // RFC 6604: the rcode describes the last name in the chain.
+                Lookup::Missing => {
+                    plan.negative(ResponseCode::NXDomain, self.negative_soa(table, apex, tz))
+                }
+            }
+            return;
+        }
+    }
+
+    /// The records of one name for one type, appended to `out`. ANY gets a
+    /// minimal answer (RFC 8482): the addresses, else the first other type
+    /// the name has.
+    fn records<'a>(
+        &'a self,
+        out: &mut SmallVec<[Records<'a>; 1]>,
+        owner: Owner<'a>,
+        rrs: &Arc<Rrs>,
+        qtype: RecordType,
+        zone: usize,
+    ) {
+        let ttl = self.cfg.ttl;
+        let before = out.len();
+        let any = qtype == RecordType::ANY;
+        let want = |t: RecordType| qtype == t || any;
+        let push = |out: &mut SmallVec<[Records<'a>; 1]>, data: Data<'a>| {
+            out.push(Records {
+                owner: owner.clone(),
+                ttl,
+                data,
+            })
+        };
+        if want(RecordType::A) && !rrs.a.is_empty() {
+            push(out, Data::A(Arc::clone(rrs)));
+        }
+        if want(RecordType::AAAA) && !rrs.aaaa.is_empty() {
+            push(out, Data::Aaaa(Arc::clone(rrs)));
+        }
+        if any && out.len() > before {
+            return;
+        }
+        if want(RecordType::CNAME)
+            && let Some(t) = &rrs.cname
+            && valid_name(t)
+        {
+            push(out, Data::Cname(Cow::Owned(t.to_string())));
+        }
+        if want(RecordType::PTR)
+            && let Some(t) = &rrs.ptr
+            && let Some(target) = self.key_name(t, 0)
+        {
+            push(out, Data::Ptr(target));
+        }
+        if any && out.len() > before {
+            return;
+        }
+        if want(RecordType::SRV)
+            && rrs
+                .srv
+                .iter()
+                .any(|s| self.key_name(&s.target, zone).is_some())
+        {
+            push(
+                out,
+                Data::Srv {
+                    rrs: Arc::clone(rrs),
+                    weight: srv_weight(rrs.srv.len()),
+                    zone: &self.zones[zone].apex,
+                },
+            );
+        }
+        if any && out.len() > before {
+            return;
+        }
+        if want(RecordType::TXT)
+            && let Some(t) = &rrs.txt
+        {
+            push(out, Data::Txt(Cow::Owned(t.to_string())));
+        }
+    }
+
+    /// A/AAAA of every SRV target in Additional, so a client needs no
+    /// second round trip.
+    fn srv_glue<'a>(&'a self, plan: &mut Plan<'a>, table: &Table, rrs: &Rrs, zone: usize) {
+        let mut seen: Vec<&str> = Vec::new();
+        for s in &rrs.srv {
+            if seen.contains(&&*s.target) {
+                continue;
+            }
+            seen.push(&s.target);
+            if let (Lookup::Found(t), Some(tname)) =
+                (table.lookup(&s.target), self.key_name(&s.target, zone))
+            {
+                for qt in [RecordType::A, RecordType::AAAA] {
+                    let mut glue = SmallVec::new();
+                    let owner = Owner::Name(Cow::Owned(tname.clone()));
+                    self.records(&mut glue, owner, &t, qt, zone);
+                    plan.additional.extend(glue);
+                }
+            }
+        }
+    }
+
+    /// A forward key as an absolute name in the given zone, if it is one.
+    fn key_name(&self, key: &str, zone: usize) -> Option<String> {
+        let name = format!("{key}.{}", self.zones[zone].apex);
+        valid_name(&name).then_some(name)
+    }
+
+    fn reverse<'a>(&'a self, plan: &mut Plan<'a>, table: &Table, q: &Question<'_>, name: &str) {
+        let apex: &'static str = if name.ends_with(IP6_ARPA) {
+            IP6_ARPA
+        } else {
+            IN_ADDR_ARPA
+        };
+        let qtype = q.qtype;
+        let ttl = self.cfg.ttl;
+        if name == apex {
+            match qtype {
+                RecordType::SOA | RecordType::ANY => {
+                    let serial = table.generation() as u32;
+                    plan.answer
+                        .push(self.soa_of(Owner::Question, 0, ttl, serial));
+                }
+                RecordType::NS => plan.answer.push(Records {
+                    owner: Owner::Question,
+                    ttl,
+                    data: Data::Ns(&self.zones[0].ns),
+                }),
+                _ => self.nodata(plan, table, apex, 0),
+            }
+            return;
+        }
+        match table.lookup(name) {
+            Lookup::Missing => {
+                plan.negative(ResponseCode::NXDomain, self.negative_soa(table, apex, 0))
+            }
+            Lookup::Empty => self.nodata(plan, table, apex, 0),
+            Lookup::Found(rrs) => {
+                let before = plan.answer.len();
+                self.records(&mut plan.answer, Owner::Question, &rrs, qtype, 0);
+                if plan.answer.len() == before {
+                    self.nodata(plan, table, apex, 0);
+                }
+            }
+        }
+    }
+
+    /// Everything `podns zonefile` writes for one name with data: the
+    /// records the name answers, type by type, as a query for that type
+    /// would get them. A CNAME owner gets the CNAME alone: a query for any
+    /// other type chases it (RFC 1034 §3.6.2 forbids other data beside it
+    /// anyway). `zone` is the zone the key is placed in (reverse keys:
+    /// the first).
+    pub fn owned_records<'a>(
+        &'a self,
+        owner: Owner<'a>,
+        rrs: &Arc<Rrs>,
+        zone: usize,
+    ) -> SmallVec<[Records<'a>; 1]> {
+        let mut out = SmallVec::new();
+        if rrs.cname.is_some() {
+            self.records(&mut out, owner, rrs, RecordType::CNAME, zone);
+            return out;
+        }
+        for t in [
+            RecordType::A,
+            RecordType::AAAA,
+            RecordType::SRV,
+            RecordType::TXT,
+            RecordType::PTR,
+        ] {
+            self.records(&mut out, owner.clone(), rrs, t, zone);
+        }
+        out
+    }
+
+    /// The records at and under a zone's apex that podns answers itself:
+    /// SOA and NS at the apex, the server's addresses at `ns.dns` and the
+    /// schema version at `dns-version`, as answers to those questions give
+    /// them (owners absolute). For `podns zonefile`, with its own serial.
+    pub fn apex_records(&self, zone: usize, serial: u32) -> Vec<Records<'_>> {
+        let z = &self.zones[zone];
+        let ttl = self.cfg.ttl;
+        let at = |n: &str| Owner::Name(Cow::Owned(n.to_string()));
+        let mut out = vec![
+            self.soa_of(at(&z.apex), zone, ttl, serial),
+            Records {
+                owner: at(&z.apex),
+                ttl,
+                data: Data::Ns(&z.ns),
+            },
+        ];
+        out.extend(self.ns_addrs(&at(&z.ns), RecordType::ANY));
+        out.push(Records {
+            owner: Owner::Name(Cow::Owned(format!("dns-version.{}", z.apex))),
+            ttl,
+            data: Data::Txt(Cow::Borrowed(DNS_SCHEMA_VERSION)),
+        });
+        out
+    }
+
+    /// The SOA and NS of a reverse zone (`in-addr.arpa`): the first zone's
+    /// server, as reverse answers give them.
+    pub fn reverse_apex_records(&self, apex: &'static str, serial: u32) -> Vec<Records<'_>> {
+        let ttl = self.cfg.ttl;
+        let at = Owner::Name(Cow::Borrowed(apex));
+        vec![
+            self.soa_of(at.clone(), 0, ttl, serial),
+            Records {
+                owner: at,
+                ttl,
+                data: Data::Ns(&self.zones[0].ns),
+            },
+        ]
+    }
+
+    /// Whether a forward key (relative to a zone) is answered by podns
+    /// itself, whatever the index holds.
+    pub fn is_reserved(rel: &str) -> bool {
+        rel.is_empty() || RESERVED.contains(&rel)
+    }
+}
+
+/// Whether `name` (absolute, without the trailing dot) is a domain name
+/// hickory-proto can write; a target that is not one is left out.
+fn valid_name(name: &str) -> bool {
+    Name::from_ascii(format!("{name}.")).is_ok()
+}
+
+/// A lower bound on the reply size for an answer of this type: header,
+/// question, and each record with its owner compressed to a pointer.
+fn min_size(qname: &str, rrs: &Rrs, qtype: RecordType) -> usize {
+    // The question's name on the wire: a length byte per label and the root.
+    let name = if qname.is_empty() { 1 } else { qname.len() + 2 };
+    let fixed = 12 + name + 4;
+    // pointer (2) + type, class, TTL, rdlength (10) + rdata
+    let per = |n: usize, rdata: usize| n * (12 + rdata);
+    fixed
+        + match qtype {
+            RecordType::A => per(rrs.a.len(), 4),
+            RecordType::AAAA => per(rrs.aaaa.len(), 16),
+            // priority, weight, port (6) + a target of at least a pointer (2)
+            RecordType::SRV => per(rrs.srv.len(), 8),
+            _ => 0,
+        }
+}
