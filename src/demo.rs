@@ -66,7 +66,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     loop {
         let all = JOBS.iter().all(|(ns, job, ranks, _)| {
             let key = format!("{job}-{}.{job}.{ns}.svc", ranks - 1);
-            matches!(running.table.lookup(&key), Lookup::Found(_))
+            matches!(running.table.lookup(&key), Lookup::Found(_) | Lookup::Ip(_))
         });
         if running.table.is_synced() && all {
             break;

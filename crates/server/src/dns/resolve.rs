@@ -154,7 +154,8 @@ pub enum Data<'a> {
     A(Arc<Rrs>),
     /// Every address of `rrs.aaaa`, in order.
     Aaaa(Arc<Rrs>),
-    /// One address of the server itself.
+    /// One address: the server's own, or a name's only record (the
+    /// table keeps such a name's address inline, without a record set).
     Ip(IpAddr),
     /// Absolute target, without the trailing dot.
     Cname(Cow<'a, str>),
@@ -541,6 +542,11 @@ impl Rules {
                     self.srv_glue(plan, table, &rrs, zone);
                 }
             }
+            Lookup::Ip(ip) => {
+                if !self.ip_records(&mut plan.answer, Owner::Question, ip, qtype) {
+                    self.nodata(plan, table, apex, zone);
+                }
+            }
         }
     }
 
@@ -582,6 +588,12 @@ impl Rules {
                     let tname = Owner::Name(Cow::Owned(target));
                     self.records(&mut plan.answer, tname, &rrs, qtype, tz);
                     if plan.answer.len() == before {
+                        plan.authority = Some(self.negative_soa(table, apex, tz));
+                    }
+                }
+                Lookup::Ip(ip) => {
+                    let tname = Owner::Name(Cow::Owned(target));
+                    if !self.ip_records(&mut plan.answer, tname, ip, qtype) {
                         plan.authority = Some(self.negative_soa(table, apex, tz));
                     }
                 }
@@ -668,6 +680,32 @@ impl Rules {
         }
     }
 
+    /// The record of a name whose only record is `ip`, if `qtype` asks
+    /// for it (ANY gets it too, as [`Self::records`] gives addresses
+    /// first). True when one was appended.
+    fn ip_records<'a>(
+        &self,
+        out: &mut SmallVec<[Records<'a>; 1]>,
+        owner: Owner<'a>,
+        ip: IpAddr,
+        qtype: RecordType,
+    ) -> bool {
+        let t = if ip.is_ipv4() {
+            RecordType::A
+        } else {
+            RecordType::AAAA
+        };
+        let want = qtype == t || qtype == RecordType::ANY;
+        if want {
+            out.push(Records {
+                owner,
+                ttl: self.cfg.ttl,
+                data: Data::Ip(ip),
+            });
+        }
+        want
+    }
+
     /// A/AAAA of every SRV target in Additional, so a client needs no
     /// second round trip.
     fn srv_glue<'a>(&'a self, plan: &mut Plan<'a>, table: &Table, rrs: &Rrs, zone: usize) {
@@ -677,15 +715,25 @@ impl Rules {
                 continue;
             }
             seen.push(&s.target);
-            if let (Lookup::Found(t), Some(tname)) =
-                (table.lookup(&s.target), self.key_name(&s.target, zone))
-            {
-                for qt in [RecordType::A, RecordType::AAAA] {
+            let Some(tname) = self.key_name(&s.target, zone) else {
+                continue;
+            };
+            match table.lookup(&s.target) {
+                Lookup::Found(t) => {
+                    for qt in [RecordType::A, RecordType::AAAA] {
+                        let mut glue = SmallVec::new();
+                        let owner = Owner::Name(Cow::Owned(tname.clone()));
+                        self.records(&mut glue, owner, &t, qt, zone);
+                        plan.additional.extend(glue);
+                    }
+                }
+                Lookup::Ip(ip) => {
                     let mut glue = SmallVec::new();
-                    let owner = Owner::Name(Cow::Owned(tname.clone()));
-                    self.records(&mut glue, owner, &t, qt, zone);
+                    let owner = Owner::Name(Cow::Owned(tname));
+                    self.ip_records(&mut glue, owner, ip, RecordType::ANY);
                     plan.additional.extend(glue);
                 }
+                Lookup::Missing | Lookup::Empty => {}
             }
         }
     }
@@ -729,6 +777,11 @@ impl Rules {
                 let before = plan.answer.len();
                 self.records(&mut plan.answer, Owner::Question, &rrs, qtype, 0);
                 if plan.answer.len() == before {
+                    self.nodata(plan, table, apex, 0);
+                }
+            }
+            Lookup::Ip(ip) => {
+                if !self.ip_records(&mut plan.answer, Owner::Question, ip, qtype) {
                     self.nodata(plan, table, apex, 0);
                 }
             }

@@ -51,9 +51,57 @@ impl Rrs {
     }
 }
 
+/// What a stored name answers. Most names (a pod's hostname and rank
+/// names) answer one address and nothing else: that address is kept in
+/// the entry itself, with no record set allocated or shared for it, and a
+/// reader copies it out without touching a reference count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    Ip(IpAddr),
+    Set(Arc<Rrs>),
+}
+
+impl Value {
+    /// The value of `rrs`: its address when it is one A or AAAA record
+    /// and nothing else.
+    pub fn of(rrs: Rrs) -> Self {
+        if rrs.cname.is_some() || !rrs.srv.is_empty() || rrs.ptr.is_some() || rrs.txt.is_some() {
+            return Self::Set(Arc::new(rrs));
+        }
+        match (rrs.a.as_slice(), rrs.aaaa.as_slice()) {
+            ([v4], []) => Self::Ip(IpAddr::V4(*v4)),
+            ([], [v6]) => Self::Ip(IpAddr::V6(*v6)),
+            _ => Self::Set(Arc::new(rrs)),
+        }
+    }
+
+    /// The record set (allocated for an address): for zone export,
+    /// `explain` and tests, not the answer path.
+    pub fn rrs(&self) -> Arc<Rrs> {
+        match self {
+            Self::Set(rrs) => rrs.clone(),
+            Self::Ip(ip) => Arc::new(ip_rrs(*ip)),
+        }
+    }
+}
+
+/// The record set of one address.
+fn ip_rrs(ip: IpAddr) -> Rrs {
+    match ip {
+        IpAddr::V4(v4) => Rrs {
+            a: vec![v4],
+            ..Default::default()
+        },
+        IpAddr::V6(v6) => Rrs {
+            aaaa: vec![v6],
+            ..Default::default()
+        },
+    }
+}
+
 #[derive(Debug, Default)]
 struct Entry {
-    rrs: Option<Arc<Rrs>>,
+    rrs: Option<Value>,
     /// Names with data strictly below this one: > 0 makes it an empty
     /// non-terminal when `rrs` is `None` (RFC 8020: NODATA, not NXDOMAIN).
     below: u32,
@@ -67,14 +115,25 @@ pub enum Lookup {
     /// An empty non-terminal: NODATA.
     Empty,
     Found(Arc<Rrs>),
+    /// A name whose only record is this address (A or AAAA).
+    Ip(IpAddr),
 }
 
-/// The names spelled from one address.
+impl Lookup {
+    /// What the name answers as a record set (allocated for an address);
+    /// `None` for no data. Not for the answer path.
+    pub fn rrs(&self) -> Option<Arc<Rrs>> {
+        match self {
+            Lookup::Found(rrs) => Some(rrs.clone()),
+            Lookup::Ip(ip) => Some(Arc::new(ip_rrs(*ip))),
+            Lookup::Missing | Lookup::Empty => None,
+        }
+    }
+}
+
+/// The names spelled from one address (each answers the address).
 #[derive(Debug, Default)]
 struct IpNames {
-    /// The address's A or AAAA data, shared with the writer's other names
-    /// of this one address; set while `pod` or `members` is not empty.
-    rrs: Option<Arc<Rrs>>,
     /// Namespaces where `<a-b-c-d>.<ns>.pod` exists.
     pod: Box<[Arc<str>]>,
     /// Namespace and headless Service where `<a-b-c-d>.<svc>.<ns>.svc` exists.
@@ -130,47 +189,41 @@ impl Table {
         let stored = match self.names.get(key) {
             None => Lookup::Missing,
             Some(e) => match &e.rrs {
-                Some(rrs) => return Lookup::Found(rrs.clone()),
+                Some(Value::Ip(ip)) => return Lookup::Ip(*ip),
+                Some(Value::Set(rrs)) => return Lookup::Found(rrs.clone()),
                 None if e.below > 0 => Lookup::Empty,
                 None => Lookup::Missing,
             },
         };
-        match self.ip_name(key) {
-            Some(rrs) => Lookup::Found(rrs),
-            None => stored,
-        }
+        self.ip_name(key).unwrap_or(stored)
     }
 
     /// The data of a name spelled from an address, if it exists.
-    fn ip_name(&self, key: &str) -> Option<Arc<Rrs>> {
+    fn ip_name(&self, key: &str) -> Option<Lookup> {
         if let Some(rest) = key.strip_suffix(".pod") {
             let (label, ns) = rest.split_once('.')?;
-            let e = self.ips.get(&parse_dashed(label)?)?;
-            return e
-                .pod
-                .iter()
-                .any(|n| **n == *ns)
-                .then(|| e.rrs.clone())
-                .flatten();
+            let ip = parse_dashed(label)?;
+            let e = self.ips.get(&ip)?;
+            return e.pod.iter().any(|n| **n == *ns).then_some(Lookup::Ip(ip));
         }
         if let Some(rest) = key.strip_suffix(".svc") {
             let (label, rest) = rest.split_once('.')?;
             let (svc, ns) = rest.split_once('.')?;
-            let e = self.ips.get(&parse_dashed(label)?)?;
+            let ip = parse_dashed(label)?;
+            let e = self.ips.get(&ip)?;
             return e
                 .members
                 .iter()
                 .any(|(n, s)| **n == *ns && **s == *svc)
-                .then(|| e.rrs.clone())
-                .flatten();
+                .then_some(Lookup::Ip(ip));
         }
         let ip = super::names::parse_reverse(key)?;
         let target = self.ips.get(&ip)?.ptr.clone()?;
         // PTR questions are rare: the record set is made for each.
-        Some(Arc::new(Rrs {
+        Some(Lookup::Found(Arc::new(Rrs {
             ptr: Some(target),
             ..Default::default()
-        }))
+        })))
     }
 
     /// True once every watch has applied its first complete list.
@@ -205,12 +258,13 @@ impl Table {
         let mut v: Vec<_> = self
             .names
             .iter()
-            .filter_map(|e| e.rrs.clone().map(|r| (e.key().to_string(), r)))
+            .filter_map(|e| e.rrs.as_ref().map(|r| (e.key().to_string(), r.rrs())))
             .collect();
         let mut spelled: Vec<(String, Arc<Rrs>)> = Vec::new();
         for e in self.ips.iter() {
             let ip = *e.key();
-            if let Some(rrs) = &e.rrs {
+            if !e.pod.is_empty() || !e.members.is_empty() {
+                let rrs = Value::Ip(ip).rrs();
                 let pods = e.pod.iter().map(|ns| IpName::Pod(ns.clone()));
                 let members = e
                     .members
@@ -236,19 +290,12 @@ impl Table {
         v
     }
 
-    /// Give `ip` the name `name`, answering `rrs` (the address's shared
-    /// data). Returns whether the name is new, and the data the table does
-    /// not keep (`rrs` itself when it had the address's data already).
-    pub(crate) fn add_ip_name(
-        &self,
-        ip: IpAddr,
-        name: IpName,
-        rrs: Arc<Rrs>,
-    ) -> (bool, Option<Arc<Rrs>>) {
-        let key = name.key(ip);
+    /// Give `ip` the name `name` (answering the address). Returns whether
+    /// the name is new.
+    pub(crate) fn add_ip_name(&self, ip: IpAddr, name: IpName) -> bool {
         let fresh = {
             let mut e = self.ips.entry(ip).or_default();
-            let fresh = match &name {
+            match &name {
                 IpName::Pod(ns) if !e.pod.contains(ns) => {
                     e.pod = e.pod.iter().cloned().chain([ns.clone()]).collect();
                     true
@@ -263,30 +310,21 @@ impl Table {
                     true
                 }
                 _ => false,
-            };
-            let unused = match &e.rrs {
-                Some(_) => Some(rrs),
-                None => {
-                    e.rrs = Some(rrs);
-                    None
-                }
-            };
-            (fresh, unused)
+            }
         };
-        if fresh.0 {
-            self.count_ancestors(&key, 1);
+        if fresh {
+            self.count_ancestors(&name.key(ip), 1);
         }
         fresh
     }
 
-    /// Take name `name` from `ip`. Returns whether it had it, and the
-    /// address's data when no name of it is left.
-    pub(crate) fn remove_ip_name(&self, ip: IpAddr, name: &IpName) -> (bool, Option<Arc<Rrs>>) {
-        let (had, dropped) = {
+    /// Take name `name` from `ip`. Returns whether it had it.
+    pub(crate) fn remove_ip_name(&self, ip: IpAddr, name: &IpName) -> bool {
+        let had = {
             let Some(mut e) = self.ips.get_mut(&ip) else {
-                return (false, None);
+                return false;
             };
-            let had = match name {
+            match name {
                 IpName::Pod(ns) => {
                     let before = e.pod.len();
                     e.pod = e.pod.iter().filter(|n| *n != ns).cloned().collect();
@@ -302,19 +340,13 @@ impl Table {
                         .collect();
                     e.members.len() < before
                 }
-            };
-            let dropped = if e.pod.is_empty() && e.members.is_empty() {
-                e.rrs.take()
-            } else {
-                None
-            };
-            (had, dropped)
+            }
         };
         self.ips.remove_if(&ip, |_, e| e.is_empty());
         if had {
             self.count_ancestors(&name.key(ip), -1);
         }
-        (had, dropped)
+        had
     }
 
     /// Set (or clear) the PTR of `ip`. Returns +1 for a new name, -1 for a
@@ -361,29 +393,27 @@ impl Table {
     }
 
     /// Set (or replace) the data of `key`; identical data is left alone so
-    /// readers keep sharing it. Returns whether the name is new, and the
-    /// data the table no longer holds (the replaced data, or `rrs` itself
-    /// when it was left alone), so the writer can see what it still shares.
-    pub(crate) fn set(&self, key: &str, rrs: Arc<Rrs>) -> (bool, Option<Arc<Rrs>>) {
+    /// readers keep sharing it. Returns whether the name is new.
+    pub(crate) fn set(&self, key: &str, value: Value) -> bool {
         if let Some(e) = self.names.get(key)
-            && e.rrs.as_deref() == Some(&*rrs)
+            && e.rrs.as_ref() == Some(&value)
         {
-            return (false, Some(rrs));
+            return false;
         }
         let old = {
             let mut e = self.names.entry(key.into()).or_default();
-            e.rrs.replace(rrs)
+            e.rrs.replace(value)
         };
         if old.is_none() {
             for anc in super::names::ancestors(key) {
                 self.names.entry(anc.into()).or_default().below += 1;
             }
         }
-        (old.is_none(), old)
+        old.is_none()
     }
 
     /// Remove the data of `key`, returning it if it had any.
-    pub(crate) fn remove(&self, key: &str) -> Option<Arc<Rrs>> {
+    pub(crate) fn remove(&self, key: &str) -> Option<Value> {
         let had = match self.names.get_mut(key) {
             Some(mut e) => e.rrs.take(),
             None => None,
@@ -440,18 +470,15 @@ fn parse_dashed(label: &str) -> Option<IpAddr> {
 mod tests {
     use super::*;
 
-    fn rrs(a: &str) -> Arc<Rrs> {
-        Arc::new(Rrs {
-            a: vec![a.parse().unwrap()],
-            ..Default::default()
-        })
+    fn ip(a: &str) -> Value {
+        Value::Ip(a.parse().unwrap())
     }
 
     #[test]
     fn empty_non_terminals_come_and_go_with_their_children() {
         let t = Table::default();
-        assert!(t.set("web-0.web.ns.svc", rrs("10.0.0.1")).0);
-        assert!(t.set("web-1.web.ns.svc", rrs("10.0.0.2")).0);
+        assert!(t.set("web-0.web.ns.svc", ip("10.0.0.1")));
+        assert!(t.set("web-1.web.ns.svc", ip("10.0.0.2")));
         assert_eq!(t.lookup("web.ns.svc"), Lookup::Empty);
         assert_eq!(t.lookup("ns.svc"), Lookup::Empty);
         assert_eq!(t.lookup("svc"), Lookup::Empty);
@@ -468,18 +495,13 @@ mod tests {
     fn names_spelled_from_an_address() {
         let t = Table::default();
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
-        let data = rrs("10.0.0.1");
         let ml: Arc<str> = "ml".into();
         let web: Arc<str> = "web".into();
-        assert_eq!(
-            t.add_ip_name(ip, IpName::Pod(ml.clone()), data.clone()),
-            (true, None)
-        );
-        let (fresh, unused) =
-            t.add_ip_name(ip, IpName::Member(ml.clone(), web.clone()), data.clone());
-        assert!(fresh && unused.is_some_and(|u| Arc::ptr_eq(&u, &data)));
-        assert_eq!(t.lookup("10-0-0-1.ml.pod"), Lookup::Found(data.clone()));
-        assert_eq!(t.lookup("10-0-0-1.web.ml.svc"), Lookup::Found(data.clone()));
+        assert!(t.add_ip_name(ip, IpName::Pod(ml.clone())));
+        assert!(!t.add_ip_name(ip, IpName::Pod(ml.clone())), "once");
+        assert!(t.add_ip_name(ip, IpName::Member(ml.clone(), web.clone())));
+        assert_eq!(t.lookup("10-0-0-1.ml.pod"), Lookup::Ip(ip));
+        assert_eq!(t.lookup("10-0-0-1.web.ml.svc"), Lookup::Ip(ip));
         assert_eq!(t.lookup("10-0-0-1.other.ml.svc"), Lookup::Missing);
         assert_eq!(
             t.lookup("10-0-0-01.ml.pod"),
@@ -497,21 +519,49 @@ mod tests {
         assert_eq!(t.lookup("0.0.10.in-addr.arpa"), Lookup::Empty);
         assert_eq!(t.snapshot().len(), 3);
         // A stored name of the same spelling wins.
-        t.set("10-0-0-1.web.ml.svc", rrs("10.9.9.9"));
+        t.set(
+            "10-0-0-1.web.ml.svc",
+            Value::Ip("10.9.9.9".parse().unwrap()),
+        );
         assert_eq!(
             t.lookup("10-0-0-1.web.ml.svc"),
-            Lookup::Found(rrs("10.9.9.9"))
+            Lookup::Ip("10.9.9.9".parse().unwrap())
         );
         assert_eq!(t.snapshot().len(), 3);
         t.remove("10-0-0-1.web.ml.svc");
-        assert_eq!(t.remove_ip_name(ip, &IpName::Pod(ml.clone())), (true, None));
-        let (had, dropped) = t.remove_ip_name(ip, &IpName::Member(ml, web));
-        assert!(had && dropped.is_some());
+        assert!(t.remove_ip_name(ip, &IpName::Pod(ml.clone())));
+        assert!(!t.remove_ip_name(ip, &IpName::Pod(ml.clone())), "once");
+        assert!(t.remove_ip_name(ip, &IpName::Member(ml, web)));
         assert_eq!(t.set_ptr(ip, None), -1);
         assert!(
             t.names.is_empty() && t.ips.is_empty(),
             "nothing left behind"
         );
+    }
+
+    #[test]
+    fn one_address_is_kept_inline_and_anything_more_as_a_set() {
+        let v4: Ipv4Addr = "10.0.0.1".parse().unwrap();
+        let v6: Ipv6Addr = "fd00::1".parse().unwrap();
+        let one = |a: Vec<Ipv4Addr>, aaaa: Vec<Ipv6Addr>| Rrs {
+            a,
+            aaaa,
+            ..Default::default()
+        };
+        assert_eq!(Value::of(one(vec![v4], vec![])), Value::Ip(v4.into()));
+        assert_eq!(Value::of(one(vec![], vec![v6])), Value::Ip(v6.into()));
+        let dual = one(vec![v4], vec![v6]);
+        assert_eq!(Value::of(dual.clone()), Value::Set(Arc::new(dual)));
+        let with_txt = Rrs {
+            txt: Some("x".into()),
+            ..one(vec![v4], vec![])
+        };
+        assert!(matches!(Value::of(with_txt), Value::Set(_)));
+        assert_eq!(*Value::Ip(v6.into()).rrs(), one(vec![], vec![v6]));
+        let t = Table::default();
+        t.set("a.web.ml.svc", Value::Ip(v4.into()));
+        assert_eq!(t.lookup("a.web.ml.svc").rrs().unwrap().a, [v4]);
+        assert_eq!(t.snapshot()[0].1.a, [v4]);
     }
 
     #[test]
@@ -538,8 +588,8 @@ mod tests {
     #[test]
     fn replacing_data_does_not_double_count() {
         let t = Table::default();
-        assert!(t.set("web.ns.svc", rrs("10.0.0.1")).0);
-        assert!(!t.set("web.ns.svc", rrs("10.0.0.2")).0);
+        assert!(t.set("web.ns.svc", ip("10.0.0.1")));
+        assert!(!t.set("web.ns.svc", ip("10.0.0.2")));
         assert!(t.remove("web.ns.svc").is_some());
         assert_eq!(t.lookup("ns.svc"), Lookup::Missing);
         assert!(t.remove("web.ns.svc").is_none());
@@ -548,12 +598,12 @@ mod tests {
     #[test]
     fn a_name_with_data_and_children_keeps_both() {
         let t = Table::default();
-        t.set("web.ns.svc", rrs("10.0.0.9"));
-        t.set("web-0.web.ns.svc", rrs("10.0.0.1"));
+        t.set("web.ns.svc", ip("10.0.0.9"));
+        t.set("web-0.web.ns.svc", ip("10.0.0.1"));
         t.remove("web.ns.svc");
         assert_eq!(t.lookup("web.ns.svc"), Lookup::Empty);
-        t.set("web.ns.svc", rrs("10.0.0.9"));
+        t.set("web.ns.svc", ip("10.0.0.9"));
         t.remove("web-0.web.ns.svc");
-        assert!(matches!(t.lookup("web.ns.svc"), Lookup::Found(_)));
+        assert!(matches!(t.lookup("web.ns.svc"), Lookup::Ip(_)));
     }
 }

@@ -26,7 +26,7 @@ use super::names::{
     gang_name, host_name, leader_name, member_name, pod_name, port_name, rank_name, reverse,
     service_name,
 };
-use super::table::{IpName, Rrs, Srv, Table};
+use super::table::{IpName, Rrs, Srv, Table, Value};
 use super::types::*;
 
 /// The index's hash maps: foldhash, several times faster than SipHash on
@@ -126,8 +126,6 @@ pub struct Writer {
     /// The names each Service key published last time it was built (every
     /// other key has exactly one name, [`key_name`]).
     svc_published: HashMap<Key, Vec<Box<str>>>,
-    /// The data of names that answer one address, shared by those names.
-    single: HashMap<IpAddr, Arc<Rrs>>,
     needs: SyncNeeds,
     /// Keys touched since the last flush, with repeats: a batch of events
     /// (a relist, a burst during a gang restart) rebuilds each touched name
@@ -166,7 +164,6 @@ impl Writer {
             ip_pods: HashMap::default(),
             ip_services: HashMap::default(),
             svc_published: HashMap::default(),
-            single: HashMap::default(),
             needs,
             dirty: Vec::new(),
             name_count: 0,
@@ -962,70 +959,30 @@ impl Writer {
     /// Give or take one name spelled from `ip`, as [`Self::build`] says.
     fn publish_ip_name(&mut self, ip: IpAddr, name: IpName, key: &Key) {
         if self.build(key).is_empty() {
-            let (had, dropped) = self.table.remove_ip_name(ip, &name);
-            if had {
+            if self.table.remove_ip_name(ip, &name) {
                 self.name_count -= 1;
             }
-            self.unshare(dropped);
-        } else {
-            let mut rrs = Rrs::default();
-            add_ips(&mut rrs, &[ip]);
-            let rrs = self.share(rrs);
-            let (fresh, unused) = self.table.add_ip_name(ip, name.clone(), rrs);
-            if fresh {
-                self.name_count += 1;
-            }
-            self.unshare(unused);
+        } else if self.table.add_ip_name(ip, name.clone()) {
+            self.name_count += 1;
         }
         self.strs.release(name);
     }
 
+    /// Publish a name's data: one address inline (a pod's hostname and
+    /// rank names), anything else as a shared record set.
     fn set_name(&mut self, name: &str, rrs: Rrs) {
-        let rrs = self.share(rrs);
-        let (fresh, unused) = self.table.set(name, rrs);
-        if fresh {
+        if self.table.set(name, Value::of(rrs)) {
             self.name_count += 1;
         }
-        self.unshare(unused);
     }
 
     /// Remove a name's data; true if it had any.
     fn remove_name(&mut self, name: &str) -> bool {
-        let old = self.table.remove(name);
-        let had = old.is_some();
+        let had = self.table.remove(name).is_some();
         if had {
             self.name_count -= 1;
         }
-        self.unshare(old);
         had
-    }
-
-    /// One `Arc` for every name that answers one address and nothing else
-    /// (a pod's hostname, dashed and rank names all do).
-    fn share(&mut self, mut rrs: Rrs) -> Arc<Rrs> {
-        let Some(ip) = single_ip(&rrs) else {
-            return Arc::new(rrs);
-        };
-        self.single
-            .entry(ip)
-            .or_insert_with(|| {
-                rrs.a.shrink_to_fit();
-                rrs.aaaa.shrink_to_fit();
-                Arc::new(rrs)
-            })
-            .clone()
-    }
-
-    /// Forget a shared address no name holds any more.
-    fn unshare(&mut self, rrs: Option<Arc<Rrs>>) {
-        if let Some(rrs) = rrs
-            && let Some(ip) = single_ip(&rrs)
-            && let Some(shared) = self.single.get(&ip)
-            && Arc::ptr_eq(shared, &rrs)
-            && Arc::strong_count(&rrs) == 2
-        {
-            self.single.remove(&ip);
-        }
     }
 
     /// The names and data of one key, from the model as it is now.
@@ -1325,18 +1282,6 @@ fn collider(key: &Key) -> Option<Key> {
         // name is spelled from the address, and the stored one wins.
         Key::Host { .. } | Key::SvcIp(..) => None,
         Key::Member(..) | Key::Svc(_) | Key::PodIp { .. } | Key::Ptr(_) => None,
-    }
-}
-
-/// The address of data that is one A or AAAA record and nothing else.
-fn single_ip(rrs: &Rrs) -> Option<IpAddr> {
-    if rrs.cname.is_some() || !rrs.srv.is_empty() || rrs.ptr.is_some() || rrs.txt.is_some() {
-        return None;
-    }
-    match (rrs.a.as_slice(), rrs.aaaa.as_slice()) {
-        ([v4], []) => Some(IpAddr::V4(*v4)),
-        ([], [v6]) => Some(IpAddr::V6(*v6)),
-        _ => None,
     }
 }
 
