@@ -14,6 +14,14 @@
 //! Rows with the rank view off (`serve --no-rank-view`, the policy of the
 //! other benches) and on (the `serve` default).
 //!
+//! Then churn at a constant pod count, as the soak runs it: 100k pods
+//! (rank view on), each replacement deletes a pod and creates its rank
+//! again under a new name and a new IP. Live bytes per pod after each
+//! step show what a long run's RSS does: one step when the maps keyed by
+//! pod names and IPs double (a hash table whose deleted slots use up its
+//! spare room grows when it is more than half full, and rehashes in place
+//! after that), then flat.
+//!
 //! Run: `cargo bench --bench memory` (a plain `main`, no criterion; under a
 //! minute). The target in DESIGN.md is ≤ 256 bytes per pod.
 
@@ -177,4 +185,65 @@ fn main() {
         );
     }
     println!("(writer+table: the index once synced, input dropped; table: the name table alone)");
+    churn();
+}
+
+/// Live bytes per pod of a synced 100k-pod index (rank view on) while
+/// its pods are replaced one by one: the pod count stays 100k.
+fn churn() {
+    let (jobs, ranks) = (100, 1_000);
+    let pods = jobs * ranks;
+    // The bench's own list of the live pods' keys, counted before the base.
+    let mut keys: Vec<_> = job_pods(jobs, ranks, Labels::JobSet)
+        .into_iter()
+        .map(|p| p.key)
+        .collect();
+    let base = live();
+    let mut w = Writer::new(
+        Table::new(),
+        Policy {
+            rank_view: true,
+            ..Policy::default()
+        },
+        Metrics::new(),
+        SyncNeeds {
+            pod_scopes: 1,
+            service_scopes: 1,
+            job_scopes: 0,
+        },
+    );
+    w.apply(Update::Service(Change::Reset {
+        namespace: None,
+        items: job_services(jobs),
+    }));
+    w.apply(Update::Pod(Change::Reset {
+        namespace: None,
+        items: job_pods(jobs, ranks, Labels::JobSet),
+    }));
+    let per = |b: isize| b as f64 / pods as f64;
+    println!("churn at {pods} pods (rank view on): live bytes per pod after N replacements");
+    println!("{:>12} {:>14}", "replacements", "writer+table");
+    println!("{:>12} {:>14.0}", 0, per(live() - base));
+    let t = Instant::now();
+    let mut done = 0;
+    for step in [25_000, 50_000, 75_000, 100_000, 150_000, 200_000, 300_000] {
+        while done < step {
+            let slot = done % pods;
+            let (j, i) = (slot / ranks, slot % ranks);
+            let mut p = rank_pod_with_ip(j, i, pod_ip(pods + done), Labels::JobSet);
+            // A new pod name of the same length, as the Job controller's.
+            p.key.name = format!("{}-{i}-{:05x}", job_name(j), (done * 0x9e37_79b1) & 0xfffff);
+            w.apply(Update::Pod(Change::Delete(keys[slot].clone())));
+            keys[slot] = p.key.clone();
+            w.apply(Update::Pod(Change::Apply(p)));
+            done += 1;
+        }
+        assert_eq!(w.pod_count(), pods);
+        println!("{:>12} {:>14.0}", done, per(live() - base));
+    }
+    println!(
+        "({done} replacements in {:.1} s, {:.1} µs each)",
+        t.elapsed().as_secs_f64(),
+        t.elapsed().as_secs_f64() * 1e6 / done as f64
+    );
 }

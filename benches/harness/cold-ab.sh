@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Cold start, A/B: one `podns sim --kubelet --lean-pods` with JOBS x 1,000
-# ranks (--pod-cidr 10.0.0.0/10), and against it each BIN in turn, ROUNDS
+# Cold start, A/B: one `podns sim --kubelet --lean-pods` (LEAN="" for full
+# pod bodies) with JOBS x 1,000 ranks (--pod-cidr 10.0.0.0/10), and
+# against it each BIN in turn, ROUNDS
 # times, alternating: `BIN serve` from process start until /readyz is 200
 # (polled every 20 ms), its CPU-seconds to that moment (utime + stime), and
 # VmRSS 1 s later, and the bytes the simulator sent it (/sim/stats). One
@@ -10,6 +11,10 @@
 # Run:  benches/harness/cold-ab.sh 100 OLD/podns target/release/podns
 #       ROUNDS="1 2" benches/harness/cold-ab.sh 100 A B     # two rounds
 #       EXTRA="--wire json" benches/harness/cold-ab.sh 100 target/release/podns
+#       LEAN="" benches/harness/cold-ab.sh 100 ...   # realistic (~7.6 KB) pod bodies
+#       RANKS=10 benches/harness/cold-ab.sh 1 ...      # JOBS x RANKS pods (an empty index's RSS)
+# Two wires on one build, alternating against one simulator: pass wrappers
+#   (`exec podns "$@" --wire json` when $1 is serve; the pid stays the same).
 # An old build for A/B: git worktree add /tmp/before <commit> &&
 #   (cd /tmp/before && cargo build --release) and pass /tmp/before/target/release/podns.
 # The simulator is the first BIN's. Everything binds 127.0.0.1; pod IPs are data.
@@ -20,7 +25,8 @@ work=$(mktemp -d /tmp/podns-cold.XXXXXX)
 sim_pid=""
 cleanup() { [[ -n $sim_pid ]] && kill "$sim_pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
-"$1" sim --listen 127.0.0.1:0 --kubelet --lean-pods --jobs "$J" --ranks 1000 \
+# shellcheck disable=SC2086 # LEAN is a flag or nothing
+"$1" sim --listen 127.0.0.1:0 --kubelet ${LEAN---lean-pods} --jobs "$J" --ranks ${RANKS:-1000} \
   --pod-cidr 10.0.0.0/10 --kubeconfig-out "$work/k.yaml" >"$work/sim.log" 2>&1 &
 sim_pid=$!
 end=$(($(date +%s) + 900))
