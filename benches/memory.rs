@@ -17,8 +17,8 @@
 //! Then churn at a constant pod count, as the soak runs it: 100k pods
 //! (rank view on), each replacement deletes a pod and creates its rank
 //! again under a new name and a new IP. Live bytes per pod after each
-//! step show what a long run's RSS does: one step when the maps keyed by
-//! pod names and IPs double (a hash table whose deleted slots use up its
+//! step show what a long run's RSS does: a step as each map keyed by pod
+//! names and IPs doubles once (a hash table whose deleted slots use up its
 //! spare room grows when it is more than half full, and rehashes in place
 //! after that), then flat.
 //!
