@@ -5,11 +5,18 @@
 //! puts on the wire per pod in a list and per watch event (printed first).
 //!
 //! Run: `cargo bench --bench decode` (about half a minute).
+//!
+//! The process allocator is mimalloc, as in `podns` itself (`src/main.rs`):
+//! a decode is mostly small allocations, so the allocator is part of what a
+//! pod costs.
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use kube::core::WatchEvent;
 
 use podns_server::k8s::pb::{self, PbObject};
