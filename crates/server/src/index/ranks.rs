@@ -58,16 +58,24 @@ pub(super) struct GroupState {
     coordinator: Option<String>,
 }
 
+/// One rank of a gang.
+#[derive(Debug, Default)]
+struct Rank {
+    /// The pods that hold the rank, in any state.
+    pods: SmallSet<PodId>,
+    /// (published, ready) as last built: what the gang's counters include.
+    /// The entry stays until both are false, even with no pod left.
+    built: (bool, bool),
+}
+
 /// Writer-side state of the rank view.
 #[derive(Debug, Default)]
 pub(super) struct Ranks {
-    pods: HashMap<(Group, u32), SmallSet<PodId>>,
+    ranks: HashMap<(Group, u32), Rank>,
     links: HashMap<PodId, Box<[(Group, u32)]>>,
     /// Pods by their Job, to relink when the Job's completions change.
     job_pods: HashMap<ObjKey, BTreeSet<PodId>>,
     groups: HashMap<Group, GroupState>,
-    /// (published, ready) of each rank as last built.
-    state: HashMap<(Group, u32), (bool, bool)>,
     /// Jobs of each JobSet, by (namespace, jobset).
     jobset_jobs: HashMap<(String, String), BTreeSet<String>>,
 }
@@ -167,9 +175,9 @@ impl Writer {
         }
         let generation = generation_of(pod);
         for (group, idx) in &links {
-            let set = self.ranks.pods.entry((group.clone(), *idx)).or_default();
-            let new_rank = set.is_empty();
-            set.insert(id);
+            let rank = self.ranks.ranks.entry((group.clone(), *idx)).or_default();
+            let new_rank = rank.pods.is_empty();
+            rank.pods.insert(id);
             let g = self.ranks.groups.entry(group.clone()).or_default();
             g.pods += 1;
             g.ranks += u32::from(new_rank);
@@ -201,11 +209,13 @@ impl Writer {
         for (group, idx) in links {
             let rk = (group.clone(), idx);
             let mut rank_gone = false;
-            if let Some(set) = self.ranks.pods.get_mut(&rk) {
-                set.remove(&id);
-                if set.is_empty() {
-                    self.ranks.pods.remove(&rk);
+            if let Some(rank) = self.ranks.ranks.get_mut(&rk) {
+                rank.pods.remove(&id);
+                if rank.pods.is_empty() {
                     rank_gone = true;
+                    if rank.built == (false, false) {
+                        self.ranks.ranks.remove(&rk);
+                    }
                 }
             }
             if let Some(g) = self.ranks.groups.get_mut(&group) {
@@ -328,7 +338,7 @@ impl Writer {
 
     /// The pod that answers for a rank (the duplicate-hostname rule; always one).
     fn rank_pod(&self, group: &Group, idx: u32) -> Option<&Pod> {
-        let ids = self.ranks.pods.get(&(group.clone(), idx))?;
+        let ids = &self.ranks.ranks.get(&(group.clone(), idx))?.pods;
         let pods: Vec<&Pod> = ids
             .iter()
             .map(|&id| self.pod(id))
@@ -345,12 +355,14 @@ impl Writer {
             .map(|p| (true, p.ready))
             .unwrap_or((false, false));
         let key = (group.clone(), idx);
-        let old = if new == (false, false) {
-            self.ranks.state.remove(&key)
-        } else {
-            self.ranks.state.insert(key, new)
+        // No entry means no pod, so `new` is (false, false) as well.
+        let Some(rank) = self.ranks.ranks.get_mut(&key) else {
+            return;
+        };
+        let old = std::mem::replace(&mut rank.built, new);
+        if new == (false, false) && rank.pods.is_empty() {
+            self.ranks.ranks.remove(&key);
         }
-        .unwrap_or((false, false));
         if old == new {
             return;
         }
