@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
 use podns_server::admin::Metrics;
-use podns_server::index::{Change, Policy, SyncNeeds, Table, Update, Writer};
+use podns_server::index::{Change, Policy, ServiceInfo, SyncNeeds, Table, Update, Writer};
 
 use common::*;
 
@@ -115,24 +115,7 @@ fn measure(jobs: usize, ranks: usize, rank_view: bool) -> Row {
     PEAK.store(live(), Ordering::Relaxed);
     let t = Instant::now();
     let mut w = if rank_view {
-        let mut w = Writer::new(
-            Table::new(),
-            Policy {
-                rank_view: true,
-                ..Policy::default()
-            },
-            Metrics::new(),
-            SyncNeeds {
-                pod_scopes: 1,
-                service_scopes: 1,
-                job_scopes: 0,
-            },
-        );
-        w.apply(Update::Service(Change::Reset {
-            namespace: None,
-            items: services,
-        }));
-        w
+        rank_view_writer(services)
     } else {
         writer_with_services(services)
     };
@@ -160,6 +143,29 @@ fn measure(jobs: usize, ranks: usize, rank_view: bool) -> Row {
         peak,
         secs,
     }
+}
+
+/// A writer with the rank view on, as `podns serve` runs by default (no
+/// Job objects listed), holding `services`.
+fn rank_view_writer(services: Vec<ServiceInfo>) -> Writer {
+    let mut w = Writer::new(
+        Table::new(),
+        Policy {
+            rank_view: true,
+            ..Policy::default()
+        },
+        Metrics::new(),
+        SyncNeeds {
+            pod_scopes: 1,
+            service_scopes: 1,
+            job_scopes: 0,
+        },
+    );
+    w.apply(Update::Service(Change::Reset {
+        namespace: None,
+        items: services,
+    }));
+    w
 }
 
 fn main() {
@@ -199,23 +205,7 @@ fn churn() {
         .map(|p| p.key)
         .collect();
     let base = live();
-    let mut w = Writer::new(
-        Table::new(),
-        Policy {
-            rank_view: true,
-            ..Policy::default()
-        },
-        Metrics::new(),
-        SyncNeeds {
-            pod_scopes: 1,
-            service_scopes: 1,
-            job_scopes: 0,
-        },
-    );
-    w.apply(Update::Service(Change::Reset {
-        namespace: None,
-        items: job_services(jobs),
-    }));
+    let mut w = rank_view_writer(job_services(jobs));
     w.apply(Update::Pod(Change::Reset {
         namespace: None,
         items: job_pods(jobs, ranks, Labels::JobSet),

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::dns::answer::Answerer;
 use crate::index::names;
-use crate::index::writer::explain::{ExplainRequest, Findings, Object, Reason};
+use crate::index::writer::explain::{ExplainRequest, Findings, Reason};
 
 /// How long an explain request may wait for the writer (it is served
 /// between batches; a 100k-pod relist is seconds).
@@ -48,23 +48,14 @@ pub struct Explanation {
     pub rcode: String,
     /// The answer section, one record a line in zone-file form.
     pub answer: Vec<String>,
-    /// A stable code: the rule that produced records, or why there are none.
-    pub reason: Reason,
-    /// The same, as a sentence for a person.
-    pub detail: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub chosen_by: Option<&'static str>,
-    pub objects: Vec<Object>,
-    #[serde(skip_serializing_if = "is_zero")]
-    pub more_objects: usize,
+    /// The writer's findings (rule or reason, detail, objects), or what
+    /// this endpoint found before asking it.
+    #[serde(flatten)]
+    pub findings: Findings,
     /// What else may matter (the nearer reason the index saw, when a scope
     /// reason is given first).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
 }
 
 /// A bad `name` or `type` parameter.
@@ -114,15 +105,11 @@ impl Explainer {
             qtype: qtype.to_string(),
             rcode: rcode_name(rcode),
             answer,
-            reason: Reason::NoSuchName,
-            detail: String::new(),
-            chosen_by: None,
-            objects: vec![],
-            more_objects: 0,
+            findings: Findings::new(Reason::NoSuchName, String::new()),
             notes: vec![],
         };
         let Some(key) = self.key(name) else {
-            out.reason = Reason::OutsideZones;
+            out.findings.reason = Reason::OutsideZones;
             let zones: Vec<String> = self
                 .answerer
                 .config()
@@ -130,7 +117,7 @@ impl Explainer {
                 .iter()
                 .map(|z| z.to_ascii())
                 .collect();
-            out.detail = format!(
+            out.findings.detail = format!(
                 "{} is in none of the served zones ({}) and is not a reverse name: podns answers REFUSED and never recurses",
                 out.name,
                 zones.join(", ")
@@ -138,14 +125,14 @@ impl Explainer {
             return out;
         };
         if rcode == ResponseCode::Refused && names::is_reverse(&key) {
-            out.reason = Reason::ReverseRefused;
-            out.detail =
+            out.findings.reason = Reason::ReverseRefused;
+            out.findings.detail =
                 "the address is outside every --reverse-cidr: podns answers REFUSED for it".into();
             return out;
         }
         if !self.answerer.table().is_synced() {
-            out.reason = Reason::NotSynced;
-            out.detail = "the index is not synced yet (the first list of Pods and Services has not been applied): every name in the zones answers SERVFAIL until it is".into();
+            out.findings.reason = Reason::NotSynced;
+            out.findings.detail = "the index is not synced yet (the first list of Pods and Services has not been applied): every name in the zones answers SERVFAIL until it is".into();
             return out;
         }
         let findings = match self.ask_writer(key).await {
@@ -204,18 +191,18 @@ impl Explainer {
 
     /// The writer's findings against the real answer and the watch scope.
     fn combine(&self, out: &mut Explanation, f: Findings, rcode: ResponseCode) {
-        out.reason = f.reason;
-        out.detail = f.detail;
-        out.chosen_by = f.chosen_by;
-        out.objects = f.objects;
-        out.more_objects = f.more_objects;
+        let ns = f.namespace.clone();
+        out.findings = f;
         let negative = out.answer.is_empty();
-        if negative && rcode == ResponseCode::NoError && f.reason.is_rule() {
+        if negative && rcode == ResponseCode::NoError && out.findings.reason.is_rule() {
             // The name exists; this type is not among its records.
-            out.notes
-                .push(format!("{}: {}", f.reason.code(), out.detail));
-            out.reason = Reason::NoRecordOfType;
-            out.detail = format!(
+            out.notes.push(format!(
+                "{}: {}",
+                out.findings.reason.code(),
+                out.findings.detail
+            ));
+            out.findings.reason = Reason::NoRecordOfType;
+            out.findings.detail = format!(
                 "{} exists but has no {} records, so the answer is NODATA",
                 out.name, out.qtype
             );
@@ -225,22 +212,25 @@ impl Explainer {
             return;
         }
         // What the writer cannot see: objects outside the watch scope.
-        if let Some(ns) = &f.namespace
+        if let Some(ns) = &ns
             && !self.namespaces.is_empty()
             && !self.namespaces.iter().any(|n| n == ns)
         {
-            out.notes
-                .push(format!("{}: {}", out.reason.code(), out.detail));
-            out.reason = Reason::NamespaceNotWatched;
-            out.detail = format!(
+            out.notes.push(format!(
+                "{}: {}",
+                out.findings.reason.code(),
+                out.findings.detail
+            ));
+            out.findings.reason = Reason::NamespaceNotWatched;
+            out.findings.detail = format!(
                 "namespace {ns} is not watched: podns runs with --namespace {}, so it sees no pod or Service there",
                 self.namespaces.join(",")
             );
             return;
         }
-        if f.namespace.is_none()
+        if ns.is_none()
             && !self.namespaces.is_empty()
-            && matches!(out.reason, Reason::NoPodWithIp)
+            && matches!(out.findings.reason, Reason::NoPodWithIp)
         {
             out.notes.push(format!(
                 "podns watches only namespaces {}: an IP of a pod elsewhere is unknown to it",
@@ -249,18 +239,21 @@ impl Explainer {
         }
         if let Some(sel) = &self.label_selector
             && matches!(
-                out.reason,
+                out.findings.reason,
                 Reason::NoPod
                     | Reason::NoPodWithIp
                     | Reason::NoRank
                     | Reason::ServiceNoPublishedPods
             )
-            && !out.objects.iter().any(|o| o.kind == "pod")
+            && !out.findings.objects.iter().any(|o| o.kind == "pod")
         {
-            out.notes
-                .push(format!("{}: {}", out.reason.code(), out.detail));
-            out.reason = Reason::PodOutsideLabelSelector;
-            out.detail = format!(
+            out.notes.push(format!(
+                "{}: {}",
+                out.findings.reason.code(),
+                out.findings.detail
+            ));
+            out.findings.reason = Reason::PodOutsideLabelSelector;
+            out.findings.detail = format!(
                 "no pod for this name is visible, and podns watches only pods matching --label-selector {sel}: a pod outside the selector would not be seen (podns cannot tell whether one exists)"
             );
         }
@@ -283,11 +276,16 @@ impl Explanation {
                 self.answer.len() - TEXT_RECORDS
             );
         }
-        let _ = writeln!(s, "why: {} ({})", self.detail, self.reason.code());
-        if !self.objects.is_empty() {
+        let _ = writeln!(
+            s,
+            "why: {} ({})",
+            self.findings.detail,
+            self.findings.reason.code()
+        );
+        if !self.findings.objects.is_empty() {
             let _ = writeln!(s, "objects:");
         }
-        for o in &self.objects {
+        for o in &self.findings.objects {
             let _ = write!(s, "  {} {}/{}: {}", o.kind, o.namespace, o.name, o.role);
             if let Some(t) = o.service_type {
                 let _ = write!(s, ", {t}");
@@ -318,8 +316,8 @@ impl Explanation {
             }
             s.push('\n');
         }
-        if self.more_objects > 0 {
-            let _ = writeln!(s, "  ... and {} more", self.more_objects);
+        if self.findings.more_objects > 0 {
+            let _ = writeln!(s, "  ... and {} more", self.findings.more_objects);
         }
         for n in &self.notes {
             let _ = writeln!(s, "note: {n}");

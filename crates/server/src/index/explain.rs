@@ -196,7 +196,7 @@ fn is_zero(n: &usize) -> bool {
 pub const MAX_LISTED: usize = 20;
 
 impl Findings {
-    fn new(reason: Reason, detail: impl Into<String>) -> Self {
+    pub(crate) fn new(reason: Reason, detail: impl Into<String>) -> Self {
         Self {
             reason,
             detail: detail.into(),
@@ -533,7 +533,7 @@ impl Writer {
             // Nobody is published: the nearest reason is the pod the
             // duplicate rule would have chosen.
             let mut sorted = pods.clone();
-            sorted.sort_by(|a, b| order(a, b));
+            sorted.sort_by(|a, b| a.duplicate_order(b));
             let first = sorted[0];
             let why = self.host_not_published(first).unwrap_or(Reason::NoSuchName);
             let detail = match why {
@@ -573,7 +573,7 @@ impl Writer {
             .copied()
             .filter(|p| !std::ptr::eq(*p, winner))
             .collect();
-        others.sort_by(|a, b| order(a, b));
+        others.sort_by(|a, b| a.duplicate_order(b));
         let rivals: Vec<&Pod> = others
             .iter()
             .copied()
@@ -764,7 +764,7 @@ impl Writer {
             .map(|&id| self.pod(id))
             .filter(|p| *p.ns == *ns)
             .collect();
-        holders.sort_by(|a, b| order(a, b));
+        holders.sort_by(|a, b| a.duplicate_order(b));
         if let Some(p) = holders
             .iter()
             .find(|p| !p.host_network && self.published_anywhere(p))
@@ -835,7 +835,7 @@ impl Writer {
             .flatten()
             .map(|&id| self.pod(id))
             .collect();
-        holders.sort_by(|a, b| order(a, b));
+        holders.sort_by(|a, b| a.duplicate_order(b));
         let Some(first) = holders.first() else {
             return Findings::new(
                 Reason::NoPodWithIp,
@@ -997,7 +997,7 @@ impl Writer {
                         == Some(index)
             })
             .collect();
-        pods.sort_by(|a, b| order(a, b));
+        pods.sort_by(|a, b| a.duplicate_order(b));
         let Some(first) = pods.first() else {
             return Findings::new(
                 Reason::NoRank,
@@ -1021,17 +1021,6 @@ impl Writer {
         .ns(ns)
         .with(objects)
     }
-}
-
-/// The duplicate rule's order (Ready, Running, older, name), as
-/// [`Writer::choose`] sorts.
-fn order(a: &Pod, b: &Pod) -> std::cmp::Ordering {
-    b.ready
-        .cmp(&a.ready)
-        .then_with(|| (b.phase == Phase::Running).cmp(&(a.phase == Phase::Running)))
-        .then_with(|| a.created.cmp(&b.created))
-        .then_with(|| a.name.cmp(&b.name))
-        .then_with(|| a.ns.cmp(&b.ns))
 }
 
 /// Which step of the duplicate rule put `winner` before `other`, as a code

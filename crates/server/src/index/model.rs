@@ -136,6 +136,20 @@ impl Pod {
             && *self.ports == *p.ports
     }
 
+    /// The duplicate rule's order: of pods that claim one name, Ready
+    /// before not Ready, then Running, then the older creation, then name
+    /// (then namespace: pods of several namespaces share an IP's PTR, and
+    /// the order never depends on the order of ids).
+    pub(crate) fn duplicate_order(&self, other: &Pod) -> std::cmp::Ordering {
+        other
+            .ready
+            .cmp(&self.ready)
+            .then_with(|| (other.phase == Phase::Running).cmp(&(self.phase == Phase::Running)))
+            .then_with(|| self.created.cmp(&other.created))
+            .then_with(|| self.name.cmp(&other.name))
+            .then_with(|| self.ns.cmp(&other.ns))
+    }
+
     /// The value of label `key`, if the pod has it.
     pub(crate) fn label(&self, key: &str) -> Option<&str> {
         find(&self.labels, key)

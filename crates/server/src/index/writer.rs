@@ -748,19 +748,10 @@ impl Writer {
         })
     }
 
-    /// The pods a name answers with, after the duplicate rule: Ready before
-    /// not Ready, then Running, then the older creation, then name (then
-    /// namespace: the order never depends on the order of ids).
+    /// The pods a name answers with, in the duplicate rule's order
+    /// ([`Pod::duplicate_order`]).
     fn choose<'a>(&self, mut pods: Vec<&'a Pod>) -> Vec<&'a Pod> {
-        pods.sort_by(|a, b| {
-            b.ready
-                .cmp(&a.ready)
-                .then_with(|| (b.phase == Phase::Running).cmp(&(a.phase == Phase::Running)))
-                .then_with(|| a.created.cmp(&b.created))
-                .then_with(|| a.name.cmp(&b.name))
-                // Pods of several namespaces share an IP's PTR.
-                .then_with(|| a.ns.cmp(&b.ns))
-        });
+        pods.sort_by(|a, b| a.duplicate_order(b));
         if self.policy.duplicates == Duplicates::One {
             pods.truncate(1);
         }
@@ -770,17 +761,7 @@ impl Writer {
     /// One pod by the duplicate rule, whatever `--duplicate-hostnames` says
     /// (a rank name must name one rank).
     fn choose_one<'a>(&self, pods: Vec<&'a Pod>) -> Option<&'a Pod> {
-        let mut pods = pods;
-        pods.sort_by(|a, b| {
-            b.ready
-                .cmp(&a.ready)
-                .then_with(|| (b.phase == Phase::Running).cmp(&(a.phase == Phase::Running)))
-                .then_with(|| a.created.cmp(&b.created))
-                .then_with(|| a.name.cmp(&b.name))
-                // Pods of several namespaces share an IP's PTR.
-                .then_with(|| a.ns.cmp(&b.ns))
-        });
-        pods.into_iter().next()
+        pods.into_iter().min_by(|a, b| a.duplicate_order(b))
     }
 
     /// The name a pod's SRV record and PTR point at under a headless Service:
