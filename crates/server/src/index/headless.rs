@@ -1,13 +1,14 @@
 //! Derived data: the record sets of headless Services, kept member by
 //! member. A pod event changes what one member adds (its addresses and SRV
-//! records), so it costs O(log n + n copied once) in a set of n members,
-//! never a walk over every member with its publishing rules and names.
-//! A Service event (ports, selector, `publishNotReadyAddresses`) recounts
-//! the whole set.
+//! records), so it costs O(log n) for the SRV records (kept in the
+//! persistent form they are published in, [`SrvSet`]) and one copy of the
+//! n addresses (4 or 16 bytes each), never a walk over every member with
+//! its publishing rules and names. A Service event (ports, selector,
+//! `publishNotReadyAddresses`) recounts the whole set.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::table::{Rrs, Srv};
+use super::table::{Rrs, Srv, SrvSet};
 use super::writer::{HashMap, HashSet};
 
 /// A pod's place in the writer's slab.
@@ -47,10 +48,6 @@ impl<T: Ord + Clone> Counted<T> {
     pub(crate) fn values(&self) -> impl ExactSizeIterator<Item = &T> {
         self.0.iter().map(|(v, _)| v)
     }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 /// The SRV records one member adds, each with the index of the Service
@@ -68,9 +65,9 @@ pub(crate) type SrvAdded = Box<[(u16, Srv)]>;
 pub(crate) struct HeadlessSet {
     a: Counted<Ipv4Addr>,
     aaaa: Counted<Ipv6Addr>,
-    srv: Counted<Srv>,
+    srv: SrvSet,
     /// SRV records by Service port index, for the named SRV names.
-    by_port: HashMap<u16, Counted<Srv>>,
+    by_port: HashMap<u16, SrvSet>,
     counted: HashSet<PodId>,
     srv_added: HashMap<PodId, SrvAdded>,
 }
@@ -133,17 +130,14 @@ impl HeadlessSet {
         Rrs {
             a: self.a.values().copied().collect(),
             aaaa: self.aaaa.values().copied().collect(),
-            srv: self.srv.values().cloned().collect(),
+            srv: self.srv.clone(),
             ..Default::default()
         }
     }
 
     /// The SRV records of Service port `port`.
-    pub(crate) fn port_srv(&self, port: u16) -> Vec<Srv> {
-        self.by_port
-            .get(&port)
-            .map(|c| c.values().cloned().collect())
-            .unwrap_or_default()
+    pub(crate) fn port_srv(&self, port: u16) -> SrvSet {
+        self.by_port.get(&port).cloned().unwrap_or_default()
     }
 }
 
@@ -168,7 +162,7 @@ mod tests {
         assert_eq!(s.rrs().a.len(), 1);
         s.put(1, &[ip], None);
         assert_eq!(s.rrs().a, ["10.0.0.1".parse::<Ipv4Addr>().unwrap()]);
-        assert_eq!(s.port_srv(0), [srv(80, "a.web.ns.svc")]);
+        assert!(s.port_srv(0).iter().eq([&srv(80, "a.web.ns.svc")]));
         s.take(2, &[ip]);
         assert!(s.rrs().is_empty());
         assert!(s.port_srv(0).is_empty() && s.by_port.is_empty());
@@ -188,11 +182,37 @@ mod tests {
         let r = s.rrs();
         assert!(r.a.is_empty());
         assert_eq!(r.aaaa.len(), 1);
-        assert_eq!(r.srv, [srv(53, "x")]);
+        assert!(r.srv.iter().eq([&srv(53, "x")]));
         assert!(s.port_srv(0).is_empty());
         // Its SRV target changes (another pod won its hostname).
         s.put(7, &[v6], Some(Box::new([(1, srv(53, "y"))])));
-        assert_eq!(s.rrs().srv, [srv(53, "y")]);
+        assert!(s.rrs().srv.iter().eq([&srv(53, "y")]));
         assert_eq!(s.rrs().aaaa.len(), 1);
+    }
+
+    /// What the writer published stays as it was while the set changes:
+    /// the copy shares the B-tree's nodes, and a change copies its path.
+    #[test]
+    fn a_published_copy_keeps_its_records_while_the_set_changes() {
+        let mut s = HeadlessSet::default();
+        let ip = |i: u32| IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i));
+        let mine = |t: &str| -> SrvAdded { Box::new([(0, srv(80, t))]) };
+        // More than one B-tree node's worth of records.
+        for i in 0..300 {
+            s.put(i, &[ip(i)], Some(mine(&format!("r{i}.web.ns.svc"))));
+        }
+        let before = s.rrs();
+        s.take(7, &[ip(7)]);
+        s.put(7, &[ip(7)], Some(mine("moved.web.ns.svc")));
+        let after = s.rrs();
+        let has = |r: &Rrs, t: &str| r.srv.iter().any(|x| &*x.target == t);
+        assert_eq!((before.srv.len(), after.srv.len()), (300, 300));
+        assert!(has(&before, "r7.web.ns.svc") && !has(&before, "moved.web.ns.svc"));
+        assert!(has(&after, "moved.web.ns.svc") && !has(&after, "r7.web.ns.svc"));
+        assert_ne!(before, after);
+        assert_eq!(after, s.rrs());
+        assert!(s.port_srv(0).iter().eq(after.srv.iter()));
+        let targets: Vec<&str> = after.srv.iter().map(|x| &*x.target).collect();
+        assert!(targets.is_sorted(), "records come out in order");
     }
 }

@@ -14,7 +14,7 @@ pub mod types;
 pub mod writer;
 
 pub use policy::{Duplicates, Hostnames, Policy, Publish};
-pub use table::{Lookup, Rrs, Srv, Table, Value};
+pub use table::{Lookup, Rrs, Srv, SrvSet, Table, Value};
 pub use types::*;
 pub use writer::{SyncNeeds, Writer};
 

@@ -26,6 +26,73 @@ pub struct Srv {
     pub target: Arc<str>,
 }
 
+/// The SRV records of one name, sorted, each with how many members add
+/// it (two members may add the same record: pods of one hostname, say).
+///
+/// A persistent B-tree (`imbl::OrdMap`): the writer keeps a headless
+/// Service's set in this form and publishes a copy of it, which shares
+/// every node, so a member's change costs O(log n) records copied, not
+/// the whole set (8,192 targets cloned and compared per event before).
+/// Comparing two copies skips the nodes they share.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SrvSet(imbl::OrdMap<Srv, u32>);
+
+impl SrvSet {
+    /// The distinct records, in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &Srv> {
+        self.0.keys()
+    }
+
+    /// How many distinct records.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Count one more member adding `r`.
+    pub(crate) fn add(&mut self, r: &Srv) {
+        match self.0.get_mut(r) {
+            Some(n) => *n += 1,
+            None => {
+                self.0.insert(r.clone(), 1);
+            }
+        }
+    }
+
+    /// Count one member fewer adding `r`; the record goes with the last.
+    pub(crate) fn remove(&mut self, r: &Srv) {
+        match self.0.get_mut(r) {
+            Some(n) if *n > 1 => *n -= 1,
+            Some(_) => {
+                self.0.remove(r);
+            }
+            None => {}
+        }
+    }
+}
+
+impl FromIterator<Srv> for SrvSet {
+    fn from_iter<I: IntoIterator<Item = Srv>>(records: I) -> Self {
+        let mut set = Self::default();
+        for r in records {
+            set.add(&r);
+        }
+        set
+    }
+}
+
+impl<'a> IntoIterator for &'a SrvSet {
+    type Item = &'a Srv;
+    type IntoIter = imbl::ordmap::Keys<'a, Srv, u32, imbl::shared_ptr::DefaultSharedPtr>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.keys()
+    }
+}
+
 /// Everything one name answers, built by the writer when an event touches
 /// the name. An empty `Rrs` is a name that exists with no data (NODATA).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -34,7 +101,7 @@ pub struct Rrs {
     pub aaaa: Vec<Ipv6Addr>,
     /// Absolute target of an ExternalName Service, no trailing dot.
     pub cname: Option<Box<str>>,
-    pub srv: Vec<Srv>,
+    pub srv: SrvSet,
     /// Forward key the PTR points at (relative to the first zone).
     pub ptr: Option<Box<str>>,
     pub txt: Option<Box<str>>,

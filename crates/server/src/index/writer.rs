@@ -26,7 +26,7 @@ use super::names::{
     gang_name, host_name, leader_name, member_name, pod_name, port_name, rank_name, reverse,
     service_name,
 };
-use super::table::{IpName, Rrs, Srv, Table, Value};
+use super::table::{IpName, Rrs, Srv, SrvSet, Table, Value};
 use super::types::*;
 
 /// The index's hash maps: foldhash, several times faster than SipHash on
@@ -1067,13 +1067,13 @@ impl Writer {
             ServiceKind::ClusterIp(ips) => {
                 let mut rrs = Rrs::default();
                 add_ips(&mut rrs, ips);
-                let mut named: BTreeMap<String, Vec<Srv>> = BTreeMap::new();
+                let mut named: BTreeMap<String, SrvSet> = BTreeMap::new();
                 for port in &svc.ports {
                     let srv = Srv {
                         port: port.port,
                         target: base.clone().into(),
                     };
-                    rrs.srv.push(srv.clone());
+                    rrs.srv.add(&srv);
                     if let Some(name) = &port.name {
                         named
                             .entry(port_name(
@@ -1083,11 +1083,9 @@ impl Writer {
                                 &sk.namespace,
                             ))
                             .or_default()
-                            .push(srv);
+                            .add(&srv);
                     }
                 }
-                rrs.srv.sort();
-                rrs.srv.dedup();
                 out.push((base, rrs));
                 for (name, srv) in named {
                     out.push((
