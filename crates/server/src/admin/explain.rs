@@ -93,13 +93,19 @@ pub fn parse_name(s: &str) -> Result<Name, BadRequest> {
 }
 
 impl Explainer {
-    /// Explain `name` `qtype`: ask the answerer, then the writer.
-    pub async fn explain(&self, name: &Name, qtype: RecordType) -> Explanation {
+    /// What DNS answers now: the rcode and the answer records.
+    fn answer(&self, name: &Name, qtype: RecordType) -> (ResponseCode, Vec<String>) {
         let mut req = Message::new(0, MessageType::Query, OpCode::Query);
         req.add_query(Query::query(name.clone(), qtype));
         let resp = self.answerer.answer(&req);
-        let rcode = resp.metadata.response_code;
-        let answer: Vec<String> = resp.answers.iter().map(ToString::to_string).collect();
+        let answer = resp.answers.iter().map(ToString::to_string).collect();
+        (resp.metadata.response_code, answer)
+    }
+
+    /// Explain `name` `qtype`: ask the answerer, then the writer, then the
+    /// answerer again (see below).
+    pub async fn explain(&self, name: &Name, qtype: RecordType) -> Explanation {
+        let (rcode, answer) = self.answer(name, qtype);
         let mut out = Explanation {
             name: name.to_ascii(),
             qtype: qtype.to_string(),
@@ -142,6 +148,13 @@ impl Explainer {
                 return out;
             }
         };
+        // Events may have been applied while the request waited for the
+        // writer, which answers between batches, once their names are
+        // published: the answer asked again now is at least as new as the
+        // findings, so the two never disagree about an event in between.
+        let (rcode, answer) = self.answer(name, qtype);
+        out.rcode = rcode_name(rcode);
+        out.answer = answer;
         self.combine(&mut out, findings, rcode);
         out
     }
