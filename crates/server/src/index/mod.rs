@@ -16,7 +16,7 @@ pub mod writer;
 pub use policy::{Duplicates, Hostnames, Policy, Publish};
 pub use table::{Lookup, Rrs, Srv, SrvSet, Table, Value};
 pub use types::*;
-pub use writer::{SyncNeeds, Writer};
+pub use writer::{SyncNeeds, Writer, set_release_memory};
 
 #[cfg(test)]
 mod props_tests;

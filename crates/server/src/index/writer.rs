@@ -140,6 +140,21 @@ pub struct Writer {
     job_resets: HashSet<Option<String>>,
     /// `podns explain` requests, answered between batches (`--admin-debug`).
     explain_rx: Option<explain::ExplainReceiver>,
+    /// A list was applied since [`RELEASE_MEMORY`] last ran.
+    listed_since_release: bool,
+}
+
+/// What the process calls to hand freed memory back to the OS, once the
+/// writer is idle after a list (the first sync, a relist): the moment the
+/// most has just been freed (the decoded list, its strings, the batches).
+/// The binary sets its allocator's collect here; unset (tests, benches),
+/// nothing is called. An allocator that purges only when it is next used
+/// keeps those pages resident in a server that then sits idle.
+static RELEASE_MEMORY: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Set [`RELEASE_MEMORY`] (the first call wins).
+pub fn set_release_memory(release: fn()) {
+    let _ = RELEASE_MEMORY.set(release);
 }
 
 impl Writer {
@@ -171,6 +186,7 @@ impl Writer {
             service_resets: HashSet::default(),
             job_resets: HashSet::default(),
             explain_rx: None,
+            listed_since_release: false,
         }
     }
 
@@ -240,6 +256,7 @@ impl Writer {
     /// A complete list of one watch scope is applied: rebuild its names,
     /// then count the scope as listed (synced only once the names are in).
     fn listed(&mut self, kind: Kind, namespace: Option<String>) {
+        self.listed_since_release = true;
         self.flush();
         match kind {
             Kind::Pods => self.pod_resets.insert(namespace),
@@ -289,6 +306,17 @@ impl Writer {
             self.flush();
             for at in &arrived {
                 self.metrics.propagation.observe(at.elapsed().as_secs_f64());
+            }
+            if self.listed_since_release && self.table.is_synced() && rx.is_empty() {
+                self.listed_since_release = false;
+                if let Some(release) = RELEASE_MEMORY.get() {
+                    let t = std::time::Instant::now();
+                    release();
+                    tracing::debug!(
+                        elapsed_ms = t.elapsed().as_millis() as u64,
+                        "freed memory handed back after a list"
+                    );
+                }
             }
             if !self.table.is_synced() && logged.elapsed() >= PROGRESS_EVERY {
                 // A 1M-pod sync takes a while: show it moving.
@@ -1452,3 +1480,99 @@ impl<T> IntoIterator for SmallSet<T> {
 #[cfg(test)]
 #[path = "ranks_tests.rs"]
 mod ranks_tests;
+
+#[cfg(test)]
+mod release_tests {
+    use std::sync::Mutex;
+    use std::thread::ThreadId;
+    use std::time::{Duration, Instant};
+
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::index::testing::pod;
+    use crate::index::{Arrival, Lookup};
+
+    /// The writer threads that called the hook, one entry per call (other
+    /// tests' writers may call it too: each test counts its own thread's).
+    static CALLS: Mutex<Vec<ThreadId>> = Mutex::new(Vec::new());
+
+    fn record() {
+        CALLS.lock().unwrap().push(std::thread::current().id());
+    }
+
+    fn send(tx: &mpsc::Sender<Arrival>, update: Update) {
+        let at = Instant::now();
+        tx.blocking_send(Arrival { update, at }).unwrap();
+    }
+
+    fn until(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Freed memory is handed back once the writer is idle after a list
+    /// (the first sync, a relist), never after a single event.
+    #[test]
+    fn memory_is_handed_back_after_each_list_not_after_each_event() {
+        set_release_memory(record);
+        let needs = SyncNeeds {
+            pod_scopes: 1,
+            service_scopes: 1,
+            job_scopes: 0,
+        };
+        let policy = Policy {
+            rank_view: false,
+            ..Policy::default()
+        };
+        let w = Writer::new(Table::new(), policy, Metrics::new(), needs);
+        let table = w.table().clone();
+        let (tx, rx) = mpsc::channel(16);
+        let writer = std::thread::spawn(move || w.run_blocking(rx));
+        let id = writer.thread().id();
+        let calls = move || CALLS.lock().unwrap().iter().filter(|&&t| t == id).count();
+        let a = pod("ml", "a", "10.0.0.1");
+        let b = pod("ml", "b", "10.0.0.2");
+        let (ka, kb) = (a.key.clone(), b.key.clone());
+        send(&tx, Update::Pod(Change::Apply(a)));
+        send(
+            &tx,
+            Update::Service(Change::Listed {
+                namespace: None,
+                keys: vec![],
+            }),
+        );
+        send(
+            &tx,
+            Update::Pod(Change::Listed {
+                namespace: None,
+                keys: vec![ka.clone()],
+            }),
+        );
+        until("the first sync's release", || calls() == 1);
+        assert!(table.is_synced());
+        // One event: applied, and nothing handed back for it.
+        send(&tx, Update::Pod(Change::Apply(b)));
+        until("pod b", || {
+            matches!(
+                table.lookup("10-0-0-2.ml.pod"),
+                Lookup::Ip(_) | Lookup::Found(_)
+            )
+        });
+        // A relist (after a 410, say): handed back again.
+        send(
+            &tx,
+            Update::Pod(Change::Listed {
+                namespace: None,
+                keys: vec![ka, kb],
+            }),
+        );
+        until("the relist's release", || calls() >= 2);
+        drop(tx);
+        writer.join().unwrap();
+        assert_eq!(calls(), 2, "one release per list, none for the event");
+    }
+}
