@@ -14,9 +14,6 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use kube::core::WatchEvent;
 
 use podns_server::k8s::pb::{self, PbObject};
@@ -24,6 +21,9 @@ use podns_server::k8s::slim::SlimPod;
 use podns_sim::pbenc;
 use podns_sim::store::Kind;
 use podns_sim::workload::sample_job_pod;
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// One pod in both encodings, as a bare object and as a watch event.
 struct Encoded {

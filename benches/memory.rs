@@ -31,8 +31,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
-use podns_server::admin::Metrics;
-use podns_server::index::{Change, Policy, ServiceInfo, SyncNeeds, Table, Update, Writer};
+use podns_server::index::{Change, Policy, Update};
 
 use common::*;
 
@@ -114,11 +113,7 @@ fn measure(jobs: usize, ranks: usize, rank_view: bool) -> Row {
 
     PEAK.store(live(), Ordering::Relaxed);
     let t = Instant::now();
-    let mut w = if rank_view {
-        rank_view_writer(services)
-    } else {
-        writer_with_services(services)
-    };
+    let mut w = writer_with_services_and(services, rank_policy(rank_view));
     w.apply(Update::Pod(Change::Reset {
         namespace: None,
         items, // moved: the relist consumes (and frees) the input Vec
@@ -145,27 +140,13 @@ fn measure(jobs: usize, ranks: usize, rank_view: bool) -> Row {
     }
 }
 
-/// A writer with the rank view on, as `podns serve` runs by default (no
-/// Job objects listed), holding `services`.
-fn rank_view_writer(services: Vec<ServiceInfo>) -> Writer {
-    let mut w = Writer::new(
-        Table::new(),
-        Policy {
-            rank_view: true,
-            ..Policy::default()
-        },
-        Metrics::new(),
-        SyncNeeds {
-            pod_scopes: 1,
-            service_scopes: 1,
-            job_scopes: 0,
-        },
-    );
-    w.apply(Update::Service(Change::Reset {
-        namespace: None,
-        items: services,
-    }));
-    w
+/// The benches' policy with the rank view on or off (on is how `podns
+/// serve` runs by default; no Job objects are listed here).
+fn rank_policy(rank_view: bool) -> Policy {
+    Policy {
+        rank_view,
+        ..Policy::default()
+    }
 }
 
 fn main() {
@@ -205,7 +186,7 @@ fn churn() {
         .map(|p| p.key)
         .collect();
     let base = live();
-    let mut w = rank_view_writer(job_services(jobs));
+    let mut w = writer_with_services_and(job_services(jobs), rank_policy(true));
     w.apply(Update::Pod(Change::Reset {
         namespace: None,
         items: job_pods(jobs, ranks, Labels::JobSet),

@@ -118,9 +118,14 @@ pub fn job_services(jobs: usize) -> Vec<ServiceInfo> {
 
 /// A writer over a fresh table, services listed (synced), pods not yet.
 pub fn writer_with_services(services: Vec<ServiceInfo>) -> Writer {
+    writer_with_services_and(services, Policy::default())
+}
+
+/// [`writer_with_services`] with a policy of the caller's.
+pub fn writer_with_services_and(services: Vec<ServiceInfo>, policy: Policy) -> Writer {
     let mut w = Writer::new(
         Table::new(),
-        Policy::default(),
+        policy,
         Metrics::new(),
         SyncNeeds {
             pod_scopes: 1,

@@ -209,16 +209,11 @@ impl Explainer {
         let negative = out.answer.is_empty();
         if negative && rcode == ResponseCode::NoError && out.findings.reason.is_rule() {
             // The name exists; this type is not among its records.
-            out.notes.push(format!(
-                "{}: {}",
-                out.findings.reason.code(),
-                out.findings.detail
-            ));
-            out.findings.reason = Reason::NoRecordOfType;
-            out.findings.detail = format!(
+            let detail = format!(
                 "{} exists but has no {} records, so the answer is NODATA",
                 out.name, out.qtype
             );
+            out.supersede(Reason::NoRecordOfType, detail);
             return;
         }
         if !negative {
@@ -229,16 +224,11 @@ impl Explainer {
             && !self.namespaces.is_empty()
             && !self.namespaces.iter().any(|n| n == ns)
         {
-            out.notes.push(format!(
-                "{}: {}",
-                out.findings.reason.code(),
-                out.findings.detail
-            ));
-            out.findings.reason = Reason::NamespaceNotWatched;
-            out.findings.detail = format!(
+            let detail = format!(
                 "namespace {ns} is not watched: podns runs with --namespace {}, so it sees no pod or Service there",
                 self.namespaces.join(",")
             );
+            out.supersede(Reason::NamespaceNotWatched, detail);
             return;
         }
         if ns.is_none()
@@ -260,20 +250,24 @@ impl Explainer {
             )
             && !out.findings.objects.iter().any(|o| o.kind == "pod")
         {
-            out.notes.push(format!(
-                "{}: {}",
-                out.findings.reason.code(),
-                out.findings.detail
-            ));
-            out.findings.reason = Reason::PodOutsideLabelSelector;
-            out.findings.detail = format!(
+            let detail = format!(
                 "no pod for this name is visible, and podns watches only pods matching --label-selector {sel}: a pod outside the selector would not be seen (podns cannot tell whether one exists)"
             );
+            out.supersede(Reason::PodOutsideLabelSelector, detail);
         }
     }
 }
 
 impl Explanation {
+    /// Replace the writer's reason with a nearer one, keeping the writer's
+    /// as a note.
+    fn supersede(&mut self, reason: Reason, detail: String) {
+        let was = format!("{}: {}", self.findings.reason.code(), self.findings.detail);
+        self.notes.push(was);
+        self.findings.reason = reason;
+        self.findings.detail = detail;
+    }
+
     /// For a person: the answer, then why, then the objects.
     pub fn text(&self) -> String {
         use std::fmt::Write;
