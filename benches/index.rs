@@ -23,7 +23,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
-use podns_server::index::{Change, ObjKey, PodInfo, Proto, ServicePort, TargetPort, Update};
+use podns_server::index::{Change, ObjKey, PodInfo, Update};
 
 use common::*;
 
@@ -92,12 +92,7 @@ fn member_ip_change(c: &mut Criterion) {
         for ranks in [8usize, 8_192] {
             let mut svc = job_service(0);
             if ports {
-                svc.ports = vec![ServicePort {
-                    name: Some("nccl".into()),
-                    port: 29500,
-                    protocol: Proto::Tcp,
-                    target: TargetPort::Same,
-                }];
+                svc.ports = vec![nccl_port()];
             }
             let mut w = synced(vec![svc], job_pods(1, ranks, Labels::App));
             let i = ranks / 2;

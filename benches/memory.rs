@@ -12,7 +12,9 @@
 //! - peak: the most live bytes at any moment of the build (input included).
 //!
 //! Rows with the rank view off (`serve --no-rank-view`, the policy of the
-//! other benches) and on (the `serve` default).
+//! other benches) and on (the `serve` default), and one whose Services
+//! have a named port (`nccl`: an SRV record per member, as Kubeflow's and
+//! the simulator's Services have).
 //!
 //! Then churn at a constant pod count, as the soak runs it: 100k pods
 //! (rank view on), each replacement deletes a pod and creates its rank
@@ -104,12 +106,19 @@ struct Row {
 
 /// `rank_view`: as `podns serve` runs by default (rank names, leader and
 /// summary per Job, no Job objects listed), or as `--no-rank-view`.
-fn measure(jobs: usize, ranks: usize, rank_view: bool) -> Row {
+/// `port`: each Job's Service has one named port (an SRV record per
+/// member, as Kubeflow's and the simulator's Services have).
+fn measure(jobs: usize, ranks: usize, rank_view: bool, port: bool) -> Row {
     let pods = jobs * ranks;
     let base = live();
     let items = job_pods(jobs, ranks, Labels::JobSet);
     let input = live() - base;
-    let services = job_services(jobs);
+    let mut services = job_services(jobs);
+    if port {
+        for s in &mut services {
+            s.ports = vec![nccl_port()];
+        }
+    }
 
     PEAK.store(live(), Ordering::Relaxed);
     let t = Instant::now();
@@ -153,15 +162,29 @@ fn main() {
     // `cargo bench` passes `--bench`; a filter argument is accepted and ignored.
     println!("index memory per pod (live heap bytes; JobSet-shaped pods, 1,000 ranks per job)");
     println!(
-        "{:>9} {:>8} {:>8} {:>10} {:>14} {:>10} {:>10} {:>8}",
-        "rank view", "pods", "names", "input/pod", "writer+table", "table", "peak/pod", "build s"
+        "{:>9} {:>5} {:>8} {:>8} {:>10} {:>14} {:>10} {:>10} {:>8}",
+        "rank view",
+        "port",
+        "pods",
+        "names",
+        "input/pod",
+        "writer+table",
+        "table",
+        "peak/pod",
+        "build s"
     );
-    for (rank_view, jobs) in [(false, 10), (false, 100), (true, 100)] {
-        let r = measure(jobs, 1_000, rank_view);
+    for (rank_view, port, jobs) in [
+        (false, false, 10),
+        (false, false, 100),
+        (true, false, 100),
+        (true, true, 100),
+    ] {
+        let r = measure(jobs, 1_000, rank_view, port);
         let per = |b: isize| b as f64 / r.pods as f64;
         println!(
-            "{:>9} {:>8} {:>8} {:>10.0} {:>14.0} {:>10.0} {:>10.0} {:>8.2}",
+            "{:>9} {:>5} {:>8} {:>8} {:>10.0} {:>14.0} {:>10.0} {:>10.0} {:>8.2}",
             if rank_view { "on" } else { "off" },
+            if port { "nccl" } else { "none" },
             r.pods,
             r.names,
             per(r.input),

@@ -11,7 +11,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use podns_server::admin::Metrics;
 use podns_server::index::testing::{PodExt, SvcExt, headless, pod};
 use podns_server::index::{
-    Change, PodInfo, Policy, ServiceInfo, SyncNeeds, Table, TargetPort, Update, Writer,
+    Change, PodInfo, Policy, Proto, ServiceInfo, ServicePort, SyncNeeds, Table, TargetPort, Update,
+    Writer,
 };
 
 pub const NS: &str = "ml";
@@ -114,6 +115,17 @@ pub fn job_pods(jobs: usize, ranks: usize, labels: Labels) -> Vec<PodInfo> {
 
 pub fn job_services(jobs: usize) -> Vec<ServiceInfo> {
     (0..jobs).map(job_service).collect()
+}
+
+/// One named port, as Kubeflow's and the simulator's headless Services
+/// have (`nccl`, 29500): an SRV record per member.
+pub fn nccl_port() -> ServicePort {
+    ServicePort {
+        name: Some("nccl".into()),
+        port: 29500,
+        protocol: Proto::Tcp,
+        target: TargetPort::Same,
+    }
 }
 
 /// A writer over a fresh table, services listed (synced), pods not yet.

@@ -9,6 +9,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::table::{Rrs, Srv, SrvSet};
+use super::types::ServicePort;
 use super::writer::{HashMap, HashSet};
 
 /// A pod's place in the writer's slab.
@@ -65,14 +66,37 @@ pub(crate) type SrvAdded = Box<[(u16, Srv)]>;
 pub(crate) struct HeadlessSet {
     a: Counted<Ipv4Addr>,
     aaaa: Counted<Ipv6Addr>,
+    /// Every member's SRV records: the Service name's.
     srv: SrvSet,
-    /// SRV records by Service port index, for the named SRV names.
+    /// SRV records by Service port index, for the named SRV names of a
+    /// Service with more than one port. With one port, that port's records
+    /// are `srv`: a second B-tree of the same records cost 72 bytes a
+    /// member (BENCHMARKS.md §6). Unnamed ports have no name of their own.
     by_port: HashMap<u16, SrvSet>,
+    /// Which port indexes `by_port` keeps (empty: none, one port or none).
+    split: Box<[bool]>,
     counted: HashSet<PodId>,
     srv_added: HashMap<PodId, SrvAdded>,
 }
 
 impl HeadlessSet {
+    /// An empty set for a Service with these ports.
+    pub(crate) fn new(ports: &[ServicePort]) -> Self {
+        let split = if ports.len() > 1 {
+            ports.iter().map(|p| p.name.is_some()).collect()
+        } else {
+            Box::default()
+        };
+        Self {
+            split,
+            ..Self::default()
+        }
+    }
+
+    fn keeps(&self, port: u16) -> bool {
+        self.split.get(usize::from(port)).copied().unwrap_or(false)
+    }
+
     /// Count member `id`, whose pod has `ips`, as it is now: published
     /// with these SRV records (`Some`), or not (`None`).
     pub(crate) fn put(&mut self, id: PodId, ips: &[IpAddr], now: Option<SrvAdded>) {
@@ -95,7 +119,9 @@ impl HeadlessSet {
         }
         for (port, r) in &srv {
             self.srv.add(r);
-            self.by_port.entry(*port).or_default().add(r);
+            if self.keeps(*port) {
+                self.by_port.entry(*port).or_default().add(r);
+            }
         }
         self.counted.insert(id);
         if !srv.is_empty() {
@@ -135,8 +161,11 @@ impl HeadlessSet {
         }
     }
 
-    /// The SRV records of Service port `port`.
+    /// The SRV records of Service port `port` (a named one).
     pub(crate) fn port_srv(&self, port: u16) -> SrvSet {
+        if self.split.is_empty() {
+            return self.srv.clone();
+        }
         self.by_port.get(&port).cloned().unwrap_or_default()
     }
 }
@@ -152,9 +181,27 @@ mod tests {
         }
     }
 
+    /// Service ports named as given (`None`: unnamed).
+    fn ports(names: &[Option<&str>]) -> Vec<ServicePort> {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ServicePort {
+                name: n.map(str::to_string),
+                port: 8000 + i as u16,
+                protocol: crate::index::types::Proto::Tcp,
+                target: crate::index::types::TargetPort::Number(8000 + i as u16),
+            })
+            .collect()
+    }
+
+    fn one_port() -> HeadlessSet {
+        HeadlessSet::new(&ports(&[Some("http")]))
+    }
+
     #[test]
     fn a_record_stays_until_its_last_member_leaves() {
-        let mut s = HeadlessSet::default();
+        let mut s = one_port();
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
         let one = || -> SrvAdded { Box::new([(0, srv(80, "a.web.ns.svc"))]) };
         s.put(1, &[ip], Some(one()));
@@ -172,7 +219,7 @@ mod tests {
 
     #[test]
     fn a_member_that_changes_replaces_what_it_added() {
-        let mut s = HeadlessSet::default();
+        let mut s = HeadlessSet::new(&ports(&[Some("a"), Some("b")]));
         let v4: IpAddr = "10.0.0.1".parse().unwrap();
         let v6: IpAddr = "fd00::2".parse().unwrap();
         s.put(7, &[v4], Some(Box::new([])));
@@ -184,6 +231,7 @@ mod tests {
         assert_eq!(r.aaaa.len(), 1);
         assert!(r.srv.iter().eq([&srv(53, "x")]));
         assert!(s.port_srv(0).is_empty());
+        assert!(s.port_srv(1).iter().eq([&srv(53, "x")]));
         // Its SRV target changes (another pod won its hostname).
         s.put(7, &[v6], Some(Box::new([(1, srv(53, "y"))])));
         assert!(s.rrs().srv.iter().eq([&srv(53, "y")]));
@@ -194,7 +242,7 @@ mod tests {
     /// the copy shares the B-tree's nodes, and a change copies its path.
     #[test]
     fn a_published_copy_keeps_its_records_while_the_set_changes() {
-        let mut s = HeadlessSet::default();
+        let mut s = one_port();
         let ip = |i: u32| IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i));
         let mine = |t: &str| -> SrvAdded { Box::new([(0, srv(80, t))]) };
         // More than one B-tree node's worth of records.
@@ -214,5 +262,29 @@ mod tests {
         assert!(s.port_srv(0).iter().eq(after.srv.iter()));
         let targets: Vec<&str> = after.srv.iter().map(|x| &*x.target).collect();
         assert!(targets.is_sorted(), "records come out in order");
+    }
+
+    /// A named port's records are kept apart only when the Service has
+    /// other ports; with one port they are the Service name's, shared.
+    #[test]
+    fn a_port_keeps_its_own_records_only_beside_other_ports() {
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let added =
+            |n: u16| -> SrvAdded { (0..n).map(|i| (i, srv(8000 + i, "a.web.ns.svc"))).collect() };
+        let mut one = one_port();
+        one.put(1, &[ip], Some(added(1)));
+        assert!(one.by_port.is_empty(), "one port: no second copy");
+        assert_eq!(one.port_srv(0), one.rrs().srv);
+
+        let mut three = HeadlessSet::new(&ports(&[Some("a"), None, Some("c")]));
+        three.put(1, &[ip], Some(added(3)));
+        assert_eq!(three.rrs().srv.len(), 3);
+        let mut kept: Vec<u16> = three.by_port.keys().copied().collect();
+        kept.sort_unstable();
+        assert_eq!(kept, [0, 2], "the unnamed port has no name of its own");
+        assert!(three.port_srv(0).iter().eq([&srv(8000, "a.web.ns.svc")]));
+        assert!(three.port_srv(2).iter().eq([&srv(8002, "a.web.ns.svc")]));
+        three.take(1, &[ip]);
+        assert!(three.by_port.is_empty() && three.rrs().is_empty());
     }
 }

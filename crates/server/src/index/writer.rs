@@ -856,7 +856,7 @@ impl Writer {
             return;
         };
         if self.stale_sets.remove(sk) || !self.sets.contains_key(sk) {
-            let mut set = HeadlessSet::default();
+            let mut set = HeadlessSet::new(&svc.ports);
             for &id in self.members.get(sk).into_iter().flatten() {
                 set.put(id, &self.pods.get(id).ips, self.added(svc, id));
             }
