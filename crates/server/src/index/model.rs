@@ -3,8 +3,11 @@
 //! has about fourteen `String` pairs, ≈ 1.4 KB), nearly all of them the
 //! same across the pods of a Job. The writer keeps every label (a Service
 //! created later may select on any of them), but each distinct key=value
-//! pair once, shared by the pods that carry it.
+//! pair once, shared by the pods that carry it, and the pairs a pod shares
+//! with the other pods of its gang (all but its index) as one set, shared
+//! by them too.
 
+use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -14,10 +17,61 @@ use super::writer::{HashSet, SmallSet};
 /// One label or annotation, shared by every pod that carries it.
 pub(crate) type Pair = Arc<(Box<str>, Box<str>)>;
 
-/// The distinct label and annotation pairs of the pods in the model.
+/// Label and annotation keys whose value is the pod's own (its index in a
+/// gang), not its template's. Every other pair of a Job's, JobSet's,
+/// StatefulSet's or LeaderWorkerSet's pods is the same across the gang, so
+/// the pods keep those as one shared [`PairSet`]. A per-pod key missing
+/// here costs only the sharing (each pod's set is then its own), never an
+/// answer.
+const OWN_KEYS: &[&str] = &[
+    "batch.kubernetes.io/job-completion-index",
+    "apps.kubernetes.io/pod-index",
+    "statefulset.kubernetes.io/pod-name",
+    "leaderworkerset.sigs.k8s.io/worker-index",
+    "training.kubeflow.org/replica-index",
+    "volcano.sh/task-index",
+];
+
+fn own_key(key: &str) -> bool {
+    OWN_KEYS.contains(&key)
+}
+
+/// The labels and annotations a pod shares with the other pods of its
+/// template: all but its own ([`OWN_KEYS`]), in the order the pod had them.
+/// Pairs are interned, so two sets are equal when they hold the same
+/// pointers.
+#[derive(Debug, Default)]
+pub(crate) struct PairSet {
+    labels: Box<[Pair]>,
+    annotations: Box<[Pair]>,
+}
+
+impl PartialEq for PairSet {
+    fn eq(&self, other: &Self) -> bool {
+        let same = |a: &[Pair], b: &[Pair]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
+        };
+        same(&self.labels, &other.labels) && same(&self.annotations, &other.annotations)
+    }
+}
+
+impl Eq for PairSet {}
+
+impl Hash for PairSet {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.labels.len().hash(state);
+        for p in self.labels.iter().chain(&*self.annotations) {
+            Arc::as_ptr(p).hash(state);
+        }
+    }
+}
+
+/// The distinct label and annotation pairs of the pods in the model, and
+/// the distinct sets of them the pods share.
 #[derive(Debug, Default)]
 pub(crate) struct Interner {
     pairs: HashSet<Pair>,
+    sets: HashSet<Arc<PairSet>>,
 }
 
 impl Interner {
@@ -31,8 +85,28 @@ impl Interner {
         shared
     }
 
-    fn pairs(&mut self, v: Vec<(String, String)>) -> Box<[Pair]> {
-        v.into_iter().map(|p| self.pair(p)).collect()
+    /// Split `v` into the pod's own pairs and the rest, interned.
+    fn split(&mut self, v: Vec<(String, String)>, own: &mut Vec<Pair>) -> Box<[Pair]> {
+        let mut rest = Vec::with_capacity(v.len());
+        for p in v {
+            if own_key(&p.0) {
+                own.push(self.pair(p));
+            } else {
+                rest.push(self.pair(p));
+            }
+        }
+        rest.into_boxed_slice()
+    }
+
+    fn set(&mut self, s: PairSet) -> Arc<PairSet> {
+        if let Some(shared) = self.sets.get(&s) {
+            // `s`'s pairs are held by `shared` too: dropping them leaves
+            // every count as it was before `split`.
+            return shared.clone();
+        }
+        let shared = Arc::new(s);
+        self.sets.insert(shared.clone());
+        shared
     }
 
     /// Give back the pairs of a pod leaving the model; a pair nobody else
@@ -46,15 +120,36 @@ impl Interner {
         }
     }
 
+    /// Give back a pod's shared set; the last pod to hold it gives back
+    /// its pairs.
+    fn release_set(&mut self, set: Arc<PairSet>) {
+        if Arc::strong_count(&set) == 2 {
+            self.sets.remove(&*set);
+        }
+        if let Ok(PairSet {
+            labels,
+            annotations,
+        }) = Arc::try_unwrap(set)
+        {
+            self.release(Vec::from(labels).into_iter().chain(Vec::from(annotations)));
+        }
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.pairs.len()
     }
+
+    #[cfg(test)]
+    pub(crate) fn sets(&self) -> usize {
+        self.sets.len()
+    }
 }
 
 /// What the writer keeps of a pod: [`PodInfo`] without the uid (no name
-/// depends on it), with boxed slices instead of vectors, shared pairs, and
-/// the namespace, subdomain and hostname shared with the writer's indexes.
+/// depends on it), with boxed slices instead of vectors, shared pairs and
+/// pair sets, and the namespace, subdomain and hostname shared with the
+/// writer's indexes.
 #[derive(Clone, Debug)]
 pub(crate) struct Pod {
     pub ns: Arc<str>,
@@ -67,8 +162,11 @@ pub(crate) struct Pod {
     pub ready: bool,
     pub deleting: bool,
     pub host_network: bool,
-    pub labels: Box<[Pair]>,
-    pub annotations: Box<[Pair]>,
+    /// Its labels and annotations but its own.
+    shared: Arc<PairSet>,
+    /// Its own pairs ([`OWN_KEYS`]): `own_labels` labels, then annotations.
+    own: Box<[Pair]>,
+    own_labels: u8,
     pub ports: Box<[ContainerPort]>,
     /// The headless Services (of its namespace) that select the pod.
     pub services: SmallSet<Box<str>>,
@@ -85,6 +183,15 @@ impl Pod {
         subdomain: Option<Arc<str>>,
         interner: &mut Interner,
     ) -> Self {
+        let mut own = Vec::new();
+        let labels = interner.split(p.labels, &mut own);
+        // At most one pair per own key: the count fits.
+        let own_labels = u8::try_from(own.len()).unwrap_or(u8::MAX);
+        let annotations = interner.split(p.annotations, &mut own);
+        let shared = interner.set(PairSet {
+            labels,
+            annotations,
+        });
         Self {
             ns,
             name,
@@ -96,8 +203,9 @@ impl Pod {
             ready: p.ready,
             deleting: p.deleting,
             host_network: p.host_network,
-            labels: interner.pairs(p.labels),
-            annotations: interner.pairs(p.annotations),
+            shared,
+            own: own.into_boxed_slice(),
+            own_labels,
             ports: p.ports.into_boxed_slice(),
             services: SmallSet::default(),
         }
@@ -105,21 +213,33 @@ impl Pod {
 
     /// Give the pod's pairs back to the interner (the pod is leaving).
     pub(crate) fn release(self, interner: &mut Interner) {
-        interner.release(
-            Vec::from(self.labels)
-                .into_iter()
-                .chain(Vec::from(self.annotations)),
-        );
+        interner.release(Vec::from(self.own));
+        interner.release_set(self.shared);
+    }
+
+    fn own_labels(&self) -> &[Pair] {
+        &self.own[..usize::from(self.own_labels)]
+    }
+
+    fn own_annotations(&self) -> &[Pair] {
+        &self.own[usize::from(self.own_labels)..]
+    }
+
+    /// Its labels, its own first.
+    pub(crate) fn labels(&self) -> impl Iterator<Item = &Pair> {
+        self.own_labels().iter().chain(&*self.shared.labels)
     }
 
     /// Does `p` say the same as this pod, for everything the index reads?
     pub(crate) fn same_as(&self, p: &PodInfo) -> bool {
-        let pairs = |mine: &[Pair], theirs: &[(String, String)]| {
-            mine.len() == theirs.len()
-                && mine
-                    .iter()
-                    .zip(theirs)
-                    .all(|(m, (k, v))| *m.0 == **k && *m.1 == **v)
+        // As `new` splits them: own and shared pairs each in their order.
+        let pairs = |own: &[Pair], shared: &[Pair], theirs: &[(String, String)]| {
+            let (mut o, mut s) = (own.iter(), shared.iter());
+            let all = theirs.iter().all(|(k, v)| {
+                let mine = if own_key(k) { o.next() } else { s.next() };
+                mine.is_some_and(|m| *m.0 == **k && *m.1 == **v)
+            });
+            all && o.next().is_none() && s.next().is_none()
         };
         *self.ns == *p.key.namespace
             && *self.name == *p.key.name
@@ -131,8 +251,12 @@ impl Pod {
             && self.ready == p.ready
             && self.deleting == p.deleting
             && self.host_network == p.host_network
-            && pairs(&self.labels, &p.labels)
-            && pairs(&self.annotations, &p.annotations)
+            && pairs(self.own_labels(), &self.shared.labels, &p.labels)
+            && pairs(
+                self.own_annotations(),
+                &self.shared.annotations,
+                &p.annotations,
+            )
             && *self.ports == *p.ports
     }
 
@@ -152,19 +276,25 @@ impl Pod {
 
     /// The value of label `key`, if the pod has it.
     pub(crate) fn label(&self, key: &str) -> Option<&str> {
-        find(&self.labels, key)
+        find(self.own_labels(), &self.shared.labels, key)
     }
 
     pub(crate) fn annotation(&self, key: &str) -> Option<&str> {
-        find(&self.annotations, key)
+        find(self.own_annotations(), &self.shared.annotations, key)
     }
 
     pub(crate) fn has_label(&self, key: &str, value: &str) -> bool {
-        self.labels.iter().any(|p| *p.0 == *key && *p.1 == *value)
+        let pairs = if own_key(key) {
+            self.own_labels()
+        } else {
+            &self.shared.labels
+        };
+        pairs.iter().any(|p| *p.0 == *key && *p.1 == *value)
     }
 }
 
-fn find<'a>(pairs: &'a [Pair], key: &str) -> Option<&'a str> {
+fn find<'a>(own: &'a [Pair], shared: &'a [Pair], key: &str) -> Option<&'a str> {
+    let pairs = if own_key(key) { own } else { shared };
     pairs.iter().find(|p| *p.0 == *key).map(|p| &*p.1)
 }
 
@@ -173,26 +303,71 @@ mod tests {
     use super::*;
     use crate::index::testing::{PodExt, pod};
 
+    const INDEX: &str = "batch.kubernetes.io/job-completion-index";
+
+    fn new(p: PodInfo, i: &mut Interner) -> Pod {
+        let (ns, name) = (p.key.namespace.as_str().into(), p.key.name.as_str().into());
+        Pod::new(p, ns, name, None, None, i)
+    }
+
     #[test]
     fn pairs_are_shared_and_released_with_the_last_pod() {
         let mut i = Interner::default();
         let mut a = pod("ml", "a", "10.0.0.1").label("app", "x").label("k", "v");
         a.annotations = vec![("k".into(), "v".into())];
         let b = pod("ml", "b", "10.0.0.2").label("app", "x");
-        let new = |p: PodInfo, i: &mut Interner| {
-            let (ns, name) = (p.key.namespace.as_str().into(), p.key.name.as_str().into());
-            Pod::new(p, ns, name, None, None, i)
-        };
         let (pa, pb) = (new(a.clone(), &mut i), new(b, &mut i));
-        assert_eq!(i.len(), 2);
-        assert!(Arc::ptr_eq(&pa.labels[0], &pb.labels[0]));
+        assert_eq!((i.len(), i.sets()), (2, 2));
+        assert!(Arc::ptr_eq(&pa.shared.labels[0], &pb.shared.labels[0]));
         assert!(pa.same_as(&a));
         assert_eq!(pa.label("k"), Some("v"));
         assert_eq!(pa.annotation("k"), Some("v"));
         assert!(pa.has_label("app", "x") && !pa.has_label("app", "y"));
         pa.release(&mut i);
-        assert_eq!(i.len(), 1, "app=x is still held by b");
+        assert_eq!((i.len(), i.sets()), (1, 1), "app=x is still held by b");
         pb.release(&mut i);
-        assert_eq!(i.len(), 0);
+        assert_eq!((i.len(), i.sets()), (0, 0));
+    }
+
+    /// The ranks of a gang differ only in their index: they hold one
+    /// shared set, and each its own index pair (as label and annotation).
+    #[test]
+    fn ranks_of_a_gang_share_one_set_and_keep_their_index() {
+        let mut i = Interner::default();
+        let rank = |n: &str| {
+            let mut p = pod("ml", &format!("w-{n}"), "10.0.0.1")
+                .label("job-name", "w")
+                .label(INDEX, n)
+                .label("app", "w");
+            p.annotations = vec![(INDEX.into(), n.into()), ("team".into(), "a".into())];
+            p
+        };
+        let (r0, r1) = (rank("0"), rank("1"));
+        let (p0, p1) = (new(r0.clone(), &mut i), new(r1.clone(), &mut i));
+        assert_eq!(i.sets(), 1, "one set for the gang");
+        assert!(Arc::ptr_eq(&p0.shared, &p1.shared));
+        assert_eq!((p0.label(INDEX), p1.label(INDEX)), (Some("0"), Some("1")));
+        assert_eq!(
+            (p0.annotation(INDEX), p1.annotation(INDEX)),
+            (Some("0"), Some("1"))
+        );
+        assert_eq!(p1.label("app"), Some("w"));
+        assert_eq!(p1.annotation("team"), Some("a"));
+        assert_eq!(p1.annotation("app"), None);
+        assert!(p1.has_label(INDEX, "1") && !p1.has_label(INDEX, "0"));
+        let labels: Vec<&str> = p1.labels().map(|p| &*p.0).collect();
+        assert_eq!(labels, [INDEX, "job-name", "app"]);
+        assert!(p0.same_as(&r0) && p1.same_as(&r1) && !p0.same_as(&r1));
+        let mut moved = r1.clone();
+        moved.labels.swap(0, 2);
+        assert!(!p1.same_as(&moved), "the order of the shared pairs counts");
+        moved.labels.swap(0, 2);
+        moved.labels.pop();
+        assert!(!p1.same_as(&moved), "a pair fewer");
+        p0.release(&mut i);
+        assert_eq!(i.sets(), 1);
+        assert_eq!(i.len(), 4, "1's index pair, job-name, app, team");
+        p1.release(&mut i);
+        assert_eq!((i.len(), i.sets()), (0, 0));
     }
 }

@@ -523,15 +523,17 @@ impl Writer {
             &mut self.interner,
         );
         if let Some(anchors) = self.selectors.get(&*ns) {
-            for pair in &pod.labels {
+            let mut services = SmallSet::default();
+            for pair in pod.labels() {
                 for svc in anchors.get(&**pair).into_iter().flatten() {
                     if let Some(s) = self.services.get(&ObjKey::new(&*ns, svc.as_str()))
                         && selects(s, &pod)
                     {
-                        pod.services.insert(svc.as_str().into());
+                        services.insert(svc.as_str().into());
                     }
                 }
             }
+            pod.services = services;
         }
         let id = self.pods.insert(pod);
         let pod = self.pods.get(id);
