@@ -3,9 +3,9 @@
 //! has about fourteen `String` pairs, ≈ 1.4 KB), nearly all of them the
 //! same across the pods of a Job. The writer keeps every label (a Service
 //! created later may select on any of them), but each distinct key=value
-//! pair once, shared by the pods that carry it, and the pairs a pod shares
-//! with the other pods of its gang (all but its index) as one set, shared
-//! by them too.
+//! pair once, shared by the pods that carry it; and what a pod shares with
+//! the other pods of its gang (every pair but its index, its container
+//! ports) once, as a [`Template`] they hold.
 
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
@@ -20,7 +20,7 @@ pub(crate) type Pair = Arc<(Box<str>, Box<str>)>;
 /// Label and annotation keys whose value is the pod's own (its index in a
 /// gang), not its template's. Every other pair of a Job's, JobSet's,
 /// StatefulSet's or LeaderWorkerSet's pods is the same across the gang, so
-/// the pods keep those as one shared [`PairSet`]. A per-pod key missing
+/// the pods keep those as one shared [`Template`]. A per-pod key missing
 /// here costs only the sharing (each pod's set is then its own), never an
 /// answer.
 const OWN_KEYS: &[&str] = &[
@@ -36,42 +36,46 @@ fn own_key(key: &str) -> bool {
     OWN_KEYS.contains(&key)
 }
 
-/// The labels and annotations a pod shares with the other pods of its
-/// template: all but its own ([`OWN_KEYS`]), in the order the pod had them.
-/// Pairs are interned, so two sets are equal when they hold the same
-/// pointers.
+/// What a pod shares with the other pods of its template (the ranks of a
+/// Job, say): its labels and annotations but its own ([`OWN_KEYS`]), in the
+/// order the pod had them, and its container ports. Pairs are interned, so
+/// two templates hold the same pairs when they hold the same pointers.
 #[derive(Debug, Default)]
-pub(crate) struct PairSet {
+pub(crate) struct Template {
     labels: Box<[Pair]>,
     annotations: Box<[Pair]>,
+    ports: Box<[ContainerPort]>,
 }
 
-impl PartialEq for PairSet {
+impl PartialEq for Template {
     fn eq(&self, other: &Self) -> bool {
         let same = |a: &[Pair], b: &[Pair]| {
             a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
         };
-        same(&self.labels, &other.labels) && same(&self.annotations, &other.annotations)
+        same(&self.labels, &other.labels)
+            && same(&self.annotations, &other.annotations)
+            && self.ports == other.ports
     }
 }
 
-impl Eq for PairSet {}
+impl Eq for Template {}
 
-impl Hash for PairSet {
+impl Hash for Template {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.labels.len().hash(state);
         for p in self.labels.iter().chain(&*self.annotations) {
             Arc::as_ptr(p).hash(state);
         }
+        self.ports.hash(state);
     }
 }
 
 /// The distinct label and annotation pairs of the pods in the model, and
-/// the distinct sets of them the pods share.
+/// the distinct templates the pods share.
 #[derive(Debug, Default)]
 pub(crate) struct Interner {
     pairs: HashSet<Pair>,
-    sets: HashSet<Arc<PairSet>>,
+    sets: HashSet<Arc<Template>>,
 }
 
 impl Interner {
@@ -98,7 +102,7 @@ impl Interner {
         rest.into_boxed_slice()
     }
 
-    fn set(&mut self, s: PairSet) -> Arc<PairSet> {
+    fn set(&mut self, s: Template) -> Arc<Template> {
         if let Some(shared) = self.sets.get(&s) {
             // `s`'s pairs are held by `shared` too: dropping them leaves
             // every count as it was before `split`.
@@ -120,15 +124,16 @@ impl Interner {
         }
     }
 
-    /// Give back a pod's shared set; the last pod to hold it gives back
-    /// its pairs.
-    fn release_set(&mut self, set: Arc<PairSet>) {
+    /// Give back a pod's template; the last pod to hold it gives back its
+    /// pairs.
+    fn release_set(&mut self, set: Arc<Template>) {
         if Arc::strong_count(&set) == 2 {
             self.sets.remove(&*set);
         }
-        if let Ok(PairSet {
+        if let Ok(Template {
             labels,
             annotations,
+            ..
         }) = Arc::try_unwrap(set)
         {
             self.release(Vec::from(labels).into_iter().chain(Vec::from(annotations)));
@@ -162,12 +167,11 @@ pub(crate) struct Pod {
     pub ready: bool,
     pub deleting: bool,
     pub host_network: bool,
-    /// Its labels and annotations but its own.
-    shared: Arc<PairSet>,
+    /// Its labels and annotations but its own, and its container ports.
+    shared: Arc<Template>,
     /// Its own pairs ([`OWN_KEYS`]): `own_labels` labels, then annotations.
     own: Box<[Pair]>,
     own_labels: u8,
-    pub ports: Box<[ContainerPort]>,
     /// The headless Services (of its namespace) that select the pod.
     pub services: SmallSet<Box<str>>,
 }
@@ -188,9 +192,10 @@ impl Pod {
         // At most one pair per own key: the count fits.
         let own_labels = u8::try_from(own.len()).unwrap_or(u8::MAX);
         let annotations = interner.split(p.annotations, &mut own);
-        let shared = interner.set(PairSet {
+        let shared = interner.set(Template {
             labels,
             annotations,
+            ports: p.ports.into_boxed_slice(),
         });
         Self {
             ns,
@@ -206,7 +211,6 @@ impl Pod {
             shared,
             own: own.into_boxed_slice(),
             own_labels,
-            ports: p.ports.into_boxed_slice(),
             services: SmallSet::default(),
         }
     }
@@ -223,6 +227,11 @@ impl Pod {
 
     fn own_annotations(&self) -> &[Pair] {
         &self.own[usize::from(self.own_labels)..]
+    }
+
+    /// Its containers' ports.
+    pub(crate) fn ports(&self) -> &[ContainerPort] {
+        &self.shared.ports
     }
 
     /// Its labels, its own first.
@@ -257,7 +266,7 @@ impl Pod {
                 &self.shared.annotations,
                 &p.annotations,
             )
-            && *self.ports == *p.ports
+            && *self.shared.ports == *p.ports
     }
 
     /// The duplicate rule's order: of pods that claim one name, Ready
@@ -305,6 +314,14 @@ mod tests {
 
     const INDEX: &str = "batch.kubernetes.io/job-completion-index";
 
+    fn nccl(port: u16) -> ContainerPort {
+        ContainerPort {
+            name: Some("nccl".into()),
+            port,
+            protocol: crate::index::types::Proto::Tcp,
+        }
+    }
+
     fn new(p: PodInfo, i: &mut Interner) -> Pod {
         let (ns, name) = (p.key.namespace.as_str().into(), p.key.name.as_str().into());
         Pod::new(p, ns, name, None, None, i)
@@ -330,9 +347,9 @@ mod tests {
     }
 
     /// The ranks of a gang differ only in their index: they hold one
-    /// shared set, and each its own index pair (as label and annotation).
+    /// template, and each its own index pair (as label and annotation).
     #[test]
-    fn ranks_of_a_gang_share_one_set_and_keep_their_index() {
+    fn ranks_of_a_gang_share_one_template_and_keep_their_index() {
         let mut i = Interner::default();
         let rank = |n: &str| {
             let mut p = pod("ml", &format!("w-{n}"), "10.0.0.1")
@@ -340,11 +357,12 @@ mod tests {
                 .label(INDEX, n)
                 .label("app", "w");
             p.annotations = vec![(INDEX.into(), n.into()), ("team".into(), "a".into())];
+            p.ports = vec![nccl(29500)];
             p
         };
         let (r0, r1) = (rank("0"), rank("1"));
         let (p0, p1) = (new(r0.clone(), &mut i), new(r1.clone(), &mut i));
-        assert_eq!(i.sets(), 1, "one set for the gang");
+        assert_eq!(i.sets(), 1, "one template for the gang");
         assert!(Arc::ptr_eq(&p0.shared, &p1.shared));
         assert_eq!((p0.label(INDEX), p1.label(INDEX)), (Some("0"), Some("1")));
         assert_eq!(
@@ -358,6 +376,13 @@ mod tests {
         let labels: Vec<&str> = p1.labels().map(|p| &*p.0).collect();
         assert_eq!(labels, [INDEX, "job-name", "app"]);
         assert!(p0.same_as(&r0) && p1.same_as(&r1) && !p0.same_as(&r1));
+        assert_eq!(p1.ports(), [nccl(29500)]);
+        let mut other_port = r1.clone();
+        other_port.ports = vec![nccl(29501)];
+        assert!(!p1.same_as(&other_port));
+        let p2 = new(other_port, &mut i);
+        assert_eq!(i.sets(), 2, "another port, another template");
+        p2.release(&mut i);
         let mut moved = r1.clone();
         moved.labels.swap(0, 2);
         assert!(!p1.same_as(&moved), "the order of the shared pairs counts");

@@ -80,7 +80,7 @@ impl Proto {
 
 /// A container port: kept so a headless Service's named `targetPort` can be
 /// resolved to the number the pod really listens on.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ContainerPort {
     pub name: Option<String>,
     pub port: u16,

@@ -1337,7 +1337,7 @@ fn pod_port(port: &ServicePort, pod: &Pod) -> u16 {
         TargetPort::Same => port.port,
         TargetPort::Number(n) => *n,
         TargetPort::Name(name) => pod
-            .ports
+            .ports()
             .iter()
             .find(|cp| cp.name.as_deref() == Some(name) && cp.protocol == port.protocol)
             .map(|cp| cp.port)
