@@ -72,7 +72,10 @@ struct Rank {
 #[derive(Debug, Default)]
 pub(super) struct Ranks {
     ranks: HashMap<(Group, u32), Rank>,
-    links: HashMap<PodId, Box<[(Group, u32)]>>,
+    /// The ranks each pod holds, by pod id (slab ids are dense and reused,
+    /// so a vector costs 16 bytes a pod where a map cost twice that and
+    /// more); empty for a pod with none.
+    links: Vec<Box<[(Group, u32)]>>,
     /// Pods by their Job, to relink when the Job's completions change.
     job_pods: HashMap<ObjKey, BTreeSet<PodId>>,
     groups: HashMap<Group, GroupState>,
@@ -188,7 +191,11 @@ impl Writer {
                 g.coordinator = Some(c.to_string());
             }
         }
-        self.ranks.links.insert(id, links);
+        let i = id as usize;
+        if self.ranks.links.len() <= i {
+            self.ranks.links.resize_with(i + 1, Box::default);
+        }
+        self.ranks.links[i] = links;
     }
 
     pub(super) fn unlink_ranks(&mut self, id: PodId) {
@@ -202,7 +209,7 @@ impl Writer {
                 }
             }
         }
-        let Some(links) = self.ranks.links.remove(&id) else {
+        let Some(links) = self.ranks.links.get_mut(id as usize).map(std::mem::take) else {
             return;
         };
         let generation = generation_of(pod);
@@ -233,7 +240,7 @@ impl Writer {
 
     /// Keys of the rank view that depend on this pod as it is linked now.
     pub(super) fn rank_keys(&self, id: PodId, out: &mut Vec<Key>) {
-        for (group, idx) in self.ranks.links.get(&id).into_iter().flatten() {
+        for (group, idx) in self.ranks.links.get(id as usize).into_iter().flatten() {
             out.push(Key::Rank(group.clone(), *idx));
             out.push(Key::Leader(group.clone()));
             out.push(Key::Summary(group.clone()));
