@@ -510,9 +510,7 @@ impl Writer {
     fn explain_host(&self, ns: &str, sub: &str, host: &str) -> Findings {
         let pods: Vec<&Pod> = self
             .host_pods(ns, sub, host)
-            .into_iter()
-            .flatten()
-            .map(|&id| self.pod(id))
+            .map(|id| self.pod(id))
             .collect();
         let dashed_ip = names::undashed(host);
         let has_published = pods.iter().any(|p| self.host_published(p));
@@ -988,8 +986,8 @@ impl Writer {
             .ns_pods
             .get(ns)
             .into_iter()
-            .flat_map(|names| names.values())
-            .map(|&id| self.pod(id))
+            .flat_map(|names| names.iter())
+            .map(|id| self.pod(id))
             .filter(|p| {
                 p.label(JOB_NAME).or_else(|| p.label(LEGACY_JOB_NAME)) == Some(job)
                     && p.label(COMPLETION_INDEX)

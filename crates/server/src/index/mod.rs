@@ -2,6 +2,7 @@
 //! blocking), its single [`writer::Writer`], fed by the watchers, and the
 //! publishing [`Policy`] the writer applies.
 
+mod by_name;
 mod headless;
 mod model;
 pub mod names;

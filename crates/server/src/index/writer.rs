@@ -20,6 +20,7 @@ pub mod explain;
 
 use ranks::{Group, Ranks, group};
 
+use super::by_name::ByName;
 use super::headless::{HeadlessSet, PodId, SrvAdded};
 use super::model::{Interner, Pod};
 use super::names::{
@@ -98,8 +99,8 @@ pub struct Writer {
     services: HashMap<ObjKey, ServiceInfo>,
     jobs: HashMap<ObjKey, JobInfo>,
     ranks: Ranks,
-    /// Pod ids by namespace and name (the name shared with the pod).
-    ns_pods: HashMap<Arc<str>, HashMap<Arc<str>, PodId>>,
+    /// Pod ids by namespace and name.
+    ns_pods: HashMap<Arc<str>, ByName>,
     /// Service names by namespace.
     /// Headless Services with a selector, by namespace and by one pair of
     /// their selector (its anchor): a pod is tried against the Services
@@ -107,7 +108,7 @@ pub struct Writer {
     /// namespace (1,000 Jobs in one namespace made that 1,000 tries a pod).
     selectors: HashMap<String, Anchors>,
     /// Pods by namespace, subdomain and hostname, in any state.
-    hosts: HashMap<Arc<str>, HashMap<Arc<str>, Hosts>>,
+    hosts: HashMap<Arc<str>, HashMap<Arc<str>, ByName>>,
     /// Pods selected by each headless Service, in any state (the reverse is
     /// `Pod::services`).
     members: HashMap<ObjKey, BTreeSet<PodId>>,
@@ -372,7 +373,14 @@ impl Writer {
 
     /// The id of a pod by namespace and name.
     fn pod_id(&self, ns: &str, name: &str) -> Option<PodId> {
-        self.ns_pods.get(ns)?.get(name).copied()
+        self.ns_pods
+            .get(ns)?
+            .get(name, |id| self.pod_name(id))
+            .next()
+    }
+
+    fn pod_name(&self, id: PodId) -> &str {
+        &self.pods.get(id).name
     }
 
     fn pod(&self, id: PodId) -> &Pod {
@@ -420,8 +428,7 @@ impl Writer {
             .flat_map(|(ns, names)| {
                 names
                     .iter()
-                    .filter(|(name, _)| !keep.contains(&(&**ns, &***name)))
-                    .map(|(_, id)| *id)
+                    .filter(|&id| !keep.contains(&(&**ns, self.pod_name(id))))
             })
             .collect();
         drop(keep);
@@ -440,7 +447,7 @@ impl Writer {
         if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain) {
             // Pods sharing the hostname: which one wins decides their PTRs
             // and SRV targets too.
-            for &sibling in self.host_pods(ns, sub, host).into_iter().flatten() {
+            for sibling in self.host_pods(ns, sub, host) {
                 if sibling == id {
                     continue;
                 }
@@ -479,41 +486,40 @@ impl Writer {
     }
 
     /// The pods with a hostname under a subdomain, in any state.
-    fn host_pods(&self, ns: &str, sub: &str, host: &str) -> Option<&SmallSet<PodId>> {
-        self.hosts.get(ns)?.get(sub)?.get(host)
+    fn host_pods<'a>(
+        &'a self,
+        ns: &str,
+        sub: &str,
+        host: &'a str,
+    ) -> impl Iterator<Item = PodId> + 'a {
+        let hostname = |id| self.pods.get(id).hostname.as_deref().unwrap_or_default();
+        self.hosts
+            .get(ns)
+            .and_then(|subs| subs.get(sub))
+            .into_iter()
+            .flat_map(move |by| by.get(host, hostname))
     }
 
     fn link_pod(&mut self, info: PodInfo) -> PodId {
         let ObjKey { namespace, name } = &info.key;
-        // Share the namespace, subdomain and hostname strings with the
-        // indexes that hold them already.
-        let (ns, names) = match self.ns_pods.get_key_value(namespace.as_str()) {
-            Some((ns, _)) => (ns.clone(), None),
-            None => (
-                Arc::<str>::from(namespace.as_str()),
-                Some(HashMap::default()),
-            ),
+        // Share the namespace and subdomain strings with the indexes that
+        // hold them already.
+        let ns = match self.ns_pods.get_key_value(namespace.as_str()) {
+            Some((ns, _)) => ns.clone(),
+            None => {
+                let ns = Arc::<str>::from(namespace.as_str());
+                self.ns_pods.insert(ns.clone(), ByName::default());
+                ns
+            }
         };
-        if let Some(names) = names {
-            self.ns_pods.insert(ns.clone(), names);
-        }
         let name: Arc<str> = Arc::from(name.as_str());
-        let under = info
-            .subdomain
-            .as_deref()
-            .and_then(|sub| self.hosts.get(&*ns)?.get_key_value(sub));
-        let subdomain = match (under, &info.subdomain) {
-            (Some((s, _)), _) => Some(s.clone()),
-            (None, s) => s.as_deref().map(Arc::from),
-        };
-        let hostname = match (under, &info.hostname) {
-            (Some((_, hosts)), Some(h)) => Some(
-                hosts
-                    .get_key_value(h.as_str())
-                    .map_or_else(|| Arc::from(h.as_str()), |(h, _)| h.clone()),
-            ),
-            (None, h) | (_, h @ None) => h.as_deref().map(Arc::from),
-        };
+        let subdomain = info.subdomain.as_deref().map(|sub| {
+            self.hosts
+                .get(&*ns)
+                .and_then(|subs| subs.get_key_value(sub))
+                .map_or_else(|| Arc::from(sub), |(s, _)| s.clone())
+        });
+        let hostname = info.hostname.as_deref().map(Arc::from);
         let mut pod = Pod::new(
             info,
             ns.clone(),
@@ -536,19 +542,18 @@ impl Writer {
             pod.services = services;
         }
         let id = self.pods.insert(pod);
-        let pod = self.pods.get(id);
+        let pods = &self.pods;
+        let pod = pods.get(id);
         if let Some(names) = self.ns_pods.get_mut(&*ns) {
-            names.insert(name, id);
+            names.insert(id, |i| &pods.get(i).name);
         }
-        if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain) {
+        if let (Some(_), Some(sub)) = (&pod.hostname, &pod.subdomain) {
             self.hosts
                 .entry(ns.clone())
                 .or_default()
                 .entry(sub.clone())
                 .or_default()
-                .entry(host.clone())
-                .or_default()
-                .insert(id);
+                .insert(id, |i| pods.get(i).hostname.as_deref().unwrap_or_default());
         }
         for ip in &pod.ips {
             self.ip_pods.entry(*ip).or_default().insert(id);
@@ -573,7 +578,7 @@ impl Writer {
             }
         }
         if let Some(names) = self.ns_pods.get_mut(&**ns) {
-            names.remove(&*pod.name);
+            names.remove(id, &pod.name);
             if names.is_empty() {
                 self.ns_pods.remove(&**ns);
             }
@@ -582,7 +587,7 @@ impl Writer {
             && let Some(subs) = self.hosts.get_mut(&**ns)
         {
             if let Some(hosts) = subs.get_mut(&**sub) {
-                remove_from(hosts, host, &id);
+                hosts.remove(id, host);
                 if hosts.is_empty() {
                     subs.remove(&**sub);
                 }
@@ -656,16 +661,17 @@ impl Writer {
             .hosts
             .get(key.namespace.as_str())
             .and_then(|subs| subs.get(key.name.as_str()));
-        for (host, pods) in under.into_iter().flatten() {
+        // A hostname held by several pods is pushed for each: the batch
+        // rebuilds each key once.
+        for id in under.into_iter().flat_map(ByName::iter) {
+            let pod = self.pod(id);
             out.push(Key::Host {
                 ns: key.namespace.clone(),
                 sub: key.name.clone(),
-                host: host.to_string(),
+                host: pod.hostname.as_deref().unwrap_or_default().to_string(),
             });
-            for &id in pods {
-                for ip in &self.pod(id).ips {
-                    out.push(Key::Ptr(*ip));
-                }
+            for ip in &pod.ips {
+                out.push(Key::Ptr(*ip));
             }
         }
     }
@@ -691,7 +697,7 @@ impl Writer {
             // A Service change re-evaluates only its namespace's pods.
             let mut members = BTreeSet::new();
             if let Some(names) = self.ns_pods.get(ns.as_str()) {
-                for &id in names.values() {
+                for id in names.iter() {
                     if selects(&svc, self.pods.get(id)) {
                         members.insert(id);
                         self.pods
@@ -813,9 +819,8 @@ impl Writer {
     /// The pod that answers for a hostname name (first under the duplicate rule).
     fn host_winner(&self, ns: &str, sub: &str, host: &str) -> Option<&Pod> {
         let pods: Vec<&Pod> = self
-            .host_pods(ns, sub, host)?
-            .iter()
-            .map(|&id| self.pod(id))
+            .host_pods(ns, sub, host)
+            .map(|id| self.pod(id))
             .filter(|p| self.host_published(p))
             .collect();
         self.choose(pods).into_iter().next()
@@ -1000,12 +1005,9 @@ impl Writer {
     fn build(&self, key: &Key) -> Vec<(String, Rrs)> {
         match key {
             Key::Host { ns, sub, host } => {
-                let Some(ids) = self.host_pods(ns, sub, host) else {
-                    return vec![];
-                };
-                let pods: Vec<&Pod> = ids
-                    .iter()
-                    .map(|&id| self.pod(id))
+                let pods: Vec<&Pod> = self
+                    .host_pods(ns, sub, host)
+                    .map(|id| self.pod(id))
                     .filter(|p| self.host_published(p))
                     .collect();
                 let chosen = self.choose(pods);
@@ -1185,9 +1187,6 @@ impl Writer {
         Some(pod_name(ip, ns))
     }
 }
-
-/// The pods of each hostname under one subdomain.
-type Hosts = HashMap<Arc<str>, SmallSet<PodId>>;
 
 /// The headless Services of one namespace by a pair of their selector.
 type Anchors = HashMap<(Box<str>, Box<str>), BTreeSet<String>>;
