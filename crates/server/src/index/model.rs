@@ -153,13 +153,14 @@ impl Interner {
 
 /// What the writer keeps of a pod: [`PodInfo`] without the uid (no name
 /// depends on it), with boxed slices instead of vectors, shared pairs and
-/// pair sets, and the namespace, subdomain and hostname shared with the
-/// writer's indexes.
+/// templates, and the namespace and subdomain shared with the writer's
+/// indexes (which hash its name and hostname where they are, see
+/// `by_name.rs`).
 #[derive(Clone, Debug)]
 pub(crate) struct Pod {
     pub ns: Arc<str>,
-    pub name: Arc<str>,
-    pub hostname: Option<Arc<str>>,
+    pub name: Box<str>,
+    pub hostname: Option<Box<str>>,
     pub subdomain: Option<Arc<str>>,
     pub ips: Box<[IpAddr]>,
     pub created: i64,
@@ -177,13 +178,11 @@ pub(crate) struct Pod {
 }
 
 impl Pod {
-    /// The pod of `p`, with its namespace, name, hostname and subdomain as
-    /// the writer shares them.
+    /// The pod of `p`, with its namespace and subdomain as the writer
+    /// shares them.
     pub(crate) fn new(
         p: PodInfo,
         ns: Arc<str>,
-        name: Arc<str>,
-        hostname: Option<Arc<str>>,
         subdomain: Option<Arc<str>>,
         interner: &mut Interner,
     ) -> Self {
@@ -199,8 +198,8 @@ impl Pod {
         });
         Self {
             ns,
-            name,
-            hostname,
+            name: p.key.name.into_boxed_str(),
+            hostname: p.hostname.map(String::into_boxed_str),
             subdomain,
             ips: p.ips.into_boxed_slice(),
             created: p.created,
@@ -323,8 +322,8 @@ mod tests {
     }
 
     fn new(p: PodInfo, i: &mut Interner) -> Pod {
-        let (ns, name) = (p.key.namespace.as_str().into(), p.key.name.as_str().into());
-        Pod::new(p, ns, name, None, None, i)
+        let ns = p.key.namespace.as_str().into();
+        Pod::new(p, ns, None, i)
     }
 
     #[test]

@@ -501,7 +501,7 @@ impl Writer {
     }
 
     fn link_pod(&mut self, info: PodInfo) -> PodId {
-        let ObjKey { namespace, name } = &info.key;
+        let namespace = &info.key.namespace;
         // Share the namespace and subdomain strings with the indexes that
         // hold them already.
         let ns = match self.ns_pods.get_key_value(namespace.as_str()) {
@@ -512,22 +512,13 @@ impl Writer {
                 ns
             }
         };
-        let name: Arc<str> = Arc::from(name.as_str());
         let subdomain = info.subdomain.as_deref().map(|sub| {
             self.hosts
                 .get(&*ns)
                 .and_then(|subs| subs.get_key_value(sub))
                 .map_or_else(|| Arc::from(sub), |(s, _)| s.clone())
         });
-        let hostname = info.hostname.as_deref().map(Arc::from);
-        let mut pod = Pod::new(
-            info,
-            ns.clone(),
-            name.clone(),
-            hostname,
-            subdomain,
-            &mut self.interner,
-        );
+        let mut pod = Pod::new(info, ns.clone(), subdomain, &mut self.interner);
         if let Some(anchors) = self.selectors.get(&*ns) {
             let mut services = SmallSet::default();
             for pair in pod.labels() {
