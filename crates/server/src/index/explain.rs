@@ -630,14 +630,11 @@ impl Writer {
     /// `<a-b-c-d>.<svc>.<ns>.svc` of a headless Service.
     fn explain_member(&self, svc: &ServiceInfo, ip: IpAddr) -> Findings {
         let sk = &svc.key;
-        let holders: Vec<&Pod> = self
-            .ip_pods
-            .get(&ip)
-            .into_iter()
-            .flatten()
-            .map(|&id| self.pod(id))
+        let mut holders: Vec<&Pod> = self
+            .ip_holders(ip)
             .filter(|p| *p.ns == *sk.namespace)
             .collect();
+        holders.sort_by(|a, b| a.duplicate_order(b));
         let members: Vec<&Pod> = holders
             .iter()
             .copied()
@@ -754,14 +751,7 @@ impl Writer {
             )
             .ns(ns);
         };
-        let mut holders: Vec<&Pod> = self
-            .ip_pods
-            .get(&ip)
-            .into_iter()
-            .flatten()
-            .map(|&id| self.pod(id))
-            .filter(|p| *p.ns == *ns)
-            .collect();
+        let mut holders: Vec<&Pod> = self.ip_holders(ip).filter(|p| *p.ns == *ns).collect();
         holders.sort_by(|a, b| a.duplicate_order(b));
         if let Some(p) = holders
             .iter()
@@ -826,13 +816,7 @@ impl Writer {
             .ns(&sk.namespace)
             .with(vec![self.service_object(svc, "answers")]);
         }
-        let mut holders: Vec<&Pod> = self
-            .ip_pods
-            .get(&ip)
-            .into_iter()
-            .flatten()
-            .map(|&id| self.pod(id))
-            .collect();
+        let mut holders: Vec<&Pod> = self.ip_holders(ip).collect();
         holders.sort_by(|a, b| a.duplicate_order(b));
         let Some(first) = holders.first() else {
             return Findings::new(
@@ -946,12 +930,14 @@ impl Writer {
                             .first()
                             .map(|a| IpAddr::V4(*a))
                             .or_else(|| rrs.aaaa.first().map(|a| IpAddr::V6(*a)));
-                        let objects: Vec<Object> = ip
-                            .and_then(|ip| self.ip_pods.get(&ip))
+                        let mut holders: Vec<&Pod> = ip
                             .into_iter()
-                            .flatten()
-                            .map(|&id| self.pod(id))
+                            .flat_map(|ip| self.ip_holders(ip))
                             .filter(|p| *p.ns == **ns && self.published(p, true))
+                            .collect();
+                        holders.sort_by(|a, b| a.duplicate_order(b));
+                        let objects: Vec<Object> = holders
+                            .into_iter()
                             .take(1)
                             .map(|p| self.pod_object(p, "answers", None))
                             .collect();

@@ -20,7 +20,7 @@ pub mod explain;
 
 use ranks::{Group, Ranks, group};
 
-use super::by_name::ByName;
+use super::by_name::{ByIp, ByName};
 use super::headless::{HeadlessSet, PodId, SrvAdded};
 use super::model::{Interner, Pod};
 use super::names::{
@@ -122,7 +122,7 @@ pub struct Writer {
     /// one copy each.
     strs: Strs,
     /// Pods holding each IP, and Services holding each ClusterIP.
-    ip_pods: HashMap<IpAddr, SmallSet<PodId>>,
+    ip_pods: ByIp,
     ip_services: HashMap<IpAddr, SmallSet<ObjKey>>,
     /// The names each Service key published last time it was built (every
     /// other key has exactly one name, [`key_name`]).
@@ -177,7 +177,7 @@ impl Writer {
             sets: HashMap::default(),
             stale_sets: HashSet::default(),
             strs: Strs::default(),
-            ip_pods: HashMap::default(),
+            ip_pods: ByIp::default(),
             ip_services: HashMap::default(),
             svc_published: HashMap::default(),
             needs,
@@ -383,6 +383,13 @@ impl Writer {
         &self.pods.get(id).name
     }
 
+    /// The pods holding `ip`, in any state and no order.
+    fn ip_holders(&self, ip: IpAddr) -> impl Iterator<Item = &Pod> {
+        self.ip_pods
+            .get(ip, |id| &self.pods.get(id).ips)
+            .map(|id| self.pods.get(id))
+    }
+
     fn pod(&self, id: PodId) -> &Pod {
         self.pods.get(id)
     }
@@ -546,9 +553,7 @@ impl Writer {
                 .or_default()
                 .insert(id, |i| pods.get(i).hostname.as_deref().unwrap_or_default());
         }
-        for ip in &pod.ips {
-            self.ip_pods.entry(*ip).or_default().insert(id);
-        }
+        self.ip_pods.insert(id, |i| &pods.get(i).ips);
         for svc in &pod.services {
             self.members
                 .entry(ObjKey::new(&*ns, &**svc))
@@ -587,9 +592,7 @@ impl Writer {
                 self.hosts.remove(&**ns);
             }
         }
-        for ip in &pod.ips {
-            remove_from(&mut self.ip_pods, ip, &id);
-        }
+        self.ip_pods.remove(id, &pod.ips);
         for svc in &pod.services {
             remove_from(&mut self.members, &ObjKey::new(&**ns, &**svc), &id);
         }
@@ -1024,13 +1027,10 @@ impl Writer {
                 };
                 // Through the pods holding this IP, not the Service's members:
                 // O(1) per name, not O(size of the gang).
-                let holds = self.ip_pods.get(ip).is_some_and(|ids| {
-                    ids.iter().any(|&id| {
-                        let p = self.pod(id);
-                        *p.ns == *sk.namespace
-                            && p.services.contains(sk.name.as_str())
-                            && self.published(p, svc.publish_not_ready)
-                    })
+                let holds = self.ip_holders(*ip).any(|p| {
+                    *p.ns == *sk.namespace
+                        && p.services.contains(sk.name.as_str())
+                        && self.published(p, svc.publish_not_ready)
                 });
                 if !holds {
                     return vec![];
@@ -1042,12 +1042,9 @@ impl Writer {
             Key::PodIp { ns, ip } => {
                 // "Verified" pod names: only if a pod in <ns> has that IP.
                 // hostNetwork pods share the node's IP: no pod name for them.
-                let exists = self.ip_pods.get(ip).is_some_and(|ids| {
-                    ids.iter().any(|&id| {
-                        let p = self.pod(id);
-                        *p.ns == **ns && !p.host_network && self.published_anywhere(p)
-                    })
-                });
+                let exists = self
+                    .ip_holders(*ip)
+                    .any(|p| *p.ns == **ns && !p.host_network && self.published_anywhere(p));
                 if !exists {
                     return vec![];
                 }
@@ -1152,10 +1149,7 @@ impl Writer {
             return Some(service_name(&sk.name, &sk.namespace));
         }
         let pods: Vec<&Pod> = self
-            .ip_pods
-            .get(&ip)?
-            .iter()
-            .map(|&id| self.pod(id))
+            .ip_holders(ip)
             .filter(|p| !p.host_network && self.published_anywhere(p))
             .collect();
         let pod = self.choose(pods).into_iter().next()?;
