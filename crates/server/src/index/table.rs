@@ -166,12 +166,82 @@ fn ip_rrs(ip: IpAddr) -> Rrs {
     }
 }
 
-#[derive(Debug, Default)]
-struct Entry {
-    rrs: Option<Value>,
-    /// Names with data strictly below this one: > 0 makes it an empty
-    /// non-terminal when `rrs` is `None` (RFC 8020: NODATA, not NXDOMAIN).
-    below: u32,
+/// A stored name: its data (a [`Value`], or none), and how many names with
+/// data are strictly below it: > 0 makes a name without data an empty
+/// non-terminal (RFC 8020: NODATA, not NXDOMAIN). Packed in 24 bytes (a
+/// struct of `Option<Value>` and the count took 32: the count could not
+/// use the address's padding), two names a pod.
+#[derive(Debug)]
+enum Entry {
+    V4([u8; 4], u32),
+    V6([u8; 16], u32),
+    Set(Arc<Rrs>, u32),
+    Empty(u32),
+}
+
+impl Default for Entry {
+    fn default() -> Self {
+        Self::Empty(0)
+    }
+}
+
+impl Entry {
+    fn data(&self) -> Option<Value> {
+        match self {
+            Self::V4(a, _) => Some(Value::Ip(IpAddr::from(*a))),
+            Self::V6(a, _) => Some(Value::Ip(IpAddr::from(*a))),
+            Self::Set(rrs, _) => Some(Value::Set(rrs.clone())),
+            Self::Empty(_) => None,
+        }
+    }
+
+    fn has_data(&self) -> bool {
+        !matches!(self, Self::Empty(_))
+    }
+
+    fn below(&self) -> u32 {
+        match self {
+            Self::V4(_, n) | Self::V6(_, n) | Self::Set(_, n) | Self::Empty(n) => *n,
+        }
+    }
+
+    fn below_mut(&mut self) -> &mut u32 {
+        match self {
+            Self::V4(_, n) | Self::V6(_, n) | Self::Set(_, n) | Self::Empty(n) => n,
+        }
+    }
+
+    /// Does it hold `v`? (Sets compare by content.)
+    fn holds(&self, v: &Value) -> bool {
+        match (self, v) {
+            (Self::V4(a, _), Value::Ip(IpAddr::V4(b))) => *a == b.octets(),
+            (Self::V6(a, _), Value::Ip(IpAddr::V6(b))) => *a == b.octets(),
+            (Self::Set(a, _), Value::Set(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    /// Put `v` (or no data) in, keeping the count; the old data comes back.
+    fn replace(&mut self, v: Option<Value>) -> Option<Value> {
+        let below = self.below();
+        let new = match v {
+            Some(Value::Ip(IpAddr::V4(a))) => Self::V4(a.octets(), below),
+            Some(Value::Ip(IpAddr::V6(a))) => Self::V6(a.octets(), below),
+            Some(Value::Set(rrs)) => Self::Set(rrs, below),
+            None => Self::Empty(below),
+        };
+        match std::mem::replace(self, new) {
+            Self::V4(a, _) => Some(Value::Ip(IpAddr::from(a))),
+            Self::V6(a, _) => Some(Value::Ip(IpAddr::from(a))),
+            Self::Set(rrs, _) => Some(Value::Set(rrs)),
+            Self::Empty(_) => None,
+        }
+    }
+
+    /// No data and nothing below: the name does not exist.
+    fn vacant(&self) -> bool {
+        matches!(self, Self::Empty(0))
+    }
 }
 
 /// What a lookup finds.
@@ -255,11 +325,12 @@ impl Table {
         // writer never holds both either.
         let stored = match self.names.get(key) {
             None => Lookup::Missing,
-            Some(e) => match &e.rrs {
-                Some(Value::Ip(ip)) => return Lookup::Ip(*ip),
-                Some(Value::Set(rrs)) => return Lookup::Found(rrs.clone()),
-                None if e.below > 0 => Lookup::Empty,
-                None => Lookup::Missing,
+            Some(e) => match &*e {
+                Entry::V4(a, _) => return Lookup::Ip(IpAddr::from(*a)),
+                Entry::V6(a, _) => return Lookup::Ip(IpAddr::from(*a)),
+                Entry::Set(rrs, _) => return Lookup::Found(rrs.clone()),
+                Entry::Empty(below) if *below > 0 => Lookup::Empty,
+                Entry::Empty(_) => Lookup::Missing,
             },
         };
         self.ip_name(key).unwrap_or(stored)
@@ -325,7 +396,7 @@ impl Table {
         let mut v: Vec<_> = self
             .names
             .iter()
-            .filter_map(|e| e.rrs.as_ref().map(|r| (e.key().to_string(), r.rrs())))
+            .filter_map(|e| e.data().map(|r| (e.key().to_string(), r.rrs())))
             .collect();
         let mut spelled: Vec<(String, Arc<Rrs>)> = Vec::new();
         for e in self.ips.iter() {
@@ -349,7 +420,7 @@ impl Table {
         }
         for (key, rrs) in spelled {
             // A stored name of the same spelling wins (see `lookup`).
-            if self.names.get(key.as_str()).is_none_or(|e| e.rrs.is_none()) {
+            if self.names.get(key.as_str()).is_none_or(|e| !e.has_data()) {
                 v.push((key, rrs));
             }
         }
@@ -448,13 +519,13 @@ impl Table {
     fn count_ancestors(&self, key: &str, by: i64) {
         for anc in super::names::ancestors(key) {
             if by > 0 {
-                self.names.entry(anc.into()).or_default().below += 1;
+                *self.names.entry(anc.into()).or_default().below_mut() += 1;
             } else {
                 if let Some(mut e) = self.names.get_mut(anc) {
-                    e.below = e.below.saturating_sub(1);
+                    let below = e.below_mut();
+                    *below = below.saturating_sub(1);
                 }
-                self.names
-                    .remove_if(anc, |_, e| e.below == 0 && e.rrs.is_none());
+                self.names.remove_if(anc, |_, e| e.vacant());
             }
         }
     }
@@ -463,17 +534,17 @@ impl Table {
     /// readers keep sharing it. Returns whether the name is new.
     pub(crate) fn set(&self, key: &str, value: Value) -> bool {
         if let Some(e) = self.names.get(key)
-            && e.rrs.as_ref() == Some(&value)
+            && e.holds(&value)
         {
             return false;
         }
         let old = {
             let mut e = self.names.entry(key.into()).or_default();
-            e.rrs.replace(value)
+            e.replace(Some(value))
         };
         if old.is_none() {
             for anc in super::names::ancestors(key) {
-                self.names.entry(anc.into()).or_default().below += 1;
+                *self.names.entry(anc.into()).or_default().below_mut() += 1;
             }
         }
         old.is_none()
@@ -482,18 +553,17 @@ impl Table {
     /// Remove the data of `key`, returning it if it had any.
     pub(crate) fn remove(&self, key: &str) -> Option<Value> {
         let had = match self.names.get_mut(key) {
-            Some(mut e) => e.rrs.take(),
+            Some(mut e) => e.replace(None),
             None => None,
         };
         if had.is_some() {
-            self.names
-                .remove_if(key, |_, e| e.below == 0 && e.rrs.is_none());
+            self.names.remove_if(key, |_, e| e.vacant());
             for anc in super::names::ancestors(key) {
                 if let Some(mut e) = self.names.get_mut(anc) {
-                    e.below = e.below.saturating_sub(1);
+                    let below = e.below_mut();
+                    *below = below.saturating_sub(1);
                 }
-                self.names
-                    .remove_if(anc, |_, e| e.below == 0 && e.rrs.is_none());
+                self.names.remove_if(anc, |_, e| e.vacant());
             }
         }
         had
@@ -539,6 +609,52 @@ mod tests {
 
     fn ip(a: &str) -> Value {
         Value::Ip(a.parse().unwrap())
+    }
+
+    #[test]
+    fn an_entry_is_24_bytes() {
+        assert_eq!(std::mem::size_of::<Entry>(), 24);
+    }
+
+    /// A name keeps its count of names below through every change of its
+    /// data, and answers each kind of value as it was set.
+    #[test]
+    fn a_name_with_data_and_names_below_keeps_both() {
+        let t = Table::default();
+        assert!(t.set("a.web.ns.svc", ip("10.0.0.9")));
+        assert!(t.set("web.ns.svc", ip("fd00::1")));
+        assert_eq!(
+            t.lookup("web.ns.svc"),
+            Lookup::Ip("fd00::1".parse().unwrap())
+        );
+        assert!(
+            !t.set("web.ns.svc", ip("fd00::1")),
+            "the same data is no change"
+        );
+        let rrs = Arc::new(Rrs {
+            txt: Some("x".into()),
+            ..Default::default()
+        });
+        assert!(
+            !t.set("web.ns.svc", Value::Set(rrs.clone())),
+            "replaced, not new"
+        );
+        assert_eq!(t.lookup("web.ns.svc"), Lookup::Found(rrs.clone()));
+        assert_eq!(t.remove("web.ns.svc"), Some(Value::Set(rrs)));
+        assert_eq!(
+            t.lookup("web.ns.svc"),
+            Lookup::Empty,
+            "a.web is still below"
+        );
+        assert!(t.set("web.ns.svc", ip("10.0.0.1")));
+        assert_eq!(t.remove("a.web.ns.svc"), Some(ip("10.0.0.9")));
+        assert_eq!(
+            t.lookup("web.ns.svc"),
+            Lookup::Ip("10.0.0.1".parse().unwrap())
+        );
+        assert!(t.remove("web.ns.svc").is_some());
+        assert_eq!(t.lookup("web.ns.svc"), Lookup::Missing);
+        assert_eq!(t.lookup("svc"), Lookup::Missing);
     }
 
     #[test]
