@@ -1398,15 +1398,16 @@ impl<V: Ord> SetLike<V> for SmallSet<V> {
     }
 }
 
-/// A sorted set in a `Vec`: most of the writer's sets hold one element
-/// (the pods of one IP, the Services of one pod), where a `BTreeSet`
-/// allocates a whole node (≈ 0.5 KB).
+/// A sorted set in a boxed slice: most of the writer's sets hold one
+/// element (the pods of one rank, the Services of one pod), where a
+/// `BTreeSet` allocates a whole node (≈ 0.5 KB), and a `Vec`'s capacity is
+/// 8 bytes more in every pod and rank for room these sets never use.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct SmallSet<T>(Vec<T>);
+pub(crate) struct SmallSet<T>(Box<[T]>);
 
 impl<T> Default for SmallSet<T> {
     fn default() -> Self {
-        Self(Vec::new())
+        Self(Box::default())
     }
 }
 
@@ -1415,8 +1416,9 @@ impl<T: Ord> SmallSet<T> {
         match self.0.binary_search(&v) {
             Ok(_) => false,
             Err(i) => {
-                self.0.insert(i, v);
-                self.0.shrink_to_fit();
+                let mut all = Vec::from(std::mem::take(&mut self.0));
+                all.insert(i, v);
+                self.0 = all.into_boxed_slice();
                 true
             }
         }
@@ -1427,7 +1429,9 @@ impl<T: Ord> SmallSet<T> {
     {
         match self.0.binary_search_by(|x| x.borrow().cmp(v)) {
             Ok(i) => {
-                self.0.remove(i);
+                let mut all = Vec::from(std::mem::take(&mut self.0));
+                all.remove(i);
+                self.0 = all.into_boxed_slice();
                 true
             }
             Err(_) => false,
@@ -1459,7 +1463,7 @@ impl<T> IntoIterator for SmallSet<T> {
     type Item = T;
     type IntoIter = std::vec::IntoIter<T>;
     fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter()
+        Vec::from(self.0).into_iter()
     }
 }
 
