@@ -304,11 +304,43 @@ impl IpName {
     }
 }
 
+/// How many ranks a [`Chunk`] holds.
+const CHUNK: usize = 64;
+
+/// The addresses of 64 consecutive ranks of a gang (1,089 bytes), and how
+/// many it holds.
+#[derive(Debug)]
+struct Chunk {
+    ips: [Option<IpAddr>; CHUNK],
+    n: u8,
+}
+
+/// The ranks of one gang that answer one address (nearly all of them),
+/// by index: 17 bytes a rank where a stored name cost ≈ 85 (its key, its
+/// slot at a hash table's load, its spelling). Chunks come and go with the
+/// ranks in them, so an index far from the others (a label set by hand)
+/// costs one chunk, not a vector up to it.
+type GangRanks = std::collections::HashMap<u32, Box<Chunk>, foldhash::fast::RandomState>;
+
+/// `<i>.<gang>.<ns>.rank` as (i, `<gang>.<ns>`): `i` in its canonical
+/// spelling ([`super::names::rank_name`]'s), so `07.<gang>.<ns>.rank` is
+/// no rank.
+fn rank_key(key: &str) -> Option<(u32, &str)> {
+    let (i, gang) = key.strip_suffix(".rank")?.split_once('.')?;
+    let canonical =
+        !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()) && (i == "0" || !i.starts_with('0'));
+    Some((i.parse().ok().filter(|_| canonical)?, gang))
+}
+
 /// The shared index: the name table plus sync state. Cheap to share (`Arc`).
 #[derive(Debug, Default)]
 pub struct Table {
     names: DashMap<Box<str>, Entry, foldhash::fast::RandomState>,
     ips: DashMap<IpAddr, IpNames, foldhash::fast::RandomState>,
+    /// Rank names (`<i>.<gang>.<ns>.rank`) that answer one address, by
+    /// `<gang>.<ns>`; a rank answering more (a dual-stack pod) is a stored
+    /// name. A key is in one place or the other, never both.
+    ranks: DashMap<Box<str>, GangRanks, foldhash::fast::RandomState>,
     synced: AtomicBool,
     generation: AtomicU64,
 }
@@ -333,7 +365,54 @@ impl Table {
                 Entry::Empty(_) => Lookup::Missing,
             },
         };
+        if let Some(ip) = rank_key(key).and_then(|(i, gang)| self.rank(gang, i)) {
+            return Lookup::Ip(ip);
+        }
         self.ip_name(key).unwrap_or(stored)
+    }
+
+    /// The address rank `i` of `gang` (`<gang>.<ns>`) answers, if kept.
+    fn rank(&self, gang: &str, i: u32) -> Option<IpAddr> {
+        let chunks = self.ranks.get(gang)?;
+        chunks.get(&(i / CHUNK as u32))?.ips[i as usize % CHUNK]
+    }
+
+    /// Put (`Some`) or take (`None`) rank `i`'s address; the old one comes
+    /// back.
+    fn put_rank(&self, gang: &str, i: u32, ip: Option<IpAddr>) -> Option<IpAddr> {
+        let (c, slot) = (i / CHUNK as u32, i as usize % CHUNK);
+        let Some(ip) = ip else {
+            let mut chunks = self.ranks.get_mut(gang)?;
+            let chunk = chunks.get_mut(&c)?;
+            let old = chunk.ips[slot].take();
+            if old.is_some() {
+                chunk.n -= 1;
+                if chunk.n == 0 {
+                    chunks.remove(&c);
+                }
+            }
+            let empty = chunks.is_empty();
+            drop(chunks);
+            if empty {
+                self.ranks.remove_if(gang, |_, chunks| chunks.is_empty());
+            }
+            return old;
+        };
+        let mut chunks = match self.ranks.get_mut(gang) {
+            Some(chunks) => chunks,
+            None => self.ranks.entry(gang.into()).or_default(),
+        };
+        let chunk = chunks.entry(c).or_insert_with(|| {
+            Box::new(Chunk {
+                ips: [None; CHUNK],
+                n: 0,
+            })
+        });
+        let old = chunk.ips[slot].replace(ip);
+        if old.is_none() {
+            chunk.n += 1;
+        }
+        old
     }
 
     /// The data of a name spelled from an address, if it exists.
@@ -398,6 +477,17 @@ impl Table {
             .iter()
             .filter_map(|e| e.data().map(|r| (e.key().to_string(), r.rrs())))
             .collect();
+        for gang in self.ranks.iter() {
+            for (c, chunk) in gang.value() {
+                for (k, ip) in chunk.ips.iter().enumerate() {
+                    if let Some(ip) = ip {
+                        let i = c * CHUNK as u32 + k as u32;
+                        let name = format!("{i}.{}.rank", gang.key());
+                        v.push((name, Value::Ip(*ip).rrs()));
+                    }
+                }
+            }
+        }
         let mut spelled: Vec<(String, Arc<Rrs>)> = Vec::new();
         for e in self.ips.iter() {
             let ip = *e.key();
@@ -514,8 +604,9 @@ impl Table {
         change
     }
 
-    /// A name spelled from an address came (+1) or went (-1): its
-    /// ancestors are empty non-terminals while it exists.
+    /// A name not in `names` (spelled from an address, or a rank kept by
+    /// index) came (+1) or went (-1): its ancestors are empty
+    /// non-terminals while it exists.
     fn count_ancestors(&self, key: &str, by: i64) {
         for anc in super::names::ancestors(key) {
             if by > 0 {
@@ -533,6 +624,27 @@ impl Table {
     /// Set (or replace) the data of `key`; identical data is left alone so
     /// readers keep sharing it. Returns whether the name is new.
     pub(crate) fn set(&self, key: &str, value: Value) -> bool {
+        if let Some((i, gang)) = rank_key(key) {
+            match value {
+                Value::Ip(ip) if self.names.get(key).is_none_or(|e| !e.has_data()) => {
+                    let new = self.put_rank(gang, i, Some(ip)).is_none();
+                    if new {
+                        self.count_ancestors(key, 1);
+                    }
+                    return new;
+                }
+                // Kept as a rank, now more than one address: a stored name
+                // from here on, not a new one.
+                Value::Set(_) if self.put_rank(gang, i, None).is_some() => {
+                    self.names
+                        .entry(key.into())
+                        .or_default()
+                        .replace(Some(value));
+                    return false;
+                }
+                _ => {}
+            }
+        }
         if let Some(e) = self.names.get(key)
             && e.holds(&value)
         {
@@ -552,6 +664,12 @@ impl Table {
 
     /// Remove the data of `key`, returning it if it had any.
     pub(crate) fn remove(&self, key: &str) -> Option<Value> {
+        if let Some((i, gang)) = rank_key(key)
+            && let Some(ip) = self.put_rank(gang, i, None)
+        {
+            self.count_ancestors(key, -1);
+            return Some(Value::Ip(ip));
+        }
         let had = match self.names.get_mut(key) {
             Some(mut e) => e.replace(None),
             None => None,
@@ -609,6 +727,72 @@ mod tests {
 
     fn ip(a: &str) -> Value {
         Value::Ip(a.parse().unwrap())
+    }
+
+    /// Rank names that answer one address are kept by index, not stored,
+    /// and answer, count as names below their gang, and export alike.
+    #[test]
+    fn ranks_are_kept_by_index_and_answer_as_names() {
+        let t = Table::default();
+        assert!(t.set("0.w.ml.rank", ip("10.0.0.1")));
+        assert!(t.set("70.w.ml.rank", ip("10.0.0.2")), "another chunk");
+        assert!(!t.set("70.w.ml.rank", ip("10.0.0.3")), "replaced, not new");
+        assert!(
+            t.set("3000000000.w.ml.rank", ip("10.0.0.4")),
+            "far away: one chunk"
+        );
+        assert_eq!(t.ranks.get("w.ml").unwrap().len(), 3);
+        assert!(t.names.get("0.w.ml.rank").is_none(), "not stored as a name");
+        assert_eq!(
+            t.lookup("0.w.ml.rank"),
+            Lookup::Ip("10.0.0.1".parse().unwrap())
+        );
+        assert_eq!(
+            t.lookup("70.w.ml.rank"),
+            Lookup::Ip("10.0.0.3".parse().unwrap())
+        );
+        assert_eq!(t.lookup("1.w.ml.rank"), Lookup::Missing);
+        assert_eq!(
+            t.lookup("070.w.ml.rank"),
+            Lookup::Missing,
+            "canonical spelling only"
+        );
+        assert_eq!(t.lookup("+70.w.ml.rank"), Lookup::Missing);
+        assert_eq!(t.lookup("0.other.ml.rank"), Lookup::Missing);
+        assert_eq!(
+            t.lookup("w.ml.rank"),
+            Lookup::Empty,
+            "the gang is below them"
+        );
+        assert_eq!(t.lookup("ml.rank"), Lookup::Empty);
+        let names: Vec<String> = t.snapshot().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(
+            names,
+            ["0.w.ml.rank", "3000000000.w.ml.rank", "70.w.ml.rank"]
+        );
+        // A dual-stack rank is a stored name, and back.
+        let both = Arc::new(Rrs {
+            a: vec!["10.0.0.1".parse().unwrap()],
+            aaaa: vec!["fd00::1".parse().unwrap()],
+            ..Default::default()
+        });
+        assert!(!t.set("0.w.ml.rank", Value::Set(both.clone())), "not new");
+        assert_eq!(t.lookup("0.w.ml.rank"), Lookup::Found(both.clone()));
+        assert_eq!(t.rank("w.ml", 0), None);
+        assert!(!t.set("0.w.ml.rank", ip("10.0.0.5")));
+        assert_eq!(
+            t.lookup("0.w.ml.rank"),
+            Lookup::Ip("10.0.0.5".parse().unwrap())
+        );
+        assert_eq!(t.remove("0.w.ml.rank"), Some(ip("10.0.0.5")));
+        assert_eq!(t.remove("70.w.ml.rank"), Some(ip("10.0.0.3")));
+        assert_eq!(t.remove("70.w.ml.rank"), None);
+        assert_eq!(t.lookup("w.ml.rank"), Lookup::Empty);
+        assert_eq!(t.remove("3000000000.w.ml.rank"), Some(ip("10.0.0.4")));
+        assert!(t.ranks.is_empty(), "the last rank takes its gang along");
+        assert_eq!(t.lookup("w.ml.rank"), Lookup::Missing);
+        assert_eq!(t.lookup("rank"), Lookup::Missing);
+        assert!(t.names.is_empty());
     }
 
     #[test]
