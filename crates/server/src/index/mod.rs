@@ -6,6 +6,7 @@ mod by_name;
 mod headless;
 mod model;
 pub mod names;
+mod paged;
 pub mod policy;
 pub mod table;
 #[cfg(any(test, feature = "testing"))]

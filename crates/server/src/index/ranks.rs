@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::*;
+use crate::index::paged::Paged;
 
 pub const JOB_NAME: &str = "batch.kubernetes.io/job-name";
 pub const LEGACY_JOB_NAME: &str = "job-name";
@@ -71,7 +72,8 @@ struct Rank {
 /// Writer-side state of the rank view.
 #[derive(Debug, Default)]
 pub(super) struct Ranks {
-    ranks: HashMap<(Group, u32), Rank>,
+    /// The ranks of each gang, by index (see `paged.rs`).
+    ranks: HashMap<Group, Paged<Rank>>,
     /// The ranks each pod holds, by pod id (slab ids are dense and reused,
     /// so a vector costs 16 bytes a pod where a map cost twice that and
     /// more); empty for a pod with none.
@@ -86,6 +88,20 @@ pub(super) struct Ranks {
 impl Ranks {
     pub(super) fn groups(&self) -> usize {
         self.groups.len()
+    }
+
+    fn rank_mut(&mut self, group: &Group, idx: u32) -> Option<&mut Rank> {
+        self.ranks.get_mut(group)?.get_mut(idx)
+    }
+
+    /// Drop rank `idx` of `group`; the gang's entry goes with its last.
+    fn remove_rank(&mut self, group: &Group, idx: u32) {
+        if let Some(ranks) = self.ranks.get_mut(group) {
+            ranks.remove(idx);
+            if ranks.is_empty() {
+                self.ranks.remove(group);
+            }
+        }
     }
 
     /// The shared allocation of a gang already known.
@@ -178,7 +194,12 @@ impl Writer {
         }
         let generation = generation_of(pod);
         for (group, idx) in &links {
-            let rank = self.ranks.ranks.entry((group.clone(), *idx)).or_default();
+            let rank = self
+                .ranks
+                .ranks
+                .entry(group.clone())
+                .or_default()
+                .get_or_insert_with(*idx, Rank::default);
             let new_rank = rank.pods.is_empty();
             rank.pods.insert(id);
             let g = self.ranks.groups.entry(group.clone()).or_default();
@@ -214,14 +235,13 @@ impl Writer {
         };
         let generation = generation_of(pod);
         for (group, idx) in links {
-            let rk = (group.clone(), idx);
             let mut rank_gone = false;
-            if let Some(rank) = self.ranks.ranks.get_mut(&rk) {
+            if let Some(rank) = self.ranks.rank_mut(&group, idx) {
                 rank.pods.remove(&id);
                 if rank.pods.is_empty() {
                     rank_gone = true;
                     if rank.built == (false, false) {
-                        self.ranks.ranks.remove(&rk);
+                        self.ranks.remove_rank(&group, idx);
                     }
                 }
             }
@@ -345,7 +365,7 @@ impl Writer {
 
     /// The pod that answers for a rank (the duplicate-hostname rule; always one).
     fn rank_pod(&self, group: &Group, idx: u32) -> Option<&Pod> {
-        let ids = &self.ranks.ranks.get(&(group.clone(), idx))?.pods;
+        let ids = &self.ranks.ranks.get(group)?.get(idx)?.pods;
         let pods: Vec<&Pod> = ids
             .iter()
             .map(|&id| self.pod(id))
@@ -361,14 +381,13 @@ impl Writer {
             .rank_pod(group, idx)
             .map(|p| (true, p.ready))
             .unwrap_or((false, false));
-        let key = (group.clone(), idx);
         // No entry means no pod, so `new` is (false, false) as well.
-        let Some(rank) = self.ranks.ranks.get_mut(&key) else {
+        let Some(rank) = self.ranks.rank_mut(group, idx) else {
             return;
         };
         let old = std::mem::replace(&mut rank.built, new);
         if new == (false, false) && rank.pods.is_empty() {
-            self.ranks.ranks.remove(&key);
+            self.ranks.remove_rank(group, idx);
         }
         if old == new {
             return;

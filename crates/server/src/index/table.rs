@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use dashmap::DashMap;
 
+use super::paged::Paged;
+
 /// An SRV record's data; the target is a forward key (relative to the zone).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Srv {
@@ -304,23 +306,10 @@ impl IpName {
     }
 }
 
-/// How many ranks a [`Chunk`] holds.
-const CHUNK: usize = 64;
-
-/// The addresses of 64 consecutive ranks of a gang (1,089 bytes), and how
-/// many it holds.
-#[derive(Debug)]
-struct Chunk {
-    ips: [Option<IpAddr>; CHUNK],
-    n: u8,
-}
-
 /// The ranks of one gang that answer one address (nearly all of them),
 /// by index: 17 bytes a rank where a stored name cost ≈ 85 (its key, its
-/// slot at a hash table's load, its spelling). Chunks come and go with the
-/// ranks in them, so an index far from the others (a label set by hand)
-/// costs one chunk, not a vector up to it.
-type GangRanks = std::collections::HashMap<u32, Box<Chunk>, foldhash::fast::RandomState>;
+/// slot at a hash table's load, its spelling).
+type GangRanks = Paged<IpAddr>;
 
 /// `<i>.<gang>.<ns>.rank` as (i, `<gang>.<ns>`): `i` in its canonical
 /// spelling ([`super::names::rank_name`]'s), so `07.<gang>.<ns>.rank` is
@@ -373,46 +362,26 @@ impl Table {
 
     /// The address rank `i` of `gang` (`<gang>.<ns>`) answers, if kept.
     fn rank(&self, gang: &str, i: u32) -> Option<IpAddr> {
-        let chunks = self.ranks.get(gang)?;
-        chunks.get(&(i / CHUNK as u32))?.ips[i as usize % CHUNK]
+        self.ranks.get(gang)?.get(i).copied()
     }
 
     /// Put (`Some`) or take (`None`) rank `i`'s address; the old one comes
     /// back.
     fn put_rank(&self, gang: &str, i: u32, ip: Option<IpAddr>) -> Option<IpAddr> {
-        let (c, slot) = (i / CHUNK as u32, i as usize % CHUNK);
         let Some(ip) = ip else {
-            let mut chunks = self.ranks.get_mut(gang)?;
-            let chunk = chunks.get_mut(&c)?;
-            let old = chunk.ips[slot].take();
-            if old.is_some() {
-                chunk.n -= 1;
-                if chunk.n == 0 {
-                    chunks.remove(&c);
-                }
-            }
-            let empty = chunks.is_empty();
-            drop(chunks);
+            let mut ranks = self.ranks.get_mut(gang)?;
+            let old = ranks.remove(i);
+            let empty = ranks.is_empty();
+            drop(ranks);
             if empty {
-                self.ranks.remove_if(gang, |_, chunks| chunks.is_empty());
+                self.ranks.remove_if(gang, |_, ranks| ranks.is_empty());
             }
             return old;
         };
-        let mut chunks = match self.ranks.get_mut(gang) {
-            Some(chunks) => chunks,
-            None => self.ranks.entry(gang.into()).or_default(),
-        };
-        let chunk = chunks.entry(c).or_insert_with(|| {
-            Box::new(Chunk {
-                ips: [None; CHUNK],
-                n: 0,
-            })
-        });
-        let old = chunk.ips[slot].replace(ip);
-        if old.is_none() {
-            chunk.n += 1;
+        match self.ranks.get_mut(gang) {
+            Some(mut ranks) => ranks.insert(i, ip),
+            None => self.ranks.entry(gang.into()).or_default().insert(i, ip),
         }
-        old
     }
 
     /// The data of a name spelled from an address, if it exists.
@@ -478,14 +447,8 @@ impl Table {
             .filter_map(|e| e.data().map(|r| (e.key().to_string(), r.rrs())))
             .collect();
         for gang in self.ranks.iter() {
-            for (c, chunk) in gang.value() {
-                for (k, ip) in chunk.ips.iter().enumerate() {
-                    if let Some(ip) = ip {
-                        let i = c * CHUNK as u32 + k as u32;
-                        let name = format!("{i}.{}.rank", gang.key());
-                        v.push((name, Value::Ip(*ip).rrs()));
-                    }
-                }
+            for (i, ip) in gang.value().iter() {
+                v.push((format!("{i}.{}.rank", gang.key()), Value::Ip(*ip).rrs()));
             }
         }
         let mut spelled: Vec<(String, Arc<Rrs>)> = Vec::new();
@@ -741,7 +704,7 @@ mod tests {
             t.set("3000000000.w.ml.rank", ip("10.0.0.4")),
             "far away: one chunk"
         );
-        assert_eq!(t.ranks.get("w.ml").unwrap().len(), 3);
+        assert_eq!(t.ranks.get("w.ml").unwrap().pages(), 3);
         assert!(t.names.get("0.w.ml.rank").is_none(), "not stored as a name");
         assert_eq!(
             t.lookup("0.w.ml.rank"),
