@@ -293,7 +293,7 @@ impl Writer {
     fn pod_object(&self, pod: &Pod, role: impl Into<String>, why_not: Option<Reason>) -> Object {
         Object {
             kind: "pod",
-            namespace: pod.ns.to_string(),
+            namespace: pod.ns().to_string(),
             name: pod.name.to_string(),
             role: role.into(),
             ips: pod.ips.to_vec(),
@@ -348,8 +348,8 @@ impl Writer {
         if self.host_published(pod) {
             return None;
         }
-        let sub = pod.subdomain.as_deref().unwrap_or_default();
-        let svc = self.headless(&pod.ns, sub);
+        let sub = pod.subdomain().as_deref().unwrap_or_default();
+        let svc = self.headless(pod.ns(), sub);
         if self.policy.hostnames == Hostnames::Service && svc.is_none() {
             return Some(Reason::HostnameNeedsService);
         }
@@ -632,7 +632,7 @@ impl Writer {
         let sk = &svc.key;
         let mut holders: Vec<&Pod> = self
             .ip_holders(ip)
-            .filter(|p| *p.ns == *sk.namespace)
+            .filter(|p| **p.ns() == *sk.namespace)
             .collect();
         holders.sort_by(|a, b| a.duplicate_order(b));
         let members: Vec<&Pod> = holders
@@ -649,7 +649,8 @@ impl Writer {
                 Reason::HeadlessMember,
                 format!(
                     "pod {}/{} has IP {ip} and is a published member of headless Service {sk}",
-                    p.ns, p.name
+                    p.ns(),
+                    p.name
                 ),
             )
             .ns(&sk.namespace)
@@ -662,7 +663,7 @@ impl Writer {
                 reason,
                 format!(
                     "pod {}/{} has IP {ip} and is selected by {sk} but is not published ({})",
-                    p.ns,
+                    p.ns(),
                     p.name,
                     reason.code()
                 ),
@@ -751,7 +752,7 @@ impl Writer {
             )
             .ns(ns);
         };
-        let mut holders: Vec<&Pod> = self.ip_holders(ip).filter(|p| *p.ns == *ns).collect();
+        let mut holders: Vec<&Pod> = self.ip_holders(ip).filter(|p| **p.ns() == *ns).collect();
         holders.sort_by(|a, b| a.duplicate_order(b));
         if let Some(p) = holders
             .iter()
@@ -831,8 +832,8 @@ impl Writer {
                 .filter(|p| !p.host_network && self.published_anywhere(p))
                 .collect();
             let pod = self.choose_one(candidates);
-            let hostname_name = pod.and_then(|p| match (&p.hostname, &p.subdomain) {
-                (Some(h), Some(s)) => Some(format!("{h}.{s}.{}.svc", p.ns)),
+            let hostname_name = pod.and_then(|p| match (&p.hostname, p.subdomain()) {
+                (Some(h), Some(s)) => Some(format!("{h}.{s}.{}.svc", p.ns())),
                 _ => None,
             });
             let rule = if hostname_name.as_deref() == Some(target.as_str()) {
@@ -846,13 +847,13 @@ impl Writer {
                 .map(|p| vec![self.pod_object(p, "answers", None)])
                 .unwrap_or_default();
             let owner = pod
-                .map(|p| format!("pod {}/{}", p.ns, p.name))
+                .map(|p| format!("pod {}/{}", p.ns(), p.name))
                 .unwrap_or_default();
             return Findings::new(
                 Reason::PtrPod,
                 format!("{ip} belongs to {owner}: the PTR points at {rule}"),
             )
-            .ns(&first.ns)
+            .ns(first.ns())
             .with(objects);
         }
         let why = if first.host_network {
@@ -864,18 +865,19 @@ impl Writer {
         let detail = if why == Reason::PodHostNetwork {
             format!(
                 "{ip} is held by hostNetwork pod {}/{}: it is the node's IP, so podns gives it no PTR",
-                first.ns, first.name
+                first.ns(),
+                first.name
             )
         } else {
             format!(
                 "{ip} is held by pod {}/{}, which is not published ({})",
-                first.ns,
+                first.ns(),
                 first.name,
                 why.code()
             )
         };
         Findings::new(why, detail)
-            .ns(&first.ns)
+            .ns(first.ns())
             .with(vec![self.pod_object(first, "has the IP", Some(why))])
     }
 
@@ -933,7 +935,7 @@ impl Writer {
                         let mut holders: Vec<&Pod> = ip
                             .into_iter()
                             .flat_map(|ip| self.ip_holders(ip))
-                            .filter(|p| *p.ns == **ns && self.published(p, true))
+                            .filter(|p| **p.ns() == **ns && self.published(p, true))
                             .collect();
                         holders.sort_by(|a, b| a.duplicate_order(b));
                         let objects: Vec<Object> = holders

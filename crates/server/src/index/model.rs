@@ -37,11 +37,14 @@ fn own_key(key: &str) -> bool {
 }
 
 /// What a pod shares with the other pods of its template (the ranks of a
-/// Job, say): its labels and annotations but its own ([`OWN_KEYS`]), in the
-/// order the pod had them, and its container ports. Pairs are interned, so
-/// two templates hold the same pairs when they hold the same pointers.
-#[derive(Debug, Default)]
+/// Job, say): its namespace and subdomain, its labels and annotations but
+/// its own ([`OWN_KEYS`]), in the order the pod had them, and its container
+/// ports. Pairs are interned, so two templates hold the same pairs when
+/// they hold the same pointers.
+#[derive(Debug)]
 pub(crate) struct Template {
+    ns: Arc<str>,
+    subdomain: Option<Arc<str>>,
     labels: Box<[Pair]>,
     annotations: Box<[Pair]>,
     ports: Box<[ContainerPort]>,
@@ -52,7 +55,9 @@ impl PartialEq for Template {
         let same = |a: &[Pair], b: &[Pair]| {
             a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
         };
-        same(&self.labels, &other.labels)
+        self.ns == other.ns
+            && self.subdomain == other.subdomain
+            && same(&self.labels, &other.labels)
             && same(&self.annotations, &other.annotations)
             && self.ports == other.ports
     }
@@ -62,6 +67,8 @@ impl Eq for Template {}
 
 impl Hash for Template {
     fn hash<H: Hasher>(&self, state: &mut H) {
+        self.ns.hash(state);
+        self.subdomain.hash(state);
         self.labels.len().hash(state);
         for p in self.labels.iter().chain(&*self.annotations) {
             Arc::as_ptr(p).hash(state);
@@ -152,16 +159,14 @@ impl Interner {
 }
 
 /// What the writer keeps of a pod: [`PodInfo`] without the uid (no name
-/// depends on it), with boxed slices instead of vectors, shared pairs and
-/// templates, and the namespace and subdomain shared with the writer's
-/// indexes (which hash its name and hostname where they are, see
-/// `by_name.rs`).
+/// depends on it), with boxed slices instead of vectors, and what it shares
+/// with its gang (namespace, subdomain, pairs, ports) in a [`Template`].
+/// The writer's indexes hash its name, hostname and addresses where they
+/// are (see `by_name.rs`).
 #[derive(Clone, Debug)]
 pub(crate) struct Pod {
-    pub ns: Arc<str>,
     pub name: Box<str>,
     pub hostname: Option<Box<str>>,
-    pub subdomain: Option<Arc<str>>,
     pub ips: Box<[IpAddr]>,
     pub created: i64,
     pub phase: Phase,
@@ -179,7 +184,8 @@ pub(crate) struct Pod {
 
 impl Pod {
     /// The pod of `p`, with its namespace and subdomain as the writer
-    /// shares them.
+    /// shares them (equal templates must hold equal strings; sharing makes
+    /// them one allocation).
     pub(crate) fn new(
         p: PodInfo,
         ns: Arc<str>,
@@ -192,15 +198,15 @@ impl Pod {
         let own_labels = u8::try_from(own.len()).unwrap_or(u8::MAX);
         let annotations = interner.split(p.annotations, &mut own);
         let shared = interner.set(Template {
+            ns,
+            subdomain,
             labels,
             annotations,
             ports: p.ports.into_boxed_slice(),
         });
         Self {
-            ns,
             name: p.key.name.into_boxed_str(),
             hostname: p.hostname.map(String::into_boxed_str),
-            subdomain,
             ips: p.ips.into_boxed_slice(),
             created: p.created,
             phase: p.phase,
@@ -228,6 +234,14 @@ impl Pod {
         &self.own[usize::from(self.own_labels)..]
     }
 
+    pub(crate) fn ns(&self) -> &Arc<str> {
+        &self.shared.ns
+    }
+
+    pub(crate) fn subdomain(&self) -> &Option<Arc<str>> {
+        &self.shared.subdomain
+    }
+
     /// Its containers' ports.
     pub(crate) fn ports(&self) -> &[ContainerPort] {
         &self.shared.ports
@@ -249,10 +263,10 @@ impl Pod {
             });
             all && o.next().is_none() && s.next().is_none()
         };
-        *self.ns == *p.key.namespace
+        **self.ns() == *p.key.namespace
             && *self.name == *p.key.name
             && self.hostname.as_deref() == p.hostname.as_deref()
-            && self.subdomain.as_deref() == p.subdomain.as_deref()
+            && self.subdomain().as_deref() == p.subdomain.as_deref()
             && *self.ips == *p.ips
             && self.created == p.created
             && self.phase == p.phase
@@ -279,7 +293,7 @@ impl Pod {
             .then_with(|| (other.phase == Phase::Running).cmp(&(self.phase == Phase::Running)))
             .then_with(|| self.created.cmp(&other.created))
             .then_with(|| self.name.cmp(&other.name))
-            .then_with(|| self.ns.cmp(&other.ns))
+            .then_with(|| self.ns().cmp(other.ns()))
     }
 
     /// The value of label `key`, if the pod has it.

@@ -154,7 +154,7 @@ impl Writer {
         else {
             return vec![];
         };
-        let ns = &*pod.ns;
+        let ns = &**pod.ns();
         let mut out = vec![(group(false, ns, job), index)];
         if let (Some(js), Some(gi)) = (
             label(pod, JOBSET_NAME),
@@ -180,7 +180,7 @@ impl Writer {
         if let Some(job) = job_of(pod) {
             self.ranks
                 .job_pods
-                .entry(ObjKey::new(&*pod.ns, job))
+                .entry(ObjKey::new(&**pod.ns(), job))
                 .or_default()
                 .insert(id);
         }
@@ -222,7 +222,7 @@ impl Writer {
     pub(super) fn unlink_ranks(&mut self, id: PodId) {
         let pod = self.pods.get(id);
         if let Some(job) = job_of(pod) {
-            let jk = ObjKey::new(&*pod.ns, job);
+            let jk = ObjKey::new(&**pod.ns(), job);
             if let Some(set) = self.ranks.job_pods.get_mut(&jk) {
                 set.remove(&id);
                 if set.is_empty() {

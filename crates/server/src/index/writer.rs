@@ -450,8 +450,8 @@ impl Writer {
     /// Every key whose names depend on this pod as it is now.
     fn pod_keys(&self, id: PodId, out: &mut Vec<Key>) {
         let pod = self.pod(id);
-        let ns = &pod.ns;
-        if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain) {
+        let ns = pod.ns();
+        if let (Some(host), Some(sub)) = (&pod.hostname, pod.subdomain()) {
             // Pods sharing the hostname: which one wins decides their PTRs
             // and SRV targets too.
             for sibling in self.host_pods(ns, sub, host) {
@@ -545,7 +545,7 @@ impl Writer {
         if let Some(names) = self.ns_pods.get_mut(&*ns) {
             names.insert(id, |i| &pods.get(i).name);
         }
-        if let (Some(_), Some(sub)) = (&pod.hostname, &pod.subdomain) {
+        if let (Some(_), Some(sub)) = (&pod.hostname, pod.subdomain()) {
             self.hosts
                 .entry(ns.clone())
                 .or_default()
@@ -567,7 +567,7 @@ impl Writer {
     fn unlink_pod(&mut self, id: PodId) {
         self.unlink_ranks(id);
         let pod = self.pods.remove(id);
-        let ns = &pod.ns;
+        let ns = pod.ns();
         for svc in &pod.services {
             if let Some(set) = self.sets.get_mut(&ObjKey::new(&**ns, &**svc)) {
                 set.take(id, &pod.ips);
@@ -579,7 +579,7 @@ impl Writer {
                 self.ns_pods.remove(&**ns);
             }
         }
-        if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain)
+        if let (Some(host), Some(sub)) = (&pod.hostname, pod.subdomain())
             && let Some(subs) = self.hosts.get_mut(&**ns)
         {
             if let Some(hosts) = subs.get_mut(&**sub) {
@@ -755,10 +755,10 @@ impl Writer {
     /// subdomain decides `publishNotReadyAddresses`, and, under
     /// `--hostnames service`, whether the name exists at all.
     fn host_published(&self, pod: &Pod) -> bool {
-        let Some(sub) = &pod.subdomain else {
+        let Some(sub) = &pod.subdomain() else {
             return false;
         };
-        let svc = self.headless(&pod.ns, sub);
+        let svc = self.headless(pod.ns(), sub);
         if self.policy.hostnames == Hostnames::Service && svc.is_none() {
             return false;
         }
@@ -773,7 +773,7 @@ impl Writer {
         }
         pod.services.iter().any(|s| {
             self.services
-                .get(&ObjKey::new(&*pod.ns, &**s))
+                .get(&ObjKey::new(&**pod.ns(), &**s))
                 .is_some_and(|s| self.published(pod, s.publish_not_ready))
         })
     }
@@ -798,8 +798,8 @@ impl Writer {
     /// its hostname name when its subdomain is that Service, else its dashed
     /// name under the Service.
     fn target_under(&self, pod: &Pod, svc: &str, ip: IpAddr) -> String {
-        let ns = &pod.ns;
-        if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain)
+        let ns = pod.ns();
+        if let (Some(host), Some(sub)) = (&pod.hostname, pod.subdomain())
             && **sub == *svc
             && self
                 .host_winner(ns, sub, host)
@@ -886,7 +886,7 @@ impl Writer {
     /// are now, or `None` unless it is a live, published member.
     fn added(&self, svc: &ServiceInfo, id: PodId) -> Option<SrvAdded> {
         let p = self.pods.try_get(id)?;
-        if *p.ns != *svc.key.namespace
+        if **p.ns() != *svc.key.namespace
             || !p.services.contains(svc.key.name.as_str())
             || !self.published(p, svc.publish_not_ready)
         {
@@ -1028,7 +1028,7 @@ impl Writer {
                 // Through the pods holding this IP, not the Service's members:
                 // O(1) per name, not O(size of the gang).
                 let holds = self.ip_holders(*ip).any(|p| {
-                    *p.ns == *sk.namespace
+                    **p.ns() == *sk.namespace
                         && p.services.contains(sk.name.as_str())
                         && self.published(p, svc.publish_not_ready)
                 });
@@ -1044,7 +1044,7 @@ impl Writer {
                 // hostNetwork pods share the node's IP: no pod name for them.
                 let exists = self
                     .ip_holders(*ip)
-                    .any(|p| *p.ns == **ns && !p.host_network && self.published_anywhere(p));
+                    .any(|p| **p.ns() == **ns && !p.host_network && self.published_anywhere(p));
                 if !exists {
                     return vec![];
                 }
@@ -1153,8 +1153,8 @@ impl Writer {
             .filter(|p| !p.host_network && self.published_anywhere(p))
             .collect();
         let pod = self.choose(pods).into_iter().next()?;
-        let ns = &pod.ns;
-        if let (Some(host), Some(sub)) = (&pod.hostname, &pod.subdomain)
+        let ns = pod.ns();
+        if let (Some(host), Some(sub)) = (&pod.hostname, pod.subdomain())
             && self.host_published(pod)
             && self
                 .host_winner(ns, sub, host)
