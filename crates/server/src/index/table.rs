@@ -287,6 +287,72 @@ impl IpNames {
     }
 }
 
+type State = foldhash::fast::RandomState;
+
+/// The address entries, IPv4 and IPv6 apart: an `IpAddr` key is 17 bytes,
+/// padded to 24 beside an entry, where an IPv4 key is 4 (16 bytes less a
+/// slot for nearly every pod).
+#[derive(Debug, Default)]
+struct IpMap {
+    v4: DashMap<Ipv4Addr, IpNames, State>,
+    v6: DashMap<Ipv6Addr, IpNames, State>,
+}
+
+/// [`IpMap::update`] on one family's map.
+fn update_in<K: Eq + std::hash::Hash + Copy, R>(
+    map: &DashMap<K, IpNames, State>,
+    key: K,
+    make: bool,
+    f: impl FnOnce(&mut IpNames) -> R,
+) -> Option<R> {
+    let (r, empty) = {
+        let mut e = if make {
+            map.entry(key).or_default()
+        } else {
+            map.get_mut(&key)?
+        };
+        let r = f(&mut e);
+        (r, e.is_empty())
+    };
+    if empty {
+        map.remove_if(&key, |_, e| e.is_empty());
+    }
+    Some(r)
+}
+
+impl IpMap {
+    /// Read `ip`'s entry, if it has one.
+    fn read<R>(&self, ip: IpAddr, f: impl FnOnce(&IpNames) -> R) -> Option<R> {
+        match ip {
+            IpAddr::V4(a) => self.v4.get(&a).map(|e| f(&e)),
+            IpAddr::V6(a) => self.v6.get(&a).map(|e| f(&e)),
+        }
+    }
+
+    /// Change `ip`'s entry (made first if missing and `make`); an entry
+    /// left empty goes.
+    fn update<R>(&self, ip: IpAddr, make: bool, f: impl FnOnce(&mut IpNames) -> R) -> Option<R> {
+        match ip {
+            IpAddr::V4(a) => update_in(&self.v4, a, make, f),
+            IpAddr::V6(a) => update_in(&self.v6, a, make, f),
+        }
+    }
+
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.v4.is_empty() && self.v6.is_empty()
+    }
+
+    fn for_each(&self, mut f: impl FnMut(IpAddr, &IpNames)) {
+        for e in self.v4.iter() {
+            f(IpAddr::V4(*e.key()), e.value());
+        }
+        for e in self.v6.iter() {
+            f(IpAddr::V6(*e.key()), e.value());
+        }
+    }
+}
+
 /// One name spelled from an address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum IpName {
@@ -325,7 +391,7 @@ fn rank_key(key: &str) -> Option<(u32, &str)> {
 #[derive(Debug, Default)]
 pub struct Table {
     names: DashMap<Box<str>, Entry, foldhash::fast::RandomState>,
-    ips: DashMap<IpAddr, IpNames, foldhash::fast::RandomState>,
+    ips: IpMap,
     /// Rank names (`<i>.<gang>.<ns>.rank`) that answer one address, by
     /// `<gang>.<ns>`; a rank answering more (a dual-stack pod) is a stored
     /// name. A key is in one place or the other, never both.
@@ -389,22 +455,20 @@ impl Table {
         if let Some(rest) = key.strip_suffix(".pod") {
             let (label, ns) = rest.split_once('.')?;
             let ip = parse_dashed(label)?;
-            let e = self.ips.get(&ip)?;
-            return e.pod.iter().any(|n| **n == *ns).then_some(Lookup::Ip(ip));
+            let named = self.ips.read(ip, |e| e.pod.iter().any(|n| **n == *ns))?;
+            return named.then_some(Lookup::Ip(ip));
         }
         if let Some(rest) = key.strip_suffix(".svc") {
             let (label, rest) = rest.split_once('.')?;
             let (svc, ns) = rest.split_once('.')?;
             let ip = parse_dashed(label)?;
-            let e = self.ips.get(&ip)?;
-            return e
-                .members
-                .iter()
-                .any(|(n, s)| **n == *ns && **s == *svc)
-                .then_some(Lookup::Ip(ip));
+            let named = self.ips.read(ip, |e| {
+                e.members.iter().any(|(n, s)| **n == *ns && **s == *svc)
+            })?;
+            return named.then_some(Lookup::Ip(ip));
         }
         let ip = super::names::parse_reverse(key)?;
-        let target = self.ips.get(&ip)?.ptr.clone()?;
+        let target = self.ips.read(ip, |e| e.ptr.clone())??;
         // PTR questions are rare: the record set is made for each.
         Some(Lookup::Found(Arc::new(Rrs {
             ptr: Some(target),
@@ -452,8 +516,7 @@ impl Table {
             }
         }
         let mut spelled: Vec<(String, Arc<Rrs>)> = Vec::new();
-        for e in self.ips.iter() {
-            let ip = *e.key();
+        self.ips.for_each(|ip, e| {
             if !e.pod.is_empty() || !e.members.is_empty() {
                 let rrs = Value::Ip(ip).rrs();
                 let pods = e.pod.iter().map(|ns| IpName::Pod(ns.clone()));
@@ -470,7 +533,7 @@ impl Table {
                 };
                 v.push((super::names::reverse(ip), Arc::new(rrs)));
             }
-        }
+        });
         for (key, rrs) in spelled {
             // A stored name of the same spelling wins (see `lookup`).
             if self.names.get(key.as_str()).is_none_or(|e| !e.has_data()) {
@@ -484,25 +547,22 @@ impl Table {
     /// Give `ip` the name `name` (answering the address). Returns whether
     /// the name is new.
     pub(crate) fn add_ip_name(&self, ip: IpAddr, name: IpName) -> bool {
-        let fresh = {
-            let mut e = self.ips.entry(ip).or_default();
-            match &name {
-                IpName::Pod(ns) if !e.pod.contains(ns) => {
-                    e.pod = e.pod.iter().cloned().chain([ns.clone()]).collect();
-                    true
-                }
-                IpName::Member(ns, svc) if !e.members.contains(&(ns.clone(), svc.clone())) => {
-                    e.members = e
-                        .members
-                        .iter()
-                        .cloned()
-                        .chain([(ns.clone(), svc.clone())])
-                        .collect();
-                    true
-                }
-                _ => false,
+        let fresh = self.ips.update(ip, true, |e| match &name {
+            IpName::Pod(ns) if !e.pod.contains(ns) => {
+                e.pod = e.pod.iter().cloned().chain([ns.clone()]).collect();
+                true
             }
-        };
+            IpName::Member(ns, svc) if !e.members.contains(&(ns.clone(), svc.clone())) => {
+                e.members = e
+                    .members
+                    .iter()
+                    .cloned()
+                    .chain([(ns.clone(), svc.clone())])
+                    .collect();
+                true
+            }
+            _ => false,
+        }) == Some(true);
         if fresh {
             self.count_ancestors(&name.key(ip), 1);
         }
@@ -511,29 +571,23 @@ impl Table {
 
     /// Take name `name` from `ip`. Returns whether it had it.
     pub(crate) fn remove_ip_name(&self, ip: IpAddr, name: &IpName) -> bool {
-        let had = {
-            let Some(mut e) = self.ips.get_mut(&ip) else {
-                return false;
-            };
-            match name {
-                IpName::Pod(ns) => {
-                    let before = e.pod.len();
-                    e.pod = e.pod.iter().filter(|n| *n != ns).cloned().collect();
-                    e.pod.len() < before
-                }
-                IpName::Member(ns, svc) => {
-                    let before = e.members.len();
-                    e.members = e
-                        .members
-                        .iter()
-                        .filter(|(n, s)| n != ns || s != svc)
-                        .cloned()
-                        .collect();
-                    e.members.len() < before
-                }
+        let had = self.ips.update(ip, false, |e| match name {
+            IpName::Pod(ns) => {
+                let before = e.pod.len();
+                e.pod = e.pod.iter().filter(|n| *n != ns).cloned().collect();
+                e.pod.len() < before
             }
-        };
-        self.ips.remove_if(&ip, |_, e| e.is_empty());
+            IpName::Member(ns, svc) => {
+                let before = e.members.len();
+                e.members = e
+                    .members
+                    .iter()
+                    .filter(|(n, s)| n != ns || s != svc)
+                    .cloned()
+                    .collect();
+                e.members.len() < before
+            }
+        }) == Some(true);
         if had {
             self.count_ancestors(&name.key(ip), -1);
         }
@@ -545,20 +599,18 @@ impl Table {
     pub(crate) fn set_ptr(&self, ip: IpAddr, target: Option<Box<str>>) -> i64 {
         let change = match target {
             Some(t) => {
-                let mut e = self.ips.entry(ip).or_default();
-                let fresh = e.ptr.is_none();
-                if e.ptr.as_ref() != Some(&t) {
-                    e.ptr = Some(t);
-                }
-                i64::from(fresh)
+                let fresh = self.ips.update(ip, true, |e| {
+                    let fresh = e.ptr.is_none();
+                    if e.ptr.as_ref() != Some(&t) {
+                        e.ptr = Some(t);
+                    }
+                    fresh
+                });
+                i64::from(fresh == Some(true))
             }
             None => {
-                let had = self
-                    .ips
-                    .get_mut(&ip)
-                    .is_some_and(|mut e| e.ptr.take().is_some());
-                self.ips.remove_if(&ip, |_, e| e.is_empty());
-                -i64::from(had)
+                let had = self.ips.update(ip, false, |e| e.ptr.take().is_some());
+                -i64::from(had == Some(true))
             }
         };
         if change != 0 {
