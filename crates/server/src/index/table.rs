@@ -431,23 +431,24 @@ impl Table {
         self.ranks.get(gang)?.get(i).copied()
     }
 
-    /// Put (`Some`) or take (`None`) rank `i`'s address; the old one comes
-    /// back.
-    fn put_rank(&self, gang: &str, i: u32, ip: Option<IpAddr>) -> Option<IpAddr> {
-        let Some(ip) = ip else {
-            let mut ranks = self.ranks.get_mut(gang)?;
-            let old = ranks.remove(i);
-            let empty = ranks.is_empty();
-            drop(ranks);
-            if empty {
-                self.ranks.remove_if(gang, |_, ranks| ranks.is_empty());
-            }
-            return old;
-        };
+    /// Put rank `i`'s address; the old one comes back.
+    fn put_rank(&self, gang: &str, i: u32, ip: IpAddr) -> Option<IpAddr> {
         match self.ranks.get_mut(gang) {
             Some(mut ranks) => ranks.insert(i, ip),
             None => self.ranks.entry(gang.into()).or_default().insert(i, ip),
         }
+    }
+
+    /// Take rank `i`'s address; the gang goes with its last rank.
+    fn take_rank(&self, gang: &str, i: u32) -> Option<IpAddr> {
+        let (old, empty) = {
+            let mut ranks = self.ranks.get_mut(gang)?;
+            (ranks.remove(i), ranks.is_empty())
+        };
+        if empty {
+            self.ranks.remove_if(gang, |_, ranks| ranks.is_empty());
+        }
+        old
     }
 
     /// The data of a name spelled from an address, if it exists.
@@ -619,9 +620,8 @@ impl Table {
         change
     }
 
-    /// A name not in `names` (spelled from an address, or a rank kept by
-    /// index) came (+1) or went (-1): its ancestors are empty
-    /// non-terminals while it exists.
+    /// A name with data came (+1) or went (-1): its ancestors are empty
+    /// non-terminals while it exists (or hold data of their own).
     fn count_ancestors(&self, key: &str, by: i64) {
         for anc in super::names::ancestors(key) {
             if by > 0 {
@@ -640,9 +640,10 @@ impl Table {
     /// readers keep sharing it. Returns whether the name is new.
     pub(crate) fn set(&self, key: &str, value: Value) -> bool {
         if let Some((i, gang)) = rank_key(key) {
+            let stored = self.names.get(key).is_some_and(|e| e.has_data());
             match value {
-                Value::Ip(ip) if self.names.get(key).is_none_or(|e| !e.has_data()) => {
-                    let new = self.put_rank(gang, i, Some(ip)).is_none();
+                Value::Ip(ip) if !stored => {
+                    let new = self.put_rank(gang, i, ip).is_none();
                     if new {
                         self.count_ancestors(key, 1);
                     }
@@ -650,14 +651,16 @@ impl Table {
                 }
                 // Kept as a rank, now more than one address: a stored name
                 // from here on, not a new one.
-                Value::Set(_) if self.put_rank(gang, i, None).is_some() => {
-                    self.names
-                        .entry(key.into())
-                        .or_default()
-                        .replace(Some(value));
-                    return false;
+                Value::Set(_) => {
+                    if self.take_rank(gang, i).is_some() {
+                        self.names
+                            .entry(key.into())
+                            .or_default()
+                            .replace(Some(value));
+                        return false;
+                    }
                 }
-                _ => {}
+                Value::Ip(_) => {}
             }
         }
         if let Some(e) = self.names.get(key)
@@ -670,9 +673,7 @@ impl Table {
             e.replace(Some(value))
         };
         if old.is_none() {
-            for anc in super::names::ancestors(key) {
-                *self.names.entry(anc.into()).or_default().below_mut() += 1;
-            }
+            self.count_ancestors(key, 1);
         }
         old.is_none()
     }
@@ -680,7 +681,7 @@ impl Table {
     /// Remove the data of `key`, returning it if it had any.
     pub(crate) fn remove(&self, key: &str) -> Option<Value> {
         if let Some((i, gang)) = rank_key(key)
-            && let Some(ip) = self.put_rank(gang, i, None)
+            && let Some(ip) = self.take_rank(gang, i)
         {
             self.count_ancestors(key, -1);
             return Some(Value::Ip(ip));
@@ -691,13 +692,7 @@ impl Table {
         };
         if had.is_some() {
             self.names.remove_if(key, |_, e| e.vacant());
-            for anc in super::names::ancestors(key) {
-                if let Some(mut e) = self.names.get_mut(anc) {
-                    let below = e.below_mut();
-                    *below = below.saturating_sub(1);
-                }
-                self.names.remove_if(anc, |_, e| e.vacant());
-            }
+            self.count_ancestors(key, -1);
         }
         had
     }
