@@ -10,6 +10,7 @@
 #
 # Run:   benches/harness/soak.sh                       (30 minutes)
 #        DURATION=300 benches/harness/soak.sh          (5 minutes)
+#        BIN=/tmp/podns-abc benches/harness/soak.sh    (a build set aside; no cargo build)
 # Output: benches/harness/results/soak-<DURATION>s.{csv,json} (+ .dnsperf.txt, .log.txt)
 # Everything on 127.0.0.1; pod IPs are data only; dnsperf -l and DURATION
 # bound every loop.
@@ -22,7 +23,7 @@ QPS=${QPS:-20000}
 MUTATIONS=${MUTATIONS:-200}
 INTERVAL=${INTERVAL:-10}
 JOBS=${JOBS:-100}
-BIN=target/release/podns
+BIN=${BIN:-}
 P_DNS=${P_DNS:-15373} ADMIN=${ADMIN:-19173}
 out=$RES/soak-${DURATION}s
 
@@ -30,8 +31,11 @@ log() { echo "[$(date +%T)] $*" >&2; }
 for t in dnsperf curl python3; do
   command -v "$t" >/dev/null || { echo "soak.sh: $t is needed" >&2; exit 1; }
 done
-log "building release"
-cargo build --release --bin podns 2>&1 | tail -1 >&2
+if [[ -z $BIN ]]; then
+  log "building release"
+  cargo build --release --bin podns 2>&1 | tail -1 >&2
+  BIN=target/release/podns
+fi
 
 work=$(mktemp -d /tmp/podns-soak.XXXXXX)
 pids=()
