@@ -20,6 +20,25 @@ fn release_memory() {
     unsafe { libmimalloc_sys::mi_collect(true) }
 }
 
+/// No transparent huge pages for this process. mimalloc asks for them
+/// (`MADV_HUGEPAGE`) on its arenas, and a 2 MiB page that holds one live
+/// block is resident whole: at 100k pods they were 53 of 139 MiB of RSS
+/// (BENCHMARKS.md §6 item 9). The kernel checks the flag at each fault, so
+/// it holds for memory mimalloc reserved before `main`. An operator who
+/// wants them sets `MIMALLOC_ALLOW_THP=1` (mimalloc's own option).
+fn no_huge_pages() {
+    if std::env::var_os("MIMALLOC_ALLOW_THP").is_some() {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_THP_DISABLE takes plain integers and only sets a flag
+    // on this process; a kernel without it returns EINVAL, which changes
+    // nothing.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
+
 /// EX_USAGE from sysexits.h.
 const EXIT_USAGE: u8 = 64;
 
@@ -35,6 +54,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(EXIT_USAGE);
     }
+    no_huge_pages();
     podns_server::index::set_release_memory(release_memory);
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
