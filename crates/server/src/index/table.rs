@@ -270,20 +270,65 @@ impl Lookup {
     }
 }
 
-/// The names spelled from one address (each answers the address).
+/// The names spelled from one address (each answers the address): 24
+/// bytes beside a 4-byte IPv4 key, and no allocation of its own for the
+/// names, which a gang's pods share (one interned list for the thousand
+/// pods of one namespace and headless Service).
 #[derive(Debug, Default)]
 struct IpNames {
-    /// Namespaces where `<a-b-c-d>.<ns>.pod` exists.
-    pod: Box<[Arc<str>]>,
-    /// Namespace and headless Service where `<a-b-c-d>.<svc>.<ns>.svc` exists.
-    members: Box<[(Arc<str>, Arc<str>)]>,
+    /// `<a-b-c-d>.<ns>.pod` and `<a-b-c-d>.<svc>.<ns>.svc`, as places.
+    spelled: Option<Arc<Spelled>>,
     /// The forward key the PTR record points at.
     ptr: Option<Box<str>>,
 }
 
 impl IpNames {
     fn is_empty(&self) -> bool {
-        self.pod.is_empty() && self.members.is_empty() && self.ptr.is_none()
+        self.spelled.is_none() && self.ptr.is_none()
+    }
+
+    fn names(&self) -> &[IpName] {
+        self.spelled.as_ref().map_or(&[], |s| &s.0)
+    }
+}
+
+/// A sorted list of names spelled from an address, shared by every
+/// address that has the same ones ([`Interned`]).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Spelled(Box<[IpName]>);
+
+/// The [`Spelled`] lists in use, one copy of each. Only the writer takes
+/// the lock (readers follow an entry's pointer); a list leaves with the
+/// last address that has it.
+#[derive(Debug, Default)]
+struct Interned(std::sync::Mutex<std::collections::HashSet<Arc<Spelled>, State>>);
+
+impl Interned {
+    /// The shared copy of `names` (sorted, no duplicates), or none for no
+    /// names; `old`, the list it replaces, is released.
+    fn swap(&self, old: Option<Arc<Spelled>>, names: Vec<IpName>) -> Option<Arc<Spelled>> {
+        let mut set = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let new = (!names.is_empty()).then(|| {
+            let names = Spelled(names.into_boxed_slice());
+            match set.get(&names) {
+                Some(shared) => shared.clone(),
+                None => {
+                    let shared = Arc::new(names);
+                    set.insert(shared.clone());
+                    shared
+                }
+            }
+        });
+        if let Some(old) = old
+            // The entry's copy and the set's: no other address has it.
+            && Arc::strong_count(&old) == 2
+        {
+            set.remove(&old);
+        }
+        new
     }
 }
 
@@ -354,7 +399,7 @@ impl IpMap {
 }
 
 /// One name spelled from an address.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum IpName {
     /// `<a-b-c-d>.<ns>.pod`
     Pod(Arc<str>),
@@ -392,6 +437,7 @@ fn rank_key(key: &str) -> Option<(u32, &str)> {
 pub struct Table {
     names: DashMap<Box<str>, Entry, foldhash::fast::RandomState>,
     ips: IpMap,
+    spelled: Interned,
     /// Rank names (`<i>.<gang>.<ns>.rank`) that answer one address, by
     /// `<gang>.<ns>`; a rank answering more (a dual-stack pod) is a stored
     /// name. A key is in one place or the other, never both.
@@ -456,7 +502,11 @@ impl Table {
         if let Some(rest) = key.strip_suffix(".pod") {
             let (label, ns) = rest.split_once('.')?;
             let ip = parse_dashed(label)?;
-            let named = self.ips.read(ip, |e| e.pod.iter().any(|n| **n == *ns))?;
+            let named = self.ips.read(ip, |e| {
+                e.names()
+                    .iter()
+                    .any(|n| matches!(n, IpName::Pod(n) if **n == *ns))
+            })?;
             return named.then_some(Lookup::Ip(ip));
         }
         if let Some(rest) = key.strip_suffix(".svc") {
@@ -464,7 +514,9 @@ impl Table {
             let (svc, ns) = rest.split_once('.')?;
             let ip = parse_dashed(label)?;
             let named = self.ips.read(ip, |e| {
-                e.members.iter().any(|(n, s)| **n == *ns && **s == *svc)
+                e.names()
+                    .iter()
+                    .any(|n| matches!(n, IpName::Member(n, s) if **n == *ns && **s == *svc))
             })?;
             return named.then_some(Lookup::Ip(ip));
         }
@@ -518,14 +570,9 @@ impl Table {
         }
         let mut spelled: Vec<(String, Arc<Rrs>)> = Vec::new();
         self.ips.for_each(|ip, e| {
-            if !e.pod.is_empty() || !e.members.is_empty() {
+            if !e.names().is_empty() {
                 let rrs = Value::Ip(ip).rrs();
-                let pods = e.pod.iter().map(|ns| IpName::Pod(ns.clone()));
-                let members = e
-                    .members
-                    .iter()
-                    .map(|(ns, svc)| IpName::Member(ns.clone(), svc.clone()));
-                spelled.extend(pods.chain(members).map(|n| (n.key(ip), rrs.clone())));
+                spelled.extend(e.names().iter().map(|n| (n.key(ip), rrs.clone())));
             }
             if let Some(target) = &e.ptr {
                 let rrs = Rrs {
@@ -548,21 +595,17 @@ impl Table {
     /// Give `ip` the name `name` (answering the address). Returns whether
     /// the name is new.
     pub(crate) fn add_ip_name(&self, ip: IpAddr, name: IpName) -> bool {
-        let fresh = self.ips.update(ip, true, |e| match &name {
-            IpName::Pod(ns) if !e.pod.contains(ns) => {
-                e.pod = e.pod.iter().cloned().chain([ns.clone()]).collect();
-                true
+        let fresh = self.ips.update(ip, true, |e| {
+            let names = e.names();
+            if names.contains(&name) {
+                return false;
             }
-            IpName::Member(ns, svc) if !e.members.contains(&(ns.clone(), svc.clone())) => {
-                e.members = e
-                    .members
-                    .iter()
-                    .cloned()
-                    .chain([(ns.clone(), svc.clone())])
-                    .collect();
-                true
-            }
-            _ => false,
+            let mut now = Vec::with_capacity(names.len() + 1);
+            now.extend(names.iter().cloned());
+            now.push(name.clone());
+            now.sort_unstable();
+            e.spelled = self.spelled.swap(e.spelled.take(), now);
+            true
         }) == Some(true);
         if fresh {
             self.count_ancestors(&name.key(ip), 1);
@@ -572,22 +615,14 @@ impl Table {
 
     /// Take name `name` from `ip`. Returns whether it had it.
     pub(crate) fn remove_ip_name(&self, ip: IpAddr, name: &IpName) -> bool {
-        let had = self.ips.update(ip, false, |e| match name {
-            IpName::Pod(ns) => {
-                let before = e.pod.len();
-                e.pod = e.pod.iter().filter(|n| *n != ns).cloned().collect();
-                e.pod.len() < before
+        let had = self.ips.update(ip, false, |e| {
+            let names = e.names();
+            if !names.contains(name) {
+                return false;
             }
-            IpName::Member(ns, svc) => {
-                let before = e.members.len();
-                e.members = e
-                    .members
-                    .iter()
-                    .filter(|(n, s)| n != ns || s != svc)
-                    .cloned()
-                    .collect();
-                e.members.len() < before
-            }
+            let now = names.iter().filter(|n| *n != name).cloned().collect();
+            e.spelled = self.spelled.swap(e.spelled.take(), now);
+            true
         }) == Some(true);
         if had {
             self.count_ancestors(&name.key(ip), -1);
@@ -911,9 +946,50 @@ mod tests {
         assert!(t.remove_ip_name(ip, &IpName::Member(ml, web)));
         assert_eq!(t.set_ptr(ip, None), -1);
         assert!(
-            t.names.is_empty() && t.ips.is_empty(),
+            t.names.is_empty() && t.ips.is_empty() && t.spelled.0.lock().unwrap().is_empty(),
             "nothing left behind"
         );
+    }
+
+    /// Addresses with the same spelled names share one list, which goes
+    /// with the last of them.
+    #[test]
+    fn addresses_share_their_spelled_names() {
+        let t = Table::default();
+        let ml: Arc<str> = "ml".into();
+        let web: Arc<str> = "web".into();
+        let ips: Vec<IpAddr> = (1..=3)
+            .map(|i| format!("10.0.0.{i}").parse().unwrap())
+            .collect();
+        for ip in &ips {
+            // In either order: the list is sorted.
+            if ip == &ips[1] {
+                t.add_ip_name(*ip, IpName::Member(ml.clone(), web.clone()));
+                t.add_ip_name(*ip, IpName::Pod(ml.clone()));
+            } else {
+                t.add_ip_name(*ip, IpName::Pod(ml.clone()));
+                t.add_ip_name(*ip, IpName::Member(ml.clone(), web.clone()));
+            }
+        }
+        let list = |ip: IpAddr| t.ips.read(ip, |e| e.spelled.clone()).flatten().unwrap();
+        assert!(Arc::ptr_eq(&list(ips[0]), &list(ips[1])));
+        assert!(Arc::ptr_eq(&list(ips[0]), &list(ips[2])));
+        let interned = || t.spelled.0.lock().unwrap().len();
+        assert_eq!(interned(), 1, "one list: the one of both names");
+        t.remove_ip_name(ips[0], &IpName::Member(ml.clone(), web.clone()));
+        assert_eq!(interned(), 2, "and the pod name alone");
+        for ip in &ips[1..] {
+            t.remove_ip_name(*ip, &IpName::Pod(ml.clone()));
+        }
+        assert_eq!(interned(), 2, "the pod name alone, and the member alone");
+        assert_eq!(t.lookup("10-0-0-2.web.ml.svc"), Lookup::Ip(ips[1]));
+        assert_eq!(t.lookup("10-0-0-2.ml.pod"), Lookup::Missing);
+        t.remove_ip_name(ips[0], &IpName::Pod(ml.clone()));
+        for ip in &ips[1..] {
+            t.remove_ip_name(*ip, &IpName::Member(ml.clone(), web.clone()));
+        }
+        assert_eq!(interned(), 0);
+        assert!(t.ips.is_empty() && t.names.is_empty());
     }
 
     #[test]
