@@ -105,7 +105,7 @@ pub struct Rrs {
     pub cname: Option<Box<str>>,
     pub srv: SrvSet,
     /// Forward key the PTR points at (relative to the first zone).
-    pub ptr: Option<Box<str>>,
+    pub ptr: Option<Arc<str>>,
     pub txt: Option<Box<str>>,
 }
 
@@ -278,8 +278,9 @@ impl Lookup {
 struct IpNames {
     /// `<a-b-c-d>.<ns>.pod` and `<a-b-c-d>.<svc>.<ns>.svc`, as places.
     spelled: Option<Arc<Spelled>>,
-    /// The forward key the PTR record points at.
-    ptr: Option<Box<str>>,
+    /// The forward key the PTR record points at (a stored name's own
+    /// key, see [`Table::shared_name`]).
+    ptr: Option<Arc<str>>,
 }
 
 impl IpNames {
@@ -435,7 +436,9 @@ fn rank_key(key: &str) -> Option<(u32, &str)> {
 /// The shared index: the name table plus sync state. Cheap to share (`Arc`).
 #[derive(Debug, Default)]
 pub struct Table {
-    names: DashMap<Box<str>, Entry, foldhash::fast::RandomState>,
+    /// Keys are shared: a pod's hostname name is also the target of its
+    /// PTR and SRV records ([`Self::shared_name`]).
+    names: DashMap<Arc<str>, Entry, foldhash::fast::RandomState>,
     ips: IpMap,
     spelled: Interned,
     /// Rank names (`<i>.<gang>.<ns>.rank`) that answer one address, by
@@ -592,6 +595,17 @@ impl Table {
         v
     }
 
+    /// `key` as a stored name's own copy of it when there is one, else
+    /// as a new string: a PTR or SRV target that names a stored name (a
+    /// hostname name, published earlier in the batch: `Key::Host` sorts
+    /// first) shares its bytes instead of repeating them.
+    pub(crate) fn shared_name(&self, key: String) -> Arc<str> {
+        match self.names.get(key.as_str()) {
+            Some(e) => e.key().clone(),
+            None => key.into(),
+        }
+    }
+
     /// Give `ip` the name `name` (answering the address). Returns whether
     /// the name is new.
     pub(crate) fn add_ip_name(&self, ip: IpAddr, name: IpName) -> bool {
@@ -632,12 +646,14 @@ impl Table {
 
     /// Set (or clear) the PTR of `ip`. Returns +1 for a new name, -1 for a
     /// removed one, 0 otherwise.
-    pub(crate) fn set_ptr(&self, ip: IpAddr, target: Option<Box<str>>) -> i64 {
+    pub(crate) fn set_ptr(&self, ip: IpAddr, target: Option<Arc<str>>) -> i64 {
         let change = match target {
             Some(t) => {
                 let fresh = self.ips.update(ip, true, |e| {
                     let fresh = e.ptr.is_none();
-                    if e.ptr.as_ref() != Some(&t) {
+                    // The same target in another copy is taken too: it is
+                    // the stored name's (`shared_name`), the old one may not be.
+                    if e.ptr.as_ref().is_none_or(|old| !Arc::ptr_eq(old, &t)) {
                         e.ptr = Some(t);
                     }
                     fresh
@@ -948,6 +964,29 @@ mod tests {
         assert!(
             t.names.is_empty() && t.ips.is_empty() && t.spelled.0.lock().unwrap().is_empty(),
             "nothing left behind"
+        );
+    }
+
+    /// A target naming a stored name is that name's own key; one naming
+    /// nothing stored is a string of its own.
+    #[test]
+    fn a_target_shares_the_stored_names_bytes() {
+        let t = Table::default();
+        t.set("a.web.ml.svc", ip("10.0.0.1"));
+        let (one, two) = (
+            t.shared_name("a.web.ml.svc".into()),
+            t.shared_name("a.web.ml.svc".into()),
+        );
+        assert!(Arc::ptr_eq(&one, &two));
+        assert!(Arc::ptr_eq(
+            &one,
+            t.names.get("a.web.ml.svc").unwrap().key()
+        ));
+        let other = t.shared_name("b.web.ml.svc".into());
+        assert_eq!(&*other, "b.web.ml.svc");
+        assert!(
+            t.names.get("b.web.ml.svc").is_none(),
+            "nothing stored for it"
         );
     }
 

@@ -897,7 +897,9 @@ impl Writer {
         // target to work out.
         if !svc.ports.is_empty() {
             for ip in &p.ips {
-                let target: Arc<str> = self.target_under(p, &svc.key.name, *ip).into();
+                let target = self
+                    .table
+                    .shared_name(self.target_under(p, &svc.key.name, *ip));
                 for (i, port) in svc.ports.iter().enumerate() {
                     let r = Srv {
                         port: pod_port(port, p),
@@ -928,7 +930,7 @@ impl Writer {
                 return self.publish_ip_name(*ip, name, &key);
             }
             Key::Ptr(ip) => {
-                let target = self.ptr_target(*ip).map(String::into_boxed_str);
+                let target = self.ptr_target(*ip).map(|t| self.table.shared_name(t));
                 self.name_count += self.table.set_ptr(*ip, target);
                 return;
             }
