@@ -4,9 +4,10 @@
 # against it each BIN in turn, ROUNDS
 # times, alternating: `BIN serve` from process start until /readyz is 200
 # (polled every 20 ms), its CPU-seconds to that moment (utime + stime), and
-# VmRSS 1 s later, and the bytes the simulator sent it (/sim/stats). One
-# CSV line per run on stdout:
-#   pods_k,binary,extra_flags,ready_ms,cpu_s,rss_mib,api_bytes,loadavg
+# VmRSS 1 s later, and the bytes the simulator sent it (/sim/stats), and
+# VmHWM then (the peak RSS of the sync, for a memory limit). One CSV line
+# per run on stdout:
+#   pods_k,binary,extra_flags,ready_ms,cpu_s,rss_mib,api_bytes,loadavg,hwm_mib
 #
 # Run:  benches/harness/cold-ab.sh 100 OLD/podns target/release/podns
 #       ROUNDS="1 2" benches/harness/cold-ab.sh 100 A B     # two rounds
@@ -53,8 +54,9 @@ for _ in ${ROUNDS:-1}; do
     ticks=$(awk '{print $14 + $15}' "/proc/$p/stat")
     sleep 1
     rss=$(awk '/VmRSS/ {print $2}' "/proc/$p/status")
+    hwm=$(awk '/VmHWM/ {print $2}' "/proc/$p/status")
     bytes=$(curl -fsS "$api/sim/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["bytes_sent"])')
-    echo "$J,$bin,${EXTRA:-},$(((t1 - t0) / 1000000)),$(echo "scale=2; $ticks / $HZ" | bc),$((rss / 1024)),$bytes,$(cut -d' ' -f1 /proc/loadavg)"
+    echo "$J,$bin,${EXTRA:-},$(((t1 - t0) / 1000000)),$(echo "scale=2; $ticks / $HZ" | bc),$((rss / 1024)),$bytes,$(cut -d' ' -f1 /proc/loadavg),$((hwm / 1024))"
     kill "$p"
     wait "$p" 2>/dev/null || true
   done
