@@ -77,12 +77,42 @@ impl Hash for Template {
     }
 }
 
-/// The distinct label and annotation pairs of the pods in the model, and
-/// the distinct templates the pods share.
+/// The headless Services (of its namespace) that select a pod, sorted:
+/// one list shared by every pod with the same ones (a gang's pods), or
+/// none. A Service selecting on a pod's own index gives that pod a list of
+/// its own, which costs only the sharing.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Services(Option<Arc<SmallSet<Box<str>>>>);
+
+impl Services {
+    pub(crate) fn iter(&self) -> std::slice::Iter<'_, Box<str>> {
+        match &self.0 {
+            Some(s) => s.iter(),
+            None => [].iter(),
+        }
+    }
+
+    pub(crate) fn contains(&self, name: &str) -> bool {
+        self.0.as_ref().is_some_and(|s| s.contains(name))
+    }
+}
+
+impl<'a> IntoIterator for &'a Services {
+    type Item = &'a Box<str>;
+    type IntoIter = std::slice::Iter<'a, Box<str>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+/// The distinct label and annotation pairs of the pods in the model, the
+/// distinct templates the pods share, and their distinct lists of
+/// Services.
 #[derive(Debug, Default)]
 pub(crate) struct Interner {
     pairs: HashSet<Pair>,
     sets: HashSet<Arc<Template>>,
+    services: HashSet<Arc<SmallSet<Box<str>>>>,
 }
 
 impl Interner {
@@ -128,6 +158,45 @@ impl Interner {
             if Arc::strong_count(&p) == 2 {
                 self.pairs.remove(&*p);
             }
+        }
+    }
+
+    /// The shared copy of `set`; none for an empty one.
+    pub(crate) fn services(&mut self, set: SmallSet<Box<str>>) -> Services {
+        if set.is_empty() {
+            return Services(None);
+        }
+        if let Some(shared) = self.services.get(&set) {
+            return Services(Some(shared.clone()));
+        }
+        let shared = Arc::new(set);
+        self.services.insert(shared.clone());
+        Services(Some(shared))
+    }
+
+    /// Add Service `name` to a pod's list (`add`), or take it out; the
+    /// list it was is given back. Returns whether the list changed.
+    pub(crate) fn change_services(&mut self, s: &mut Services, name: &str, add: bool) -> bool {
+        let mut set = s.0.as_deref().cloned().unwrap_or_default();
+        let changed = if add {
+            set.insert(name.into())
+        } else {
+            set.remove(name)
+        };
+        if changed {
+            let old = std::mem::replace(s, self.services(set));
+            self.release_services(old);
+        }
+        changed
+    }
+
+    /// Give back a pod's list of Services; the last pod to hold it takes
+    /// it out of the interner.
+    fn release_services(&mut self, s: Services) {
+        if let Some(s) = s.0
+            && Arc::strong_count(&s) == 2
+        {
+            self.services.remove(&*s);
         }
     }
 
@@ -179,7 +248,7 @@ pub(crate) struct Pod {
     own: Box<[Pair]>,
     own_labels: u8,
     /// The headless Services (of its namespace) that select the pod.
-    pub services: SmallSet<Box<str>>,
+    pub services: Services,
 }
 
 impl Pod {
@@ -216,12 +285,13 @@ impl Pod {
             shared,
             own: own.into_boxed_slice(),
             own_labels,
-            services: SmallSet::default(),
+            services: Services::default(),
         }
     }
 
     /// Give the pod's pairs back to the interner (the pod is leaving).
     pub(crate) fn release(self, interner: &mut Interner) {
+        interner.release_services(self.services);
         interner.release(Vec::from(self.own));
         interner.release_set(self.shared);
     }
@@ -357,6 +427,34 @@ mod tests {
         assert_eq!((i.len(), i.sets()), (1, 1), "app=x is still held by b");
         pb.release(&mut i);
         assert_eq!((i.len(), i.sets()), (0, 0));
+    }
+
+    /// Pods selected by the same Services hold one list of them, which
+    /// changes by copy and goes with the last pod holding it.
+    #[test]
+    fn pods_share_their_list_of_services() {
+        let mut i = Interner::default();
+        let mut a = new(pod("ml", "a", "10.0.0.1"), &mut i);
+        let mut b = new(pod("ml", "b", "10.0.0.2"), &mut i);
+        assert!(i.change_services(&mut a.services, "web", true));
+        assert!(!i.change_services(&mut a.services, "web", true), "once");
+        assert!(i.change_services(&mut b.services, "web", true));
+        let list = |p: &Pod| p.services.0.clone().unwrap();
+        assert!(Arc::ptr_eq(&list(&a), &list(&b)));
+        assert_eq!(i.services.len(), 1);
+        assert!(i.change_services(&mut b.services, "db", true));
+        assert_eq!(
+            b.services.iter().map(|s| &**s).collect::<Vec<_>>(),
+            ["db", "web"]
+        );
+        assert!(a.services.contains("web") && !a.services.contains("db"));
+        assert_eq!(i.services.len(), 2, "[web] and [db, web]");
+        assert!(i.change_services(&mut a.services, "web", false));
+        assert!(a.services.0.is_none() && !a.services.contains("web"));
+        assert_eq!(i.services.len(), 1, "[web] went with its last pod");
+        a.release(&mut i);
+        b.release(&mut i);
+        assert!(i.services.is_empty());
     }
 
     /// The ranks of a gang differ only in their index: they hold one

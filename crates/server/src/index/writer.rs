@@ -537,7 +537,7 @@ impl Writer {
                     }
                 }
             }
-            pod.services = services;
+            pod.services = self.interner.services(services);
         }
         let id = self.pods.insert(pod);
         let pods = &self.pods;
@@ -694,10 +694,9 @@ impl Writer {
                 for id in names.iter() {
                     if selects(&svc, self.pods.get(id)) {
                         members.insert(id);
-                        self.pods
-                            .get_mut(id)
-                            .services
-                            .insert(key.name.as_str().into());
+                        let pod = self.pods.get_mut(id);
+                        self.interner
+                            .change_services(&mut pod.services, &key.name, true);
                     }
                 }
             }
@@ -729,7 +728,9 @@ impl Writer {
         }
         if let Some(members) = self.members.remove(key) {
             for id in members {
-                self.pods.get_mut(id).services.remove(key.name.as_str());
+                let pod = self.pods.get_mut(id);
+                self.interner
+                    .change_services(&mut pod.services, &key.name, false);
             }
         }
     }
@@ -1404,7 +1405,7 @@ impl<V: Ord> SetLike<V> for SmallSet<V> {
 /// element (the pods of one rank, the Services of one pod), where a
 /// `BTreeSet` allocates a whole node (≈ 0.5 KB), and a `Vec`'s capacity is
 /// 8 bytes more in every pod and rank for room these sets never use.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct SmallSet<T>(Box<[T]>);
 
 impl<T> Default for SmallSet<T> {
