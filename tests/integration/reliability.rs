@@ -412,3 +412,44 @@ async fn outage_recovery_is_quick_with_wire_json() {
 async fn outage_recovery_is_quick_with_default_wire() {
     job_created_during_outage_answers_soon_after(&[]).await;
 }
+
+/// `THP_enabled` from /proc/PID/status (Linux ≥ 5.0), if the kernel shows it.
+fn thp_enabled(pid: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .map(|v| v.trim().to_string())
+}
+
+/// The binary turns transparent huge pages off for itself (mimalloc asks
+/// for them, and a 2 MiB page holding one live block is resident whole:
+/// BENCHMARKS.md §6 item 9), and `MIMALLOC_ALLOW_THP` keeps them. The flag
+/// is inherited, so the second half runs only where this test's own
+/// process has them on; a kernel that does not show the flag skips both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_turns_huge_pages_off_unless_told_not_to() {
+    let Some(ours) = thp_enabled("self") else {
+        return;
+    };
+    let shutdown = CancellationToken::new();
+    let sim = start_sim(&[], &shutdown).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(&kc, sim.kubeconfig_yaml()).unwrap();
+
+    let mut cmd = serve_command(&kc, &["--udp-sockets=1"]);
+    cmd.env_remove("MIMALLOC_ALLOW_THP");
+    // Its listeners are logged, so `main` has run.
+    let podns = spawn_serve(cmd);
+    assert_eq!(thp_enabled(&podns.pid().to_string()).as_deref(), Some("0"));
+    drop(podns);
+
+    if ours == "1" {
+        let mut cmd = serve_command(&kc, &["--udp-sockets=1"]);
+        cmd.env("MIMALLOC_ALLOW_THP", "1");
+        let podns = spawn_serve(cmd);
+        assert_eq!(thp_enabled(&podns.pid().to_string()).as_deref(), Some("1"));
+    }
+    shutdown.cancel();
+}
