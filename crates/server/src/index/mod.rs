@@ -4,6 +4,7 @@
 
 mod by_name;
 mod headless;
+mod interned;
 mod model;
 pub mod names;
 mod paged;

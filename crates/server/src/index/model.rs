@@ -11,8 +11,9 @@ use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use super::interned::Interned;
 use super::types::{ContainerPort, Phase, PodInfo};
-use super::writer::{HashSet, SmallSet};
+use super::writer::SmallSet;
 
 /// One label or annotation, shared by every pod that carries it.
 pub(crate) type Pair = Arc<(Box<str>, Box<str>)>;
@@ -110,20 +111,14 @@ impl<'a> IntoIterator for &'a Services {
 /// Services.
 #[derive(Debug, Default)]
 pub(crate) struct Interner {
-    pairs: HashSet<Pair>,
-    sets: HashSet<Arc<Template>>,
-    services: HashSet<Arc<SmallSet<Box<str>>>>,
+    pairs: Interned<(Box<str>, Box<str>)>,
+    sets: Interned<Template>,
+    services: Interned<SmallSet<Box<str>>>,
 }
 
 impl Interner {
     fn pair(&mut self, (k, v): (String, String)) -> Pair {
-        let p = (k.into_boxed_str(), v.into_boxed_str());
-        if let Some(shared) = self.pairs.get(&p) {
-            return shared.clone();
-        }
-        let shared = Arc::new(p);
-        self.pairs.insert(shared.clone());
-        shared
+        self.pairs.get((k.into_boxed_str(), v.into_boxed_str()))
     }
 
     /// Split `v` into the pod's own pairs and the rest, interned.
@@ -139,39 +134,24 @@ impl Interner {
         rest.into_boxed_slice()
     }
 
+    /// The shared template; `s`'s pairs, if it is one already, are held
+    /// by it too, so dropping them leaves every count as before `split`.
     fn set(&mut self, s: Template) -> Arc<Template> {
-        if let Some(shared) = self.sets.get(&s) {
-            // `s`'s pairs are held by `shared` too: dropping them leaves
-            // every count as it was before `split`.
-            return shared.clone();
-        }
-        let shared = Arc::new(s);
-        self.sets.insert(shared.clone());
-        shared
+        self.sets.get(s)
     }
 
-    /// Give back the pairs of a pod leaving the model; a pair nobody else
-    /// holds leaves the interner. (A pod may hold a pair twice, as label and
-    /// as annotation: the first copy sees a count of 3, the last one 2.)
+    /// Give back the pairs of a pod leaving the model. (A pod may hold a
+    /// pair twice, as label and as annotation: the first copy sees a count
+    /// of 3, the last one 2.)
     fn release(&mut self, pairs: impl IntoIterator<Item = Pair>) {
         for p in pairs {
-            if Arc::strong_count(&p) == 2 {
-                self.pairs.remove(&*p);
-            }
+            self.pairs.release(&p);
         }
     }
 
     /// The shared copy of `set`; none for an empty one.
     pub(crate) fn services(&mut self, set: SmallSet<Box<str>>) -> Services {
-        if set.is_empty() {
-            return Services(None);
-        }
-        if let Some(shared) = self.services.get(&set) {
-            return Services(Some(shared.clone()));
-        }
-        let shared = Arc::new(set);
-        self.services.insert(shared.clone());
-        Services(Some(shared))
+        Services((!set.is_empty()).then(|| self.services.get(set)))
     }
 
     /// Add Service `name` to a pod's list (`add`), or take it out; the
@@ -190,22 +170,17 @@ impl Interner {
         changed
     }
 
-    /// Give back a pod's list of Services; the last pod to hold it takes
-    /// it out of the interner.
+    /// Give back a pod's list of Services.
     fn release_services(&mut self, s: Services) {
-        if let Some(s) = s.0
-            && Arc::strong_count(&s) == 2
-        {
-            self.services.remove(&*s);
+        if let Some(s) = &s.0 {
+            self.services.release(s);
         }
     }
 
     /// Give back a pod's template; the last pod to hold it gives back its
     /// pairs.
     fn release_set(&mut self, set: Arc<Template>) {
-        if Arc::strong_count(&set) == 2 {
-            self.sets.remove(&*set);
-        }
+        self.sets.release(&set);
         if let Ok(Template {
             labels,
             annotations,
@@ -454,7 +429,7 @@ mod tests {
         assert_eq!(i.services.len(), 1, "[web] went with its last pod");
         a.release(&mut i);
         b.release(&mut i);
-        assert!(i.services.is_empty());
+        assert_eq!(i.services.len(), 0);
     }
 
     /// The ranks of a gang differ only in their index: they hold one

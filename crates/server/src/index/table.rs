@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use dashmap::DashMap;
 
+use super::interned::Interned;
 use super::paged::Paged;
 
 /// An SRV record's data; the target is a forward key (relative to the zone).
@@ -310,40 +311,26 @@ impl IpNames {
 }
 
 /// A sorted list of names spelled from an address, shared by every
-/// address that has the same ones ([`Interned`]).
+/// address that has the same ones ([`SpelledLists`]).
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Spelled(Box<[IpName]>);
 
 /// The [`Spelled`] lists in use, one copy of each. Only the writer takes
-/// the lock (readers follow an entry's pointer); a list leaves with the
-/// last address that has it.
+/// the lock (readers follow an entry's pointer).
 #[derive(Debug, Default)]
-struct Interned(std::sync::Mutex<std::collections::HashSet<Arc<Spelled>, State>>);
+struct SpelledLists(std::sync::Mutex<Interned<Spelled>>);
 
-impl Interned {
+impl SpelledLists {
     /// The shared copy of `names` (sorted, no duplicates), or none for no
-    /// names; `old`, the list it replaces, is released.
+    /// names; `old`, the list it replaces, is given back.
     fn swap(&self, old: Option<Arc<Spelled>>, names: Vec<IpName>) -> Option<Arc<Spelled>> {
-        let mut set = self
+        let mut lists = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let new = (!names.is_empty()).then(|| {
-            let names = Spelled(names.into_boxed_slice());
-            match set.get(&names) {
-                Some(shared) => shared.clone(),
-                None => {
-                    let shared = Arc::new(names);
-                    set.insert(shared.clone());
-                    shared
-                }
-            }
-        });
-        if let Some(old) = old
-            // The entry's copy and the set's: no other address has it.
-            && Arc::strong_count(&old) == 2
-        {
-            set.remove(&old);
+        let new = (!names.is_empty()).then(|| lists.get(Spelled(names.into_boxed_slice())));
+        if let Some(old) = &old {
+            lists.release(old);
         }
         new
     }
@@ -456,7 +443,7 @@ pub struct Table {
     /// PTR and SRV records ([`Self::shared_name`]).
     names: DashMap<Arc<str>, Entry, foldhash::fast::RandomState>,
     ips: IpMap,
-    spelled: Interned,
+    spelled: SpelledLists,
     /// Rank names (`<i>.<gang>.<ns>.rank`) that answer one address, by
     /// `<gang>.<ns>`; a rank answering more (a dual-stack pod) is a stored
     /// name. A key is in one place or the other, never both.
@@ -978,7 +965,7 @@ mod tests {
         assert!(t.remove_ip_name(ip, &IpName::Member(ml, web)));
         assert_eq!(t.set_ptr(ip, None), -1);
         assert!(
-            t.names.is_empty() && t.ips.is_empty() && t.spelled.0.lock().unwrap().is_empty(),
+            t.names.is_empty() && t.ips.is_empty() && t.spelled.0.lock().unwrap().len() == 0,
             "nothing left behind"
         );
     }

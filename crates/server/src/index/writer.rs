@@ -22,6 +22,7 @@ use ranks::{Group, Ranks, group};
 
 use super::by_name::{ByIp, ByName};
 use super::headless::{HeadlessSet, PodId, SrvAdded};
+use super::interned::Interned;
 use super::model::{Interner, Pod};
 use super::names::{
     gang_name, host_name, leader_name, member_name, pod_name, port_name, rank_name, reverse,
@@ -120,7 +121,9 @@ pub struct Writer {
     stale_sets: HashSet<ObjKey>,
     /// Namespace and Service names the table's address entries hold,
     /// one copy each.
-    strs: Strs,
+    /// Shared copies of the namespace and Service names in the table's
+    /// address entries: a million pods of one namespace hold one string.
+    strs: Interned<str>,
     /// Pods holding each IP, and Services holding each ClusterIP.
     ip_pods: ByIp,
     ip_services: HashMap<IpAddr, SmallSet<ObjKey>>,
@@ -176,7 +179,7 @@ impl Writer {
             members: HashMap::default(),
             sets: HashMap::default(),
             stale_sets: HashSet::default(),
-            strs: Strs::default(),
+            strs: Interned::default(),
             ip_pods: ByIp::default(),
             ip_services: HashMap::default(),
             svc_published: HashMap::default(),
@@ -923,11 +926,14 @@ impl Writer {
             Key::Summary(group) => self.settle_group(group),
             // Names spelled from an address: the table keeps facts, not names.
             Key::PodIp { ns, ip } => {
-                let name = IpName::Pod(self.strs.get(ns));
+                let name = IpName::Pod(self.strs.get(ns.as_str()));
                 return self.publish_ip_name(*ip, name, &key);
             }
             Key::SvcIp(sk, ip) => {
-                let name = IpName::Member(self.strs.get(&sk.namespace), self.strs.get(&sk.name));
+                let name = IpName::Member(
+                    self.strs.get(sk.namespace.as_str()),
+                    self.strs.get(sk.name.as_str()),
+                );
                 return self.publish_ip_name(*ip, name, &key);
             }
             Key::Ptr(ip) => {
@@ -978,7 +984,16 @@ impl Writer {
         } else if self.table.add_ip_name(ip, name.clone()) {
             self.name_count += 1;
         }
-        self.strs.release(name);
+        match name {
+            IpName::Pod(ns) => self.strs.release(&ns),
+            IpName::Member(ns, svc) => {
+                self.strs.release(&ns);
+                // Dropped before the next: a Service named as its
+                // namespace is one string, held twice here.
+                drop(ns);
+                self.strs.release(&svc);
+            }
+        }
     }
 
     /// Publish a name's data: one address inline (a pod's hostname and
@@ -1178,36 +1193,6 @@ impl Writer {
 
 /// The headless Services of one namespace by a pair of their selector.
 type Anchors = HashMap<(Box<str>, Box<str>), BTreeSet<String>>;
-
-/// Shared copies of the namespace and Service names in the table's
-/// address entries: a million pods of one namespace hold one string.
-#[derive(Debug, Default)]
-struct Strs(HashSet<Arc<str>>);
-
-impl Strs {
-    fn get(&mut self, s: &str) -> Arc<str> {
-        if let Some(shared) = self.0.get(s) {
-            return shared.clone();
-        }
-        let shared: Arc<str> = s.into();
-        self.0.insert(shared.clone());
-        shared
-    }
-
-    /// Drop a copy handed out by `get`; a string only this set still
-    /// holds leaves it.
-    fn release(&mut self, name: IpName) {
-        let strs = match name {
-            IpName::Pod(ns) => vec![ns],
-            IpName::Member(ns, svc) => vec![ns, svc],
-        };
-        for s in strs {
-            if Arc::strong_count(&s) == 2 {
-                self.0.remove(&s);
-            }
-        }
-    }
-}
 
 /// Pods by id: a [`slab::Slab`] (a deleted pod's id is reused) under
 /// `u32` ids, the size every index of the writer stores.
@@ -1567,5 +1552,33 @@ mod release_tests {
         drop(tx);
         writer.join().unwrap();
         assert_eq!(calls(), 2, "one release per list, none for the event");
+    }
+}
+
+#[cfg(test)]
+mod strs_tests {
+    use super::*;
+    use crate::index::Lookup;
+    use crate::index::testing::{PodExt, headless, pod, synced_writer};
+
+    /// The namespace and Service names of the table's address entries
+    /// leave the writer's shared copies with the last name spelled from
+    /// them, a Service named as its namespace too (one string, held twice
+    /// by its member names).
+    #[test]
+    fn shared_names_go_with_their_last_address_name() {
+        let mut w = synced_writer(Policy::default());
+        w.apply(Update::Service(Change::Apply(headless("ml", "ml", "x"))));
+        w.apply(Update::Pod(Change::Apply(
+            pod("ml", "a", "10.0.0.1").label("app", "x"),
+        )));
+        assert_eq!(
+            w.table().lookup("10-0-0-1.ml.ml.svc"),
+            Lookup::Ip("10.0.0.1".parse().unwrap())
+        );
+        assert_eq!(w.strs.len(), 1, "ml, once");
+        w.apply(Update::Pod(Change::Delete(ObjKey::new("ml", "a"))));
+        assert_eq!(w.table().lookup("10-0-0-1.ml.ml.svc"), Lookup::Missing);
+        assert_eq!(w.strs.len(), 0);
     }
 }
