@@ -59,14 +59,72 @@ pub(super) struct GroupState {
     coordinator: Option<String>,
 }
 
-/// One rank of a gang.
-#[derive(Debug, Default)]
+/// One rank of a gang: 16 bytes, and no allocation while one pod holds it
+/// (two ranks a pod in a JobSet, so this is most of the rank view's cost).
+#[derive(Debug)]
 struct Rank {
-    /// The pods that hold the rank, in any state.
-    pods: SmallSet<PodId>,
+    /// The pods that hold the rank, in any state: one but for the moments
+    /// of a restart (the old pod still deleting) or a duplicate index. The
+    /// first inline (`NONE` when there is none: an `Option` would double
+    /// its 4 bytes), the rest in a [`SmallSet`] allocated only then
+    /// (`SmallSet` alone costs 16 bytes and an allocation,
+    /// `SmallVec<[u32; 1]>` 24). In this struct, not one of their own, so
+    /// that `built` fits in the same 16 bytes.
+    first: PodId,
+    more: Option<Box<SmallSet<PodId>>>,
     /// (published, ready) as last built: what the gang's counters include.
     /// The entry stays until both are false, even with no pod left.
     built: (bool, bool),
+}
+
+/// No pod (the slab never hands this id out).
+const NONE: PodId = PodId::MAX;
+
+impl Default for Rank {
+    fn default() -> Self {
+        Self {
+            first: NONE,
+            more: None,
+            built: (false, false),
+        }
+    }
+}
+
+impl Rank {
+    fn insert(&mut self, id: PodId) {
+        if self.first == NONE {
+            self.first = id;
+        } else if self.first != id {
+            self.more.get_or_insert_default().insert(id);
+        }
+    }
+
+    fn remove(&mut self, id: PodId) {
+        if self.first == id {
+            self.first = self
+                .more
+                .as_mut()
+                .and_then(|m| m.pop_first())
+                .unwrap_or(NONE);
+        } else if let Some(m) = &mut self.more {
+            m.remove(&id);
+        }
+        if self.more.as_ref().is_some_and(|m| m.is_empty()) {
+            self.more = None;
+        }
+    }
+
+    /// No pod holds the rank.
+    fn vacant(&self) -> bool {
+        self.first == NONE
+    }
+
+    fn pods(&self) -> impl Iterator<Item = PodId> + '_ {
+        (self.first != NONE)
+            .then_some(self.first)
+            .into_iter()
+            .chain(self.more.iter().flat_map(|m| m.iter().copied()))
+    }
 }
 
 /// Writer-side state of the rank view.
@@ -200,8 +258,8 @@ impl Writer {
                 .entry(group.clone())
                 .or_default()
                 .get_or_insert_with(*idx, Rank::default);
-            let new_rank = rank.pods.is_empty();
-            rank.pods.insert(id);
+            let new_rank = rank.vacant();
+            rank.insert(id);
             let g = self.ranks.groups.entry(group.clone()).or_default();
             g.pods += 1;
             g.ranks += u32::from(new_rank);
@@ -237,8 +295,8 @@ impl Writer {
         for (group, idx) in links {
             let mut rank_gone = false;
             if let Some(rank) = self.ranks.rank_mut(&group, idx) {
-                rank.pods.remove(&id);
-                if rank.pods.is_empty() {
+                rank.remove(id);
+                if rank.vacant() {
                     rank_gone = true;
                     if rank.built == (false, false) {
                         self.ranks.remove_rank(&group, idx);
@@ -365,10 +423,10 @@ impl Writer {
 
     /// The pod that answers for a rank (the duplicate-hostname rule; always one).
     fn rank_pod(&self, group: &Group, idx: u32) -> Option<&Pod> {
-        let ids = &self.ranks.ranks.get(group)?.get(idx)?.pods;
-        let pods: Vec<&Pod> = ids
-            .iter()
-            .map(|&id| self.pod(id))
+        let rank = self.ranks.ranks.get(group)?.get(idx)?;
+        let pods: Vec<&Pod> = rank
+            .pods()
+            .map(|id| self.pod(id))
             .filter(|p| self.published(p, true))
             .collect();
         self.choose_one(pods)
@@ -386,7 +444,7 @@ impl Writer {
             return;
         };
         let old = std::mem::replace(&mut rank.built, new);
-        if new == (false, false) && rank.pods.is_empty() {
+        if new == (false, false) && rank.vacant() {
             self.ranks.remove_rank(group, idx);
         }
         if old == new {
@@ -513,5 +571,31 @@ impl Writer {
                 ..Default::default()
             },
         )]
+    }
+}
+
+#[cfg(test)]
+mod holders_tests {
+    use super::*;
+
+    #[test]
+    fn a_rank_is_sixteen_bytes_and_keeps_every_holder() {
+        assert_eq!(std::mem::size_of::<Option<Rank>>(), 16);
+        let mut r = Rank::default();
+        assert!(r.vacant());
+        r.insert(7);
+        r.insert(7);
+        assert!(r.more.is_none(), "one holder allocates nothing");
+        r.insert(3);
+        r.insert(9);
+        assert_eq!(r.pods().collect::<Vec<_>>(), [7, 3, 9]);
+        r.remove(7);
+        assert_eq!(r.pods().collect::<Vec<_>>(), [3, 9]);
+        r.remove(9);
+        assert_eq!(r.pods().collect::<Vec<_>>(), [3]);
+        assert!(r.more.is_none(), "the spare set goes with its last");
+        r.remove(4);
+        r.remove(3);
+        assert!(r.vacant());
     }
 }

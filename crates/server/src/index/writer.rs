@@ -1207,7 +1207,10 @@ impl<T> Default for Slab<T> {
 
 impl<T> Slab<T> {
     fn insert(&mut self, v: T) -> PodId {
-        PodId::try_from(self.0.insert(v)).expect("fewer than 2^32 pods")
+        // `PodId::MAX` is the rank view's "no pod".
+        let id = PodId::try_from(self.0.insert(v)).expect("fewer than 2^32 pods");
+        assert!(id != PodId::MAX, "fewer than 2^32 - 1 pods");
+        id
     }
 
     /// The entry of an id, if it is live.
@@ -1433,6 +1436,13 @@ impl<T: Ord> SmallSet<T> {
     }
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+    /// Take the least element out.
+    pub(crate) fn pop_first(&mut self) -> Option<T> {
+        let mut all = Vec::from(std::mem::take(&mut self.0));
+        let first = (!all.is_empty()).then(|| all.remove(0));
+        self.0 = all.into_boxed_slice();
+        first
     }
     pub(crate) fn iter(&self) -> std::slice::Iter<'_, T> {
         self.0.iter()
