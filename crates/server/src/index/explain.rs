@@ -294,7 +294,7 @@ impl Writer {
         Object {
             kind: "pod",
             namespace: pod.ns().to_string(),
-            name: pod.name.to_string(),
+            name: pod.name().to_string(),
             role: role.into(),
             ips: pod.ips.to_vec(),
             phase: Some(format!("{:?}", pod.phase)),
@@ -459,7 +459,7 @@ impl Writer {
         let mut objects = vec![self.service_object(svc, "headless Service")];
         // Published members first, then the others, each in name order.
         let mut listed = members.clone();
-        listed.sort_by_key(|p| (!self.published(p, svc.publish_not_ready), p.name.clone()));
+        listed.sort_by_key(|p| (!self.published(p, svc.publish_not_ready), p.name()));
         for p in listed.iter().take(MAX_LISTED) {
             let why = self.not_published(p, svc.publish_not_ready);
             objects.push(self.pod_object(p, "selected", why));
@@ -496,7 +496,7 @@ impl Writer {
                 format!(
                     "headless Service {sk} selects {} pod(s) but publishes none (first: {} is {why})",
                     members.len(),
-                    listed[0].name
+                    listed[0].name()
                 ),
             )
         };
@@ -536,27 +536,31 @@ impl Writer {
             let why = self.host_not_published(first).unwrap_or(Reason::NoSuchName);
             let detail = match why {
                 Reason::PodNoIp => {
-                    format!("pod {ns}/{} has hostname {host} but no IP yet", first.name)
+                    format!(
+                        "pod {ns}/{} has hostname {host} but no IP yet",
+                        first.name()
+                    )
                 }
                 Reason::PodTerminating => format!(
                     "pod {ns}/{} has hostname {host} but is terminating (deletionTimestamp set)",
-                    first.name
+                    first.name()
                 ),
                 Reason::PodTerminal => format!(
                     "pod {ns}/{} has hostname {host} but is {:?}, a terminal phase",
-                    first.name, first.phase
+                    first.name(),
+                    first.phase
                 ),
                 Reason::PodNotReady => format!(
                     "pod {ns}/{} has hostname {host} but is not Ready, and --publish ready publishes Ready pods only (unless the Service {sub} sets publishNotReadyAddresses)",
-                    first.name
+                    first.name()
                 ),
                 Reason::HostnameNeedsService => format!(
                     "pod {ns}/{} has hostname {host}, but --hostnames service requires a headless Service {ns}/{sub}, and there is none",
-                    first.name
+                    first.name()
                 ),
                 _ => format!(
                     "pod {ns}/{} has hostname {host} but is not published",
-                    first.name
+                    first.name()
                 ),
             };
             let objects = sorted
@@ -593,7 +597,7 @@ impl Writer {
                 Reason::Hostname,
                 format!(
                     "pod {ns}/{} has spec.hostname {host} and spec.subdomain {sub}",
-                    winner.name
+                    winner.name()
                 ),
             )
             .ns(ns)
@@ -617,8 +621,8 @@ impl Writer {
             format!(
                 "{} published pods share hostname {host}: {ns}/{} answers, not {ns}/{}, because {why}",
                 rivals.len() + 1,
-                winner.name,
-                rival.name
+                winner.name(),
+                rival.name()
             ),
         )
         .ns(ns)
@@ -650,7 +654,7 @@ impl Writer {
                 format!(
                     "pod {}/{} has IP {ip} and is a published member of headless Service {sk}",
                     p.ns(),
-                    p.name
+                    p.name()
                 ),
             )
             .ns(&sk.namespace)
@@ -664,7 +668,7 @@ impl Writer {
                 format!(
                     "pod {}/{} has IP {ip} and is selected by {sk} but is not published ({})",
                     p.ns(),
-                    p.name,
+                    p.name(),
                     reason.code()
                 ),
             )
@@ -762,7 +766,7 @@ impl Writer {
                 Reason::PodIp,
                 format!(
                     "pod {ns}/{} has IP {ip} (names under pod are verified)",
-                    p.name
+                    p.name()
                 ),
             )
             .ns(ns)
@@ -784,7 +788,7 @@ impl Writer {
             why,
             format!(
                 "pod {ns}/{} has IP {ip} but is not published ({})",
-                p.name,
+                p.name(),
                 why.code()
             ),
         )
@@ -832,7 +836,7 @@ impl Writer {
                 .filter(|p| !p.host_network && self.published_anywhere(p))
                 .collect();
             let pod = self.choose_one(candidates);
-            let hostname_name = pod.and_then(|p| match (&p.hostname, p.subdomain()) {
+            let hostname_name = pod.and_then(|p| match (&p.hostname(), p.subdomain()) {
                 (Some(h), Some(s)) => Some(format!("{h}.{s}.{}.svc", p.ns())),
                 _ => None,
             });
@@ -847,7 +851,7 @@ impl Writer {
                 .map(|p| vec![self.pod_object(p, "answers", None)])
                 .unwrap_or_default();
             let owner = pod
-                .map(|p| format!("pod {}/{}", p.ns(), p.name))
+                .map(|p| format!("pod {}/{}", p.ns(), p.name()))
                 .unwrap_or_default();
             return Findings::new(
                 Reason::PtrPod,
@@ -866,13 +870,13 @@ impl Writer {
             format!(
                 "{ip} is held by hostNetwork pod {}/{}: it is the node's IP, so podns gives it no PTR",
                 first.ns(),
-                first.name
+                first.name()
             )
         } else {
             format!(
                 "{ip} is held by pod {}/{}, which is not published ({})",
                 first.ns(),
-                first.name,
+                first.name(),
                 why.code()
             )
         };
@@ -1000,7 +1004,7 @@ impl Writer {
             why,
             format!(
                 "pod {ns}/{} holds rank {index} of Job {ns}/{job} but is not published ({})",
-                first.name,
+                first.name(),
                 why.code()
             ),
         )
@@ -1013,11 +1017,11 @@ impl Writer {
 /// and a few words.
 fn chosen_by(winner: &Pod, other: &Pod) -> (&'static str, String) {
     if winner.ready != other.ready {
-        ("ready", format!("it is Ready and {} is not", other.name))
+        ("ready", format!("it is Ready and {} is not", other.name()))
     } else if (winner.phase == Phase::Running) != (other.phase == Phase::Running) {
         (
             "running",
-            format!("it is Running and {} is {:?}", other.name, other.phase),
+            format!("it is Running and {} is {:?}", other.name(), other.phase),
         )
     } else if winner.created != other.created {
         (

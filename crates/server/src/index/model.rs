@@ -106,13 +106,50 @@ impl<'a> IntoIterator for &'a Services {
     }
 }
 
+/// A pod's own pairs: its labels, then its annotations (a Job's rank has
+/// its index as both). Equal when they hold the same interned pairs.
+#[derive(Debug)]
+pub(crate) struct OwnPairs {
+    pairs: Box<[Pair]>,
+    labels: u8,
+}
+
+impl PartialEq for OwnPairs {
+    fn eq(&self, other: &Self) -> bool {
+        self.labels == other.labels
+            && self.pairs.len() == other.pairs.len()
+            && self
+                .pairs
+                .iter()
+                .zip(&other.pairs)
+                .all(|(x, y)| Arc::ptr_eq(x, y))
+    }
+}
+
+impl Eq for OwnPairs {}
+
+impl Hash for OwnPairs {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.labels.hash(state);
+        for p in &self.pairs {
+            Arc::as_ptr(p).hash(state);
+        }
+    }
+}
+
+/// A pod's own pairs, one list shared by the pods with the same (rank 7 of
+/// every Job: the pairs are interned, so the lists are equal), or none.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Own(Option<Arc<OwnPairs>>);
+
 /// The distinct label and annotation pairs of the pods in the model, the
-/// distinct templates the pods share, and their distinct lists of
-/// Services.
+/// distinct templates the pods share, their distinct lists of own pairs
+/// and their distinct lists of Services.
 #[derive(Debug, Default)]
 pub(crate) struct Interner {
     pairs: Interned<(Box<str>, Box<str>)>,
     sets: Interned<Template>,
+    owns: Interned<OwnPairs>,
     services: Interned<SmallSet<Box<str>>>,
 }
 
@@ -146,6 +183,23 @@ impl Interner {
     fn release(&mut self, pairs: impl IntoIterator<Item = Pair>) {
         for p in pairs {
             self.pairs.release(&p);
+        }
+    }
+
+    /// The shared list of a pod's own pairs; `own`'s pairs, if it is one
+    /// already, are held by it too, so dropping them leaves every count as
+    /// before `split`. None for no pairs.
+    fn own(&mut self, own: OwnPairs) -> Own {
+        Own((!own.pairs.is_empty()).then(|| self.owns.get(own)))
+    }
+
+    /// Give back a pod's own pairs; the last pod to hold the list gives
+    /// back its pairs.
+    fn release_own(&mut self, own: Own) {
+        let Some(own) = own.0 else { return };
+        self.owns.release(&own);
+        if let Ok(OwnPairs { pairs, .. }) = Arc::try_unwrap(own) {
+            self.release(Vec::from(pairs));
         }
     }
 
@@ -206,11 +260,18 @@ impl Interner {
 /// depends on it), with boxed slices instead of vectors, and what it shares
 /// with its gang (namespace, subdomain, pairs, ports) in a [`Template`].
 /// The writer's indexes hash its name, hostname and addresses where they
-/// are (see `by_name.rs`).
+/// are (see `by_name.rs`). 72 bytes (the slab's slot 80), the size test
+/// below says so.
 #[derive(Clone, Debug)]
 pub(crate) struct Pod {
-    pub name: Box<str>,
-    pub hostname: Option<Box<str>>,
+    /// Its name, then its hostname unless that begins the name (a Job's
+    /// rank `w-3-x7k2p` has hostname `w-3`): [`Self::name`],
+    /// [`Self::hostname`]. One allocation, often none for the hostname.
+    text: Box<str>,
+    /// The hostname's length (0: none; a hostname is a DNS label, ≤ 63),
+    /// and whether it is the name's beginning or the text's end.
+    host_len: u16,
+    host_in_name: bool,
     pub ips: Box<[IpAddr]>,
     pub created: i64,
     pub phase: Phase,
@@ -219,9 +280,9 @@ pub(crate) struct Pod {
     pub host_network: bool,
     /// Its labels and annotations but its own, and its container ports.
     shared: Arc<Template>,
-    /// Its own pairs ([`OWN_KEYS`]): `own_labels` labels, then annotations.
-    own: Box<[Pair]>,
-    own_labels: u8,
+    /// Its own pairs ([`OWN_KEYS`]), shared with every pod that has the
+    /// same (rank 7 of each Job), or none.
+    own: Own,
     /// The headless Services (of its namespace) that select the pod.
     pub services: Services,
 }
@@ -241,6 +302,10 @@ impl Pod {
         // At most one pair per own key: the count fits.
         let own_labels = u8::try_from(own.len()).unwrap_or(u8::MAX);
         let annotations = interner.split(p.annotations, &mut own);
+        let own = interner.own(OwnPairs {
+            pairs: own.into_boxed_slice(),
+            labels: own_labels,
+        });
         let shared = interner.set(Template {
             ns,
             subdomain,
@@ -248,9 +313,20 @@ impl Pod {
             annotations,
             ports: p.ports.into_boxed_slice(),
         });
+        // A hostname longer than a DNS label names nothing: dropped.
+        let hostname = p.hostname.filter(|h| u16::try_from(h.len()).is_ok());
+        let host_len = hostname.as_ref().map_or(0, |h| h.len() as u16);
+        let host_in_name = hostname
+            .as_ref()
+            .is_some_and(|h| p.key.name.starts_with(&**h));
+        let mut text = p.key.name;
+        if let Some(h) = hostname.filter(|_| !host_in_name) {
+            text.push_str(&h);
+        }
         Self {
-            name: p.key.name.into_boxed_str(),
-            hostname: p.hostname.map(String::into_boxed_str),
+            text: text.into_boxed_str(),
+            host_len,
+            host_in_name,
             ips: p.ips.into_boxed_slice(),
             created: p.created,
             phase: p.phase,
@@ -258,8 +334,7 @@ impl Pod {
             deleting: p.deleting,
             host_network: p.host_network,
             shared,
-            own: own.into_boxed_slice(),
-            own_labels,
+            own,
             services: Services::default(),
         }
     }
@@ -267,16 +342,39 @@ impl Pod {
     /// Give the pod's pairs back to the interner (the pod is leaving).
     pub(crate) fn release(self, interner: &mut Interner) {
         interner.release_services(self.services);
-        interner.release(Vec::from(self.own));
+        interner.release_own(self.own);
         interner.release_set(self.shared);
     }
 
+    pub(crate) fn name(&self) -> &str {
+        if self.host_in_name {
+            &self.text
+        } else {
+            &self.text[..self.text.len() - usize::from(self.host_len)]
+        }
+    }
+
+    pub(crate) fn hostname(&self) -> Option<&str> {
+        let n = usize::from(self.host_len);
+        match (n, self.host_in_name) {
+            (0, _) => None,
+            (_, true) => Some(&self.text[..n]),
+            (_, false) => Some(&self.text[self.text.len() - n..]),
+        }
+    }
+
     fn own_labels(&self) -> &[Pair] {
-        &self.own[..usize::from(self.own_labels)]
+        match &self.own.0 {
+            Some(o) => &o.pairs[..usize::from(o.labels)],
+            None => &[],
+        }
     }
 
     fn own_annotations(&self) -> &[Pair] {
-        &self.own[usize::from(self.own_labels)..]
+        match &self.own.0 {
+            Some(o) => &o.pairs[usize::from(o.labels)..],
+            None => &[],
+        }
     }
 
     pub(crate) fn ns(&self) -> &Arc<str> {
@@ -309,8 +407,8 @@ impl Pod {
             all && o.next().is_none() && s.next().is_none()
         };
         **self.ns() == *p.key.namespace
-            && *self.name == *p.key.name
-            && self.hostname.as_deref() == p.hostname.as_deref()
+            && self.name() == p.key.name
+            && self.hostname() == p.hostname.as_deref()
             && self.subdomain().as_deref() == p.subdomain.as_deref()
             && *self.ips == *p.ips
             && self.created == p.created
@@ -337,7 +435,7 @@ impl Pod {
             .cmp(&self.ready)
             .then_with(|| (other.phase == Phase::Running).cmp(&(self.phase == Phase::Running)))
             .then_with(|| self.created.cmp(&other.created))
-            .then_with(|| self.name.cmp(&other.name))
+            .then_with(|| self.name().cmp(other.name()))
             .then_with(|| self.ns().cmp(other.ns()))
     }
 
@@ -402,6 +500,66 @@ mod tests {
         assert_eq!((i.len(), i.sets()), (1, 1), "app=x is still held by b");
         pb.release(&mut i);
         assert_eq!((i.len(), i.sets()), (0, 0));
+    }
+
+    /// The slab's slot is the pod; what it holds, and where its hostname
+    /// is kept, said here.
+    #[test]
+    fn a_pod_is_seventy_two_bytes_with_its_hostname_in_its_name() {
+        assert_eq!(std::mem::size_of::<Pod>(), 72);
+        let mut i = Interner::default();
+        let mut rank = pod("ml", "w-3-x7k2p", "10.0.0.1");
+        rank.hostname = Some("w-3".into());
+        let mut other = pod("ml", "web-0", "10.0.0.2");
+        other.hostname = Some("db".into());
+        let bare = pod("ml", "solo", "10.0.0.3");
+        let (r, o, b) = (
+            new(rank.clone(), &mut i),
+            new(other.clone(), &mut i),
+            new(bare.clone(), &mut i),
+        );
+        assert_eq!((r.name(), r.hostname()), ("w-3-x7k2p", Some("w-3")));
+        assert_eq!(&*r.text, "w-3-x7k2p", "a prefix costs no bytes");
+        assert_eq!((o.name(), o.hostname()), ("web-0", Some("db")));
+        assert_eq!((b.name(), b.hostname()), ("solo", None));
+        assert!(r.same_as(&rank) && o.same_as(&other) && b.same_as(&bare));
+        rank.hostname = Some("w-3-x7k2p".into());
+        let whole = new(rank.clone(), &mut i);
+        assert_eq!(whole.hostname(), Some("w-3-x7k2p"));
+        assert!(whole.same_as(&rank) && !r.same_as(&rank));
+        for p in [r, o, b, whole] {
+            p.release(&mut i);
+        }
+    }
+
+    /// The ranks of one index in every Job hold one list of own pairs,
+    /// which goes (with its pairs) with the last of them.
+    #[test]
+    fn ranks_of_one_index_share_their_own_pairs() {
+        let mut i = Interner::default();
+        let rank = |job: &str| {
+            let mut p = pod("ml", &format!("{job}-7"), "10.0.0.1")
+                .label("job-name", job)
+                .label(INDEX, "7");
+            p.annotations = vec![(INDEX.into(), "7".into())];
+            p
+        };
+        let (a, b) = (new(rank("a"), &mut i), new(rank("b"), &mut i));
+        let list = |p: &Pod| p.own.0.clone().unwrap();
+        assert!(Arc::ptr_eq(&list(&a), &list(&b)));
+        assert_eq!(
+            (a.label(INDEX), a.annotation(INDEX)),
+            (Some("7"), Some("7"))
+        );
+        assert_eq!(i.owns.len(), 1);
+        a.release(&mut i);
+        assert_eq!(i.owns.len(), 1, "b holds it");
+        assert_eq!(i.len(), 2, "the index pair and b's job-name");
+        b.release(&mut i);
+        assert_eq!((i.owns.len(), i.len()), (0, 0));
+        let none = new(pod("ml", "plain", "10.0.0.2"), &mut i);
+        assert!(none.own.0.is_none(), "no own pairs, no list");
+        none.release(&mut i);
     }
 
     /// Pods selected by the same Services hold one list of them, which

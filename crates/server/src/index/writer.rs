@@ -383,7 +383,7 @@ impl Writer {
     }
 
     fn pod_name(&self, id: PodId) -> &str {
-        &self.pods.get(id).name
+        self.pods.get(id).name()
     }
 
     /// The pods holding `ip`, in any state and no order.
@@ -454,7 +454,7 @@ impl Writer {
     fn pod_keys(&self, id: PodId, out: &mut Vec<Key>) {
         let pod = self.pod(id);
         let ns = pod.ns();
-        if let (Some(host), Some(sub)) = (&pod.hostname, pod.subdomain()) {
+        if let (Some(host), Some(sub)) = (pod.hostname(), pod.subdomain()) {
             // Pods sharing the hostname: which one wins decides their PTRs
             // and SRV targets too.
             for sibling in self.host_pods(ns, sub, host) {
@@ -502,7 +502,7 @@ impl Writer {
         sub: &str,
         host: &'a str,
     ) -> impl Iterator<Item = PodId> + 'a {
-        let hostname = |id| self.pods.get(id).hostname.as_deref().unwrap_or_default();
+        let hostname = |id| self.pods.get(id).hostname().unwrap_or_default();
         self.hosts
             .get(ns)
             .and_then(|subs| subs.get(sub))
@@ -546,15 +546,15 @@ impl Writer {
         let pods = &self.pods;
         let pod = pods.get(id);
         if let Some(names) = self.ns_pods.get_mut(&*ns) {
-            names.insert(id, |i| &pods.get(i).name);
+            names.insert(id, |i| pods.get(i).name());
         }
-        if let (Some(_), Some(sub)) = (&pod.hostname, pod.subdomain()) {
+        if let (Some(_), Some(sub)) = (pod.hostname(), pod.subdomain()) {
             self.hosts
                 .entry(ns.clone())
                 .or_default()
                 .entry(sub.clone())
                 .or_default()
-                .insert(id, |i| pods.get(i).hostname.as_deref().unwrap_or_default());
+                .insert(id, |i| pods.get(i).hostname().unwrap_or_default());
         }
         self.ip_pods.insert(id, |i| &pods.get(i).ips);
         for svc in &pod.services {
@@ -577,12 +577,12 @@ impl Writer {
             }
         }
         if let Some(names) = self.ns_pods.get_mut(&**ns) {
-            names.remove(id, &pod.name);
+            names.remove(id, pod.name());
             if names.is_empty() {
                 self.ns_pods.remove(&**ns);
             }
         }
-        if let (Some(host), Some(sub)) = (&pod.hostname, pod.subdomain())
+        if let (Some(host), Some(sub)) = (pod.hostname(), pod.subdomain())
             && let Some(subs) = self.hosts.get_mut(&**ns)
         {
             if let Some(hosts) = subs.get_mut(&**sub) {
@@ -665,7 +665,7 @@ impl Writer {
             out.push(Key::Host {
                 ns: key.namespace.clone(),
                 sub: key.name.clone(),
-                host: pod.hostname.as_deref().unwrap_or_default().to_string(),
+                host: pod.hostname().unwrap_or_default().to_string(),
             });
             for ip in &pod.ips {
                 out.push(Key::Ptr(*ip));
@@ -803,7 +803,7 @@ impl Writer {
     /// name under the Service.
     fn target_under(&self, pod: &Pod, svc: &str, ip: IpAddr) -> String {
         let ns = pod.ns();
-        if let (Some(host), Some(sub)) = (&pod.hostname, pod.subdomain())
+        if let (Some(host), Some(sub)) = (pod.hostname(), pod.subdomain())
             && **sub == *svc
             && self
                 .host_winner(ns, sub, host)
@@ -1172,7 +1172,7 @@ impl Writer {
             .collect();
         let pod = self.choose(pods).into_iter().next()?;
         let ns = pod.ns();
-        if let (Some(host), Some(sub)) = (&pod.hostname, pod.subdomain())
+        if let (Some(host), Some(sub)) = (pod.hostname(), pod.subdomain())
             && self.host_published(pod)
             && self
                 .host_winner(ns, sub, host)
