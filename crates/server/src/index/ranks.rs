@@ -136,8 +136,6 @@ pub(super) struct Ranks {
     /// so a vector costs 16 bytes a pod where a map cost twice that and
     /// more); empty for a pod with none.
     links: Vec<Box<[(Group, u32)]>>,
-    /// Pods by their Job, to relink when the Job's completions change.
-    job_pods: HashMap<ObjKey, BTreeSet<PodId>>,
     groups: HashMap<Group, GroupState>,
     /// Jobs of each JobSet, by (namespace, jobset).
     jobset_jobs: HashMap<(String, String), BTreeSet<String>>,
@@ -235,13 +233,6 @@ impl Writer {
             return;
         }
         let pod = self.pods.get(id);
-        if let Some(job) = job_of(pod) {
-            self.ranks
-                .job_pods
-                .entry(ObjKey::new(&**pod.ns(), job))
-                .or_default()
-                .insert(id);
-        }
         let links: Box<[(Group, u32)]> = self
             .rank_links(pod)
             .into_iter()
@@ -279,15 +270,6 @@ impl Writer {
 
     pub(super) fn unlink_ranks(&mut self, id: PodId) {
         let pod = self.pods.get(id);
-        if let Some(job) = job_of(pod) {
-            let jk = ObjKey::new(&**pod.ns(), job);
-            if let Some(set) = self.ranks.job_pods.get_mut(&jk) {
-                set.remove(&id);
-                if set.is_empty() {
-                    self.ranks.job_pods.remove(&jk);
-                }
-            }
-        }
         let Some(links) = self.ranks.links.get_mut(id as usize).map(std::mem::take) else {
             return;
         };
@@ -402,13 +384,20 @@ impl Writer {
     }
 
     /// A Job's completions decide its pods' JobSet-wide ranks.
+    /// Relink the pods of a Job whose completions (so its pods' JobSet
+    /// ranks) may have changed. A pod the Job's completions can move has a
+    /// completion index, so it holds a rank of the Job: the Job's ranks
+    /// list them all, and no index of pods by Job is kept beside them.
     fn relink_job_pods(&mut self, job: &ObjKey) {
-        let ids: Vec<PodId> = self
+        let mut ids: Vec<PodId> = self
             .ranks
-            .job_pods
-            .get(job)
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default();
+            .ranks
+            .get(&group(false, &*job.namespace, &*job.name))
+            .into_iter()
+            .flat_map(|ranks| ranks.iter().flat_map(|(_, r)| r.pods()))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
         let mut dirty = Vec::new();
         for id in ids {
             self.rank_keys(id, &mut dirty);
