@@ -77,6 +77,9 @@ struct Rank {
     built: (bool, bool),
 }
 
+/// No JobSet rank (a global index this large is not linked).
+const NO_SET: u32 = u32::MAX;
+
 /// No pod (the slab never hands this id out).
 const NONE: PodId = PodId::MAX;
 
@@ -132,10 +135,12 @@ impl Rank {
 pub(super) struct Ranks {
     /// The ranks of each gang, by index (see `paged.rs`).
     ranks: HashMap<Group, Paged<Rank>>,
-    /// The ranks each pod holds, by pod id (slab ids are dense and reused,
-    /// so a vector costs 16 bytes a pod where a map cost twice that and
-    /// more); empty for a pod with none.
-    links: Vec<Box<[(Group, u32)]>>,
+    /// The JobSet rank each pod was linked with, by pod id (slab ids are
+    /// dense and reused: 4 bytes a pod), `NO_SET` for none. A pod's Job
+    /// rank is its labels' and the pod does not change while linked (an
+    /// update unlinks the old one first), so only this rank, which the
+    /// Job's completions at link time decide, is kept.
+    set_ranks: Vec<u32>,
     groups: HashMap<Group, GroupState>,
     /// Jobs of each JobSet, by (namespace, jobset).
     jobset_jobs: HashMap<(String, String), BTreeSet<String>>,
@@ -196,62 +201,69 @@ fn generation_of(pod: &Pod) -> u64 {
 }
 
 impl Writer {
-    /// The ranks a pod holds under the current Jobs.
-    fn rank_links(&self, pod: &Pod) -> Vec<(Group, u32)> {
+    /// The Job rank a pod's labels give it: its Job and completion index.
+    fn job_rank(&self, pod: &Pod) -> Option<(Group, u32)> {
         if !self.policy.rank_view {
-            return vec![];
+            return None;
         }
-        let Some(job) = job_of(pod) else {
-            return vec![];
-        };
-        let Some(index) = label(pod, COMPLETION_INDEX)
+        let job = job_of(pod)?;
+        let index = label(pod, COMPLETION_INDEX)
             .or_else(|| annotation(pod, COMPLETION_INDEX))
-            .and_then(|v| v.parse::<u32>().ok())
-        else {
+            .and_then(|v| v.parse::<u32>().ok())?;
+        Some((self.ranks.canonical(group(false, &**pod.ns(), job)), index))
+    }
+
+    /// The JobSet rank of a pod with Job rank `index` under the current
+    /// Jobs: g = job-global-index × the Job's completions + index.
+    fn set_rank(&self, pod: &Pod, index: u32) -> Option<u32> {
+        let ns = &**pod.ns();
+        label(pod, JOBSET_NAME)?;
+        let gi = label(pod, GLOBAL_INDEX)?.parse::<u32>().ok()?;
+        let completions = self.jobs.get(&ObjKey::new(ns, job_of(pod)?))?.completions?;
+        gi.checked_mul(completions)?
+            .checked_add(index)
+            .filter(|&g| g != NO_SET)
+    }
+
+    /// The ranks a pod holds as it was linked: its Job's (its labels say
+    /// which) and its JobSet's, as [`Self::link_ranks`] found it.
+    fn linked(&self, id: PodId) -> Vec<(Group, u32)> {
+        let pod = self.pods.get(id);
+        let Some((job, index)) = self.job_rank(pod) else {
             return vec![];
         };
-        let ns = &**pod.ns();
-        let mut out = vec![(group(false, ns, job), index)];
-        if let (Some(js), Some(gi)) = (
-            label(pod, JOBSET_NAME),
-            label(pod, GLOBAL_INDEX).and_then(|v| v.parse::<u32>().ok()),
-        ) && let Some(completions) = self
-            .jobs
-            .get(&ObjKey::new(ns, job))
-            .and_then(|j| j.completions)
-            && let Some(g) = gi
-                .checked_mul(completions)
-                .and_then(|v| v.checked_add(index))
+        let mut out = vec![(job, index)];
+        if let Some(&g) = self.ranks.set_ranks.get(id as usize)
+            && g != NO_SET
+            && let Some(js) = label(pod, JOBSET_NAME)
         {
-            out.push((group(true, ns, js), g));
+            out.push((self.ranks.canonical(group(true, &**pod.ns(), js)), g));
         }
         out
     }
 
     pub(super) fn link_ranks(&mut self, id: PodId) {
-        if !self.policy.rank_view {
-            return;
-        }
         let pod = self.pods.get(id);
-        let links: Box<[(Group, u32)]> = self
-            .rank_links(pod)
-            .into_iter()
-            .map(|(g, i)| (self.ranks.canonical(g), i))
-            .collect();
-        if links.is_empty() {
+        let Some((job, index)) = self.job_rank(pod) else {
             return;
+        };
+        let set = self.set_rank(pod, index);
+        let mut links = vec![(job, index)];
+        if let Some(g) = set {
+            let js = label(pod, JOBSET_NAME).expect("set_rank read it");
+            links.push((self.ranks.canonical(group(true, &**pod.ns(), js)), g));
         }
         let generation = generation_of(pod);
-        for (group, idx) in &links {
+        for (group, idx) in links {
             let rank = self
                 .ranks
                 .ranks
                 .entry(group.clone())
                 .or_default()
-                .get_or_insert_with(*idx, Rank::default);
+                .get_or_insert_with(idx, Rank::default);
             let new_rank = rank.vacant();
             rank.insert(id);
-            let g = self.ranks.groups.entry(group.clone()).or_default();
+            let g = self.ranks.groups.entry(group).or_default();
             g.pods += 1;
             g.ranks += u32::from(new_rank);
             *g.generations.entry(generation).or_default() += 1;
@@ -262,18 +274,18 @@ impl Writer {
             }
         }
         let i = id as usize;
-        if self.ranks.links.len() <= i {
-            self.ranks.links.resize_with(i + 1, Box::default);
+        if self.ranks.set_ranks.len() <= i {
+            self.ranks.set_ranks.resize(i + 1, NO_SET);
         }
-        self.ranks.links[i] = links;
+        self.ranks.set_ranks[i] = set.unwrap_or(NO_SET);
     }
 
     pub(super) fn unlink_ranks(&mut self, id: PodId) {
-        let pod = self.pods.get(id);
-        let Some(links) = self.ranks.links.get_mut(id as usize).map(std::mem::take) else {
-            return;
-        };
-        let generation = generation_of(pod);
+        let links = self.linked(id);
+        if let Some(g) = self.ranks.set_ranks.get_mut(id as usize) {
+            *g = NO_SET;
+        }
+        let generation = generation_of(self.pods.get(id));
         for (group, idx) in links {
             let mut rank_gone = false;
             if let Some(rank) = self.ranks.rank_mut(&group, idx) {
@@ -300,10 +312,10 @@ impl Writer {
 
     /// Keys of the rank view that depend on this pod as it is linked now.
     pub(super) fn rank_keys(&self, id: PodId, out: &mut Vec<Key>) {
-        for (group, idx) in self.ranks.links.get(id as usize).into_iter().flatten() {
-            out.push(Key::Rank(group.clone(), *idx));
+        for (group, idx) in self.linked(id) {
+            out.push(Key::Rank(group.clone(), idx));
             out.push(Key::Leader(group.clone()));
-            out.push(Key::Summary(group.clone()));
+            out.push(Key::Summary(group));
         }
     }
 
