@@ -424,9 +424,46 @@ impl IpName {
 }
 
 /// The ranks of one gang that answer one address (nearly all of them),
-/// by index: 17 bytes a rank where a stored name cost ≈ 85 (its key, its
-/// slot at a hash table's load, its spelling).
-type GangRanks = Paged<IpAddr>;
+/// by index: 5 bytes an IPv4 rank, 17 an IPv6 one, where a stored name
+/// cost ≈ 85 (its key, its slot at a hash table's load, its spelling).
+/// A rank is in one family's pages, never both.
+#[derive(Debug, Default)]
+struct GangRanks {
+    v4: Paged<[u8; 4]>,
+    v6: Paged<[u8; 16]>,
+}
+
+impl GangRanks {
+    fn get(&self, i: u32) -> Option<IpAddr> {
+        match self.v4.get(i) {
+            Some(a) => Some(IpAddr::from(*a)),
+            None => self.v6.get(i).map(|a| IpAddr::from(*a)),
+        }
+    }
+
+    /// Put rank `i`'s address; the old one comes back.
+    fn insert(&mut self, i: u32, ip: IpAddr) -> Option<IpAddr> {
+        let (old4, old6) = match ip {
+            IpAddr::V4(a) => (self.v4.insert(i, a.octets()), self.v6.remove(i)),
+            IpAddr::V6(a) => (self.v4.remove(i), self.v6.insert(i, a.octets())),
+        };
+        old4.map(IpAddr::from).or(old6.map(IpAddr::from))
+    }
+
+    fn remove(&mut self, i: u32) -> Option<IpAddr> {
+        let old4 = self.v4.remove(i).map(IpAddr::from);
+        old4.or_else(|| self.v6.remove(i).map(IpAddr::from))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.v4.is_empty() && self.v6.is_empty()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u32, IpAddr)> + '_ {
+        let v4 = self.v4.iter().map(|(i, a)| (i, IpAddr::from(*a)));
+        v4.chain(self.v6.iter().map(|(i, a)| (i, IpAddr::from(*a))))
+    }
+}
 
 /// `<i>.<gang>.<ns>.rank` as (i, `<gang>.<ns>`): `i` in its canonical
 /// spelling ([`super::names::rank_name`]'s), so `07.<gang>.<ns>.rank` is
@@ -482,7 +519,7 @@ impl Table {
 
     /// The address rank `i` of `gang` (`<gang>.<ns>`) answers, if kept.
     fn rank(&self, gang: &str, i: u32) -> Option<IpAddr> {
-        self.ranks.get(gang)?.get(i).copied()
+        self.ranks.get(gang)?.get(i)
     }
 
     /// Put rank `i`'s address; the old one comes back.
@@ -573,7 +610,7 @@ impl Table {
             .collect();
         for gang in self.ranks.iter() {
             for (i, ip) in gang.value().iter() {
-                v.push((format!("{i}.{}.rank", gang.key()), Value::Ip(*ip).rrs()));
+                v.push((format!("{i}.{}.rank", gang.key()), Value::Ip(ip).rrs()));
             }
         }
         let mut spelled: Vec<(String, Arc<Rrs>)> = Vec::new();
@@ -795,6 +832,29 @@ mod tests {
         Value::Ip(a.parse().unwrap())
     }
 
+    /// A rank's address is kept in its family's pages: one place, and it
+    /// moves when the pod's family does.
+    #[test]
+    fn a_gangs_ranks_keep_each_address_in_its_family() {
+        let mut g = GangRanks::default();
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.7".parse().unwrap(), "fd00::7".parse().unwrap());
+        assert_eq!(g.insert(7, a), None);
+        assert_eq!(g.insert(8, b), None);
+        assert_eq!((g.get(7), g.get(8), g.get(9)), (Some(a), Some(b), None));
+        assert_eq!(g.insert(7, b), Some(a), "v4 to v6");
+        assert_eq!(g.v4.get(7), None);
+        assert_eq!(g.insert(7, a), Some(b), "and back");
+        assert_eq!(g.v6.get(7), None);
+        let mut all: Vec<_> = g.iter().collect();
+        all.sort();
+        assert_eq!(all, [(7, a), (8, b)]);
+        assert_eq!(
+            (g.remove(7), g.remove(8), g.remove(8)),
+            (Some(a), Some(b), None)
+        );
+        assert!(g.is_empty());
+    }
+
     /// The map's slot is a key and an entry: 32 bytes.
     #[test]
     fn an_entry_is_sixteen_bytes_and_keeps_an_ipv6_address() {
@@ -825,7 +885,7 @@ mod tests {
             t.set("3000000000.w.ml.rank", ip("10.0.0.4")),
             "far away: one chunk"
         );
-        assert_eq!(t.ranks.get("w.ml").unwrap().pages(), 3);
+        assert_eq!(t.ranks.get("w.ml").unwrap().v4.pages(), 3);
         assert!(t.names.get("0.w.ml.rank").is_none(), "not stored as a name");
         assert_eq!(
             t.lookup("0.w.ml.rank"),
