@@ -74,19 +74,17 @@ pub(super) struct GroupState {
     coordinator: Option<String>,
 }
 
-/// One rank of a gang: 16 bytes, and no allocation while one pod holds it
+/// One rank of a gang: 8 bytes, and no allocation while one pod holds it
 /// (two ranks a pod in a JobSet, so this is most of the rank view's cost).
 #[derive(Debug)]
 struct Rank {
     /// The pods that hold the rank, in any state: one but for the moments
     /// of a restart (the old pod still deleting) or a duplicate index. The
-    /// first inline (`NONE` when there is none: an `Option` would double
-    /// its 4 bytes), the rest in a [`SmallSet`] allocated only then
-    /// (`SmallSet` alone costs 16 bytes and an allocation,
-    /// `SmallVec<[u32; 1]>` 24). In this struct, not one of their own, so
-    /// that `built` fits in the same 16 bytes.
+    /// first here (`NONE` when there is none: an `Option` would double its
+    /// 4 bytes); `more` says the others are in [`Ranks::more`] (a pointer
+    /// here would double the rank, for a set held a moment).
     first: PodId,
-    more: Option<Box<SmallSet<PodId>>>,
+    more: bool,
     /// (published, ready) as last built: what the gang's counters include.
     /// The entry stays until both are false, even with no pod left.
     built: (bool, bool),
@@ -102,46 +100,16 @@ impl Default for Rank {
     fn default() -> Self {
         Self {
             first: NONE,
-            more: None,
+            more: false,
             built: (false, false),
         }
     }
 }
 
 impl Rank {
-    fn insert(&mut self, id: PodId) {
-        if self.first == NONE {
-            self.first = id;
-        } else if self.first != id {
-            self.more.get_or_insert_default().insert(id);
-        }
-    }
-
-    fn remove(&mut self, id: PodId) {
-        if self.first == id {
-            self.first = self
-                .more
-                .as_mut()
-                .and_then(|m| m.pop_first())
-                .unwrap_or(NONE);
-        } else if let Some(m) = &mut self.more {
-            m.remove(&id);
-        }
-        if self.more.as_ref().is_some_and(|m| m.is_empty()) {
-            self.more = None;
-        }
-    }
-
     /// No pod holds the rank.
     fn vacant(&self) -> bool {
         self.first == NONE
-    }
-
-    fn pods(&self) -> impl Iterator<Item = PodId> + '_ {
-        (self.first != NONE)
-            .then_some(self.first)
-            .into_iter()
-            .chain(self.more.iter().flat_map(|m| m.iter().copied()))
     }
 }
 
@@ -156,6 +124,8 @@ pub(super) struct Ranks {
     /// update unlinks the old one first), so only this rank, which the
     /// Job's completions at link time decide, is kept.
     set_ranks: Vec<u32>,
+    /// The pods past the first of each rank that more than one holds.
+    more: HashMap<(Group, u32), SmallSet<PodId>>,
     /// Every gang with a pod, found by borrowed names too ([`GroupRef`]).
     groups: hashbrown::HashMap<Group, GroupState, foldhash::fast::RandomState>,
     /// Jobs of each JobSet, by (namespace, jobset).
@@ -165,6 +135,61 @@ pub(super) struct Ranks {
 impl Ranks {
     pub(super) fn groups(&self) -> usize {
         self.groups.len()
+    }
+
+    /// Pod `id` holds rank `idx` of `group` (made if new); whether the
+    /// rank was vacant.
+    fn hold(&mut self, group: &Group, idx: u32, id: PodId) -> bool {
+        let rank = self
+            .ranks
+            .entry(group.clone())
+            .or_default()
+            .get_or_insert_with(idx, Rank::default);
+        if rank.vacant() {
+            rank.first = id;
+            return true;
+        }
+        if rank.first != id {
+            self.more
+                .entry((group.clone(), idx))
+                .or_default()
+                .insert(id);
+            rank.more = true;
+        }
+        false
+    }
+
+    /// Pod `id` no longer holds rank `idx` of `group`; the rank, if kept.
+    fn let_go(&mut self, group: &Group, idx: u32, id: PodId) -> Option<&mut Rank> {
+        let rank = self.ranks.get_mut(group)?.get_mut(idx)?;
+        if rank.more {
+            let key = (group.clone(), idx);
+            let more = self.more.get_mut(&key).expect("a rank's other holders");
+            if rank.first == id {
+                rank.first = more.pop_first().expect("not empty");
+            } else {
+                more.remove(&id);
+            }
+            if more.is_empty() {
+                self.more.remove(&key);
+                rank.more = false;
+            }
+        } else if rank.first == id {
+            rank.first = NONE;
+        }
+        Some(rank)
+    }
+
+    /// The pods holding rank `idx` of `group`.
+    fn holders(&self, group: &Group, idx: u32) -> impl Iterator<Item = PodId> + '_ {
+        let rank = self.ranks.get(group).and_then(|r| r.get(idx));
+        let more = rank
+            .filter(|r| r.more)
+            .and_then(|_| self.more.get(&(group.clone(), idx)));
+        rank.map(|r| r.first)
+            .filter(|&f| f != NONE)
+            .into_iter()
+            .chain(more.into_iter().flat_map(|m| m.iter().copied()))
     }
 
     fn rank_mut(&mut self, group: &Group, idx: u32) -> Option<&mut Rank> {
@@ -273,14 +298,7 @@ impl Writer {
         }
         let generation = generation_of(pod);
         for (group, idx) in links {
-            let rank = self
-                .ranks
-                .ranks
-                .entry(group.clone())
-                .or_default()
-                .get_or_insert_with(idx, Rank::default);
-            let new_rank = rank.vacant();
-            rank.insert(id);
+            let new_rank = self.ranks.hold(&group, idx, id);
             let g = self.ranks.groups.entry(group).or_default();
             g.pods += 1;
             g.ranks += u32::from(new_rank);
@@ -306,13 +324,12 @@ impl Writer {
         let generation = generation_of(self.pods.get(id));
         for (group, idx) in links {
             let mut rank_gone = false;
-            if let Some(rank) = self.ranks.rank_mut(&group, idx) {
-                rank.remove(id);
-                if rank.vacant() {
-                    rank_gone = true;
-                    if rank.built == (false, false) {
-                        self.ranks.remove_rank(&group, idx);
-                    }
+            if let Some(rank) = self.ranks.let_go(&group, idx, id)
+                && rank.vacant()
+            {
+                rank_gone = true;
+                if rank.built == (false, false) {
+                    self.ranks.remove_rank(&group, idx);
                 }
             }
             if let Some(g) = self.ranks.groups.get_mut(&group) {
@@ -419,12 +436,17 @@ impl Writer {
     /// completion index, so it holds a rank of the Job: the Job's ranks
     /// list them all, and no index of pods by Job is kept beside them.
     fn relink_job_pods(&mut self, job: &ObjKey) {
-        let mut ids: Vec<PodId> = self
+        let g = group(false, &*job.namespace, &*job.name);
+        let idxs: Vec<u32> = self
             .ranks
             .ranks
-            .get(&group(false, &*job.namespace, &*job.name))
+            .get(&g)
             .into_iter()
-            .flat_map(|ranks| ranks.iter().flat_map(|(_, r)| r.pods()))
+            .flat_map(|ranks| ranks.iter().map(|(i, _)| i))
+            .collect();
+        let mut ids: Vec<PodId> = idxs
+            .into_iter()
+            .flat_map(|i| self.ranks.holders(&g, i))
             .collect();
         ids.sort_unstable();
         ids.dedup();
@@ -442,9 +464,9 @@ impl Writer {
 
     /// The pod that answers for a rank (the duplicate-hostname rule; always one).
     fn rank_pod(&self, group: &Group, idx: u32) -> Option<&Pod> {
-        let rank = self.ranks.ranks.get(group)?.get(idx)?;
-        let pods: Vec<&Pod> = rank
-            .pods()
+        let pods: Vec<&Pod> = self
+            .ranks
+            .holders(group, idx)
             .map(|id| self.pod(id))
             .filter(|p| self.published(p, true))
             .collect();
@@ -612,23 +634,26 @@ mod holders_tests {
     }
 
     #[test]
-    fn a_rank_is_sixteen_bytes_and_keeps_every_holder() {
-        assert_eq!(std::mem::size_of::<Option<Rank>>(), 16);
-        let mut r = Rank::default();
-        assert!(r.vacant());
-        r.insert(7);
-        r.insert(7);
-        assert!(r.more.is_none(), "one holder allocates nothing");
-        r.insert(3);
-        r.insert(9);
-        assert_eq!(r.pods().collect::<Vec<_>>(), [7, 3, 9]);
-        r.remove(7);
-        assert_eq!(r.pods().collect::<Vec<_>>(), [3, 9]);
-        r.remove(9);
-        assert_eq!(r.pods().collect::<Vec<_>>(), [3]);
-        assert!(r.more.is_none(), "the spare set goes with its last");
-        r.remove(4);
-        r.remove(3);
-        assert!(r.vacant());
+    fn a_rank_is_eight_bytes_and_keeps_every_holder() {
+        assert_eq!(std::mem::size_of::<Option<Rank>>(), 8);
+        let mut r = Ranks::default();
+        let g = group(false, "ml", "w");
+        let pods = |r: &Ranks| r.holders(&g, 3).collect::<Vec<_>>();
+        assert!(r.hold(&g, 3, 7), "vacant before");
+        assert!(!r.hold(&g, 3, 7));
+        assert!(r.more.is_empty(), "one holder allocates nothing");
+        r.hold(&g, 3, 4);
+        r.hold(&g, 3, 9);
+        assert_eq!(pods(&r), [7, 4, 9]);
+        assert!(r.holders(&g, 2).next().is_none());
+        r.let_go(&g, 3, 7);
+        assert_eq!(pods(&r), [4, 9]);
+        r.let_go(&g, 3, 9);
+        assert_eq!(pods(&r), [4]);
+        assert!(r.more.is_empty(), "the spare set goes with its last");
+        r.let_go(&g, 3, 5);
+        assert_eq!(pods(&r), [4]);
+        assert!(r.let_go(&g, 3, 4).unwrap().vacant());
+        assert!(r.let_go(&g, 8, 4).is_none(), "no such rank");
     }
 }
