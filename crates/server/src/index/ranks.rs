@@ -31,7 +31,7 @@ pub struct GroupKey {
 }
 
 /// A gang as the writer's indexes hold it: one allocation per gang, shared
-/// by its ranks (see [`Ranks::group`]).
+/// by its ranks (see [`Ranks::canonical`]).
 pub type Group = Arc<GroupKey>;
 
 pub(super) fn group(set: bool, ns: impl Into<String>, name: impl Into<String>) -> Group {
@@ -40,21 +40,6 @@ pub(super) fn group(set: bool, ns: impl Into<String>, name: impl Into<String>) -
         ns: ns.into(),
         name: name.into(),
     })
-}
-
-/// A [`GroupKey`] of borrowed strings; it hashes as the key does (the
-/// same fields, in order, `str` hashing as `String`).
-#[derive(Hash)]
-struct GroupRef<'a> {
-    set: bool,
-    ns: &'a str,
-    name: &'a str,
-}
-
-impl hashbrown::Equivalent<Group> for GroupRef<'_> {
-    fn equivalent(&self, g: &Group) -> bool {
-        g.set == self.set && g.ns == self.ns && g.name == self.name
-    }
 }
 
 /// Counters of one gang, maintained as ranks change.
@@ -126,8 +111,7 @@ pub(super) struct Ranks {
     set_ranks: Vec<u32>,
     /// The pods past the first of each rank that more than one holds.
     more: HashMap<(Group, u32), SmallSet<PodId>>,
-    /// Every gang with a pod, found by borrowed names too ([`GroupRef`]).
-    groups: hashbrown::HashMap<Group, GroupState, foldhash::fast::RandomState>,
+    groups: HashMap<Group, GroupState>,
     /// Jobs of each JobSet, by (namespace, jobset).
     jobset_jobs: HashMap<(String, String), BTreeSet<String>>,
 }
@@ -206,13 +190,11 @@ impl Ranks {
         }
     }
 
-    /// The shared allocation of a gang: the known one (found without
-    /// allocating: a pod's ranks are looked up at each of its events), or
-    /// a new one.
-    fn group(&self, set: bool, ns: &str, name: &str) -> Group {
-        match self.groups.get_key_value(&GroupRef { set, ns, name }) {
+    /// The shared allocation of a gang already known.
+    fn canonical(&self, group: Group) -> Group {
+        match self.groups.get_key_value(&group) {
             Some((g, _)) => g.clone(),
-            None => group(set, ns, name),
+            None => group,
         }
     }
 }
@@ -253,7 +235,7 @@ impl Writer {
         let index = label(pod, COMPLETION_INDEX)
             .or_else(|| annotation(pod, COMPLETION_INDEX))
             .and_then(|v| v.parse::<u32>().ok())?;
-        Some((self.ranks.group(false, pod.ns(), job), index))
+        Some((self.ranks.canonical(group(false, &**pod.ns(), job)), index))
     }
 
     /// The JobSet rank of a pod with Job rank `index` under the current
@@ -280,7 +262,7 @@ impl Writer {
             && g != NO_SET
             && let Some(js) = label(pod, JOBSET_NAME)
         {
-            out.push((self.ranks.group(true, pod.ns(), js), g));
+            out.push((self.ranks.canonical(group(true, &**pod.ns(), js)), g));
         }
         out
     }
@@ -294,7 +276,7 @@ impl Writer {
         let mut links = vec![(job, index)];
         if let Some(g) = set {
             let js = label(pod, JOBSET_NAME).expect("set_rank read it");
-            links.push((self.ranks.group(true, pod.ns(), js), g));
+            links.push((self.ranks.canonical(group(true, &**pod.ns(), js)), g));
         }
         let generation = generation_of(pod);
         for (group, idx) in links {
@@ -618,20 +600,6 @@ impl Writer {
 #[cfg(test)]
 mod holders_tests {
     use super::*;
-
-    #[test]
-    fn a_gang_is_found_by_borrowed_names() {
-        let mut r = Ranks::default();
-        let g = group(true, "ml", "llm");
-        r.groups.insert(g.clone(), GroupState::default());
-        assert!(
-            Arc::ptr_eq(&r.group(true, "ml", "llm"), &g),
-            "the known one"
-        );
-        let job = r.group(false, "ml", "llm");
-        assert!(!Arc::ptr_eq(&job, &g) && !job.set, "a Job is another gang");
-        assert_eq!(*r.group(true, "ml", "other"), *group(true, "ml", "other"));
-    }
 
     #[test]
     fn a_rank_is_eight_bytes_and_keeps_every_holder() {
