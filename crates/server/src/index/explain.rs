@@ -836,7 +836,7 @@ impl Writer {
                 .filter(|p| !p.host_network && self.published_anywhere(p))
                 .collect();
             let pod = self.choose_one(candidates);
-            let hostname_name = pod.and_then(|p| match (&p.hostname(), p.subdomain()) {
+            let hostname_name = pod.and_then(|p| match (p.hostname(), p.subdomain()) {
                 (Some(h), Some(s)) => Some(format!("{h}.{s}.{}.svc", p.ns())),
                 _ => None,
             });

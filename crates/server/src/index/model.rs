@@ -260,8 +260,8 @@ impl Interner {
 /// depends on it), with boxed slices instead of vectors, and what it shares
 /// with its gang (namespace, subdomain, pairs, ports) in a [`Template`].
 /// The writer's indexes hash its name, hostname and addresses where they
-/// are (see `by_name.rs`). 72 bytes (the slab's slot 80), the size test
-/// below says so.
+/// are (see `by_name.rs`). 72 bytes, and so is the slab's slot (its
+/// vacant-or-occupied tag fits in the pod's spare bits); a test says so.
 #[derive(Clone, Debug)]
 pub(crate) struct Pod {
     /// Its name, then its hostname unless that begins the name (a Job's
@@ -313,7 +313,8 @@ impl Pod {
             annotations,
             ports: p.ports.into_boxed_slice(),
         });
-        // A hostname longer than a DNS label names nothing: dropped.
+        // Conversion keeps DNS labels only (≤ 63 bytes); a longer one than
+        // the length field holds would name nothing either: dropped.
         let hostname = p.hostname.filter(|h| u16::try_from(h.len()).is_ok());
         let host_len = hostname.as_ref().map_or(0, |h| h.len() as u16);
         let host_in_name = hostname

@@ -250,16 +250,11 @@ impl Writer {
             .filter(|&g| g != NO_SET)
     }
 
-    /// The ranks a pod holds as it was linked: its Job's (its labels say
-    /// which) and its JobSet's, as [`Self::link_ranks`] found it.
-    fn linked(&self, id: PodId) -> Vec<(Group, u32)> {
-        let pod = self.pods.get(id);
-        let Some((job, index)) = self.job_rank(pod) else {
-            return vec![];
-        };
-        let mut out = vec![(job, index)];
-        if let Some(&g) = self.ranks.set_ranks.get(id as usize)
-            && g != NO_SET
+    /// A pod's ranks: its Job rank and, with JobSet rank `set`, that one
+    /// in its JobSet (whose name `set_rank` found on the pod).
+    fn links(&self, pod: &Pod, job: (Group, u32), set: Option<u32>) -> Vec<(Group, u32)> {
+        let mut out = vec![job];
+        if let Some(g) = set
             && let Some(js) = label(pod, JOBSET_NAME)
         {
             out.push((self.ranks.canonical(group(true, &**pod.ns(), js)), g));
@@ -267,17 +262,24 @@ impl Writer {
         out
     }
 
+    /// The ranks a pod holds as it was linked: its Job's (its labels say
+    /// which) and its JobSet's, as [`Self::link_ranks`] found it.
+    fn linked(&self, id: PodId) -> Vec<(Group, u32)> {
+        let pod = self.pods.get(id);
+        let Some(job) = self.job_rank(pod) else {
+            return vec![];
+        };
+        let set = self.ranks.set_ranks.get(id as usize).copied();
+        self.links(pod, job, set.filter(|&g| g != NO_SET))
+    }
+
     pub(super) fn link_ranks(&mut self, id: PodId) {
         let pod = self.pods.get(id);
-        let Some((job, index)) = self.job_rank(pod) else {
+        let Some(job) = self.job_rank(pod) else {
             return;
         };
-        let set = self.set_rank(pod, index);
-        let mut links = vec![(job, index)];
-        if let Some(g) = set {
-            let js = label(pod, JOBSET_NAME).expect("set_rank read it");
-            links.push((self.ranks.canonical(group(true, &**pod.ns(), js)), g));
-        }
+        let set = self.set_rank(pod, job.1);
+        let links = self.links(pod, job, set);
         let generation = generation_of(pod);
         for (group, idx) in links {
             let new_rank = self.ranks.hold(&group, idx, id);
@@ -412,23 +414,18 @@ impl Writer {
         }
     }
 
-    /// A Job's completions decide its pods' JobSet-wide ranks.
     /// Relink the pods of a Job whose completions (so its pods' JobSet
     /// ranks) may have changed. A pod the Job's completions can move has a
     /// completion index, so it holds a rank of the Job: the Job's ranks
     /// list them all, and no index of pods by Job is kept beside them.
     fn relink_job_pods(&mut self, job: &ObjKey) {
         let g = group(false, &*job.namespace, &*job.name);
-        let idxs: Vec<u32> = self
+        let mut ids: Vec<PodId> = self
             .ranks
             .ranks
             .get(&g)
             .into_iter()
-            .flat_map(|ranks| ranks.iter().map(|(i, _)| i))
-            .collect();
-        let mut ids: Vec<PodId> = idxs
-            .into_iter()
-            .flat_map(|i| self.ranks.holders(&g, i))
+            .flat_map(|ranks| ranks.iter().flat_map(|(i, _)| self.ranks.holders(&g, i)))
             .collect();
         ids.sort_unstable();
         ids.dedup();

@@ -855,7 +855,7 @@ mod tests {
         assert!(g.is_empty());
     }
 
-    /// The map's slot is a key and an entry: 32 bytes.
+    /// The name map's slot is a key and an entry: 16 + 16 bytes.
     #[test]
     fn an_entry_is_sixteen_bytes_and_keeps_an_ipv6_address() {
         assert_eq!(std::mem::size_of::<Entry>(), 16);
