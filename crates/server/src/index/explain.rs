@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::ranks::{COMPLETION_INDEX, JOB_NAME, LEGACY_JOB_NAME, group};
 use super::*;
+use crate::index::table::Target;
 use crate::index::{Lookup, names};
 
 /// A question for the writer: what does the model hold for this key?
@@ -836,16 +837,16 @@ impl Writer {
                 .filter(|p| !p.host_network && self.published_anywhere(p))
                 .collect();
             let pod = self.choose_one(candidates);
-            let hostname_name = pod.and_then(|p| match (p.hostname(), p.subdomain()) {
-                (Some(h), Some(s)) => Some(format!("{h}.{s}.{}.svc", p.ns())),
-                _ => None,
-            });
-            let rule = if hostname_name.as_deref() == Some(target.as_str()) {
-                "its hostname name, the most specific"
-            } else if target.ends_with(".pod") {
-                "its pod name (no hostname name or headless Service publishes it)"
-            } else {
-                "its dashed name under the headless Service that publishes it"
+            // A Service's address was answered above: a name is the pod's
+            // hostname name.
+            let rule = match target {
+                Target::Name(_) => "its hostname name, the most specific",
+                Target::Pod(_) => {
+                    "its pod name (no hostname name or headless Service publishes it)"
+                }
+                Target::Member(..) => {
+                    "its dashed name under the headless Service that publishes it"
+                }
             };
             let objects: Vec<Object> = pod
                 .map(|p| vec![self.pod_object(p, "answers", None)])

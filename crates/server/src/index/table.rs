@@ -10,6 +10,11 @@
 //! the address and looked up in `ips`, whose entry says in which namespaces
 //! and under which Services the address has a name, and what its PTR
 //! names. A stored name (a hostname name, say) of the same spelling wins.
+//!
+//! The names of a gang that differ only in a number (rank names
+//! `<i>.<gang>.<ns>.rank`, hostname names `<job>-<i>.<sub>.<ns>.svc`) are
+//! not stored as strings either: the question is parsed into the gang and
+//! the number, and the address is kept in the gang's pages by number.
 
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -289,48 +294,81 @@ impl Lookup {
     }
 }
 
-/// The names spelled from one address (each answers the address): 24
-/// bytes beside a 4-byte IPv4 key, and no allocation of its own for the
-/// names, which a gang's pods share (one interned list for the thousand
-/// pods of one namespace and headless Service).
+/// What one address answers as a name: the names spelled from it (each
+/// answers the address) and what its PTR record names. 16 bytes beside a
+/// 4-byte IPv4 key, with no allocation of its own: the facts are one
+/// interned list that a gang's addresses share (the thousand pods of one
+/// Job, namespace and headless Service), and the one thing each address
+/// has alone, the number in its PTR target (`w-7.w.ml.svc`), is kept here.
 #[derive(Debug, Default)]
 struct IpNames {
-    /// `<a-b-c-d>.<ns>.pod` and `<a-b-c-d>.<svc>.<ns>.svc`, as places.
-    spelled: Option<Arc<Spelled>>,
-    /// The forward key the PTR record points at (a stored name's own
-    /// key, see [`Table::shared_name`]).
-    ptr: Option<Arc<str>>,
+    facts: Option<Arc<Facts>>,
+    /// `n` of a [`Ptr::Host`] target; 0 otherwise.
+    n: u32,
 }
 
 impl IpNames {
     fn is_empty(&self) -> bool {
-        self.spelled.is_none() && self.ptr.is_none()
+        self.facts.is_none()
     }
 
     fn names(&self) -> &[IpName] {
-        self.spelled.as_ref().map_or(&[], |s| &s.0)
+        self.facts.as_ref().map_or(&[], |f| &f.names)
+    }
+
+    fn ptr(&self) -> Option<&Ptr> {
+        self.facts.as_ref()?.ptr.as_ref()
+    }
+
+    /// The name the PTR record of `ip` points at (relative to the first
+    /// zone), spelled.
+    fn ptr_target(&self, ip: IpAddr) -> Option<Arc<str>> {
+        Some(match self.ptr()? {
+            Ptr::Name(name) => name.clone(),
+            Ptr::Host(group) => host_in(group, self.n).into(),
+            Ptr::Spelled(k) => self.names()[usize::from(*k)].key(ip).into(),
+        })
     }
 }
 
-/// A sorted list of names spelled from an address, shared by every
-/// address that has the same ones ([`SpelledLists`]).
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct Spelled(Box<[IpName]>);
+/// The facts of an address ([`IpNames`]), shared by every address that
+/// has the same ones ([`FactsLists`]).
+#[derive(Debug, Default, PartialEq, Eq, Hash)]
+struct Facts {
+    /// Sorted, no repeats.
+    names: Box<[IpName]>,
+    ptr: Option<Ptr>,
+}
 
-/// The [`Spelled`] lists in use, one copy of each. Only the writer takes
-/// the lock (readers follow an entry's pointer).
+/// What a PTR record points at. Kept as a pointer into something shared,
+/// so the pods of a gang share it: their hostname names' group, or a name
+/// spelled from the address itself.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Ptr {
+    /// A name spelled out: a stored name's own key ([`Table::shared_name`]),
+    /// or a copy of its own.
+    Name(Arc<str>),
+    /// The hostname name `<prefix>-<n>.<sub>.<ns>.svc` of a group kept by
+    /// number ([`Table::hosts`]), by the group's key; `n` is the entry's.
+    Host(Arc<str>),
+    /// The address's `k`-th spelled name.
+    Spelled(u16),
+}
+
+/// The [`Facts`] in use, one copy of each. Only the writer takes the lock
+/// (readers follow an entry's pointer).
 #[derive(Debug, Default)]
-struct SpelledLists(std::sync::Mutex<Interned<Spelled>>);
+struct FactsLists(std::sync::Mutex<Interned<Facts>>);
 
-impl SpelledLists {
-    /// The shared copy of `names` (sorted, no duplicates), or none for no
-    /// names; `old`, the list it replaces, is given back.
-    fn swap(&self, old: Option<Arc<Spelled>>, names: Vec<IpName>) -> Option<Arc<Spelled>> {
+impl FactsLists {
+    /// The shared copy of `facts`, or none for no facts; `old`, the copy
+    /// it replaces, is given back.
+    fn swap(&self, old: Option<Arc<Facts>>, facts: Facts) -> Option<Arc<Facts>> {
         let mut lists = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let new = (!names.is_empty()).then(|| lists.get(Spelled(names.into_boxed_slice())));
+        let new = (!facts.names.is_empty() || facts.ptr.is_some()).then(|| lists.get(facts));
         if let Some(old) = &old {
             lists.release(old);
         }
@@ -423,10 +461,10 @@ impl IpName {
     }
 }
 
-/// The ranks of one gang that answer one address (nearly all of them),
-/// by index: 5 bytes an IPv4 rank, 17 an IPv6 one, where a stored name
-/// cost ≈ 85 (its key, its slot at a hash table's load, its spelling).
-/// A rank is in one family's pages, never both.
+/// The numbered names of one gang that answer one address (nearly all
+/// of them), by number: 5 bytes an IPv4 name, 17 an IPv6 one, where a
+/// stored name cost ≈ 85 (its key, its slot at a hash table's load, its
+/// spelling). A name is in one family's pages, never both.
 #[derive(Debug, Default)]
 struct GangRanks {
     v4: Paged<[u8; 4]>,
@@ -465,28 +503,164 @@ impl GangRanks {
     }
 }
 
-/// `<i>.<gang>.<ns>.rank` as (i, `<gang>.<ns>`): `i` in its canonical
-/// spelling ([`super::names::rank_name`]'s), so `07.<gang>.<ns>.rank` is
-/// no rank.
+/// The numbered names of many gangs, by gang.
+#[derive(Debug, Default)]
+struct Gangs(DashMap<Arc<str>, GangRanks, State>);
+
+impl Gangs {
+    fn get(&self, gang: &str, i: u32) -> Option<IpAddr> {
+        self.0.get(gang)?.get(i)
+    }
+
+    /// The gang's own key, if it keeps `i`.
+    fn key_keeping(&self, gang: &str, i: u32) -> Option<Arc<str>> {
+        let g = self.0.get(gang)?;
+        g.get(i).map(|_| g.key().clone())
+    }
+
+    /// Put `i`'s address; the old one comes back.
+    fn put(&self, gang: &str, i: u32, ip: IpAddr) -> Option<IpAddr> {
+        match self.0.get_mut(gang) {
+            Some(mut g) => g.insert(i, ip),
+            None => self.0.entry(gang.into()).or_default().insert(i, ip),
+        }
+    }
+
+    /// Take `i`'s address; the gang goes with its last.
+    fn take(&self, gang: &str, i: u32) -> Option<IpAddr> {
+        let (old, empty) = {
+            let mut g = self.0.get_mut(gang)?;
+            (g.remove(i), g.is_empty())
+        };
+        if empty {
+            self.0.remove_if(gang, |_, g| g.is_empty());
+        }
+        old
+    }
+
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Which [`Gangs`] keeps a numbered name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kept {
+    /// `<i>.<gang>.<ns>.rank`, by `<gang>.<ns>`.
+    Rank,
+    /// `<prefix>-<n>.<sub>.<ns>.svc`, by `<prefix>.<sub>.<ns>`.
+    Host,
+}
+
+/// Room to spell a hostname group's key (a name is at most 255 bytes).
+type GroupBuf = [u8; 256];
+
+/// A name kept by number, as (where, number, gang): see [`Kept`]. A
+/// hostname group's key is spelled into `buf` (no allocation: this runs
+/// for every question of a hostname name).
+fn numbered<'a>(key: &'a str, buf: &'a mut GroupBuf) -> Option<(Kept, u32, &'a str)> {
+    if let Some((i, gang)) = rank_key(key) {
+        return Some((Kept::Rank, i, gang));
+    }
+    let (n, group) = host_key(key, buf)?;
+    Some((Kept::Host, n, group))
+}
+
+/// A number in its canonical spelling ([`super::names::rank_name`]'s):
+/// `07` and `+7` are no number.
+fn number(digits: &str) -> Option<u32> {
+    let canonical = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    digits.parse().ok().filter(|_| canonical)
+}
+
+/// `<i>.<gang>.<ns>.rank` as (i, `<gang>.<ns>`).
 fn rank_key(key: &str) -> Option<(u32, &str)> {
     let (i, gang) = key.strip_suffix(".rank")?.split_once('.')?;
-    let canonical =
-        !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()) && (i == "0" || !i.starts_with('0'));
-    Some((i.parse().ok().filter(|_| canonical)?, gang))
+    Some((number(i)?, gang))
+}
+
+/// `<prefix>-<n>.<sub>.<ns>.svc` as (n, `<prefix>.<sub>.<ns>`): the
+/// hostname names of a gang (an Indexed Job's `<job>-<i>`, a
+/// StatefulSet's `<name>-<ordinal>`, a training operator's
+/// `<job>-worker-<i>`) differ in their number only.
+fn host_key<'a>(key: &str, buf: &'a mut GroupBuf) -> Option<(u32, &'a str)> {
+    let (host, place) = key.strip_suffix(".svc")?.split_once('.')?;
+    let (_sub, ns) = place.split_once('.')?;
+    if ns.contains('.') {
+        return None;
+    }
+    let (prefix, digits) = host.rsplit_once('-')?;
+    let n = number(digits)?;
+    if prefix.is_empty() {
+        return None;
+    }
+    let out = buf.get_mut(..prefix.len() + 1 + place.len())?;
+    let (head, tail) = out.split_at_mut(prefix.len());
+    head.copy_from_slice(prefix.as_bytes());
+    tail[0] = b'.';
+    tail[1..].copy_from_slice(place.as_bytes());
+    let out: &'a [u8] = out;
+    Some((n, std::str::from_utf8(out).ok()?))
+}
+
+/// The hostname name numbered `n` of a hostname group ([`host_key`]).
+fn host_in(group: &str, n: u32) -> String {
+    let (prefix, place) = group.split_once('.').unwrap_or((group, ""));
+    format!("{prefix}-{n}.{place}.svc")
+}
+
+/// Where a PTR record points, as the writer works it out
+/// (`Writer::ptr_target`); the table keeps it as a [`Ptr`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Target<'a> {
+    /// A name spelled out: a Service's, a pod's hostname name.
+    Name(String),
+    /// `<a-b-c-d>.<svc>.<ns>.svc`: namespace, Service.
+    Member(&'a str, &'a str),
+    /// `<a-b-c-d>.<ns>.pod`: namespace.
+    Pod(&'a str),
+}
+
+impl Target<'_> {
+    /// The name, spelled for `ip`.
+    pub(crate) fn spell(&self, ip: IpAddr) -> String {
+        match self {
+            Target::Name(name) => name.clone(),
+            Target::Member(ns, svc) => super::names::member_name(ip, svc, ns),
+            Target::Pod(ns) => super::names::pod_name(ip, ns),
+        }
+    }
+
+    /// Is `name` the spelled name this target names?
+    fn is(&self, name: &IpName) -> bool {
+        match (self, name) {
+            (Target::Member(ns, svc), IpName::Member(n, s)) => **n == **ns && **s == **svc,
+            (Target::Pod(ns), IpName::Pod(n)) => **n == **ns,
+            _ => false,
+        }
+    }
 }
 
 /// The shared index: the name table plus sync state. Cheap to share (`Arc`).
 #[derive(Debug, Default)]
 pub struct Table {
     /// Keys are shared: a pod's hostname name is also the target of its
-    /// PTR and SRV records ([`Self::shared_name`]).
-    names: DashMap<Arc<str>, Entry, foldhash::fast::RandomState>,
+    /// SRV records ([`Self::shared_name`]).
+    names: DashMap<Arc<str>, Entry, State>,
     ips: IpMap,
-    spelled: SpelledLists,
+    facts: FactsLists,
     /// Rank names (`<i>.<gang>.<ns>.rank`) that answer one address, by
     /// `<gang>.<ns>`; a rank answering more (a dual-stack pod) is a stored
     /// name. A key is in one place or the other, never both.
-    ranks: DashMap<Box<str>, GangRanks, foldhash::fast::RandomState>,
+    ranks: Gangs,
+    /// Hostname names spelled `<prefix>-<n>.<sub>.<ns>.svc` that answer one
+    /// address, by `<prefix>.<sub>.<ns>`, as ranks are: 5 bytes an IPv4
+    /// name in a gang, where a stored one cost ≈ 90 (a 48-byte key and a
+    /// 32-byte slot at the map's load).
+    hosts: Gangs,
     synced: AtomicBool,
     generation: AtomicU64,
 }
@@ -511,35 +685,29 @@ impl Table {
                 Entry::Empty(_) => Lookup::Missing,
             },
         };
-        if let Some(ip) = rank_key(key).and_then(|(i, gang)| self.rank(gang, i)) {
+        if let Some(ip) = self.numbered(key) {
             return Lookup::Ip(ip);
         }
         self.ip_name(key).unwrap_or(stored)
     }
 
-    /// The address rank `i` of `gang` (`<gang>.<ns>`) answers, if kept.
-    fn rank(&self, gang: &str, i: u32) -> Option<IpAddr> {
-        self.ranks.get(gang)?.get(i)
-    }
-
-    /// Put rank `i`'s address; the old one comes back.
-    fn put_rank(&self, gang: &str, i: u32, ip: IpAddr) -> Option<IpAddr> {
-        match self.ranks.get_mut(gang) {
-            Some(mut ranks) => ranks.insert(i, ip),
-            None => self.ranks.entry(gang.into()).or_default().insert(i, ip),
+    fn gangs(&self, kept: Kept) -> &Gangs {
+        match kept {
+            Kept::Rank => &self.ranks,
+            Kept::Host => &self.hosts,
         }
     }
 
-    /// Take rank `i`'s address; the gang goes with its last rank.
-    fn take_rank(&self, gang: &str, i: u32) -> Option<IpAddr> {
-        let (old, empty) = {
-            let mut ranks = self.ranks.get_mut(gang)?;
-            (ranks.remove(i), ranks.is_empty())
-        };
-        if empty {
-            self.ranks.remove_if(gang, |_, ranks| ranks.is_empty());
-        }
-        old
+    /// The address a numbered name answers, if it is kept by number.
+    fn numbered(&self, key: &str) -> Option<IpAddr> {
+        let mut buf = [0; 256];
+        let (kept, i, gang) = numbered(key, &mut buf)?;
+        self.gangs(kept).get(gang, i)
+    }
+
+    /// Does `key` have data, stored or kept by number?
+    fn has_data(&self, key: &str) -> bool {
+        self.names.get(key).is_some_and(|e| e.has_data()) || self.numbered(key).is_some()
     }
 
     /// The data of a name spelled from an address, if it exists.
@@ -566,7 +734,7 @@ impl Table {
             return named.then_some(Lookup::Ip(ip));
         }
         let ip = super::names::parse_reverse(key)?;
-        let target = self.ips.read(ip, |e| e.ptr.clone())??;
+        let target = self.ips.read(ip, |e| e.ptr_target(ip))??;
         // PTR questions are rare: the record set is made for each.
         Some(Lookup::Found(Arc::new(Rrs {
             ptr: Some(target),
@@ -608,9 +776,14 @@ impl Table {
             .iter()
             .filter_map(|e| e.data().map(|r| (e.key().to_string(), r.rrs())))
             .collect();
-        for gang in self.ranks.iter() {
+        for gang in self.ranks.0.iter() {
             for (i, ip) in gang.value().iter() {
                 v.push((format!("{i}.{}.rank", gang.key()), Value::Ip(ip).rrs()));
+            }
+        }
+        for group in self.hosts.0.iter() {
+            for (n, ip) in group.value().iter() {
+                v.push((host_in(group.key(), n), Value::Ip(ip).rrs()));
             }
         }
         let mut spelled: Vec<(String, Arc<Rrs>)> = Vec::new();
@@ -619,9 +792,9 @@ impl Table {
                 let rrs = Value::Ip(ip).rrs();
                 spelled.extend(e.names().iter().map(|n| (n.key(ip), rrs.clone())));
             }
-            if let Some(target) = &e.ptr {
+            if let Some(target) = e.ptr_target(ip) {
                 let rrs = Rrs {
-                    ptr: Some(target.clone()),
+                    ptr: Some(target),
                     ..Default::default()
                 };
                 v.push((super::names::reverse(ip), Arc::new(rrs)));
@@ -629,7 +802,7 @@ impl Table {
         });
         for (key, rrs) in spelled {
             // A stored name of the same spelling wins (see `lookup`).
-            if self.names.get(key.as_str()).is_none_or(|e| !e.has_data()) {
+            if !self.has_data(&key) {
                 v.push((key, rrs));
             }
         }
@@ -638,7 +811,7 @@ impl Table {
     }
 
     /// `key` as a stored name's own copy of it when there is one, else
-    /// as a new string: a PTR or SRV target that names a stored name (a
+    /// as a new string: an SRV target that names a stored name (a
     /// hostname name, published earlier in the batch: `Key::Host` sorts
     /// first) shares its bytes instead of repeating them.
     pub(crate) fn shared_name(&self, key: String) -> Arc<str> {
@@ -648,20 +821,42 @@ impl Table {
         }
     }
 
+    /// Change the facts of `ip` (made first if missing and `make`): `f`
+    /// gets its names and PTR and gives them back changed, or `None` for
+    /// no change; an entry left with none goes. Returns what `f` did.
+    fn change_facts<R>(
+        &self,
+        ip: IpAddr,
+        make: bool,
+        f: impl FnOnce(&[IpName], Option<&Ptr>, u32) -> (Option<(Facts, u32)>, R),
+    ) -> Option<R> {
+        self.ips.update(ip, make, |e| {
+            let (now, r) = f(e.names(), e.ptr(), e.n);
+            if let Some((facts, n)) = now {
+                e.facts = self.facts.swap(e.facts.take(), facts);
+                e.n = n;
+            }
+            r
+        })
+    }
+
     /// Give `ip` the name `name` (answering the address). Returns whether
     /// the name is new.
     pub(crate) fn add_ip_name(&self, ip: IpAddr, name: IpName) -> bool {
-        let fresh = self.ips.update(ip, true, |e| {
-            let names = e.names();
+        let fresh = self.change_facts(ip, true, |names, ptr, n| {
             if names.contains(&name) {
-                return false;
+                return (None, false);
             }
             let mut now = Vec::with_capacity(names.len() + 1);
             now.extend(names.iter().cloned());
             now.push(name.clone());
             now.sort_unstable();
-            e.spelled = self.spelled.swap(e.spelled.take(), now);
-            true
+            let ptr = ptr.map(|p| moved(p, names, &now, ip));
+            let facts = Facts {
+                names: now.into_boxed_slice(),
+                ptr,
+            };
+            (Some((facts, n)), true)
         }) == Some(true);
         if fresh {
             self.count_ancestors(&name.key(ip), 1);
@@ -671,14 +866,17 @@ impl Table {
 
     /// Take name `name` from `ip`. Returns whether it had it.
     pub(crate) fn remove_ip_name(&self, ip: IpAddr, name: &IpName) -> bool {
-        let had = self.ips.update(ip, false, |e| {
-            let names = e.names();
+        let had = self.change_facts(ip, false, |names, ptr, n| {
             if !names.contains(name) {
-                return false;
+                return (None, false);
             }
-            let now = names.iter().filter(|n| *n != name).cloned().collect();
-            e.spelled = self.spelled.swap(e.spelled.take(), now);
-            true
+            let now: Vec<IpName> = names.iter().filter(|x| *x != name).cloned().collect();
+            let ptr = ptr.map(|p| moved(p, names, &now, ip));
+            let facts = Facts {
+                names: now.into_boxed_slice(),
+                ptr,
+            };
+            (Some((facts, n)), true)
         }) == Some(true);
         if had {
             self.count_ancestors(&name.key(ip), -1);
@@ -687,23 +885,55 @@ impl Table {
     }
 
     /// Set (or clear) the PTR of `ip`. Returns +1 for a new name, -1 for a
-    /// removed one, 0 otherwise.
-    pub(crate) fn set_ptr(&self, ip: IpAddr, target: Option<Arc<str>>) -> i64 {
+    /// removed one, 0 otherwise. A hostname target kept by number, or a
+    /// name the address spells, is kept as a pointer to it (the pods of a
+    /// gang share one list); any other name as its stored key.
+    pub(crate) fn set_ptr(&self, ip: IpAddr, target: Option<Target<'_>>) -> i64 {
         let change = match target {
             Some(t) => {
-                let fresh = self.ips.update(ip, true, |e| {
-                    let fresh = e.ptr.is_none();
-                    // The same target in another copy is taken too: it is
-                    // the stored name's (`shared_name`), the old one may not be.
-                    if e.ptr.as_ref().is_none_or(|old| !Arc::ptr_eq(old, &t)) {
-                        e.ptr = Some(t);
+                // Worked out before the address's entry is locked: the
+                // writer never holds a guard of two maps.
+                let named = match &t {
+                    Target::Name(name) => {
+                        let mut buf = [0; 256];
+                        let host = host_key(name, &mut buf)
+                            .and_then(|(n, g)| Some((self.hosts.key_keeping(g, n)?, n)));
+                        Some(match host {
+                            Some((group, n)) => (Ptr::Host(group), n),
+                            None => (Ptr::Name(self.shared_name(name.clone())), 0),
+                        })
                     }
-                    fresh
+                    Target::Member(..) | Target::Pod(_) => None,
+                };
+                let fresh = self.change_facts(ip, true, |names, old, old_n| {
+                    let (ptr, n) =
+                        named.unwrap_or_else(|| match names.iter().position(|x| t.is(x)) {
+                            Some(k) if k <= usize::from(u16::MAX) => (Ptr::Spelled(k as u16), 0),
+                            _ => (Ptr::Name(t.spell(ip).into()), 0),
+                        });
+                    // The same name in another copy is taken too: it is
+                    // the stored name's (`shared_name`), the old may not be.
+                    let same = match (old, &ptr) {
+                        (Some(Ptr::Name(a)), Ptr::Name(b)) => Arc::ptr_eq(a, b),
+                        (Some(a), b) => a == b && old_n == n,
+                        (None, _) => false,
+                    };
+                    let facts = Facts {
+                        names: names.into(),
+                        ptr: Some(ptr),
+                    };
+                    ((!same).then_some((facts, n)), old.is_none())
                 });
                 i64::from(fresh == Some(true))
             }
             None => {
-                let had = self.ips.update(ip, false, |e| e.ptr.take().is_some());
+                let had = self.change_facts(ip, false, |names, old, _| {
+                    let facts = Facts {
+                        names: names.into(),
+                        ptr: None,
+                    };
+                    (old.is_some().then_some((facts, 0)), old.is_some())
+                });
                 -i64::from(had == Some(true))
             }
         };
@@ -730,22 +960,25 @@ impl Table {
     }
 
     /// Set (or replace) the data of `key`; identical data is left alone so
-    /// readers keep sharing it. Returns whether the name is new.
+    /// readers keep sharing it. Returns whether the name is new. A rank or
+    /// numbered hostname name that answers one address is kept by number.
     pub(crate) fn set(&self, key: &str, value: Value) -> bool {
-        if let Some((i, gang)) = rank_key(key) {
+        let mut buf = [0; 256];
+        if let Some((kept, i, gang)) = numbered(key, &mut buf) {
+            let gangs = self.gangs(kept);
             let stored = self.names.get(key).is_some_and(|e| e.has_data());
             match value {
                 Value::Ip(ip) if !stored => {
-                    let new = self.put_rank(gang, i, ip).is_none();
+                    let new = gangs.put(gang, i, ip).is_none();
                     if new {
                         self.count_ancestors(key, 1);
                     }
                     return new;
                 }
-                // Kept as a rank, now more than one address: a stored name
+                // Kept by number, now more than one address: a stored name
                 // from here on, not a new one.
                 Value::Set(_) => {
-                    if self.take_rank(gang, i).is_some() {
+                    if gangs.take(gang, i).is_some() {
                         self.names
                             .entry(key.into())
                             .or_default()
@@ -773,8 +1006,9 @@ impl Table {
 
     /// Remove the data of `key`, returning it if it had any.
     pub(crate) fn remove(&self, key: &str) -> Option<Value> {
-        if let Some((i, gang)) = rank_key(key)
-            && let Some(ip) = self.take_rank(gang, i)
+        let mut buf = [0; 256];
+        if let Some((kept, i, gang)) = numbered(key, &mut buf)
+            && let Some(ip) = self.gangs(kept).take(gang, i)
         {
             self.count_ancestors(key, -1);
             return Some(Value::Ip(ip));
@@ -788,6 +1022,21 @@ impl Table {
             self.count_ancestors(key, -1);
         }
         had
+    }
+}
+
+/// A PTR kept across a change of the address's names (`was` to `now`):
+/// one pointing at a spelled name follows it to its new place, or, when
+/// the name goes, keeps its spelling (the writer sets the PTR again later
+/// in the batch).
+fn moved(ptr: &Ptr, was: &[IpName], now: &[IpName], ip: IpAddr) -> Ptr {
+    let Ptr::Spelled(k) = ptr else {
+        return ptr.clone();
+    };
+    let name = &was[usize::from(*k)];
+    match now.iter().position(|x| x == name) {
+        Some(k) if k <= usize::from(u16::MAX) => Ptr::Spelled(k as u16),
+        _ => Ptr::Name(name.key(ip).into()),
     }
 }
 
@@ -873,6 +1122,142 @@ mod tests {
         );
     }
 
+    /// Hostname names that differ in their number are kept by it, as
+    /// ranks are; anything else spelled like them is stored.
+    #[test]
+    fn numbered_hostname_names_are_kept_by_number() {
+        let t = Table::default();
+        assert!(t.set("w-0.w.ml.svc", ip("10.0.0.1")));
+        assert!(t.set("w-70.w.ml.svc", ip("10.0.0.2")));
+        assert!(!t.set("w-70.w.ml.svc", ip("10.0.0.3")), "replaced, not new");
+        assert!(t.set("w-x-1.w.ml.svc", ip("10.0.0.4")), "another group");
+        assert_eq!(t.hosts.0.len(), 2);
+        assert!(t.names.get("w-0.w.ml.svc").is_none(), "not stored");
+        assert_eq!(t.hosts.get("w.w.ml", 70), Some("10.0.0.3".parse().unwrap()));
+        assert_eq!(
+            t.lookup("w-0.w.ml.svc"),
+            Lookup::Ip("10.0.0.1".parse().unwrap())
+        );
+        assert_eq!(t.lookup("w-1.w.ml.svc"), Lookup::Missing);
+        assert_eq!(t.lookup("w-00.w.ml.svc"), Lookup::Missing, "canonical only");
+        assert_eq!(
+            t.lookup("w-0.x.ml.svc"),
+            Lookup::Missing,
+            "another subdomain"
+        );
+        assert_eq!(t.lookup("w.ml.svc"), Lookup::Empty);
+        // Not numbered, or not a hostname name: stored as before.
+        for key in [
+            "w.w.ml.svc",
+            "w-07.w.ml.svc",
+            "-7.w.ml.svc",
+            "w-7.ml.svc",
+            "a.w-7.w.ml.svc",
+        ] {
+            assert!(t.set(key, ip("10.0.0.9")), "{key}");
+            assert!(
+                t.names.get(key).is_some_and(|e| e.has_data()),
+                "{key} is stored"
+            );
+            assert_eq!(t.lookup(key), Lookup::Ip("10.0.0.9".parse().unwrap()));
+        }
+        let names: Vec<String> = t.snapshot().into_iter().map(|(n, _)| n).collect();
+        for key in [
+            "w-0.w.ml.svc",
+            "w-70.w.ml.svc",
+            "w-x-1.w.ml.svc",
+            "w-7.ml.svc",
+        ] {
+            assert!(names.iter().any(|n| n == key), "{key} exported");
+        }
+        // Two addresses: stored from then on, and back.
+        let both = Arc::new(Rrs {
+            a: vec!["10.0.0.1".parse().unwrap()],
+            aaaa: vec!["fd00::1".parse().unwrap()],
+            ..Default::default()
+        });
+        assert!(!t.set("w-0.w.ml.svc", Value::Set(both.clone())), "not new");
+        assert_eq!(t.lookup("w-0.w.ml.svc"), Lookup::Found(both));
+        assert_eq!(t.hosts.get("w.w.ml", 0), None);
+        assert!(!t.set("w-0.w.ml.svc", ip("10.0.0.5")));
+        assert_eq!(t.remove("w-0.w.ml.svc"), Some(ip("10.0.0.5")));
+        assert_eq!(t.remove("w-70.w.ml.svc"), Some(ip("10.0.0.3")));
+        assert_eq!(t.remove("w-x-1.w.ml.svc"), Some(ip("10.0.0.4")));
+        assert!(t.hosts.is_empty(), "a group goes with its last name");
+        assert_eq!(
+            t.lookup("w.ml.svc"),
+            Lookup::Empty,
+            "a.w-7.w.ml.svc is below it"
+        );
+    }
+
+    /// The PTR of a pod whose hostname name is kept by number points at
+    /// the group and keeps the number: the pods of a gang share one list
+    /// of facts, and each address costs its 16-byte entry alone.
+    #[test]
+    fn a_gangs_addresses_share_their_facts_and_ptr() {
+        assert_eq!(std::mem::size_of::<IpNames>(), 16);
+        let t = Table::default();
+        let ml: Arc<str> = "ml".into();
+        let ips: Vec<IpAddr> = (0..3)
+            .map(|i| format!("10.0.0.{i}").parse().unwrap())
+            .collect();
+        for (i, ip) in ips.iter().enumerate() {
+            t.set(&format!("w-{i}.w.ml.svc"), Value::Ip(*ip));
+            t.add_ip_name(*ip, IpName::Pod(ml.clone()));
+            assert_eq!(
+                t.set_ptr(*ip, Some(Target::Name(format!("w-{i}.w.ml.svc")))),
+                1
+            );
+        }
+        let facts = |ip: IpAddr| t.ips.read(ip, |e| e.facts.clone()).flatten().unwrap();
+        assert!(Arc::ptr_eq(&facts(ips[0]), &facts(ips[2])));
+        assert_eq!(t.facts.0.lock().unwrap().len(), 1);
+        let ptr = |ip: &IpAddr| match t.lookup(&crate::index::names::reverse(*ip)) {
+            Lookup::Found(rrs) => rrs.ptr.as_deref().map(str::to_string),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(ptr(&ips[2]).as_deref(), Some("w-2.w.ml.svc"));
+        assert_eq!(
+            t.set_ptr(ips[2], Some(Target::Name("w-2.w.ml.svc".into()))),
+            0,
+            "the same target again: no change"
+        );
+        // A hostname name that is stored (not kept by number) is named.
+        t.set("db.w.ml.svc", ip("10.0.0.9"));
+        let nine: IpAddr = "10.0.0.9".parse().unwrap();
+        t.set_ptr(nine, Some(Target::Name("db.w.ml.svc".into())));
+        assert_eq!(ptr(&nine).as_deref(), Some("db.w.ml.svc"));
+        // A name the address spells is pointed at, and followed as the
+        // address's names change; its spelling stays when it goes.
+        let web: Arc<str> = "web".into();
+        t.add_ip_name(nine, IpName::Member(ml.clone(), web.clone()));
+        t.set_ptr(nine, Some(Target::Member("ml", "web")));
+        assert_eq!(ptr(&nine).as_deref(), Some("10-0-0-9.web.ml.svc"));
+        t.add_ip_name(nine, IpName::Pod(ml.clone()));
+        t.add_ip_name(nine, IpName::Member(ml.clone(), "aaa".into()));
+        assert_eq!(ptr(&nine).as_deref(), Some("10-0-0-9.web.ml.svc"));
+        t.remove_ip_name(nine, &IpName::Member(ml.clone(), "aaa".into()));
+        assert_eq!(ptr(&nine).as_deref(), Some("10-0-0-9.web.ml.svc"));
+        t.remove_ip_name(nine, &IpName::Member(ml.clone(), web.clone()));
+        assert_eq!(ptr(&nine).as_deref(), Some("10-0-0-9.web.ml.svc"));
+        t.set_ptr(nine, Some(Target::Pod("ml")));
+        assert_eq!(ptr(&nine).as_deref(), Some("10-0-0-9.ml.pod"));
+        // A target the address does not spell is spelled out.
+        t.set_ptr(nine, Some(Target::Member("ml", "gone")));
+        assert_eq!(ptr(&nine).as_deref(), Some("10-0-0-9.gone.ml.svc"));
+        for (i, ip) in ips.iter().enumerate() {
+            assert_eq!(t.set_ptr(*ip, None), -1);
+            t.remove_ip_name(*ip, &IpName::Pod(ml.clone()));
+            t.remove(&format!("w-{i}.w.ml.svc"));
+        }
+        t.set_ptr(nine, None);
+        t.remove_ip_name(nine, &IpName::Pod(ml.clone()));
+        t.remove("db.w.ml.svc");
+        assert!(t.ips.is_empty() && t.names.is_empty() && t.hosts.is_empty());
+        assert_eq!(t.facts.0.lock().unwrap().len(), 0, "nothing left behind");
+    }
+
     /// Rank names that answer one address are kept by index, not stored,
     /// and answer, count as names below their gang, and export alike.
     #[test]
@@ -885,7 +1270,7 @@ mod tests {
             t.set("3000000000.w.ml.rank", ip("10.0.0.4")),
             "far away: one chunk"
         );
-        assert_eq!(t.ranks.get("w.ml").unwrap().v4.pages(), 3);
+        assert_eq!(t.ranks.0.get("w.ml").unwrap().v4.pages(), 3);
         assert!(t.names.get("0.w.ml.rank").is_none(), "not stored as a name");
         assert_eq!(
             t.lookup("0.w.ml.rank"),
@@ -922,7 +1307,7 @@ mod tests {
         });
         assert!(!t.set("0.w.ml.rank", Value::Set(both.clone())), "not new");
         assert_eq!(t.lookup("0.w.ml.rank"), Lookup::Found(both.clone()));
-        assert_eq!(t.rank("w.ml", 0), None);
+        assert_eq!(t.ranks.get("w.ml", 0), None);
         assert!(!t.set("0.w.ml.rank", ip("10.0.0.5")));
         assert_eq!(
             t.lookup("0.w.ml.rank"),
@@ -1017,7 +1402,7 @@ mod tests {
         assert_eq!(t.lookup("10-0-0-1.web.pod"), Lookup::Missing);
         assert_eq!(t.lookup("ml.pod"), Lookup::Empty);
         assert_eq!(t.lookup("web.ml.svc"), Lookup::Empty);
-        assert_eq!(t.set_ptr(ip, Some("a.web.ml.svc".into())), 1);
+        assert_eq!(t.set_ptr(ip, Some(Target::Name("a.web.ml.svc".into()))), 1);
         let Lookup::Found(p) = t.lookup("1.0.0.10.in-addr.arpa") else {
             panic!("PTR")
         };
@@ -1040,7 +1425,7 @@ mod tests {
         assert!(t.remove_ip_name(ip, &IpName::Member(ml, web)));
         assert_eq!(t.set_ptr(ip, None), -1);
         assert!(
-            t.names.is_empty() && t.ips.is_empty() && t.spelled.0.lock().unwrap().len() == 0,
+            t.names.is_empty() && t.ips.is_empty() && t.facts.0.lock().unwrap().len() == 0,
             "nothing left behind"
         );
     }
@@ -1117,10 +1502,10 @@ mod tests {
                 t.add_ip_name(*ip, IpName::Member(ml.clone(), web.clone()));
             }
         }
-        let list = |ip: IpAddr| t.ips.read(ip, |e| e.spelled.clone()).flatten().unwrap();
+        let list = |ip: IpAddr| t.ips.read(ip, |e| e.facts.clone()).flatten().unwrap();
         assert!(Arc::ptr_eq(&list(ips[0]), &list(ips[1])));
         assert!(Arc::ptr_eq(&list(ips[0]), &list(ips[2])));
-        let interned = || t.spelled.0.lock().unwrap().len();
+        let interned = || t.facts.0.lock().unwrap().len();
         assert_eq!(interned(), 1, "one list: the one of both names");
         t.remove_ip_name(ips[0], &IpName::Member(ml.clone(), web.clone()));
         assert_eq!(interned(), 2, "and the pod name alone");

@@ -28,7 +28,7 @@ use super::names::{
     gang_name, host_name, leader_name, member_name, pod_name, port_name, rank_name, reverse,
     service_name,
 };
-use super::table::{IpName, Rrs, Srv, SrvSet, Table, Value};
+use super::table::{IpName, Rrs, Srv, SrvSet, Table, Target, Value};
 use super::types::*;
 
 /// The index's hash maps: foldhash, several times faster than SipHash on
@@ -937,8 +937,7 @@ impl Writer {
                 return self.publish_ip_name(*ip, name, &key);
             }
             Key::Ptr(ip) => {
-                let target = self.ptr_target(*ip).map(|t| self.table.shared_name(t));
-                self.name_count += self.table.set_ptr(*ip, target);
+                self.name_count += self.table.set_ptr(*ip, self.ptr_target(*ip));
                 return;
             }
             _ => {}
@@ -1078,7 +1077,7 @@ impl Writer {
                     vec![(
                         reverse(*ip),
                         Rrs {
-                            ptr: Some(target.into()),
+                            ptr: Some(target.spell(*ip).into()),
                             ..Default::default()
                         },
                     )]
@@ -1162,9 +1161,9 @@ impl Writer {
     /// Most specific name for an IP: a ClusterIP's Service name; a pod's
     /// hostname name, else its dashed name under a headless Service that
     /// publishes it, else `<a-b-c-d>.<ns>.pod`. hostNetwork pods get none.
-    fn ptr_target(&self, ip: IpAddr) -> Option<String> {
+    pub(super) fn ptr_target(&self, ip: IpAddr) -> Option<Target<'_>> {
         if let Some(sk) = self.ip_services.get(&ip).and_then(|s| s.iter().next()) {
-            return Some(service_name(&sk.name, &sk.namespace));
+            return Some(Target::Name(service_name(&sk.name, &sk.namespace)));
         }
         let pods: Vec<&Pod> = self
             .ip_holders(ip)
@@ -1178,16 +1177,16 @@ impl Writer {
                 .host_winner(ns, sub, host)
                 .is_some_and(|w| std::ptr::eq(w, pod))
         {
-            return Some(host_name(host, sub, ns));
+            return Some(Target::Name(host_name(host, sub, ns)));
         }
         for s in &pod.services {
             if let Some(svc) = self.services.get(&ObjKey::new(&**ns, &**s))
                 && self.published(pod, svc.publish_not_ready)
             {
-                return Some(member_name(ip, s, ns));
+                return Some(Target::Member(ns, s));
             }
         }
-        Some(pod_name(ip, ns))
+        Some(Target::Pod(ns))
     }
 }
 
