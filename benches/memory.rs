@@ -160,9 +160,10 @@ fn rank_policy(rank_view: bool) -> Policy {
 
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument is accepted and ignored.
-    println!("index memory per pod (live heap bytes; JobSet-shaped pods, 1,000 ranks per job)");
+    println!("index memory per pod (live heap bytes; JobSet-shaped pods)");
     println!(
-        "{:>9} {:>5} {:>8} {:>8} {:>10} {:>14} {:>10} {:>10} {:>8}",
+        "{:>6} {:>9} {:>5} {:>8} {:>8} {:>10} {:>14} {:>10} {:>10} {:>8}",
+        "gang",
         "rank view",
         "port",
         "pods",
@@ -173,16 +174,20 @@ fn main() {
         "peak/pod",
         "build s"
     );
-    for (rank_view, port, jobs) in [
-        (false, false, 10),
-        (false, false, 100),
-        (true, false, 100),
-        (true, true, 100),
+    // Gangs of 1,000 (a training job's ranks), and of three (a small
+    // StatefulSet's replicas: what a gang's fixed costs weigh).
+    for (ranks, rank_view, port, jobs) in [
+        (1_000, false, false, 10),
+        (1_000, false, false, 100),
+        (1_000, true, false, 100),
+        (1_000, true, true, 100),
+        (3, true, false, 33_334),
     ] {
-        let r = measure(jobs, 1_000, rank_view, port);
+        let r = measure(jobs, ranks, rank_view, port);
         let per = |b: isize| b as f64 / r.pods as f64;
         println!(
-            "{:>9} {:>5} {:>8} {:>8} {:>10.0} {:>14.0} {:>10.0} {:>10.0} {:>8.2}",
+            "{:>6} {:>9} {:>5} {:>8} {:>8} {:>10.0} {:>14.0} {:>10.0} {:>10.0} {:>8.2}",
+            ranks,
             if rank_view { "on" } else { "off" },
             if port { "nccl" } else { "none" },
             r.pods,
