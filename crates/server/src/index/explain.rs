@@ -299,8 +299,8 @@ impl Writer {
             role: role.into(),
             ips: pod.ips.to_vec(),
             phase: Some(format!("{:?}", pod.phase)),
-            ready: Some(pod.ready),
-            terminating: Some(pod.deleting),
+            ready: Some(pod.ready()),
+            terminating: Some(pod.deleting()),
             published: Some(why_not.is_none()),
             not_published_because: why_not,
             service_type: None,
@@ -335,7 +335,7 @@ impl Writer {
             None
         } else if pod.phase.is_terminal() {
             Some(Reason::PodTerminal)
-        } else if pod.deleting {
+        } else if pod.deleting() {
             Some(Reason::PodTerminating)
         } else if pod.ips.is_empty() {
             Some(Reason::PodNoIp)
@@ -761,7 +761,7 @@ impl Writer {
         holders.sort_by(|a, b| a.duplicate_order(b));
         if let Some(p) = holders
             .iter()
-            .find(|p| !p.host_network && self.published_anywhere(p))
+            .find(|p| !p.host_network() && self.published_anywhere(p))
         {
             return Findings::new(
                 Reason::PodIp,
@@ -780,7 +780,7 @@ impl Writer {
             )
             .ns(ns);
         };
-        let why = if p.host_network {
+        let why = if p.host_network() {
             Reason::PodHostNetwork
         } else {
             self.not_published(p, false).unwrap_or(Reason::NoSuchName)
@@ -834,7 +834,7 @@ impl Writer {
             let candidates: Vec<&Pod> = holders
                 .iter()
                 .copied()
-                .filter(|p| !p.host_network && self.published_anywhere(p))
+                .filter(|p| !p.host_network() && self.published_anywhere(p))
                 .collect();
             let pod = self.choose_one(candidates);
             // A Service's address was answered above: a name is the pod's
@@ -861,7 +861,7 @@ impl Writer {
             .ns(first.ns())
             .with(objects);
         }
-        let why = if first.host_network {
+        let why = if first.host_network() {
             Reason::PodHostNetwork
         } else {
             self.not_published(first, false)
@@ -1017,7 +1017,7 @@ impl Writer {
 /// Which step of the duplicate rule put `winner` before `other`, as a code
 /// and a few words.
 fn chosen_by(winner: &Pod, other: &Pod) -> (&'static str, String) {
-    if winner.ready != other.ready {
+    if winner.ready() != other.ready() {
         ("ready", format!("it is Ready and {} is not", other.name()))
     } else if (winner.phase == Phase::Running) != (other.phase == Phase::Running) {
         (
@@ -1029,8 +1029,8 @@ fn chosen_by(winner: &Pod, other: &Pod) -> (&'static str, String) {
             "older",
             format!(
                 "both are {}, and it is older (created {} s earlier)",
-                if winner.ready { "Ready" } else { "not Ready" },
-                other.created - winner.created
+                if winner.ready() { "Ready" } else { "not Ready" },
+                other.created.abs_diff(winner.created)
             ),
         )
     } else {

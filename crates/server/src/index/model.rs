@@ -256,28 +256,40 @@ impl Interner {
     }
 }
 
+/// [`Pod`]'s flags.
+const READY: u8 = 1;
+const DELETING: u8 = 2;
+const HOST_NETWORK: u8 = 4;
+const HOST_IN_NAME: u8 = 8;
+
+/// A creation time in the 4 bytes a [`Pod`] keeps it in.
+fn seconds(created: i64) -> u32 {
+    u32::try_from(created.max(0)).unwrap_or(u32::MAX)
+}
+
 /// What the writer keeps of a pod: [`PodInfo`] without the uid (no name
 /// depends on it), with boxed slices instead of vectors, and what it shares
 /// with its gang (namespace, subdomain, pairs, ports) in a [`Template`].
 /// The writer's indexes hash its name, hostname and addresses where they
-/// are (see `by_name.rs`). 72 bytes, and so is the slab's slot (its
-/// vacant-or-occupied tag fits in the pod's spare bits); a test says so.
+/// are (see `by_name.rs`). 64 bytes, and so is the slab's slot (its
+/// vacant-or-occupied tag fits in the phase's spare values); a test says so.
 #[derive(Clone, Debug)]
 pub(crate) struct Pod {
     /// Its name, then its hostname unless that begins the name (a Job's
     /// rank `w-3-x7k2p` has hostname `w-3`): [`Self::name`],
     /// [`Self::hostname`]. One allocation, often none for the hostname.
     text: Box<str>,
-    /// The hostname's length (0: none; a hostname is a DNS label, ≤ 63),
-    /// and whether it is the name's beginning or the text's end.
-    host_len: u16,
-    host_in_name: bool,
+    /// The hostname's length (0: none; a hostname is a DNS label, ≤ 63).
+    host_len: u8,
+    /// [`READY`], [`DELETING`], [`HOST_NETWORK`], and [`HOST_IN_NAME`]:
+    /// whether the hostname is the name's beginning or the text's end.
+    flags: u8,
     pub ips: Box<[IpAddr]>,
-    pub created: i64,
+    /// `metadata.creationTimestamp` in seconds since the epoch, within
+    /// 1970–2106 (an API server stamps it at creation; 0 if unset): the
+    /// duplicate rule compares it, and 4 bytes made the pod 64, not 72.
+    pub created: u32,
     pub phase: Phase,
-    pub ready: bool,
-    pub deleting: bool,
-    pub host_network: bool,
     /// Its labels and annotations but its own, and its container ports.
     shared: Arc<Template>,
     /// Its own pairs ([`OWN_KEYS`]), shared with every pod that has the
@@ -315,8 +327,8 @@ impl Pod {
         });
         // Conversion keeps DNS labels only (≤ 63 bytes); a longer one than
         // the length field holds would name nothing either: dropped.
-        let hostname = p.hostname.filter(|h| u16::try_from(h.len()).is_ok());
-        let host_len = hostname.as_ref().map_or(0, |h| h.len() as u16);
+        let hostname = p.hostname.filter(|h| u8::try_from(h.len()).is_ok());
+        let host_len = hostname.as_ref().map_or(0, |h| h.len() as u8);
         let host_in_name = hostname
             .as_ref()
             .is_some_and(|h| p.key.name.starts_with(&**h));
@@ -324,20 +336,39 @@ impl Pod {
         if let Some(h) = hostname.filter(|_| !host_in_name) {
             text.push_str(&h);
         }
+        let flag = |on: bool, f: u8| if on { f } else { 0 };
         Self {
             text: text.into_boxed_str(),
             host_len,
-            host_in_name,
+            flags: flag(p.ready, READY)
+                | flag(p.deleting, DELETING)
+                | flag(p.host_network, HOST_NETWORK)
+                | flag(host_in_name, HOST_IN_NAME),
             ips: p.ips.into_boxed_slice(),
-            created: p.created,
+            created: seconds(p.created),
             phase: p.phase,
-            ready: p.ready,
-            deleting: p.deleting,
-            host_network: p.host_network,
             shared,
             own,
             services: Services::default(),
         }
+    }
+
+    /// The `Ready` condition is `True`.
+    pub(crate) fn ready(&self) -> bool {
+        self.flags & READY != 0
+    }
+
+    /// `metadata.deletionTimestamp` is set.
+    pub(crate) fn deleting(&self) -> bool {
+        self.flags & DELETING != 0
+    }
+
+    pub(crate) fn host_network(&self) -> bool {
+        self.flags & HOST_NETWORK != 0
+    }
+
+    fn host_in_name(&self) -> bool {
+        self.flags & HOST_IN_NAME != 0
     }
 
     /// Give the pod's pairs back to the interner (the pod is leaving).
@@ -348,7 +379,7 @@ impl Pod {
     }
 
     pub(crate) fn name(&self) -> &str {
-        if self.host_in_name {
+        if self.host_in_name() {
             &self.text
         } else {
             &self.text[..self.text.len() - usize::from(self.host_len)]
@@ -357,7 +388,7 @@ impl Pod {
 
     pub(crate) fn hostname(&self) -> Option<&str> {
         let n = usize::from(self.host_len);
-        match (n, self.host_in_name) {
+        match (n, self.host_in_name()) {
             (0, _) => None,
             (_, true) => Some(&self.text[..n]),
             (_, false) => Some(&self.text[self.text.len() - n..]),
@@ -412,11 +443,11 @@ impl Pod {
             && self.hostname() == p.hostname.as_deref()
             && self.subdomain().as_deref() == p.subdomain.as_deref()
             && *self.ips == *p.ips
-            && self.created == p.created
+            && self.created == seconds(p.created)
             && self.phase == p.phase
-            && self.ready == p.ready
-            && self.deleting == p.deleting
-            && self.host_network == p.host_network
+            && self.ready() == p.ready
+            && self.deleting() == p.deleting
+            && self.host_network() == p.host_network
             && pairs(self.own_labels(), &self.shared.labels, &p.labels)
             && pairs(
                 self.own_annotations(),
@@ -432,8 +463,8 @@ impl Pod {
     /// the order never depends on the order of ids).
     pub(crate) fn duplicate_order(&self, other: &Pod) -> std::cmp::Ordering {
         other
-            .ready
-            .cmp(&self.ready)
+            .ready()
+            .cmp(&self.ready())
             .then_with(|| (other.phase == Phase::Running).cmp(&(self.phase == Phase::Running)))
             .then_with(|| self.created.cmp(&other.created))
             .then_with(|| self.name().cmp(other.name()))
@@ -506,8 +537,8 @@ mod tests {
     /// The slab's slot is the pod; what it holds, and where its hostname
     /// is kept, said here.
     #[test]
-    fn a_pod_is_seventy_two_bytes_with_its_hostname_in_its_name() {
-        assert_eq!(std::mem::size_of::<Pod>(), 72);
+    fn a_pod_is_sixty_four_bytes_with_its_hostname_in_its_name() {
+        assert_eq!(std::mem::size_of::<Pod>(), 64);
         let mut i = Interner::default();
         let mut rank = pod("ml", "w-3-x7k2p", "10.0.0.1");
         rank.hostname = Some("w-3".into());

@@ -53,7 +53,7 @@ pub(super) struct GroupState {
     ready: u32,
     /// Pods per restart attempt, and the earliest creation in each.
     generations: BTreeMap<u64, u32>,
-    gen_created: BTreeMap<u64, i64>,
+    gen_created: BTreeMap<u64, u32>,
     /// Generations whose completion time was observed.
     completed: BTreeSet<u64>,
     coordinator: Option<String>,
@@ -457,7 +457,7 @@ impl Writer {
     pub(super) fn update_rank_state(&mut self, group: &Group, idx: u32) {
         let new = self
             .rank_pod(group, idx)
-            .map(|p| (true, p.ready))
+            .map(|p| (true, p.ready()))
             .unwrap_or((false, false));
         // No entry means no pod, so `new` is (false, false) as well.
         let Some(rank) = self.ranks.rank_mut(group, idx) else {

@@ -745,8 +745,8 @@ impl Writer {
     fn published(&self, pod: &Pod, pnr: bool) -> bool {
         !pod.ips.is_empty()
             && !pod.phase.is_terminal()
-            && !pod.deleting
-            && (self.policy.publish == Publish::Ip || pod.ready || pnr)
+            && !pod.deleting()
+            && (self.policy.publish == Publish::Ip || pod.ready() || pnr)
     }
 
     fn headless(&self, ns: &str, name: &str) -> Option<&ServiceInfo> {
@@ -1061,7 +1061,7 @@ impl Writer {
                 // hostNetwork pods share the node's IP: no pod name for them.
                 let exists = self
                     .ip_holders(*ip)
-                    .any(|p| **p.ns() == **ns && !p.host_network && self.published_anywhere(p));
+                    .any(|p| **p.ns() == **ns && !p.host_network() && self.published_anywhere(p));
                 if !exists {
                     return vec![];
                 }
@@ -1167,7 +1167,7 @@ impl Writer {
         }
         let pods: Vec<&Pod> = self
             .ip_holders(ip)
-            .filter(|p| !p.host_network && self.published_anywhere(p))
+            .filter(|p| !p.host_network() && self.published_anywhere(p))
             .collect();
         let pod = self.choose(pods).into_iter().next()?;
         let ns = pod.ns();
