@@ -350,7 +350,7 @@ enum Ptr {
     Name(Arc<str>),
     /// The hostname name `<prefix>-<n>.<sub>.<ns>.svc` of a group kept by
     /// number ([`Table::hosts`]), by the group's key; `n` is the entry's.
-    Host(Arc<str>),
+    Host(Arc<[u8]>),
     /// The address's `k`-th spelled name.
     Spelled(u16),
 }
@@ -503,23 +503,25 @@ impl GangRanks {
     }
 }
 
-/// The numbered names of many gangs, by gang.
+/// The numbered names of many gangs, by gang. Keys are bytes: a hostname
+/// group's is spelled from two pieces of the question, and checking them
+/// again for UTF-8 cost more than the map's lookup.
 #[derive(Debug, Default)]
-struct Gangs(DashMap<Arc<str>, GangRanks, State>);
+struct Gangs(DashMap<Arc<[u8]>, GangRanks, State>);
 
 impl Gangs {
-    fn get(&self, gang: &str, i: u32) -> Option<IpAddr> {
+    fn get(&self, gang: &[u8], i: u32) -> Option<IpAddr> {
         self.0.get(gang)?.get(i)
     }
 
     /// The gang's own key, if it keeps `i`.
-    fn key_keeping(&self, gang: &str, i: u32) -> Option<Arc<str>> {
+    fn key_keeping(&self, gang: &[u8], i: u32) -> Option<Arc<[u8]>> {
         let g = self.0.get(gang)?;
         g.get(i).map(|_| g.key().clone())
     }
 
     /// Put `i`'s address; the old one comes back.
-    fn put(&self, gang: &str, i: u32, ip: IpAddr) -> Option<IpAddr> {
+    fn put(&self, gang: &[u8], i: u32, ip: IpAddr) -> Option<IpAddr> {
         match self.0.get_mut(gang) {
             Some(mut g) => g.insert(i, ip),
             None => self.0.entry(gang.into()).or_default().insert(i, ip),
@@ -527,7 +529,7 @@ impl Gangs {
     }
 
     /// Take `i`'s address; the gang goes with its last.
-    fn take(&self, gang: &str, i: u32) -> Option<IpAddr> {
+    fn take(&self, gang: &[u8], i: u32) -> Option<IpAddr> {
         let (old, empty) = {
             let mut g = self.0.get_mut(gang)?;
             (g.remove(i), g.is_empty())
@@ -559,56 +561,64 @@ type GroupBuf = [u8; 256];
 /// A name kept by number, as (where, number, gang): see [`Kept`]. A
 /// hostname group's key is spelled into `buf` (no allocation: this runs
 /// for every question of a hostname name).
-fn numbered<'a>(key: &'a str, buf: &'a mut GroupBuf) -> Option<(Kept, u32, &'a str)> {
+fn numbered<'a>(key: &'a str, buf: &'a mut GroupBuf) -> Option<(Kept, u32, &'a [u8])> {
     if let Some((i, gang)) = rank_key(key) {
-        return Some((Kept::Rank, i, gang));
+        return Some((Kept::Rank, i, gang.as_bytes()));
     }
     let (n, group) = host_key(key, buf)?;
     Some((Kept::Host, n, group))
 }
 
 /// A number in its canonical spelling ([`super::names::rank_name`]'s):
-/// `07` and `+7` are no number.
-fn number(digits: &str) -> Option<u32> {
-    let canonical = !digits.is_empty()
-        && digits.bytes().all(|b| b.is_ascii_digit())
-        && (digits == "0" || !digits.starts_with('0'));
-    digits.parse().ok().filter(|_| canonical)
+/// `07`, `+7` and `4294967296` are no number.
+fn number(digits: &[u8]) -> Option<u32> {
+    if digits.is_empty() || (digits[0] == b'0' && digits.len() > 1) {
+        return None;
+    }
+    digits.iter().try_fold(0u32, |n, &d| {
+        let d = u32::from(d.checked_sub(b'0').filter(|d| *d <= 9)?);
+        n.checked_mul(10)?.checked_add(d)
+    })
 }
 
 /// `<i>.<gang>.<ns>.rank` as (i, `<gang>.<ns>`).
 fn rank_key(key: &str) -> Option<(u32, &str)> {
     let (i, gang) = key.strip_suffix(".rank")?.split_once('.')?;
-    Some((number(i)?, gang))
+    Some((number(i.as_bytes())?, gang))
 }
 
 /// `<prefix>-<n>.<sub>.<ns>.svc` as (n, `<prefix>.<sub>.<ns>`): the
 /// hostname names of a gang (an Indexed Job's `<job>-<i>`, a
 /// StatefulSet's `<name>-<ordinal>`, a training operator's
 /// `<job>-worker-<i>`) differ in their number only.
-fn host_key<'a>(key: &str, buf: &'a mut GroupBuf) -> Option<(u32, &'a str)> {
-    let (host, place) = key.strip_suffix(".svc")?.split_once('.')?;
-    let (_sub, ns) = place.split_once('.')?;
-    if ns.contains('.') {
-        return None;
+fn host_key<'a>(key: &str, buf: &'a mut GroupBuf) -> Option<(u32, &'a [u8])> {
+    let name = key.strip_suffix(".svc")?.as_bytes();
+    let dot = name.iter().position(|&b| b == b'.')?;
+    let (host, place) = (&name[..dot], &name[dot + 1..]);
+    // `<sub>.<ns>`: one dot, neither label empty.
+    let mut dots = place.iter().enumerate().filter(|(_, b)| **b == b'.');
+    match (dots.next(), dots.next()) {
+        (Some((d, _)), None) if d > 0 && d + 1 < place.len() => {}
+        _ => return None,
     }
-    let (prefix, digits) = host.rsplit_once('-')?;
+    let dash = host.iter().rposition(|&b| b == b'-')?;
+    let (prefix, digits) = (&host[..dash], &host[dash + 1..]);
     let n = number(digits)?;
     if prefix.is_empty() {
         return None;
     }
     let out = buf.get_mut(..prefix.len() + 1 + place.len())?;
     let (head, tail) = out.split_at_mut(prefix.len());
-    head.copy_from_slice(prefix.as_bytes());
+    head.copy_from_slice(prefix);
     tail[0] = b'.';
-    tail[1..].copy_from_slice(place.as_bytes());
-    let out: &'a [u8] = out;
-    Some((n, std::str::from_utf8(out).ok()?))
+    tail[1..].copy_from_slice(place);
+    Some((n, out))
 }
 
 /// The hostname name numbered `n` of a hostname group ([`host_key`]).
-fn host_in(group: &str, n: u32) -> String {
-    let (prefix, place) = group.split_once('.').unwrap_or((group, ""));
+fn host_in(group: &[u8], n: u32) -> String {
+    let group = String::from_utf8_lossy(group);
+    let (prefix, place) = group.split_once('.').unwrap_or((&group, ""));
     format!("{prefix}-{n}.{place}.svc")
 }
 
@@ -673,6 +683,12 @@ impl Table {
     /// Look a key up. Keys are lower case: forward keys relative to the
     /// zone, reverse keys absolute, neither with a trailing dot.
     pub fn lookup(&self, key: &str) -> Lookup {
+        // A name kept by number has no data stored (`set` keeps it in one
+        // place), so it is looked for first: a gang's hostname and rank
+        // names are most questions, and a stored name's lookup would miss.
+        if let Some(ip) = self.numbered(key) {
+            return Lookup::Ip(ip);
+        }
         // One map's guard is dropped before the other map is read: the
         // writer never holds both either.
         let stored = match self.names.get(key) {
@@ -685,9 +701,6 @@ impl Table {
                 Entry::Empty(_) => Lookup::Missing,
             },
         };
-        if let Some(ip) = self.numbered(key) {
-            return Lookup::Ip(ip);
-        }
         self.ip_name(key).unwrap_or(stored)
     }
 
@@ -777,8 +790,9 @@ impl Table {
             .filter_map(|e| e.data().map(|r| (e.key().to_string(), r.rrs())))
             .collect();
         for gang in self.ranks.0.iter() {
+            let name = String::from_utf8_lossy(gang.key());
             for (i, ip) in gang.value().iter() {
-                v.push((format!("{i}.{}.rank", gang.key()), Value::Ip(ip).rrs()));
+                v.push((format!("{i}.{name}.rank"), Value::Ip(ip).rrs()));
             }
         }
         for group in self.hosts.0.iter() {
@@ -1122,6 +1136,41 @@ mod tests {
         );
     }
 
+    #[test]
+    fn numbered_names_parse_only_in_their_canonical_spelling() {
+        let mut buf = [0; 256];
+        let host = |k: &str, buf: &mut GroupBuf| host_key(k, buf).map(|(n, g)| (n, g.to_vec()));
+        assert_eq!(
+            host("w-7.w.ml.svc", &mut buf),
+            Some((7, b"w.w.ml".to_vec()))
+        );
+        assert_eq!(
+            host("a-b-4294967295.s.ml.svc", &mut buf),
+            Some((u32::MAX, b"a-b.s.ml".to_vec()))
+        );
+        for k in [
+            "w-4294967296.w.ml.svc",
+            "w-07.w.ml.svc",
+            "w-.w.ml.svc",
+            "-7.w.ml.svc",
+            "w7.w.ml.svc",
+            "w-7.ml.svc",
+            "w-7..ml.svc",
+            "w-7.w..svc",
+            "w-7.a.w.ml.svc",
+            "w-7.w.ml.rank",
+            "w-+7.w.ml.svc",
+        ] {
+            assert_eq!(host(k, &mut buf), None, "{k}");
+        }
+        assert_eq!(rank_key("0.w.ml.rank"), Some((0, "w.ml")));
+        assert_eq!(rank_key("00.w.ml.rank"), None);
+        assert_eq!(number(b"4294967295"), Some(u32::MAX));
+        assert_eq!(number(b"4294967296"), None);
+        assert_eq!(number(b""), None);
+        assert_eq!(host_in(b"a-b.s.ml", 7), "a-b-7.s.ml.svc");
+    }
+
     /// Hostname names that differ in their number are kept by it, as
     /// ranks are; anything else spelled like them is stored.
     #[test]
@@ -1133,7 +1182,10 @@ mod tests {
         assert!(t.set("w-x-1.w.ml.svc", ip("10.0.0.4")), "another group");
         assert_eq!(t.hosts.0.len(), 2);
         assert!(t.names.get("w-0.w.ml.svc").is_none(), "not stored");
-        assert_eq!(t.hosts.get("w.w.ml", 70), Some("10.0.0.3".parse().unwrap()));
+        assert_eq!(
+            t.hosts.get(b"w.w.ml", 70),
+            Some("10.0.0.3".parse().unwrap())
+        );
         assert_eq!(
             t.lookup("w-0.w.ml.svc"),
             Lookup::Ip("10.0.0.1".parse().unwrap())
@@ -1178,7 +1230,7 @@ mod tests {
         });
         assert!(!t.set("w-0.w.ml.svc", Value::Set(both.clone())), "not new");
         assert_eq!(t.lookup("w-0.w.ml.svc"), Lookup::Found(both));
-        assert_eq!(t.hosts.get("w.w.ml", 0), None);
+        assert_eq!(t.hosts.get(b"w.w.ml", 0), None);
         assert!(!t.set("w-0.w.ml.svc", ip("10.0.0.5")));
         assert_eq!(t.remove("w-0.w.ml.svc"), Some(ip("10.0.0.5")));
         assert_eq!(t.remove("w-70.w.ml.svc"), Some(ip("10.0.0.3")));
@@ -1270,7 +1322,7 @@ mod tests {
             t.set("3000000000.w.ml.rank", ip("10.0.0.4")),
             "far away: one chunk"
         );
-        assert_eq!(t.ranks.0.get("w.ml").unwrap().v4.pages(), 3);
+        assert_eq!(t.ranks.0.get(b"w.ml".as_slice()).unwrap().v4.pages(), 3);
         assert!(t.names.get("0.w.ml.rank").is_none(), "not stored as a name");
         assert_eq!(
             t.lookup("0.w.ml.rank"),
@@ -1307,7 +1359,7 @@ mod tests {
         });
         assert!(!t.set("0.w.ml.rank", Value::Set(both.clone())), "not new");
         assert_eq!(t.lookup("0.w.ml.rank"), Lookup::Found(both.clone()));
-        assert_eq!(t.ranks.get("w.ml", 0), None);
+        assert_eq!(t.ranks.get(b"w.ml", 0), None);
         assert!(!t.set("0.w.ml.rank", ip("10.0.0.5")));
         assert_eq!(
             t.lookup("0.w.ml.rank"),
