@@ -19,7 +19,7 @@ use crate::index::{
 
 /// Namespaces, object names and app labels are drawn from these.
 pub const NAMESPACES: [&str; 2] = ["ml", "web"];
-pub const NAMES: [&str; 4] = ["a", "b", "gang", "api"];
+pub const NAMES: [&str; 4] = ["a", "b-1", "gang", "api"];
 const ZONES: [&str; 2] = ["cluster.local.", "ml.example."];
 
 /// One pod.

@@ -17,7 +17,8 @@ use super::{Policy, Writer};
 use crate::dns::answer::{AnswerConfig, Answerer};
 
 const NSS: [&str; 2] = ["ml", "web"];
-const HOSTS: [&str; 2] = ["h0", "h1"];
+/// Hostnames: one spelled as a gang's (`<prefix>-<n>`, kept by number), one not.
+const HOSTS: [&str; 2] = ["h0", "h-1"];
 /// Subdomains, and the names Services get: a Service named like a subdomain
 /// is what makes hostname names and headless sets meet.
 const SUBS: [&str; 2] = ["g", "h"];

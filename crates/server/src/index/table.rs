@@ -326,7 +326,7 @@ impl IpNames {
         Some(match self.ptr()? {
             Ptr::Name(name) => name.clone(),
             Ptr::Host(group) => host_in(group, self.n).into(),
-            Ptr::Spelled(k) => self.names()[usize::from(*k)].key(ip).into(),
+            Ptr::Spelled(k) => self.names().get(usize::from(*k))?.key(ip).into(),
         })
     }
 }

@@ -1161,7 +1161,7 @@ impl Writer {
     /// Most specific name for an IP: a ClusterIP's Service name; a pod's
     /// hostname name, else its dashed name under a headless Service that
     /// publishes it, else `<a-b-c-d>.<ns>.pod`. hostNetwork pods get none.
-    pub(super) fn ptr_target(&self, ip: IpAddr) -> Option<Target<'_>> {
+    fn ptr_target(&self, ip: IpAddr) -> Option<Target<'_>> {
         if let Some(sk) = self.ip_services.get(&ip).and_then(|s| s.iter().next()) {
             return Some(Target::Name(service_name(&sk.name, &sk.namespace)));
         }
