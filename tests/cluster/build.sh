@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Builds the real parts from source through the Go module proxy, at the
+# versions pinned in versions.env, into a cache directory shared by every
+# checkout on the machine:
+#
+#   tests/cluster/build.sh            build what is missing, print the bin dir
+#   tests/cluster/build.sh helm       also helm (for the chart tests)
+#
+# The cache is $PODNS_CLUSTER_CACHE (default ~/.cache/podns-cluster); each
+# part lands in a directory named by its version, so a change of pin builds
+# anew and an unchanged pin builds nothing. A part is installed only when its
+# build finished (binaries are written under a temporary name and renamed).
+#
+# Nothing here downloads a prebuilt binary: the Go module proxy serves
+# sources, and `go build` compiles them here.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=versions.env
+. "$here/versions.env"
+
+die() { echo "tests/cluster/build.sh: $*" >&2; exit 2; }
+
+command -v go >/dev/null 2>&1 ||
+  die "no Go toolchain on PATH: install Go ≥ 1.24 (Debian: apt-get install golang-go, or the go.dev toolchain) and the Go module proxy must be reachable"
+go_minor="$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')"
+[[ "$go_minor" =~ ^[0-9]+$ && "$go_minor" -ge 24 ]] ||
+  die "Go $(go env GOVERSION) is too old: Kubernetes ${K8S_VERSION} needs Go ≥ 1.24 (set GOTOOLCHAIN=go1.24.0 or newer to fetch one from the module proxy)"
+
+cache="${PODNS_CLUSTER_CACHE:-$HOME/.cache/podns-cluster}"
+bin="$cache/bin"
+mkdir -p "$bin" "$cache/src"
+export GOFLAGS="${GOFLAGS:-} -trimpath -buildvcs=false"
+export CGO_ENABLED=0
+
+log() { echo "build: $*" >&2; }
+
+# install NAME DIR: move DIR/NAME.tmp into place as $bin/NAME-VERSION and
+# link $bin/NAME to it.
+link() {
+  local name="$1" versioned="$2"
+  ln -sfn "$(basename "$versioned")" "$bin/$name"
+}
+
+# A wrapper module that requires MODULE@VERSION, pins the replace lines the
+# module's own go.mod carries for its in-tree (staging) modules to that
+# release's published versions, and builds the given main packages.
+build_k8s() {
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  local missing=()
+  for c in "${want[@]}"; do
+    [[ -x "$bin/$c-$K8S_VERSION" ]] || missing+=("$c")
+  done
+  ((${#missing[@]})) || { for c in "${want[@]}"; do link "$c" "$bin/$c-$K8S_VERSION"; done; return 0; }
+  local dir="$cache/src/kubernetes-$K8S_VERSION"
+  mkdir -p "$dir"
+  local staging="v0.${K8S_VERSION#v1.}"
+  log "kubernetes $K8S_VERSION (staging modules $staging): ${missing[*]}"
+  local gomod
+  gomod="$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  [[ -f "$gomod" ]] || die "could not download k8s.io/kubernetes@$K8S_VERSION from the Go module proxy"
+  {
+    echo "module podns.local/cluster-build"
+    echo
+    echo "go 1.24.0"
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    # Every `k8s.io/x => ./staging/src/k8s.io/x` of the release's go.mod
+    # becomes `k8s.io/x => k8s.io/x v0.N.P`.
+    sed -n -E 's#^[[:space:]]*(replace[[:space:]]+)?(k8s\.io/[A-Za-z0-9._/-]+)[[:space:]]+=>[[:space:]]+\./staging/src/.*#replace \2 => \2 '"$staging"'#p' "$gomod"
+  } >"$dir/go.mod"
+  grep -q '^replace k8s.io/api ' "$dir/go.mod" || die "no staging replace lines found in k8s.io/kubernetes@$K8S_VERSION's go.mod"
+  {
+    echo "//go:build tools"
+    echo
+    echo "// Package tools names the commands this module builds."
+    echo "package tools"
+    echo
+    echo "import ("
+    for c in "${want[@]}"; do echo "	_ \"k8s.io/kubernetes/cmd/$c\""; done
+    echo ")"
+  } >"$dir/tools.go"
+  (cd "$dir" && go mod tidy >/dev/null 2>"$dir/tidy.log") || { cat "$dir/tidy.log" >&2; die "go mod tidy failed for kubernetes $K8S_VERSION"; }
+  local ld="-s -w"
+  local major minor
+  major="${K8S_VERSION#v}"; major="${major%%.*}"
+  minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  for c in "${missing[@]}"; do
+    log "  go build $c"
+    (cd "$dir" && go build -ldflags "$ld" -o "$bin/$c-$K8S_VERSION.tmp" "k8s.io/kubernetes/cmd/$c")
+    mv "$bin/$c-$K8S_VERSION.tmp" "$bin/$c-$K8S_VERSION"
+  done
+  for c in "${want[@]}"; do link "$c" "$bin/$c-$K8S_VERSION"; done
+}
+
+# build_plain NAME MODULE VERSION PACKAGE: a wrapper module that requires
+# MODULE@VERSION and builds PACKAGE (works whether or not the module's own
+# go.mod has replace lines, which `go install pkg@version` refuses).
+build_plain() {
+  local name="$1" module="$2" version="$3" pkg="$4"
+  if [[ -x "$bin/$name-$version" ]]; then link "$name" "$bin/$name-$version"; return 0; fi
+  local dir="$cache/src/$name-$version"
+  mkdir -p "$dir"
+  log "$name $version ($pkg)"
+  printf 'module podns.local/%s-build\n\ngo 1.24.0\n\nrequire %s %s\n' "$name" "$module" "$version" >"$dir/go.mod"
+  printf '//go:build tools\n\n// Package tools names the command this module builds.\npackage tools\n\nimport _ "%s"\n' "$pkg" >"$dir/tools.go"
+  (cd "$dir" && go mod tidy >/dev/null 2>"$dir/tidy.log") || { cat "$dir/tidy.log" >&2; die "go mod tidy failed for $module@$version"; }
+  (cd "$dir" && go build -ldflags "-s -w" -o "$bin/$name-$version.tmp" "$pkg")
+  mv "$bin/$name-$version.tmp" "$bin/$name-$version"
+  link "$name" "$bin/$name-$version"
+}
+
+build_etcd() {
+  if [[ -x "$bin/etcd-$ETCD_VERSION" ]]; then link etcd "$bin/etcd-$ETCD_VERSION"; return 0; fi
+  if build_plain etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3 2>"$cache/src/etcd.log"; then
+    return 0
+  fi
+  cat "$cache/src/etcd.log" >&2
+  # Fallback: Debian's etcd-server, when the module build is not possible.
+  if command -v etcd >/dev/null 2>&1 || [[ -x /usr/bin/etcd ]]; then
+    log "etcd: module build failed; using $(command -v etcd || echo /usr/bin/etcd)"
+    ln -sfn "$(command -v etcd || echo /usr/bin/etcd)" "$bin/etcd"
+    return 0
+  fi
+  die "etcd $ETCD_VERSION did not build; apt-get install etcd-server is the fallback"
+}
+
+# CoreDNS's default plugin set (its plugin.cfg, compiled into zplugin.go in
+# the published module) includes kubernetes, forward, cache and prometheus.
+build_coredns() {
+  build_plain coredns github.com/coredns/coredns "$COREDNS_VERSION" github.com/coredns/coredns
+}
+
+build_kwok() {
+  build_plain kwok sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+}
+
+build_helm() {
+  build_plain helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+}
+
+parts=("$@")
+((${#parts[@]})) || parts=(etcd kubernetes kwok coredns)
+for p in "${parts[@]}"; do
+  case "$p" in
+    etcd) build_etcd ;;
+    kubernetes | k8s) build_k8s ;;
+    kwok) build_kwok ;;
+    coredns) build_coredns ;;
+    helm) build_helm ;;
+    all) build_etcd; build_k8s; build_kwok; build_coredns; build_helm ;;
+    *) die "unknown part '$p' (etcd, kubernetes, kwok, coredns, helm, all)" ;;
+  esac
+done
+echo "$bin"
