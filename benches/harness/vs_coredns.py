@@ -1,0 +1,646 @@
+"""podns against CoreDNS on the same real control plane, in one run.
+
+    C=$(mktemp -d); tests/cluster/up.sh $C 4
+    cargo build --release
+    python3 benches/harness/vs_coredns.py --cluster $C --podns target/release/podns \
+        --out benches/harness/results/vs-coredns-$(git rev-parse --short HEAD)
+
+The cluster is tests/cluster/up.sh's: kube-apiserver, kube-controller-manager
+(the real EndpointSlice controller, with the release's default client QPS),
+kube-scheduler, etcd and kwok on loopback. CoreDNS is the release pinned in
+tests/cluster/versions.env with its `kubernetes` plugin as a cluster runs it
+(`endpoint_pod_names`; a second CoreDNS with `pods verified`); podns runs
+with its defaults. Everything is on 127.0.0.1; pod IPs are data. Every loop
+is bounded by a deadline.
+
+Stages (--stages, default all):
+  prop   time from a pod's IP status write (kwok's PATCH, seen on a watch of
+         the real API server) to the right answer for its hostname name and
+         for its dashed name under its headless Service (membership of the
+         set), per server; PODS pods quiet, then again under pod churn in
+         another namespace (CHURN pod creates+deletes per second).
+  nx     a name asked before its pod exists (a resolver in front: CoreDNS
+         `cache 30` forwarding to each server caches the NXDOMAIN), then the
+         pod is created: time from its IP status write to the first NOERROR
+         with its address through the cache.
+  rss    RSS of each server after it has synced SIZES pods (each process
+         after sync).
+  qps    dnsperf at a fixed rate on one query mix (hostname names, headless
+         dashed names, 10% NXDOMAIN), CPU-ms per 1,000 answers; then max QPS.
+  api    API-server cost per pod change: objects written (pods and
+         EndpointSlices, apiserver_request_total) and watch bytes sent
+         (apiserver_watch_events_sizes), with no DNS server, podns JSON,
+         podns Protobuf and CoreDNS attached in turn, for the same churn.
+
+Writes OUT.csv (stage,server,metric,value,note) and prints a summary.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dnsq import parse, query  # noqa: E402
+
+
+def load_env(d):
+    env = {}
+    for line in open(os.path.join(d, "env")):
+        if "=" in line and not line.startswith("export"):
+            k, v = line.strip().split("=", 1)
+            env[k] = v
+    return env
+
+
+class Kube:
+    """The real API server as cluster admin (client certificate)."""
+
+    def __init__(self, cluster):
+        env = load_env(cluster)
+        self.url = env["APISERVER_URL"]
+        pki = os.path.join(cluster, "pki")
+        self.ctx = ssl.create_default_context(cafile=env["CLUSTER_CA"])
+        self.ctx.load_cert_chain(os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
+
+    def req(self, method, path, body=None, ctype="application/json", timeout=30):
+        data = json.dumps(body).encode() if body is not None else None
+        r = urllib.request.Request(self.url + path, data=data, method=method)
+        if data is not None:
+            r.add_header("content-type", ctype)
+        with urllib.request.urlopen(r, context=self.ctx, timeout=timeout) as f:
+            raw = f.read()
+            return json.loads(raw) if raw[:1] in (b"{", b"[") else raw.decode()
+
+    def try_req(self, *a, **k):
+        try:
+            return self.req(*a, **k)
+        except Exception as e:  # noqa: BLE001 (bench: report and go on)
+            return e
+
+    def metrics(self):
+        text = self.req("GET", "/metrics")
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                k, _, v = line.rpartition(" ")
+                try:
+                    out[k] = float(v)
+                except ValueError:
+                    pass
+        return out
+
+    def watch_ips(self, ns, seen, stop):
+        """Record the first time each pod of `ns` is seen with a podIP."""
+        rv = self.req("GET", f"/api/v1/namespaces/{ns}/pods?limit=1")["metadata"]["resourceVersion"]
+        path = f"/api/v1/namespaces/{ns}/pods?watch=1&resourceVersion={rv}&allowWatchBookmarks=true"
+        r = urllib.request.Request(self.url + path)
+        with urllib.request.urlopen(r, context=self.ctx, timeout=600) as f:
+            for line in f:
+                if stop.is_set():
+                    return
+                ev = json.loads(line)
+                o = ev["object"]
+                if ev["type"] in ("ADDED", "MODIFIED"):
+                    ip = o.get("status", {}).get("podIP")
+                    name = o["metadata"]["name"]
+                    if ip and name not in seen:
+                        seen[name] = (time.monotonic(), ip)
+
+    def namespace(self, ns):
+        self.try_req("DELETE", f"/api/v1/namespaces/{ns}")
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            r = self.try_req("GET", f"/api/v1/namespaces/{ns}")
+            if isinstance(r, Exception):
+                break
+            time.sleep(0.5)
+        self.req("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+        while time.time() < deadline:
+            if not isinstance(self.try_req("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default"), Exception):
+                return
+            time.sleep(0.2)
+
+    def headless(self, ns, name, selector):
+        self.req("POST", f"/api/v1/namespaces/{ns}/services", {
+            "metadata": {"name": name},
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                     "selector": selector,
+                     "ports": [{"name": "nccl", "port": 29500, "protocol": "TCP"}]}})
+
+    def pod(self, ns, name, labels, hostname=None, subdomain=None, node=None):
+        spec = {"containers": [{"name": "worker", "image": "fake",
+                                "ports": [{"name": "nccl", "containerPort": 29500}]}]}
+        if hostname:
+            spec["hostname"] = hostname
+            spec["subdomain"] = subdomain
+        if node:
+            spec["nodeName"] = node
+        return self.req("POST", f"/api/v1/namespaces/{ns}/pods",
+                        {"metadata": {"name": name, "labels": labels}, "spec": spec})
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def cpu_s(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Proc:
+    def __init__(self, name, argv, log_dir, env=None):
+        self.name = name
+        self.log = open(os.path.join(log_dir, f"{name}.log"), "w")
+        self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                  env={**os.environ, **(env or {})})
+
+    @property
+    def pid(self):
+        return self.p.pid
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+
+def ask(sock, port, name, timeout=0.5):
+    qid, q = query(name)
+    sock.sendto(q, ("127.0.0.1", port))
+    sock.settimeout(timeout)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            m, _ = sock.recvfrom(65535)
+        except socket.timeout:
+            return None
+        rid, rcode, _tc, addrs = parse(m)
+        if rid == qid:
+            return rcode, addrs
+    return None
+
+
+def wait_answer(port, name, limit, want_ip=None):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        r = ask(s, port, name)
+        if r and r[0] == 0 and r[1] and (want_ip is None or want_ip in r[1]):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def dashed(ip):
+    return ip.replace(".", "-").replace(":", "-")
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.k = Kube(a.cluster)
+        self.env = load_env(a.cluster)
+        self.kubeconfig = self.env["KUBECONFIG"]
+        self.coredns = self.env["COREDNS"]
+        self.logs = tempfile.mkdtemp(prefix="vs-coredns-")
+        self.rows = []
+        self.procs = []
+        self.nodes = [n["metadata"]["name"] for n in self.k.req("GET", "/api/v1/nodes?labelSelector=type%3Dkwok")["items"]]
+
+    def row(self, stage, server, metric, value, note=""):
+        self.rows.append((stage, server, metric, value, note))
+        print(f"{stage:5} {server:22} {metric:28} {value} {note}", flush=True)
+
+    # --- servers
+    def start_podns(self, name="podns", wire="auto"):
+        dns, admin = free_port(), free_port()
+        p = Proc(name, [self.a.podns, "serve", f"--dns-listen=127.0.0.1:{dns}",
+                        f"--admin-listen=127.0.0.1:{admin}", f"--kubeconfig={self.kubeconfig}",
+                        f"--wire={wire}"], self.logs, {"RUST_LOG": "warn", "NO_COLOR": "1"})
+        p.dns, p.admin = dns, admin
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=2) as f:
+                    if f.status == 200:
+                        break
+            except Exception:  # noqa: BLE001
+                time.sleep(0.2)
+        self.procs.append(p)
+        return p
+
+    def start_coredns(self, name="coredns", pods="disabled"):
+        port = free_port()
+        cf = os.path.join(self.logs, f"{name}.Corefile")
+        with open(cf, "w") as f:
+            f.write(f""".:{port} {{
+    bind 127.0.0.1
+    errors
+    kubernetes cluster.local in-addr.arpa ip6.arpa {{
+        kubeconfig {self.kubeconfig}
+        pods {pods}
+        endpoint_pod_names
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 5
+    }}
+}}
+""")
+        p = Proc(name, [self.coredns, "-conf", cf], self.logs)
+        p.dns = port
+        # Ready once it answers for the API server's own Service.
+        wait_answer(port, "kubernetes.default.svc.cluster.local", 120)
+        self.procs.append(p)
+        return p
+
+    def start_cache(self, name, upstream):
+        port = free_port()
+        cf = os.path.join(self.logs, f"{name}.Corefile")
+        with open(cf, "w") as f:
+            f.write(f""".:{port} {{
+    bind 127.0.0.1
+    cache 30
+    forward . 127.0.0.1:{upstream}
+}}
+""")
+        p = Proc(name, [self.coredns, "-conf", cf], self.logs)
+        p.dns = port
+        time.sleep(0.5)
+        self.procs.append(p)
+        return p
+
+    def stop_all(self):
+        for p in self.procs:
+            p.stop()
+        self.procs = []
+
+    # --- churn in its own namespace: pod creates and deletes at RATE/s
+    def churn(self, rate, stop, ns="h2h-churn"):
+        self.k.namespace(ns)
+        self.k.headless(ns, "churn", {"app": "churn"})
+        i = 0
+        live = []
+        gap = 1.0 / rate
+        nxt = time.monotonic()
+        while not stop.is_set():
+            if len(live) >= 50:
+                self.k.try_req("DELETE", f"/api/v1/namespaces/{ns}/pods/{live.pop(0)}?gracePeriodSeconds=0")
+            else:
+                name = f"c-{i}"
+                i += 1
+                if not isinstance(self.k.try_req("POST", f"/api/v1/namespaces/{ns}/pods", {
+                        "metadata": {"name": name, "labels": {"app": "churn"}},
+                        "spec": {"nodeName": self.nodes[i % len(self.nodes)],
+                                 "containers": [{"name": "c", "image": "fake"}]}}), Exception):
+                    live.append(name)
+            nxt += gap
+            time.sleep(max(0, nxt - time.monotonic()))
+
+    # --- stage prop
+    def prop(self, servers, label):
+        ns = f"h2h-prop-{label}"
+        self.k.namespace(ns)
+        self.k.headless(ns, "gang", {"app": "gang"})
+        seen, stop = {}, threading.Event()
+        t = threading.Thread(target=self.k.watch_ips, args=(ns, seen, stop), daemon=True)
+        t.start()
+        time.sleep(0.5)
+        n = self.a.pods
+        first = {s.name: {} for s in servers}
+        first_set = {s.name: {} for s in servers}
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setblocking(False)
+
+        def creator():
+            gap = 1.0 / self.a.create_rate
+            for i in range(n):
+                self.k.try_req("POST", f"/api/v1/namespaces/{ns}/pods", {
+                    "metadata": {"name": f"g-{i}", "labels": {"app": "gang"}},
+                    "spec": {"hostname": f"g-{i}", "subdomain": "gang",
+                             "nodeName": self.nodes[i % len(self.nodes)],
+                             "containers": [{"name": "w", "image": "fake"}]}})
+                time.sleep(gap)
+
+        ct = threading.Thread(target=creator, daemon=True)
+        ct.start()
+        deadline = time.monotonic() + n / self.a.create_rate + 120
+        pending = {}
+        while time.monotonic() < deadline:
+            for name, (t0, ip) in list(seen.items()):
+                for s in servers:
+                    if name not in first[s.name]:
+                        pending[(s.name, s.dns, name, "host")] = (f"{name}.gang.{ns}.svc.cluster.local", ip)
+                    if name not in first_set[s.name]:
+                        pending[(s.name, s.dns, name, "set")] = (f"{dashed(ip)}.gang.{ns}.svc.cluster.local", ip)
+            if not pending and len(seen) == n:
+                break
+            ids = {}
+            for key, (qname, ip) in pending.items():
+                qid, q = query(qname)
+                ids[qid] = key
+                try:
+                    sock.sendto(q, ("127.0.0.1", key[1]))
+                except BlockingIOError:
+                    pass
+            end = time.monotonic() + 0.02
+            while ids and time.monotonic() < end:
+                try:
+                    m, _ = sock.recvfrom(65535)
+                except BlockingIOError:
+                    time.sleep(0.0005)
+                    continue
+                rid, rcode, _tc, addrs = parse(m)
+                key = ids.pop(rid, None)
+                if key is None or key not in pending:
+                    continue
+                qname, ip = pending[key]
+                if rcode == 0 and ip in addrs:
+                    now = time.monotonic()
+                    (first if key[3] == "host" else first_set)[key[0]][key[2]] = now
+                    del pending[key]
+        stop.set()
+        for s in servers:
+            for kind, got in (("hostname", first[s.name]), ("headless-member", first_set[s.name])):
+                lat = [(got[p] - seen[p][0]) * 1000 for p in got if p in seen]
+                missing = n - len(lat)
+                self.row("prop", s.name, f"{label}-{kind}-p50-ms", round(pct(lat, 0.5), 2), f"n={len(lat)} missing={missing}")
+                self.row("prop", s.name, f"{label}-{kind}-p99-ms", round(pct(lat, 0.99), 2), f"n={len(lat)}")
+        self.k.try_req("DELETE", f"/api/v1/namespaces/{ns}")
+
+    # --- stage nx
+    def nx(self, caches):
+        ns = "h2h-nx"
+        self.k.namespace(ns)
+        self.k.headless(ns, "gang", {"app": "gang"})
+        seen, stop = {}, threading.Event()
+        threading.Thread(target=self.k.watch_ips, args=(ns, seen, stop), daemon=True).start()
+        time.sleep(0.5)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        lat = {c.name: [] for c in caches}
+        for i in range(self.a.nx_pods):
+            name = f"n-{i}"
+            qname = f"{name}.gang.{ns}.svc.cluster.local"
+            for c in caches:
+                r = ask(sock, c.dns, qname)
+                assert r and r[0] == 3, f"{c.name}: {qname} should be NXDOMAIN first, got {r}"
+            self.k.pod(ns, name, {"app": "gang"}, name, "gang", self.nodes[i % len(self.nodes)])
+            deadline = time.monotonic() + 60
+            done = set()
+            while time.monotonic() < deadline and len(done) < len(caches):
+                for c in caches:
+                    if c.name in done or name not in seen:
+                        continue
+                    r = ask(sock, c.dns, qname, 0.2)
+                    if r and r[0] == 0 and seen[name][1] in r[1]:
+                        lat[c.name].append((time.monotonic() - seen[name][0]) * 1000)
+                        done.add(c.name)
+                time.sleep(0.005)
+        stop.set()
+        for c in caches:
+            xs = lat[c.name]
+            self.row("nx", c.name, "cached-nxdomain-p50-ms", round(pct(xs, 0.5), 1), f"n={len(xs)}")
+            self.row("nx", c.name, "cached-nxdomain-p99-ms", round(pct(xs, 0.99), 1), f"n={len(xs)}")
+        self.k.try_req("DELETE", f"/api/v1/namespaces/{ns}")
+
+    # --- stage rss
+    def populate(self, ns, count):
+        """`count` pods in gangs of 1,000 (a headless Service each) in ns."""
+        have = len(self.k.req("GET", f"/api/v1/namespaces/{ns}/pods?limit=100000")["items"]) \
+            if not isinstance(self.k.try_req("GET", f"/api/v1/namespaces/{ns}"), Exception) else 0
+        if have == 0:
+            self.k.namespace(ns)
+        gangs = (count + 999) // 1000
+        for g in range(gangs):
+            self.k.try_req("POST", f"/api/v1/namespaces/{ns}/services", {
+                "metadata": {"name": f"gang{g}"},
+                "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                         "selector": {"gang": f"g{g}"}, "ports": [{"name": "nccl", "port": 29500}]}})
+
+        def mk(i):
+            g = i // 1000
+            for _ in range(5):
+                r = self.k.try_req("POST", f"/api/v1/namespaces/{ns}/pods", {
+                    "metadata": {"name": f"p-{i}", "labels": {"gang": f"g{g}"}},
+                    "spec": {"hostname": f"p-{i}", "subdomain": f"gang{g}",
+                             "nodeName": self.nodes[i % len(self.nodes)],
+                             "containers": [{"name": "w", "image": "fake",
+                                             "ports": [{"name": "nccl", "containerPort": 29500}]}]}})
+                if not isinstance(r, Exception) or "409" in str(r):
+                    return
+                time.sleep(0.5)
+
+        t0 = time.time()
+        with ThreadPoolExecutor(8) as ex:
+            list(ex.map(mk, range(have, count)))
+        # kwok sets the IPs; wait until every pod has one.
+        deadline = time.time() + 3600
+        while time.time() < deadline:
+            items = self.k.req("GET", f"/api/v1/namespaces/{ns}/pods?limit=100000", timeout=300)["items"]
+            n_ip = sum(1 for p in items if p.get("status", {}).get("podIP"))
+            if n_ip >= count:
+                break
+            time.sleep(2)
+        self.row("rss", "cluster", f"pods-{count}-populate-s", round(time.time() - t0, 1), f"pods with IPs: {n_ip}")
+
+    def rss(self):
+        ns = "h2h-rss"
+        for count in self.a.sizes:
+            self.populate(ns, count)
+            last = f"p-{count - 1}.gang{(count - 1) // 1000}.{ns}.svc.cluster.local"
+            # Fresh processes at each size: RSS after the initial sync.
+            for kind in ("podns", "coredns"):
+                t0 = time.time()
+                s = self.start_podns() if kind == "podns" else self.start_coredns()
+                ok = wait_answer(s.dns, last, 1800)
+                time.sleep(2)  # let a just-finished sync settle before sampling RSS
+                self.row("rss", kind, f"rss-{count}-MiB", round(rss_kib(s.pid) / 1024, 1),
+                         f"synced={ok} ready_s={time.time() - t0:.1f} cpu_s={cpu_s(s.pid):.1f}")
+                s.stop()
+                self.procs.remove(s)
+
+    # --- stage qps
+    def qps(self, servers):
+        if not shutil.which("dnsperf"):
+            self.row("qps", "-", "skipped", 0, "dnsperf not installed (apt-get install dnsperf)")
+            return
+        ns = "h2h-rss"
+        qf = os.path.join(self.logs, "queries.txt")
+        items = self.k.req("GET", f"/api/v1/namespaces/{ns}/pods?limit=2000")["items"]
+        with open(qf, "w") as f:
+            for i, p in enumerate(items[:2000]):
+                h, sub, ip = p["spec"]["hostname"], p["spec"]["subdomain"], p["status"]["podIP"]
+                f.write(f"{h}.{sub}.{ns}.svc.cluster.local A\n")
+                if i % 4 == 0:
+                    f.write(f"{dashed(ip)}.{sub}.{ns}.svc.cluster.local A\n")
+                if i % 9 == 0:
+                    f.write(f"missing-{i}.{sub}.{ns}.svc.cluster.local A\n")
+        for s in servers:
+            for rate in (self.a.rate, None):
+                c0 = cpu_s(s.pid)
+                argv = ["dnsperf", "-s", "127.0.0.1", "-p", str(s.dns), "-d", qf, "-l", str(self.a.qps_seconds), "-c", "4", "-q", "500"]
+                if rate:
+                    argv += ["-Q", str(rate)]
+                out = subprocess.run(argv, capture_output=True, text=True, timeout=self.a.qps_seconds + 60).stdout
+                c1 = cpu_s(s.pid)
+                done = lost = 0
+                q = 0.0
+                for line in out.splitlines():
+                    line = line.strip()
+                    if line.startswith("Queries completed:"):
+                        done = int(line.split()[2])
+                    elif line.startswith("Queries lost:"):
+                        lost = int(line.split()[2])
+                    elif line.startswith("Queries per second:"):
+                        q = float(line.split()[3])
+                tag = f"fixed-{rate}" if rate else "max"
+                self.row("qps", s.name, f"{tag}-qps", round(q), f"lost={lost}")
+                if done:
+                    self.row("qps", s.name, f"{tag}-cpu-ms-per-1k", round((c1 - c0) * 1e6 / done, 2), "")
+
+    # --- stage api
+    def api(self):
+        def changes(label, server_factory):
+            s = server_factory() if server_factory else None
+            time.sleep(2)
+            m0 = self.k.metrics()
+            stop = threading.Event()
+            t = threading.Thread(target=self.churn, args=(self.a.churn, stop, f"h2h-api-{label}"), daemon=True)
+            t.start()
+            time.sleep(self.a.api_seconds)
+            stop.set()
+            t.join(30)
+            time.sleep(3)
+            m1 = self.k.metrics()
+            if s:
+                s.stop()
+                self.procs.remove(s)
+
+            def delta(pred):
+                return sum(v - m0.get(k, 0) for k, v in m1.items() if pred(k))
+
+            pod_writes = delta(lambda k: k.startswith("apiserver_request_total{") and 'resource="pods"' in k
+                               and any(f'verb="{v}"' in k for v in ("POST", "PUT", "PATCH", "DELETE", "CREATE", "UPDATE", "APPLY"))
+                               and 'subresource=""' in k)
+            status_writes = delta(lambda k: k.startswith("apiserver_request_total{") and 'resource="pods"' in k
+                                  and 'subresource="status"' in k and any(f'verb="{v}"' in k for v in ("PUT", "PATCH")))
+            slice_writes = delta(lambda k: k.startswith("apiserver_request_total{") and 'resource="endpointslices"' in k
+                                 and any(f'verb="{v}"' in k for v in ("POST", "PUT", "PATCH", "DELETE")))
+            sizes = {}
+            for res in ("pods", "endpointslices", "services", "jobs"):
+                sizes[res] = delta(lambda k: k.startswith("apiserver_watch_events_sizes_sum{") and f'resource="{res}"' in k)
+            return pod_writes, status_writes, slice_writes, sizes
+
+        base = changes("none", None)
+        runs = {"none": base}
+        runs["podns-json"] = changes("podns-json", lambda: self.start_podns("podns-json", "json"))
+        runs["podns-protobuf"] = changes("podns-protobuf", lambda: self.start_podns("podns-pb", "protobuf"))
+        runs["coredns"] = changes("coredns", lambda: self.start_coredns())
+        for label, (pw, sw, ew, sizes) in runs.items():
+            self.row("api", label, "pod-writes", int(pw), "create/delete")
+            self.row("api", label, "pod-status-writes", int(sw), "kwok")
+            self.row("api", label, "endpointslice-writes", int(ew), "EndpointSlice controller")
+            for res, b in sizes.items():
+                extra = b - base[3][res]
+                self.row("api", label, f"watch-bytes-{res}", int(b), f"over no DNS server: {int(extra)}")
+            if label != "none":
+                per = (sum(sizes.values()) - sum(base[3].values())) / max(1, pw)
+                self.row("api", label, "watch-bytes-per-pod-write", round(per), "all watched resources, over no DNS server")
+
+    def run(self):
+        stages = self.a.stages.split(",")
+        try:
+            if "prop" in stages or "nx" in stages or "qps" in stages:
+                podns = self.start_podns()
+                cd = self.start_coredns("coredns")
+                cdv = self.start_coredns("coredns-pods-verified", pods="verified")
+                servers = [podns, cd, cdv]
+                if "prop" in stages:
+                    self.prop(servers, "quiet")
+                    stop = threading.Event()
+                    t = threading.Thread(target=self.churn, args=(self.a.churn, stop), daemon=True)
+                    t.start()
+                    time.sleep(3)
+                    self.prop(servers, "churn")
+                    stop.set()
+                    t.join(30)
+                if "nx" in stages:
+                    caches = [self.start_cache("cache>podns", podns.dns), self.start_cache("cache>coredns", cd.dns)]
+                    self.nx(caches)
+                if "qps" in stages:
+                    self.populate("h2h-rss", min(self.a.sizes))
+                    # Restart both so each has the query mix's pods synced.
+                    self.stop_all()
+                    podns = self.start_podns()
+                    cd = self.start_coredns()
+                    wait_answer(cd.dns, "p-0.gang0.h2h-rss.svc.cluster.local", 300)
+                    self.qps([podns, cd])
+                self.stop_all()
+            if "rss" in stages:
+                self.rss()
+            if "api" in stages:
+                self.api()
+        finally:
+            self.stop_all()
+            load = open("/proc/loadavg").read().split()[:3]
+            self.row("meta", "machine", "loadavg", " ".join(load), f"nproc={os.cpu_count()}")
+            with open(self.a.out + ".csv", "w") as f:
+                f.write("stage,server,metric,value,note\n")
+                for r in self.rows:
+                    f.write(",".join(str(x).replace(",", ";") for x in r) + "\n")
+            print(f"wrote {self.a.out}.csv; logs in {self.logs}", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cluster", required=True, help="the DIR of tests/cluster/up.sh")
+    ap.add_argument("--podns", required=True, help="the podns binary (release build)")
+    ap.add_argument("--out", required=True, help="output path without .csv")
+    ap.add_argument("--stages", default="prop,nx,qps,rss,api")
+    ap.add_argument("--pods", type=int, default=200, help="pods per propagation run")
+    ap.add_argument("--create-rate", type=float, default=20.0, help="pod creates/s in a propagation run")
+    ap.add_argument("--churn", type=float, default=10.0, help="pod creates+deletes/s of background churn")
+    ap.add_argument("--nx-pods", type=int, default=30)
+    ap.add_argument("--sizes", default="1000,10000,50000")
+    ap.add_argument("--rate", type=int, default=20000, help="dnsperf fixed rate (queries/s)")
+    ap.add_argument("--qps-seconds", type=int, default=15)
+    ap.add_argument("--api-seconds", type=int, default=30)
+    a = ap.parse_args()
+    a.sizes = [int(x) for x in a.sizes.split(",")]
+    Bench(a).run()
+
+
+if __name__ == "__main__":
+    main()

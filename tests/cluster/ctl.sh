@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Faults on a cluster that tests/cluster/up.sh DIR started:
+#
+#   tests/cluster/ctl.sh DIR stop-apiserver     SIGTERM kube-apiserver, wait until gone
+#   tests/cluster/ctl.sh DIR start-apiserver    start it again with the same flags, wait for /readyz
+#   tests/cluster/ctl.sh DIR compact            compact etcd to its current revision (every older
+#                                               resourceVersion is gone: a watch from one gets 410)
+#   tests/cluster/ctl.sh DIR revision           print etcd's current revision
+#
+# DIR/env keeps the new pid, so tests/cluster/down.sh still stops exactly
+# what runs.
+set -euo pipefail
+[[ $# -eq 2 && -f "$1/env" ]] || { echo "usage: tests/cluster/ctl.sh DIR stop-apiserver|start-apiserver|compact|revision" >&2; exit 2; }
+dir="$(cd "$1" && pwd)"
+# shellcheck disable=SC1091
+. "$dir/env"
+
+revision() {
+  # etcd's JSON gateway: a range over one key returns the store's revision.
+  curl -sf -X POST "$ETCD_URL/v3/kv/range" -d '{"key":"AA=="}' |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["header"]["revision"])'
+}
+
+case "$2" in
+  stop-apiserver)
+    kill -TERM "$APISERVER_PID" 2>/dev/null || true
+    for _ in $(seq 1 200); do
+      [[ "$(awk '{print $3}' "/proc/$APISERVER_PID/stat" 2>/dev/null || echo gone)" =~ ^(gone|Z)$ ]] && exit 0
+      sleep 0.1
+    done
+    kill -KILL "$APISERVER_PID" 2>/dev/null || true
+    ;;
+  start-apiserver)
+    # shellcheck disable=SC2046
+    setsid "$CLUSTER_BIN/kube-apiserver" $(cat "$dir/apiserver.args") >>"$dir/logs/apiserver.log" 2>&1 </dev/null &
+    pid=$!
+    sed -i "s/^APISERVER_PID=.*/APISERVER_PID=$pid/" "$dir/env"
+    for _ in $(seq 1 600); do
+      "$KUBECTL" --kubeconfig "$KUBECONFIG" get --raw /readyz >/dev/null 2>&1 && exit 0
+      sleep 0.2
+    done
+    echo "tests/cluster/ctl.sh: kube-apiserver not ready 120 s after start (log: $dir/logs/apiserver.log)" >&2
+    exit 1
+    ;;
+  compact)
+    rev="$(revision)"
+    curl -sf -X POST "$ETCD_URL/v3/kv/compaction" -d "{\"revision\": \"$rev\", \"physical\": true}" >/dev/null
+    echo "$rev"
+    ;;
+  revision) revision ;;
+  *) echo "tests/cluster/ctl.sh: unknown action '$2'" >&2; exit 2 ;;
+esac

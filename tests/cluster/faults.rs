@@ -1,0 +1,166 @@
+//! Faults on real parts: kube-apiserver stopped and started again, etcd
+//! compacted past podns's resourceVersion (a real 410 Gone), and the API
+//! server gone while podns makes its first list. Each test holds the
+//! control plane alone. The timings printed here are RELIABILITY.md's.
+
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::ResponseCode;
+use hickory_proto::rr::RecordType;
+
+use crate::support::*;
+
+fn pod(ns: &str, name: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {ns}, labels: {{app: train}}}}
+spec:
+  hostname: {name}
+  subdomain: train
+  containers: [{{name: worker, image: fake}}]
+"#
+    )
+}
+
+/// Every live name answers right, at every poll, until `until`.
+fn live_names_stay_right(p: &Podns, ns: &str, live: &[(String, String)], until: Instant) -> usize {
+    let mut asked = 0;
+    while Instant::now() < until {
+        for (name, ip) in live {
+            let m = p.ask(&format!("{name}.train.{ns}.svc"), RecordType::A);
+            assert_eq!(
+                addrs(&m),
+                vec![ip.clone()],
+                "{name} answered wrong during the fault"
+            );
+            asked += 1;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    asked
+}
+
+/// kube-apiserver stopped for 10 s, then started again: podns keeps
+/// answering every live name from its index, resumes its watches, and
+/// answers a pod created after the restart.
+#[test]
+fn apiserver_down_10s_then_resume() {
+    let Some(c) = cluster() else { return };
+    let _g = exclusive();
+    let ns = c.namespace("fault-restart");
+    let ns = ns.name.as_str();
+    c.apply(&crate::records::workload(ns, 3));
+    let live = c.pod_ips(ns, "app=train", 3);
+    let p = Podns::ready(&c.kubeconfig, &[]);
+    for (name, ip) in &live {
+        p.wait_addrs(&format!("{name}.train.{ns}.svc"), &[ip.clone()], secs(10));
+    }
+    c.ctl("stop-apiserver");
+    let asked = live_names_stay_right(&p, ns, &live, Instant::now() + secs(10));
+    c.ctl("start-apiserver");
+    let created = Instant::now();
+    c.apply(&pod(ns, "late"));
+    let ip = c
+        .pod_ips(ns, "app=train", 4)
+        .into_iter()
+        .find(|(n, _)| n == "late")
+        .unwrap()
+        .1;
+    p.wait_addrs(&format!("late.train.{ns}.svc"), &[ip], secs(60));
+    eprintln!(
+        "apiserver down 10 s: {asked} answers for live names during the fault, all right; \
+         a pod created after the restart answered {:?} after its create",
+        created.elapsed()
+    );
+    let relists = p.metric(r#"podns_watch_restarts_total{resource="pods""#);
+    assert!(relists >= 1.0, "the pod watch saw the outage");
+}
+
+/// etcd compacted to its current revision while podns is paused, then
+/// kube-apiserver restarted: podns comes back with a resourceVersion that
+/// is gone, gets a real 410 and relists once; a pod created meanwhile
+/// answers.
+#[test]
+fn compaction_410_is_handled_by_one_relist() {
+    let Some(c) = cluster() else { return };
+    let _g = exclusive();
+    let ns = c.namespace("fault-410");
+    let ns = ns.name.as_str();
+    c.apply(&crate::records::workload(ns, 2));
+    let live = c.pod_ips(ns, "app=train", 2);
+    let mut p = Podns::ready(&c.kubeconfig, &[]);
+    for (name, ip) in &live {
+        p.wait_addrs(&format!("{name}.train.{ns}.svc"), &[ip.clone()], secs(10));
+    }
+    let pid = p.pid();
+    signal(pid, "STOP");
+    c.apply(&pod(ns, "meanwhile"));
+    let ip = c
+        .pod_ips(ns, "app=train", 3)
+        .into_iter()
+        .find(|(n, _)| n == "meanwhile")
+        .unwrap()
+        .1;
+    let rev = c.ctl("compact");
+    c.ctl("stop-apiserver");
+    c.ctl("start-apiserver");
+    let resumed = Instant::now();
+    signal(pid, "CONT");
+    p.wait_addrs(&format!("meanwhile.train.{ns}.svc"), &[ip], secs(60));
+    for (name, ip) in &live {
+        p.wait_addrs(&format!("{name}.train.{ns}.svc"), &[ip.clone()], secs(1));
+    }
+    assert!(p.exited().is_none(), "podns is still running");
+    let gone = p.metric(r#"podns_watch_restarts_total{resource="pods",reason="expired_410",retry="relist"}"#);
+    let relists = p.metric(r#"podns_watch_restarts_total{resource="pods""#);
+    eprintln!(
+        "etcd compacted at revision {rev}: pods watch 410s {gone}, restarts {relists}; \
+         the pod created during the pause answered {:?} after podns resumed",
+        resumed.elapsed()
+    );
+    assert_eq!(gone, 1.0, "one 410 for pods:\n{}", p.metrics());
+}
+
+/// The API server goes away while podns makes its first list: podns is
+/// not ready and answers SERVFAIL (never a cacheable NXDOMAIN) until its
+/// lists complete after the restart.
+#[test]
+fn apiserver_gone_during_the_first_list() {
+    let Some(c) = cluster() else { return };
+    let _g = exclusive();
+    let ns = c.namespace("fault-first-list");
+    let ns = ns.name.as_str();
+    c.apply(&crate::records::workload(ns, 2));
+    let live = c.pod_ips(ns, "app=train", 2);
+    c.ctl("stop-apiserver");
+    let p = Podns::start(&c.kubeconfig, &[]);
+    let until = Instant::now() + secs(3);
+    while Instant::now() < until {
+        let m = p.ask(&format!("train-0.train.{ns}.svc"), RecordType::A);
+        assert_eq!(rcode(&m), ResponseCode::ServFail, "before the first list");
+        assert_eq!(http_get(p.admin, "/readyz").0, 503);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    c.ctl("start-apiserver");
+    let started = Instant::now();
+    p.wait_ready(secs(60));
+    for (name, ip) in &live {
+        p.wait_addrs(&format!("{name}.train.{ns}.svc"), &[ip.clone()], secs(5));
+    }
+    eprintln!(
+        "first list through an API server restart: ready {:?} after the API server started",
+        started.elapsed()
+    );
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}

@@ -1,0 +1,22 @@
+//! podns against a real Kubernetes control plane built from source
+//! (`tests/cluster/up.sh`): kube-apiserver, kube-controller-manager,
+//! kube-scheduler, etcd and kwok's fake kubelets on loopback. Opt-in:
+//!
+//! ```sh
+//! C=$(mktemp -d); tests/cluster/up.sh $C
+//! PODNS_CLUSTER=$C cargo test --test cluster
+//! tests/cluster/down.sh $C
+//! ```
+//!
+//! Without `PODNS_CLUSTER` every test prints why it skipped and passes;
+//! `.ci/run` brings a cluster up and runs them whenever Go is present.
+//! Objects are made with the release's own kubectl, pod IPs by kwok, pods
+//! of Jobs by the real Job controller, so everything podns decodes here was
+//! written by the real API server.
+
+mod faults;
+mod rbac;
+mod records;
+mod sim_vs_real;
+mod support;
+mod wires;

@@ -1,0 +1,330 @@
+//! The simulator held to the real thing: one scenario on `podns sim
+//! --kubelet` and on the real control plane, `podns zonefile` against each,
+//! the same zone once the IP data is aligned.
+//!
+//! The scenario: an Indexed Job and a JobSet's child Job (the simulator's
+//! `/sim/jobs` makes them, as a user and the JobSet controller would), their
+//! headless Services, a ClusterIP Service with a named port and its pod, an
+//! ExternalName Service. The real side gets the simulator's own Job and
+//! Service objects (less what the API server sets: uid, selector,
+//! controller labels, status) and makes the pods with the real Job
+//! controller, scheduler and kwok. Any difference in the zones is a
+//! difference between the simulator's pods and the real controllers'.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+use crate::support::*;
+
+struct Sim(Child);
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn kubectl_at(c: &Cluster, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    let mut cmd = Command::new(&c.kubectl);
+    cmd.arg("--kubeconfig").arg(kubeconfig).args(args);
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    if let Some(s) = stdin {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(s.as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn zonefile(kubeconfig: &Path) -> String {
+    let out = Command::new(BIN)
+        .args(["zonefile", "--reverse", "--serial=1", "--ns-address=127.0.0.1"])
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "zonefile: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// What the API server sets on create, or the Job controller adds to a
+/// template, taken off so the real side makes it anew.
+fn sanitize(mut o: Value) -> Value {
+    let meta = o["metadata"].as_object_mut().unwrap();
+    for k in [
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "generation",
+        "managedFields",
+        "ownerReferences",
+        "selfLink",
+    ] {
+        meta.remove(k);
+    }
+    o.as_object_mut().unwrap().remove("status");
+    if o["kind"] == "Job" {
+        let spec = o["spec"].as_object_mut().unwrap();
+        spec.remove("selector");
+        spec.remove("manualSelector");
+        for field in ["labels", "annotations"] {
+            if let Some(m) = o["spec"]["template"]["metadata"][field].as_object_mut() {
+                m.retain(|k, _| {
+                    !matches!(
+                        k.as_str(),
+                        "controller-uid"
+                            | "batch.kubernetes.io/controller-uid"
+                            | "job-name"
+                            | "batch.kubernetes.io/job-name"
+                    )
+                });
+            }
+        }
+        if let Some(m) = o["metadata"]["labels"].as_object_mut() {
+            m.retain(|k, _| {
+                !matches!(
+                    k.as_str(),
+                    "controller-uid" | "batch.kubernetes.io/controller-uid"
+                )
+            });
+        }
+    }
+    if o["kind"] == "Service" {
+        let spec = o["spec"].as_object_mut().unwrap();
+        if spec.get("clusterIP").and_then(Value::as_str) != Some("None") {
+            spec.remove("clusterIP");
+            spec.remove("clusterIPs");
+        }
+    }
+    o
+}
+
+/// Each pod's and Service's addresses, by a key both sides share: the
+/// pod's hostname (or name when it has none), the Service's name.
+fn addresses(c: &Cluster, kubeconfig: &Path, ns: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let pods: Value = serde_json::from_str(&kubectl_at(
+        c,
+        kubeconfig,
+        &["get", "pods", "-n", ns, "-o", "json"],
+        None,
+    ))
+    .unwrap();
+    for p in pods["items"].as_array().unwrap() {
+        let key = p["spec"]["hostname"]
+            .as_str()
+            .or(p["metadata"]["name"].as_str())
+            .unwrap();
+        for ip in p["status"]["podIPs"].as_array().into_iter().flatten() {
+            out.insert(ip["ip"].as_str().unwrap().to_string(), format!("pod:{key}"));
+        }
+    }
+    let svcs: Value = serde_json::from_str(&kubectl_at(
+        c,
+        kubeconfig,
+        &["get", "svc", "-n", ns, "-o", "json"],
+        None,
+    ))
+    .unwrap();
+    for s in svcs["items"].as_array().unwrap() {
+        for ip in s["spec"]["clusterIPs"].as_array().into_iter().flatten() {
+            let ip = ip.as_str().unwrap();
+            if ip != "None" {
+                out.insert(
+                    ip.to_string(),
+                    format!("svc:{}", s["metadata"]["name"].as_str().unwrap()),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The zone's records with every known address (in data, dashed in a
+/// label, reversed in an `in-addr.arpa` owner) replaced by its key;
+/// records of other namespaces and of the `default` namespace's
+/// `kubernetes` Service are left out (the two clusters differ there).
+fn normalize(zone: &str, ns: &str, ips: &BTreeMap<String, String>) -> BTreeSet<String> {
+    let dashed: BTreeMap<String, &String> = ips.iter().map(|(ip, k)| (dashed(ip), k)).collect();
+    let name = |n: &str| -> String {
+        if let Some(rev) = n.strip_suffix(".in-addr.arpa.") {
+            let mut p: Vec<&str> = rev.split('.').collect();
+            p.reverse();
+            let ip = p.join(".");
+            if let Some(k) = ips.get(&ip) {
+                return format!("<{k}>.in-addr.arpa.");
+            }
+            return n.to_string();
+        }
+        n.split('.')
+            .map(|l| match dashed.get(l) {
+                Some(k) => format!("<{k}>"),
+                None => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(".")
+    };
+    let mut origin = String::new();
+    let mut out = BTreeSet::new();
+    for l in zone.lines() {
+        if let Some(o) = l.strip_prefix("$ORIGIN ") {
+            origin = o.trim().to_string();
+            continue;
+        }
+        if l.starts_with(';') || l.starts_with('$') || l.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = l.split('\t').collect();
+        let owner = match f[0] {
+            "@" => origin.clone(),
+            o if o.ends_with('.') => o.to_string(),
+            o => format!("{o}.{origin}"),
+        };
+        let data: Vec<String> = f[4..]
+            .join("\t")
+            .split(' ')
+            .map(|t| match ips.get(t) {
+                Some(k) => format!("<{k}>"),
+                None if t.ends_with('.') => name(t),
+                None => t.to_string(),
+            })
+            .collect();
+        let line = format!("{} {} {}", name(&owner), f[3], data.join(" "));
+        // Only the scenario's namespace (its names, and PTRs into it).
+        if line.contains(&format!(".{ns}.")) {
+            out.insert(line);
+        }
+    }
+    out
+}
+
+#[test]
+fn simulator_and_real_control_plane_serve_the_same_zone() {
+    let Some(c) = cluster() else { return };
+    let _g = shared();
+    let ns = c.namespace("sim-vs-real");
+    let ns = ns.name.as_str();
+    let dir = tempfile::tempdir().unwrap();
+    let sim_kc = dir.path().join("sim.kubeconfig");
+    let _sim = Sim(Command::new(BIN)
+        .args(["sim", "--kubelet", "--listen=127.0.0.1:0"])
+        .arg(format!("--kubeconfig-out={}", sim_kc.display()))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap());
+    wait_for("the simulator's kubeconfig", secs(20), || {
+        sim_kc.exists().then_some(())
+    });
+    wait_for("the simulator answers", secs(20), || {
+        Command::new(&c.kubectl)
+            .arg("--kubeconfig")
+            .arg(&sim_kc)
+            .args(["get", "--raw", "/version"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+    });
+
+    // The simulator makes the jobs (and their headless Services) …
+    for (name, kind) in [("llama", "indexed-job"), ("gpt", "jobset")] {
+        let body = format!(r#"{{"namespace":"{ns}","name":"{name}","ranks":4,"kind":"{kind}"}}"#);
+        kubectl_at(&c, &sim_kc, &["create", "--raw", "/sim/jobs", "-f", "-"], Some(&body));
+    }
+    // … and both get the same plain objects.
+    let plain = crate::records::workload(ns, 0);
+    kubectl_at(&c, &sim_kc, &["apply", "-f", "-"], Some(&plain));
+    c.apply(&plain);
+    let objects: Value = serde_json::from_str(&kubectl_at(
+        &c,
+        &sim_kc,
+        &["get", "jobs,services", "-n", ns, "-o", "json"],
+        None,
+    ))
+    .unwrap();
+    let mut copied = Vec::new();
+    for o in objects["items"].as_array().unwrap() {
+        let name = o["metadata"]["name"].as_str().unwrap();
+        if o["kind"] == "Service" && ["train", "api", "ext"].contains(&name) {
+            continue; // applied to both already
+        }
+        copied.push(format!("{}/{name}", o["kind"].as_str().unwrap()));
+        c.kubectl_in(
+            &["create", "-f", "-"],
+            Some(&serde_json::to_string(&sanitize(o.clone())).unwrap()),
+        );
+    }
+    assert!(copied.len() >= 4, "jobs and services copied: {copied:?}");
+
+    // 8 job pods plus api-0 on each side, with IPs.
+    c.pod_ips(ns, "batch.kubernetes.io/job-name", 8);
+    c.pod_ips(ns, "app=api", 1);
+    wait_for("the simulator's pods", secs(30), || {
+        let out = kubectl_at(
+            &c,
+            &sim_kc,
+            &[
+                "get",
+                "pods",
+                "-n",
+                ns,
+                "-o",
+                r#"jsonpath={range .items[*]}{.status.podIP}{"\n"}{end}"#,
+            ],
+            None,
+        );
+        (out.lines().filter(|l| !l.is_empty()).count() == 9).then_some(())
+    });
+
+    let real = normalize(
+        &zonefile(&c.kubeconfig),
+        ns,
+        &addresses(&c, &c.kubeconfig, ns),
+    );
+    let sim = normalize(&zonefile(&sim_kc), ns, &addresses(&c, &sim_kc, ns));
+    let only_real: Vec<&String> = real.difference(&sim).collect();
+    let only_sim: Vec<&String> = sim.difference(&real).collect();
+    assert!(
+        only_real.is_empty() && only_sim.is_empty(),
+        "zones differ\nonly on the real control plane:\n  {}\nonly in the simulator:\n  {}",
+        only_real
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n  "),
+        only_sim
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n  ")
+    );
+    assert!(
+        real.iter().any(|l| l.starts_with(&format!("3.gpt.{ns}.rank"))),
+        "the JobSet's ranks are in the zone: {real:#?}"
+    );
+}

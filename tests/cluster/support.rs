@@ -1,0 +1,462 @@
+//! The real control plane a test talks to, the podns process it starts, and
+//! DNS over real sockets. Blocking code: every wait polls with a deadline.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::{Name, RData, RecordType};
+
+pub const ZONE: &str = "cluster.local";
+pub const BIN: &str = env!("CARGO_BIN_EXE_podns");
+
+/// Tests that stop the API server hold this for writing; every other test
+/// holds it for reading, so nothing else runs while the control plane is
+/// down.
+static CONTROL_PLANE: RwLock<()> = RwLock::new(());
+
+pub fn shared() -> RwLockReadGuard<'static, ()> {
+    CONTROL_PLANE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    CONTROL_PLANE.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A cluster started by `tests/cluster/up.sh DIR`, from `PODNS_CLUSTER=DIR`.
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub kubectl: PathBuf,
+    pub coredns: PathBuf,
+    pub env: HashMap<String, String>,
+}
+
+/// The cluster, or `None` (with the reason printed) when `PODNS_CLUSTER`
+/// is not set: these tests are opt-in, as they need a control plane built
+/// with Go (`tests/cluster/up.sh`).
+pub fn cluster() -> Option<Cluster> {
+    let Some(dir) = std::env::var_os("PODNS_CLUSTER") else {
+        eprintln!("PODNS_CLUSTER not set: skipping (C=$(mktemp -d); tests/cluster/up.sh $C; PODNS_CLUSTER=$C cargo test --test cluster)");
+        return None;
+    };
+    let dir = PathBuf::from(dir);
+    let text = std::fs::read_to_string(dir.join("env"))
+        .unwrap_or_else(|e| panic!("PODNS_CLUSTER={}: no env file: {e}", dir.display()));
+    let env: HashMap<String, String> = text
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let get = |k: &str| PathBuf::from(env.get(k).unwrap_or_else(|| panic!("{k} missing from env")));
+    Some(Cluster {
+        kubeconfig: get("KUBECONFIG"),
+        kubectl: get("KUBECTL"),
+        coredns: get("COREDNS"),
+        dir,
+        env,
+    })
+}
+
+impl Cluster {
+    /// Run kubectl as the cluster admin; panics with its stderr on failure.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        self.kubectl_in(args, None)
+    }
+
+    /// kubectl with `stdin` piped in (`apply -f -`).
+    pub fn kubectl_in(&self, args: &[&str], stdin: Option<&str>) -> String {
+        match self.try_kubectl(args, stdin) {
+            Ok(out) => out,
+            Err(e) => panic!("kubectl {}: {e}", args.join(" ")),
+        }
+    }
+
+    pub fn try_kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+        let mut child = Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        if let Some(s) = stdin {
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(s.as_bytes())
+                .unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    pub fn apply(&self, yaml: &str) {
+        self.kubectl_in(&["apply", "-f", "-"], Some(yaml));
+    }
+
+    /// A fresh namespace for one test, deleted when the guard drops.
+    pub fn namespace(&self, prefix: &str) -> Namespace<'_> {
+        let name = format!("{prefix}-{}", std::process::id());
+        let _ = self.try_kubectl(&["delete", "namespace", &name, "--wait=true"], None);
+        self.kubectl(&["create", "namespace", &name]);
+        // Pods can be created once the service-account controller has
+        // made the namespace's default ServiceAccount.
+        wait_for(&format!("{name}/default ServiceAccount"), secs(30), || {
+            self.try_kubectl(&["get", "sa", "default", "-n", &name], None)
+                .ok()
+        });
+        Namespace {
+            cluster: self,
+            name,
+        }
+    }
+
+    /// `tests/cluster/ctl.sh DIR ACTION`.
+    pub fn ctl(&self, action: &str) -> String {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cluster/ctl.sh");
+        let out = Command::new("bash")
+            .arg(script)
+            .arg(&self.dir)
+            .arg(action)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ctl.sh {action}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// `status.podIP` of each pod matching `selector`, by pod name, once
+    /// all `n` have one.
+    pub fn pod_ips(&self, ns: &str, selector: &str, n: usize) -> Vec<(String, String)> {
+        wait_for(&format!("{n} pods of {selector} with IPs"), secs(60), || {
+            let out = self.kubectl(&[
+                "get",
+                "pods",
+                "-n",
+                ns,
+                "-l",
+                selector,
+                "-o",
+                r#"jsonpath={range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}"#,
+            ]);
+            let v: Vec<(String, String)> = out
+                .lines()
+                .filter_map(|l| l.split_once(' '))
+                .filter(|(_, ip)| !ip.is_empty())
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect();
+            (v.len() == n).then_some(v)
+        })
+    }
+}
+
+pub struct Namespace<'a> {
+    cluster: &'a Cluster,
+    pub name: String,
+}
+
+impl Drop for Namespace<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .cluster
+            .try_kubectl(&["delete", "namespace", &self.name, "--wait=false"], None);
+    }
+}
+
+pub fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// Poll `f` until it returns `Some`, at most `limit`; panics naming `what`.
+pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A `podns` process (the binary as a user runs it), killed on drop.
+pub struct Podns {
+    child: Child,
+    pub dns: SocketAddr,
+    pub admin: SocketAddr,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Podns {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Podns {
+    /// `podns serve` against `kubeconfig` on loopback port 0, with `extra`
+    /// flags; returns once it logged its addresses (not yet ready).
+    pub fn start(kubeconfig: &Path, extra: &[&str]) -> Podns {
+        let mut child = Command::new(BIN)
+            .args([
+                "serve",
+                "--dns-listen=127.0.0.1:0",
+                "--admin-listen=127.0.0.1:0",
+                "--udp-sockets=1",
+            ])
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("podns runs");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("listening ") {
+                    let _ = tx.send(line.clone());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let mut dns = None;
+        let mut admin = None;
+        while dns.is_none() || admin.is_none() {
+            let line = match rx.recv_timeout(secs(30)) {
+                Ok(l) => l,
+                Err(_) => panic!(
+                    "podns did not log its addresses:\n{}",
+                    log.lock().unwrap().join("\n")
+                ),
+            };
+            let after = |what: &str| {
+                line.split(what)
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next())
+                    .and_then(|a| a.parse::<SocketAddr>().ok())
+            };
+            dns = dns.or_else(|| after("listening dns udp "));
+            admin = admin.or_else(|| after("listening admin http "));
+        }
+        Podns {
+            child,
+            dns: dns.unwrap(),
+            admin: admin.unwrap(),
+            log,
+        }
+    }
+
+    /// Start and wait for `/readyz` 200 (every watch listed).
+    pub fn ready(kubeconfig: &Path, extra: &[&str]) -> Podns {
+        let p = Podns::start(kubeconfig, extra);
+        p.wait_ready(secs(60));
+        p
+    }
+
+    pub fn wait_ready(&self, limit: Duration) {
+        wait_for("podns /readyz 200", limit, || {
+            (http_get(self.admin, "/readyz").0 == 200).then_some(())
+        });
+    }
+
+    pub fn metrics(&self) -> String {
+        http_get(self.admin, "/metrics").1
+    }
+
+    /// The sum of every sample whose line starts with `prefix` (a name,
+    /// or a name and the start of its labels), or 0.
+    pub fn metric(&self, prefix: &str) -> f64 {
+        self.metrics()
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next())
+            .filter_map(|v| v.parse::<f64>().ok())
+            .sum()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
+    pub fn ask(&self, name: &str, qtype: RecordType) -> Message {
+        ask(self.dns, name, qtype)
+    }
+
+    /// Wait until `name` answers exactly `want` (sorted addresses).
+    pub fn wait_addrs(&self, name: &str, want: &[String], limit: Duration) {
+        let mut want = want.to_vec();
+        want.sort();
+        let qtype = if want.first().is_some_and(|a| a.contains(':')) {
+            RecordType::AAAA
+        } else {
+            RecordType::A
+        };
+        let deadline = Instant::now() + limit;
+        loop {
+            let last = addrs(&self.ask(name, qtype));
+            if last == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}: want {want:?}, last answer {last:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A minimal HTTP/1.0 GET on loopback: (status, body).
+pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, secs(2)) else {
+        return (0, String::new());
+    };
+    s.set_read_timeout(Some(secs(5))).unwrap();
+    if write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").is_err() {
+        return (0, String::new());
+    }
+    let mut buf = String::new();
+    let _ = s.read_to_string(&mut buf);
+    let status = buf
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// `name` under the zone unless it ends with a dot.
+pub fn fqdn(name: &str) -> String {
+    if name.ends_with('.') {
+        name.to_string()
+    } else {
+        format!("{name}.{ZONE}.")
+    }
+}
+
+/// One question over UDP (EDNS 1232, retried on timeout; TCP when TC=1).
+pub fn ask(server: SocketAddr, name: &str, qtype: RecordType) -> Message {
+    let mut m = Message::new(rand_id(), MessageType::Query, OpCode::Query);
+    m.metadata.recursion_desired = false;
+    m.add_query(Query::query(Name::from_ascii(fqdn(name)).unwrap(), qtype));
+    let mut edns = Edns::new();
+    edns.set_max_payload(1232);
+    m.set_edns(edns);
+    let bytes = m.to_vec().unwrap();
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut buf = vec![0u8; 65535];
+    for _ in 0..6 {
+        sock.send_to(&bytes, server).unwrap();
+        if let Ok((n, _)) = sock.recv_from(&mut buf) {
+            let r = Message::from_vec(&buf[..n]).unwrap();
+            if r.metadata.truncation {
+                return ask_tcp(server, &bytes);
+            }
+            return r;
+        }
+    }
+    panic!("no answer from {server} for {name} {qtype}");
+}
+
+fn ask_tcp(server: SocketAddr, query: &[u8]) -> Message {
+    let mut s = TcpStream::connect_timeout(&server, secs(2)).unwrap();
+    s.set_read_timeout(Some(secs(5))).unwrap();
+    let mut framed = (query.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(query);
+    s.write_all(&framed).unwrap();
+    let mut len = [0u8; 2];
+    s.read_exact(&mut len).unwrap();
+    let mut buf = vec![0u8; u16::from_be_bytes(len) as usize];
+    s.read_exact(&mut buf).unwrap();
+    Message::from_vec(&buf).unwrap()
+}
+
+fn rand_id() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(Instant::now().elapsed().as_nanos() as u64);
+    h.finish() as u16
+}
+
+pub fn rcode(m: &Message) -> ResponseCode {
+    m.metadata.response_code
+}
+
+/// The addresses in the answer section, sorted.
+pub fn addrs(m: &Message) -> Vec<String> {
+    let mut v: Vec<String> = m
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::A(a) => Some(a.0.to_string()),
+            RData::AAAA(a) => Some(a.0.to_string()),
+            _ => None,
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The answer section's records as `owner type rdata` lines, sorted.
+pub fn answer_lines(m: &Message) -> Vec<String> {
+    let mut v: Vec<String> = m
+        .answers
+        .iter()
+        .map(|r| format!("{} {} {}", r.name, r.record_type(), r.data))
+        .collect();
+    v.sort();
+    v
+}
+
+/// `a.b.c.d` → `a-b-c-d` (the dashed form of an IPv4 address).
+pub fn dashed(ip: &str) -> String {
+    ip.replace(['.', ':'], "-")
+}
+
+/// The reverse name of an IPv4 address.
+pub fn reverse_v4(ip: &str) -> String {
+    let mut p: Vec<&str> = ip.split('.').collect();
+    p.reverse();
+    format!("{}.in-addr.arpa.", p.join("."))
+}

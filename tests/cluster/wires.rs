@@ -1,0 +1,134 @@
+//! Both wires against the real API server: `podns zonefile --wire json`,
+//! `protobuf` and `auto` print the same zone, from objects the simulator
+//! never makes (managedFields from server-side apply, ownerReferences,
+//! init containers, an ephemeral container added through its subresource).
+
+use std::process::Command;
+
+use crate::support::*;
+
+fn zonefile(c: &Cluster, wire: &str) -> String {
+    let out = Command::new(BIN)
+        .args(["zonefile", "--reverse", "--serial=1", "--ns-address=127.0.0.1"])
+        .arg(format!("--wire={wire}"))
+        .arg(format!("--kubeconfig={}", c.kubeconfig.display()))
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "zonefile --wire={wire}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn json_protobuf_and_auto_print_the_same_zone() {
+    let Some(c) = cluster() else { return };
+    let _g = shared();
+    let ns = c.namespace("wires");
+    let ns = ns.name.as_str();
+    // Server-side apply: managedFields on every object.
+    c.kubectl_in(
+        &["apply", "--server-side", "--field-manager=podns-test", "-f", "-"],
+        Some(&crate::records::workload(ns, 3)),
+    );
+    // Init containers, and an owner (a ConfigMap: any object will do).
+    c.apply(&format!(
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: owner, namespace: {ns}}}
+"#
+    ));
+    let uid = c.kubectl(&[
+        "get",
+        "configmap",
+        "owner",
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    c.apply(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: odd
+  namespace: {ns}
+  labels: {{app: train, extra.example.com/team: "ml"}}
+  annotations: {{note: "a long annotation value that the slim decoder skips"}}
+  ownerReferences: [{{apiVersion: v1, kind: ConfigMap, name: owner, uid: "{uid}"}}]
+spec:
+  hostname: odd
+  subdomain: train
+  initContainers: [{{name: init, image: fake, command: [sh, -c, "true"]}}]
+  containers:
+  - name: worker
+    image: fake
+    env: [{{name: A, value: b}}]
+    ports: [{{name: nccl, containerPort: 29500}}, {{name: metrics, containerPort: 9090}}]
+    resources: {{limits: {{cpu: "1"}}}}
+  tolerations: [{{key: example.com/gpu, operator: Exists}}]
+"#
+    ));
+    c.pod_ips(ns, "app=train", 4);
+    // An ephemeral container: only through the pod's subresource.
+    c.kubectl(&[
+        "patch",
+        "pod",
+        "odd",
+        "-n",
+        ns,
+        "--subresource=ephemeralcontainers",
+        "--type=strategic",
+        "-p",
+        r#"{"spec":{"ephemeralContainers":[{"name":"debug","image":"fake","targetContainerName":"worker"}]}}"#,
+    ]);
+    let got = c.kubectl(&[
+        "get",
+        "pod",
+        "odd",
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={.spec.ephemeralContainers[0].name} {.metadata.managedFields[0].manager}",
+    ]);
+    assert!(got.starts_with("debug "), "{got}");
+
+    let json = zonefile(&c, "json");
+    let pb = zonefile(&c, "protobuf");
+    let auto = zonefile(&c, "auto");
+    assert!(
+        json.contains(&format!("odd.train.{ns}.svc")) || json.contains("odd.train"),
+        "the odd pod is in the zone:\n{json}"
+    );
+    assert_eq!(json, pb, "json and protobuf zones differ");
+    assert_eq!(json, auto, "json and auto zones differ");
+}
+
+/// `serve` on each wire answers the same for the same names.
+#[test]
+fn serve_on_each_wire_answers_alike() {
+    let Some(c) = cluster() else { return };
+    let _g = shared();
+    let ns = c.namespace("serve-wires");
+    let ns = ns.name.as_str();
+    c.apply(&crate::records::workload(ns, 3));
+    let pods = c.pod_ips(ns, "app=train", 3);
+    let all: Vec<String> = pods.iter().map(|(_, ip)| ip.clone()).collect();
+    for wire in ["json", "protobuf"] {
+        let p = Podns::ready(&c.kubeconfig, &[&format!("--wire={wire}")]);
+        p.wait_addrs(&format!("train.{ns}.svc"), &all, secs(10));
+        for (name, ip) in &pods {
+            p.wait_addrs(&format!("{name}.train.{ns}.svc"), &[ip.clone()], secs(10));
+        }
+        assert_eq!(
+            p.metric("podns_watch_skipped_objects_total"),
+            0.0,
+            "{wire}: no object of the real API server was skipped"
+        );
+    }
+}
