@@ -25,7 +25,7 @@
 //! after that), then flat.
 //!
 //! Run: `cargo bench --bench memory` (a plain `main`, no criterion; under a
-//! minute). The target in DESIGN.md is ≤ 256 bytes per pod.
+//! minute). The target is ≤ 256 bytes per pod (BENCHMARKS.md, headline table).
 
 mod common;
 

@@ -13,7 +13,8 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Hand the pages freed by a list back to the OS now: mimalloc purges
 /// them only when it is next used, so a server that goes idle after its
-/// first sync kept them resident (≈ 25 MiB at 100k pods, BENCHMARKS.md §6).
+/// first sync kept them resident (≈ 25 MiB at 100k pods, BENCHMARKS.md
+/// "Cold start and memory").
 fn release_memory() {
     // SAFETY: mi_collect takes no pointers and may be called from any
     // thread at any time; `force` also purges the arenas' freed pages.
@@ -23,9 +24,10 @@ fn release_memory() {
 /// No transparent huge pages for this process. mimalloc asks for them
 /// (`MADV_HUGEPAGE`) on its arenas, and a 2 MiB page that holds one live
 /// block is resident whole: at 100k pods they were 53 of 139 MiB of RSS
-/// (BENCHMARKS.md §6 item 9). The kernel checks the flag at each fault, so
-/// it holds for memory mimalloc reserved before `main`. An operator who
-/// wants them sets `MIMALLOC_ALLOW_THP=1` (mimalloc's own option).
+/// (BENCHMARKS.md "Cold start and memory"). The kernel checks the flag at
+/// each fault, so it holds for memory mimalloc reserved before `main`. An
+/// operator who wants them sets `MIMALLOC_ALLOW_THP=1` (mimalloc's own
+/// option).
 fn no_huge_pages() {
     if std::env::var_os("MIMALLOC_ALLOW_THP").is_some() {
         return;
