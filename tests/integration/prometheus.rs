@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
-use podns_server::admin::metrics as m;
+use podns_server::metrics as m;
 use serde_json::Value;
 
 use crate::daemons::{Daemon, find_tool};

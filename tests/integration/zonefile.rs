@@ -104,8 +104,8 @@ async fn a_1000_pod_export_loads_in_nsd_and_knot_and_answers_like_podns() {
     // simulated kubelets may still be writing, so export until both agree.
     let table = env.server.as_ref().unwrap().table.clone();
     let cfg = podns_server::zonefile::RenderConfig {
-        ttl: 5,
-        negative_ttl: 1,
+        ttl: podns_server::dns::DEFAULT_TTL,
+        negative_ttl: podns_server::dns::DEFAULT_NEGATIVE_TTL,
         ns_addrs: vec!["127.0.0.1".parse().unwrap()],
         reverse: true,
         serial: Some(1),

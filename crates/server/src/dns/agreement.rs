@@ -11,11 +11,11 @@ use std::sync::Arc;
 use hickory_proto::rr::Name;
 
 use super::answer::{AnswerConfig, Answerer, Transport};
-use crate::admin::Metrics;
 use crate::index::testing::{PodExt, SvcExt, cluster_ip, headless, pod, synced_writer};
 use crate::index::{
     Change, Policy, Publish, ServiceKind, SyncNeeds, Table, TargetPort, Update, Writer,
 };
+use crate::metrics::Metrics;
 
 /// Namespaces, object names and app labels are drawn from these.
 pub const NAMESPACES: [&str; 2] = ["ml", "web"];

@@ -7,12 +7,12 @@ use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode}
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
 use super::*;
-use crate::admin::Metrics;
 use crate::index::testing::*;
 use crate::index::{
     Change, Phase, PodInfo, Policy, ServiceInfo, SyncNeeds, Table, TargetPort, Update, Writer,
 };
 use crate::index::{Duplicates, Hostnames, Publish};
+use crate::metrics::Metrics;
 
 struct World {
     writer: Writer,

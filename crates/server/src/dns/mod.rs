@@ -20,3 +20,10 @@ pub mod zone;
 mod plan_tests;
 
 pub use zone::{Zone, check_zones};
+
+/// TTL of positive answers unless `--ttl` says otherwise, in seconds:
+/// short, as pods come and go.
+pub const DEFAULT_TTL: u32 = 5;
+/// TTL of negative answers (the SOA MINIMUM, RFC 2308 §4) unless
+/// `--negative-ttl` says otherwise, in seconds.
+pub const DEFAULT_NEGATIVE_TTL: u32 = 1;

@@ -28,9 +28,8 @@ use super::convert::{self, ConvertError};
 use super::pb::PbObject;
 use super::slim::{SlimJob, SlimPod, SlimService};
 use super::wire::{RawConfig, Wire, raw_watcher};
-use crate::admin::metrics::{EventLabels, Metrics, ResourceLabels, RestartLabels};
 use crate::index::types::{Arrival, Change, JobInfo, ObjKey, PodInfo, ServiceInfo, Update};
-use crate::index::writer::PROGRESS_EVERY;
+use crate::metrics::{EventLabels, Metrics, PROGRESS_EVERY, ResourceLabels, RestartLabels};
 
 /// How the first list is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -495,7 +494,7 @@ impl<K: Watched> Watch<K> {
 
     async fn run(mut self) {
         // Every reason at 0 before the first error, so the restart alert's
-        // increase() counts the first restart too (see admin/metrics.rs);
+        // increase() counts the first restart too (see metrics.rs);
         // the same for the first skipped object.
         let _ = self.metrics.watch_skipped.get_or_create(&ResourceLabels {
             resource: K::RESOURCE,
