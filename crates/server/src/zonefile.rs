@@ -19,7 +19,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use hickory_proto::rr::Name;
-use kube::Api;
 use kube::api::ListParams;
 
 use crate::config::{ConfigError, kube_client, ns_addrs_or_pod_ip};
@@ -457,17 +456,13 @@ pub async fn list_into_table(
 /// A paginated list (pages of 500, as kubectl does), so a 100k-pod
 /// cluster is not one response.
 async fn list_all<K: RawWatched>(client: kube::Client, wire: Wire) -> anyhow::Result<Vec<K>> {
-    let api: Api<K> = Api::all(client.clone());
+    let url = K::url_path(&(), None);
     let mut out = Vec::new();
     let mut params = ListParams::default().limit(500);
     loop {
-        let (items, cont) = if wire == Wire::Json {
-            let page = api.list(&params).await;
-            page.map(|p| (p.items, p.metadata.continue_.filter(|c| !c.is_empty())))
-        } else {
-            list_page::<K>(&client, wire, api.resource_url(), &params).await
-        }
-        .with_context(|| format!("failed to list {}", K::plural(&())))?;
+        let (items, cont) = list_page::<K>(&client, wire, &url, &params)
+            .await
+            .with_context(|| format!("failed to list {}", K::plural(&())))?;
         out.extend(items);
         match cont {
             Some(c) => params = params.continue_token(&c),
