@@ -14,6 +14,9 @@ mod mmsg;
 pub mod resolve;
 pub mod rrl;
 pub mod server;
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod testing;
 pub mod zone;
 
 #[cfg(test)]
