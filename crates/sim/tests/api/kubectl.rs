@@ -8,13 +8,9 @@ use tokio::time::timeout;
 
 use super::support::*;
 
-/// kubectl's typed clients (describe, create namespace, create service)
-/// ask for `application/vnd.kubernetes.protobuf,application/json`; `get`,
-/// `delete`, `label` and `rollout` ask for JSON. client-go decodes our
-/// Protobuf with Kubernetes' own generated code, so what describe prints is
-/// an outside check of the simulator's encoder.
-#[tokio::test]
-async fn kubectl_describe_reads_protobuf() {
+/// A simulator with kubelets and one running 2-rank job, and kubectl for
+/// it (`None`: kubectl is missing and the test skips).
+async fn one_running_job() -> Option<(Sim, Kubectl)> {
     let sim = start(SimArgs {
         kubelet: true,
         jobs: 1,
@@ -22,7 +18,18 @@ async fn kubectl_describe_reads_protobuf() {
         ..SimArgs::default()
     })
     .await;
-    let Some(kubectl) = Kubectl::for_sim(&sim) else {
+    let kubectl = Kubectl::for_sim(&sim)?;
+    Some((sim, kubectl))
+}
+
+/// kubectl's typed clients (describe, create namespace, create service)
+/// ask for `application/vnd.kubernetes.protobuf,application/json`; `get`,
+/// `delete`, `label` and `rollout` ask for JSON. client-go decodes our
+/// Protobuf with Kubernetes' own generated code, so what describe prints is
+/// an outside check of the simulator's encoder.
+#[tokio::test]
+async fn kubectl_describe_reads_protobuf() {
+    let Some((sim, kubectl)) = one_running_job().await else {
         return;
     };
     let protobuf_served = async || {
@@ -210,14 +217,7 @@ async fn kubectl_describe_reads_protobuf() {
 
 #[tokio::test]
 async fn kubectl_works_unchanged() {
-    let sim = start(SimArgs {
-        kubelet: true,
-        jobs: 1,
-        ranks: 2,
-        ..SimArgs::default()
-    })
-    .await;
-    let Some(kubectl) = Kubectl::for_sim(&sim) else {
+    let Some((sim, kubectl)) = one_running_job().await else {
         return;
     };
     let run = async |args: &[&str]| kubectl.run(args).await;
