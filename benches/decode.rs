@@ -4,7 +4,15 @@
 //! pod (bare object and whole watch event), and the bytes each encoding
 //! puts on the wire per pod in a list and per watch event (printed first).
 //!
-//! Run: `cargo bench --bench decode` (about half a minute).
+//! `prost` and `prost_list` decode the same bytes with prost into the
+//! `k8s-pb` types generated from Kubernetes' `.proto` files: the
+//! alternative to keeping our own decoder. They stop at the generated
+//! types, without the further copy into the slim types, so they are a
+//! lower bound of that path's cost. `*_list` decode one whole list body of
+//! [`LIST_PODS`] pods, magic and envelope included: what a cold start
+//! spends its CPU on.
+//!
+//! Run: `cargo bench --bench decode` (about a minute).
 //!
 //! The process allocator is mimalloc, as in `podns` itself (`src/main.rs`):
 //! a decode is mostly small allocations, so the allocator is part of what a
@@ -21,6 +29,7 @@ use podns_server::k8s::slim::SlimPod;
 use podns_sim::pbenc;
 use podns_sim::store::Kind;
 use podns_sim::workload::sample_job_pod;
+use prost::Message;
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -51,6 +60,27 @@ fn encoded(lean: bool) -> Encoded {
     }
 }
 
+/// Pods in the list of the `*_list` benches.
+const LIST_PODS: usize = 1000;
+
+/// A whole Protobuf list body of `n` copies of the pod, as the simulator
+/// sends it.
+fn pb_list(e: &Encoded, n: usize) -> Vec<u8> {
+    let mut body = pbenc::list_head(Kind::Pod, 1, None, e.pb_list_item.len() * n);
+    for _ in 0..n {
+        body.extend_from_slice(&e.pb_list_item);
+    }
+    body
+}
+
+/// The prost path: magic, `runtime.Unknown`, then the generated `PodList`.
+fn prost_list(body: &[u8]) -> k8s_pb::api::core::v1::PodList {
+    let inner = body.strip_prefix(pb::MAGIC).expect("magic");
+    let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown::decode(inner).expect("an envelope");
+    k8s_pb::api::core::v1::PodList::decode(unknown.raw.as_deref().unwrap_or_default())
+        .expect("a list")
+}
+
 fn print_sizes(name: &str, e: &Encoded) {
     // In a list a JSON pod is its object and a comma; a Protobuf pod is its
     // `items` field (tag, length, object). A JSON event is one line; a
@@ -76,6 +106,21 @@ fn decode(c: &mut Criterion) {
         });
         g.bench_with_input(BenchmarkId::new("protobuf", name), &e, |b, e| {
             b.iter(|| SlimPod::decode_pb(black_box(&e.pb)))
+        });
+        g.bench_with_input(BenchmarkId::new("prost", name), &e, |b, e| {
+            b.iter(|| k8s_pb::api::core::v1::Pod::decode(black_box(&e.pb[..])).expect("decodes"))
+        });
+        let list = pb_list(&e, LIST_PODS);
+        assert_eq!(
+            pb::list::<SlimPod>(&list).expect("decodes").items.len(),
+            LIST_PODS
+        );
+        assert_eq!(prost_list(&list).items.len(), LIST_PODS);
+        g.bench_with_input(BenchmarkId::new("protobuf_list", name), &list, |b, l| {
+            b.iter(|| pb::list::<SlimPod>(black_box(l)).expect("decodes"))
+        });
+        g.bench_with_input(BenchmarkId::new("prost_list", name), &list, |b, l| {
+            b.iter(|| prost_list(black_box(l)))
         });
         g.bench_with_input(BenchmarkId::new("json_event", name), &e, |b, e| {
             b.iter(|| {

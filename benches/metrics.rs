@@ -16,7 +16,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use podns_server::admin::metrics::{REQUEST_DURATION_BUCKETS, ShardedHistogram};
+use podns_server::metrics::{REQUEST_DURATION_BUCKETS, ShardedHistogram};
 use prometheus_client::metrics::histogram::Histogram;
 
 const VALUES: [f64; 8] = [

@@ -11,14 +11,18 @@ use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RecordType};
 
 use podns_server::dns::answer::{AnswerConfig, Answerer, Transport};
-use podns_server::index::testing::{PodExt, job, rank_pod, synced_writer};
+use podns_server::dns::testing::World;
+use podns_server::index::testing::{PodExt, job, rank_pod};
 use podns_server::index::{Change, Policy, Update};
 
 fn world(ranks: u32) -> Answerer {
-    let mut w = synced_writer(Policy {
-        rank_view: true,
-        ..Default::default()
-    });
+    let mut w = World::new(
+        Policy {
+            rank_view: true,
+            ..Default::default()
+        },
+        AnswerConfig::default(),
+    );
     let pods = (0..ranks)
         .map(|i| {
             rank_pod(
@@ -31,17 +35,12 @@ fn world(ranks: u32) -> Answerer {
             .label("jobset.sigs.k8s.io/job-global-index", "0")
         })
         .collect();
-    w.apply(Update::Job(Change::Apply(job(
-        "ml",
-        "gang-workers-0",
-        ranks,
-        Some("gang"),
-    ))));
+    w.job(job("ml", "gang-workers-0", ranks, Some("gang")));
     w.apply(Update::Pod(Change::Reset {
         namespace: None,
         items: pods,
     }));
-    Answerer::new(w.table().clone(), AnswerConfig::default())
+    w.answerer
 }
 
 fn query(name: &str, t: RecordType) -> Vec<u8> {

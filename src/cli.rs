@@ -94,10 +94,11 @@ where
     PossibleValuesParser::new(names).try_map(|s| s.parse::<T>())
 }
 
-/// Flags of `podns serve`.
+/// Flags `podns serve` and `podns zonefile` share: what is answered (or
+/// exported) and where the cluster is.
 #[derive(clap::Args, Clone, Debug)]
-pub struct ServeArgs {
-    /// Zone to serve authoritatively (repeatable).
+pub struct SharedArgs {
+    /// Zone to serve (or export) authoritatively (repeatable).
     #[arg(
         long = "zone",
         env = "PODNS_ZONE",
@@ -105,20 +106,11 @@ pub struct ServeArgs {
         default_value = "cluster.local"
     )]
     pub zones: Vec<Zone>,
-    /// DNS address, UDP and TCP.
-    #[arg(long, env = "PODNS_DNS_LISTEN", default_value = "0.0.0.0:53")]
-    pub dns_listen: SocketAddr,
-    /// UDP sockets bound with SO_REUSEPORT, each with its own receive loop (0: one per core).
-    #[arg(long, env = "PODNS_UDP_SOCKETS", default_value_t = 0)]
-    pub udp_sockets: usize,
-    /// Admin address: /metrics, /healthz, /readyz.
-    #[arg(long, env = "PODNS_ADMIN_LISTEN", default_value = "0.0.0.0:9153")]
-    pub admin_listen: SocketAddr,
     /// TTL of positive answers, in seconds.
-    #[arg(long, env = "PODNS_TTL", default_value_t = 5)]
+    #[arg(long, env = "PODNS_TTL", default_value_t = podns_server::dns::DEFAULT_TTL)]
     pub ttl: u32,
     /// TTL of negative answers (the SOA MINIMUM), in seconds.
-    #[arg(long, env = "PODNS_NEGATIVE_TTL", default_value_t = 1)]
+    #[arg(long, env = "PODNS_NEGATIVE_TTL", default_value_t = podns_server::dns::DEFAULT_NEGATIVE_TTL)]
     pub negative_ttl: u32,
     /// Which pods are published.
     #[arg(long, env = "PODNS_PUBLISH", default_value = "ip", value_parser = keyword::<Publish>(Publish::NAMES))]
@@ -132,6 +124,59 @@ pub struct ServeArgs {
     /// The server's own address for `ns.dns.<zone>` (default: $POD_IP).
     #[arg(long, env = "PODNS_NS_ADDRESS")]
     pub ns_address: Vec<IpAddr>,
+    /// Serve the rank view (`<i>.<job>.<ns>.rank.<zone>`, leader, TXT summary) and watch Jobs for it (the default).
+    #[arg(long = "rank-view", overrides_with = "no_rank_view")]
+    pub rank_view: bool,
+    /// Turn the rank view and its Job watch off (no RBAC on jobs needed).
+    #[arg(
+        long = "no-rank-view",
+        env = "PODNS_NO_RANK_VIEW",
+        overrides_with = "rank_view"
+    )]
+    pub no_rank_view: bool,
+    /// Encoding asked of the API server: auto (Protobuf, else JSON, as
+    /// client-go does for built-in types), protobuf, or json.
+    #[arg(long, env = "PODNS_WIRE", default_value = "auto", value_parser = keyword::<Wire>(Wire::NAMES))]
+    pub wire: Wire,
+    /// Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use.
+    #[arg(long, env = "PODNS_CONTEXT")]
+    pub context: Option<String>,
+}
+
+impl SharedArgs {
+    /// Is the rank view on? (`--rank-view` is the default; `--no-rank-view` wins when last.)
+    pub fn rank_view_enabled(&self) -> bool {
+        !self.no_rank_view
+    }
+
+    /// The index policy from the flags.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            publish: self.publish,
+            hostnames: self.hostnames,
+            duplicates: self.duplicate_hostnames,
+            rank_view: self.rank_view_enabled(),
+        }
+    }
+}
+
+/// Flags of `podns serve`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub shared: SharedArgs,
+    /// DNS address, UDP and TCP.
+    #[arg(long, env = "PODNS_DNS_LISTEN", default_value = "0.0.0.0:53")]
+    pub dns_listen: SocketAddr,
+    /// UDP sockets bound with SO_REUSEPORT, each with its own receive loop (0: one per core).
+    #[arg(long, env = "PODNS_UDP_SOCKETS", default_value_t = 0)]
+    pub udp_sockets: usize,
+    /// Admin address: /metrics, /healthz, /readyz.
+    #[arg(long, env = "PODNS_ADMIN_LISTEN", default_value = "0.0.0.0:9153")]
+    pub admin_listen: SocketAddr,
     /// Answer PTR only inside these networks and REFUSE other reverse names (repeatable).
     #[arg(long, env = "PODNS_REVERSE_CIDR", value_delimiter = ',', value_parser = cidr)]
     pub reverse_cidr: Vec<IpNet>,
@@ -147,26 +192,6 @@ pub struct ServeArgs {
     /// Initial list by watch stream (sendInitialEvents).
     #[arg(long, env = "PODNS_STREAMING_LIST", default_value = "auto", value_parser = keyword::<StreamingList>(StreamingList::NAMES))]
     pub streaming_list: StreamingList,
-    /// Encoding asked of the API server: auto (Protobuf, else JSON, as
-    /// client-go does for built-in types), protobuf, or json.
-    #[arg(long, env = "PODNS_WIRE", default_value = "auto", value_parser = keyword::<Wire>(Wire::NAMES))]
-    pub wire: Wire,
-    /// Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context to use.
-    #[arg(long, env = "PODNS_CONTEXT")]
-    pub context: Option<String>,
-    /// Serve the rank view (`<i>.<job>.<ns>.rank.<zone>`, leader, TXT summary) and watch Jobs for it (the default).
-    #[arg(long = "rank-view", overrides_with = "no_rank_view")]
-    pub rank_view: bool,
-    /// Turn the rank view and its Job watch off (no RBAC on jobs needed).
-    #[arg(
-        long = "no-rank-view",
-        env = "PODNS_NO_RANK_VIEW",
-        overrides_with = "rank_view"
-    )]
-    pub no_rank_view: bool,
     /// How long to keep answering after SIGTERM while /readyz reports 503.
     #[arg(long, env = "PODNS_SHUTDOWN_GRACE", default_value = "5s")]
     pub shutdown_grace: Secs,
@@ -188,35 +213,26 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// Is the rank view on? (`--rank-view` is the default; `--no-rank-view` wins when last.)
-    pub fn rank_view_enabled(&self) -> bool {
-        !self.no_rank_view
-    }
-
     /// The server's configuration from the flags.
     pub fn config(&self) -> ServeConfig {
+        let shared = &self.shared;
         ServeConfig {
-            zones: self.zones.clone(),
+            zones: shared.zones.clone(),
             dns_listen: self.dns_listen,
             udp_sockets: self.udp_sockets,
             admin_listen: self.admin_listen,
-            ttl: self.ttl,
-            negative_ttl: self.negative_ttl,
-            policy: Policy {
-                publish: self.publish,
-                hostnames: self.hostnames,
-                duplicates: self.duplicate_hostnames,
-                rank_view: self.rank_view_enabled(),
-            },
-            ns_addrs: self.ns_address.clone(),
+            ttl: shared.ttl,
+            negative_ttl: shared.negative_ttl,
+            policy: shared.policy(),
+            ns_addrs: shared.ns_address.clone(),
             reverse_cidrs: self.reverse_cidr.clone(),
             namespaces: self.namespaces.clone(),
             label_selector: self.label_selector.clone(),
             consistent_list: self.consistent_list,
             streaming_list: self.streaming_list,
-            wire: self.wire,
-            kubeconfig: self.kubeconfig.clone(),
-            context: self.context.clone(),
+            wire: shared.wire,
+            kubeconfig: shared.kubeconfig.clone(),
+            context: shared.context.clone(),
             shutdown_grace: self.shutdown_grace.0,
             tcp: TcpLimits {
                 max_connections: self.tcp_max_connections,
@@ -232,24 +248,20 @@ impl ServeArgs {
 impl ZonefileArgs {
     /// The export's configuration from the flags.
     pub fn config(&self) -> ZonefileConfig {
+        let shared = &self.shared;
         ZonefileConfig {
-            zones: self.zones.clone(),
+            zones: shared.zones.clone(),
             reverse: self.reverse,
             reverse_only: self.reverse_only,
             out_dir: self.out_dir.clone(),
             serial: self.serial,
-            ttl: self.ttl,
-            negative_ttl: self.negative_ttl,
-            ns_addrs: self.ns_address.clone(),
-            policy: Policy {
-                publish: self.publish,
-                hostnames: self.hostnames,
-                duplicates: self.duplicate_hostnames,
-                rank_view: !self.no_rank_view,
-            },
-            kubeconfig: self.kubeconfig.clone(),
-            context: self.context.clone(),
-            wire: self.wire,
+            ttl: shared.ttl,
+            negative_ttl: shared.negative_ttl,
+            ns_addrs: shared.ns_address.clone(),
+            policy: shared.policy(),
+            kubeconfig: shared.kubeconfig.clone(),
+            context: shared.context.clone(),
+            wire: shared.wire,
         }
     }
 }
@@ -292,14 +304,8 @@ pub struct DemoArgs {
 /// Flags of `podns zonefile`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ZonefileArgs {
-    /// Zone to export (repeatable).
-    #[arg(
-        long = "zone",
-        env = "PODNS_ZONE",
-        value_delimiter = ',',
-        default_value = "cluster.local"
-    )]
-    pub zones: Vec<Zone>,
+    #[command(flatten)]
+    pub shared: SharedArgs,
     /// Also export `in-addr.arpa.` and `ip6.arpa.` with PTR records, each as its own zone.
     #[arg(long)]
     pub reverse: bool,
@@ -312,36 +318,6 @@ pub struct ZonefileArgs {
     /// SOA serial (default: a hash of the records, stable for unchanged data).
     #[arg(long)]
     pub serial: Option<u32>,
-    /// TTL of records, in seconds.
-    #[arg(long, env = "PODNS_TTL", default_value_t = 5)]
-    pub ttl: u32,
-    /// SOA MINIMUM (negative TTL), in seconds.
-    #[arg(long, env = "PODNS_NEGATIVE_TTL", default_value_t = 1)]
-    pub negative_ttl: u32,
-    /// Glue addresses of `ns.dns.<zone>` (default: $POD_IP).
-    #[arg(long, env = "PODNS_NS_ADDRESS")]
-    pub ns_address: Vec<IpAddr>,
-    /// Which pods are published.
-    #[arg(long, env = "PODNS_PUBLISH", default_value = "ip", value_parser = keyword::<Publish>(Publish::NAMES))]
-    pub publish: Publish,
-    /// Where hostname names come from.
-    #[arg(long, env = "PODNS_HOSTNAMES", default_value = "pod", value_parser = keyword::<Hostnames>(Hostnames::NAMES))]
-    pub hostnames: Hostnames,
-    /// What to export when several published pods share one hostname.
-    #[arg(long, env = "PODNS_DUPLICATE_HOSTNAMES", default_value = "one", value_parser = keyword::<Duplicates>(Duplicates::NAMES))]
-    pub duplicate_hostnames: Duplicates,
-    /// Leave out the rank view (`rank.<zone>`), as `serve --no-rank-view` does.
-    #[arg(long = "no-rank-view", env = "PODNS_NO_RANK_VIEW")]
-    pub no_rank_view: bool,
-    /// Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context to use.
-    #[arg(long, env = "PODNS_CONTEXT")]
-    pub context: Option<String>,
-    /// Encoding asked of the API server: auto, protobuf or json.
-    #[arg(long, env = "PODNS_WIRE", default_value = "auto", value_parser = keyword::<Wire>(Wire::NAMES))]
-    pub wire: Wire,
 }
 
 /// Flags of `podns wait`.

@@ -43,7 +43,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     };
     let api = tokio::net::TcpListener::bind(args.api_listen)
         .await
-        .map_err(|e| serve::ConfigError(format!("failed to bind api {}: {e}", args.api_listen)))?;
+        .map_err(|e| {
+            podns_server::config::ConfigError(format!(
+                "failed to bind api {}: {e}",
+                args.api_listen
+            ))
+        })?;
     let sim = sim::spawn(sim_args, api, shutdown.clone())
         .await
         .context("failed to start the simulator")?;
@@ -57,7 +62,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 
     let serve_config = loopback_serve_config(args.dns_listen, args.admin_listen);
     let listeners = Listeners::bind(args.dns_listen, 2, args.admin_listen)
-        .map_err(|e| serve::ConfigError(format!("{e:#}")))?;
+        .map_err(|e| podns_server::config::ConfigError(format!("{e:#}")))?;
     let running = serve::start(&serve_config, client, listeners, shutdown.clone());
 
     // Ready when the index is synced and the last rank of each job answers.

@@ -8,12 +8,12 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use podns_server::admin::Metrics;
 use podns_server::index::testing::{PodExt, SvcExt, headless, pod};
 use podns_server::index::{
     Change, PodInfo, Policy, Proto, ServiceInfo, ServicePort, SyncNeeds, Table, TargetPort, Update,
     Writer,
 };
+use podns_server::metrics::Metrics;
 
 pub const NS: &str = "ml";
 

@@ -2,7 +2,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
@@ -152,26 +152,20 @@ async fn sigterm_drains_then_exits_zero() {
         rcode(&ask(dns, "cluster.local.", RecordType::SOA).await),
         ResponseCode::NoError
     );
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            assert!(status.success(), "{status:?}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "did not exit after the grace period"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let status = wait_exit(
+        &mut child.0,
+        "exit after the grace period",
+        Duration::from_secs(15),
+    )
+    .await;
+    assert!(status.success(), "{status:?}");
     shutdown.cancel();
 }
 
 /// `podns demo` prints dig command lines that work as printed.
 #[test]
 fn demo_prints_dig_lines_that_work() {
-    if !has("dig") {
-        eprintln!("dig not installed: skipping (CI installs bind9-dnsutils)");
+    if !need_cmd("dig") {
         return;
     }
     let mut child = Kill(
@@ -223,8 +217,7 @@ fn demo_prints_dig_lines_that_work() {
 /// dig against a running server: A, AAAA (NODATA), SRV, PTR and TCP.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dig_agrees() {
-    if !has("dig") {
-        eprintln!("dig not installed: skipping (CI installs bind9-dnsutils)");
+    if !need_cmd("dig") {
         return;
     }
     let env = env(&[], &[]).await;

@@ -5,12 +5,12 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::RecordType;
 
-use crate::support::{query_msg, tcp, udp};
+use crate::support::{query_msg, tcp, udp, wait_for};
 
 /// A tool on PATH or in the sbin directories (Debian puts daemons there,
 /// and a non-login shell's PATH may not have them).
@@ -64,34 +64,31 @@ impl Daemon {
     /// Poll until the daemon answers `name`/`qtype` with NOERROR over UDP;
     /// panic with its log if it exits or does not in time.
     pub async fn wait_answering(&mut self, addr: SocketAddr, name: &str, qtype: RecordType) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        let what = format!("{} to answer {name}", self.name);
+        wait_for(&what, Duration::from_secs(20), || {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("{} exited with {status}:\n{}", self.name, self.log_text());
             }
-            let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-            let mut q = query_msg(name, qtype, Some(1232));
-            // A forwarder answers RD=0 from its cache only.
-            q.metadata.recursion_desired = true;
-            sock.send_to(&q.to_vec().unwrap(), addr).await.unwrap();
-            let mut buf = vec![0u8; 65535];
-            if let Ok(Ok((n, _))) =
-                tokio::time::timeout(Duration::from_millis(200), sock.recv_from(&mut buf)).await
-                && let Ok(m) = Message::from_vec(&buf[..n])
-                && m.metadata.response_code == ResponseCode::NoError
-                && !m.answers.is_empty()
-            {
-                return;
+            let log = self.log_text();
+            async move {
+                let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+                let mut q = query_msg(name, qtype, Some(1232));
+                // A forwarder answers RD=0 from its cache only.
+                q.metadata.recursion_desired = true;
+                sock.send_to(&q.to_vec().unwrap(), addr).await.unwrap();
+                let mut buf = vec![0u8; 65535];
+                if let Ok(Ok((n, _))) =
+                    tokio::time::timeout(Duration::from_millis(200), sock.recv_from(&mut buf)).await
+                    && let Ok(m) = Message::from_vec(&buf[..n])
+                    && m.metadata.response_code == ResponseCode::NoError
+                    && !m.answers.is_empty()
+                {
+                    return Ok(());
+                }
+                Err(format!("no answer yet; log:\n{log}"))
             }
-            if Instant::now() > deadline {
-                panic!(
-                    "{} did not answer {name} in time:\n{}",
-                    self.name,
-                    self.log_text()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
+        .await
     }
 }
 

@@ -13,6 +13,7 @@ use clap::Parser;
 use serde_json::Value;
 
 use crate::daemons::find_tool;
+use crate::support::need;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -20,10 +21,11 @@ fn repo() -> PathBuf {
 
 /// Rendered documents of one overlay, or None when kubectl is missing.
 fn render(mode: &str) -> Option<(String, Vec<Value>)> {
-    let Some(kubectl) = find_tool("kubectl") else {
-        eprintln!("skipping: kubectl not installed");
+    let kubectl = find_tool("kubectl");
+    if !need("kubectl", kubectl.is_some()) {
         return None;
-    };
+    }
+    let kubectl = kubectl.unwrap();
     let out = Command::new(kubectl)
         .arg("kustomize")
         .arg(repo().join("deploy/overlays").join(mode))

@@ -5,7 +5,7 @@
 //! `--admin-debug`.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -27,18 +27,16 @@ async fn explain_json(admin: SocketAddr, name: &str, qtype: &str) -> Value {
 
 /// Poll until `name` is explained with `reason`; the explanation.
 async fn wait_reason(admin: SocketAddr, name: &str, qtype: &str, reason: &str) -> Value {
-    let deadline = Instant::now() + T;
-    loop {
+    let what = format!("{name} {qtype} to be explained as {reason}");
+    wait_for(&what, T, || async {
         let v = explain_json(admin, name, qtype).await;
         if v["reason"] == reason {
-            return v;
+            Ok(v)
+        } else {
+            Err(format!("{v:#}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {name} {qtype} to be explained as {reason}; last: {v:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 /// The built binary: `podns explain ARGS --admin http://ADMIN`; (exit code, stdout, stderr).
@@ -266,19 +264,16 @@ async fn explain_a_headless_service_that_selects_no_published_pod() {
         pod_json("ex", "gang-a", json!({"app": "gang"})),
     )
     .await;
-    let v = wait_reason(env.admin, name, "A", "service_no_published_pods").await;
-    let deadline = Instant::now() + T;
-    let v = loop {
-        if v["objects"].as_array().unwrap().len() == 2 {
-            break v;
-        }
+    wait_reason(env.admin, name, "A", "service_no_published_pods").await;
+    let v = wait_for("the member to show", T, || async {
         let v = explain_json(env.admin, name, "A").await;
         if v["objects"].as_array().unwrap().len() == 2 {
-            break v;
+            Ok(v)
+        } else {
+            Err(format!("{v:#}"))
         }
-        assert!(Instant::now() < deadline, "the member never showed: {v:#}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     assert_eq!(v["objects"][1]["name"], "gang-a");
     assert_eq!(v["objects"][1]["not_published_because"], "pod_no_ip");
     text_says(

@@ -18,11 +18,13 @@ use std::time::{Duration, Instant};
 
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
-use podns_server::admin::metrics as m;
+use podns_server::metrics as m;
 use serde_json::Value;
 
 use crate::daemons::{Daemon, find_tool};
-use crate::support::{PODNS_BIN, admin_get, query_msg, rcode, spawn_serve, tcp, udp, wait_for};
+use crate::support::{
+    PODNS_BIN, admin_get, need, query_msg, rcode, spawn_serve, tcp, udp, wait_for,
+};
 
 /// Every metric family podns exports (without the `_total`, `_bucket`,
 /// `_sum` and `_count` suffixes the exposition adds).
@@ -265,7 +267,7 @@ fn dashboard_is_templated_and_uses_exported_metrics() {
 #[test]
 fn promtool_checks_and_unit_tests_the_rules() {
     let Some(promtool) = find_tool("promtool") else {
-        eprintln!("skipping: promtool not installed (Debian package prometheus)");
+        need("promtool (Debian package prometheus)", false);
         return;
     };
     let dir = repo().join("deploy/prometheus");
@@ -451,38 +453,38 @@ async fn start_prometheus(bin: &Path, dir: &Path, target: SocketAddr) -> (Daemon
         &dir.join("prometheus.log"),
     );
     // It logs the bound address: `msg="Listening on" address=127.0.0.1:N`.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let log = prom.log_text();
-        let addr = log
-            .lines()
-            .filter(|l| l.contains(r#"msg="Listening on""#))
-            .find_map(|l| {
-                l.split("address=")
-                    .nth(1)?
-                    .split_whitespace()
-                    .next()?
-                    .parse()
-                    .ok()
-            });
-        if let Some(addr) = addr {
-            return (prom, addr);
-        }
-        if let Ok(Some(status)) = prom.child.try_wait() {
-            panic!("prometheus exited with {status}:\n{log}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "prometheus did not log its address:\n{log}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let addr = wait_for(
+        "prometheus to log its address",
+        Duration::from_secs(30),
+        || {
+            let log = prom.log_text();
+            let addr = log
+                .lines()
+                .filter(|l| l.contains(r#"msg="Listening on""#))
+                .find_map(|l| {
+                    l.split("address=")
+                        .nth(1)?
+                        .split_whitespace()
+                        .next()?
+                        .parse()
+                        .ok()
+                });
+            if addr.is_none()
+                && let Ok(Some(status)) = prom.child.try_wait()
+            {
+                panic!("prometheus exited with {status}:\n{log}");
+            }
+            async move { addr.ok_or(log) }
+        },
+    )
+    .await;
+    (prom, addr)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_queries_and_alerts_work_on_a_real_prometheus_scraping_the_demo() {
     let Some(prometheus_bin) = find_tool("prometheus") else {
-        eprintln!("skipping: prometheus not installed (Debian package prometheus)");
+        need("prometheus (Debian package prometheus)", false);
         return;
     };
     // Declared first, dropped last: both children die before it goes.

@@ -40,20 +40,13 @@ async fn wait_summary(
     what: &str,
     ok: impl Fn(&HashMap<String, u64>) -> bool,
 ) {
-    let deadline = std::time::Instant::now() + T;
-    loop {
-        if let Some(s) = txt(env, name).await
-            && ok(&summary(&s))
-        {
-            return;
+    wait_for(&format!("{what} at {name}"), T, || async {
+        match txt(env, name).await {
+            Some(s) if ok(&summary(&s)) => Ok(()),
+            last => Err(format!("{last:?}")),
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what} at {name}: {:?}",
-            txt(env, name).await
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -157,14 +157,12 @@ async fn sigterm_under_load_answers_every_query_during_the_grace_period() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Exits by itself after the grace period.
-    let deadline = Instant::now() + GRACE + Duration::from_secs(15);
-    let status = loop {
-        if let Some(s) = podns.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "podns did not exit after grace");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let status = wait_exit(
+        &mut podns.child,
+        "podns to exit after grace",
+        GRACE + Duration::from_secs(15),
+    )
+    .await;
     stop.store(true, Ordering::Relaxed);
     let sent: Vec<Sent> = clients
         .into_iter()

@@ -139,13 +139,9 @@ async fn soak_60s_no_leak_trend_and_correct_answers() {
 
     // The untouched job's names and the IPs the API says they have.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let mut want: HashMap<String, String> = HashMap::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while want.len() < 200 {
-        assert!(Instant::now() < deadline, "steady pods without IPs");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let want = wait_for("the steady pods' IPs", Duration::from_secs(30), || async {
         let lp = ListParams::default().labels("job-name=steady");
-        want.clear();
+        let mut want: HashMap<String, String> = HashMap::new();
         for p in pods.list(&lp).await.unwrap().items {
             let spec = p.spec.unwrap_or_default();
             let ip = p.status.and_then(|s| s.pod_ip);
@@ -153,7 +149,13 @@ async fn soak_60s_no_leak_trend_and_correct_answers() {
                 want.insert(fqdn(&format!("{h}.steady.default.svc")), ip);
             }
         }
-    }
+        if want.len() >= 200 {
+            Ok(want)
+        } else {
+            Err(format!("{} of 200 with IPs", want.len()))
+        }
+    })
+    .await;
     let names: Vec<(String, String)> = want.into_iter().collect();
     for (n, _) in &names {
         wait_resolves(podns.dns, n, Duration::from_secs(30)).await;

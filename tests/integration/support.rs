@@ -123,22 +123,75 @@ pub async fn create_job(client: &kube::Client, ns: &str, name: &str, ranks: usiz
     .await;
 }
 
-/// Poll `check` every 10 ms until it is true; panic with `what` after `limit`.
-pub async fn wait_for<F, Fut>(what: &str, limit: Duration, mut check: F)
+/// What a [`wait_for`] check says: done (with the value waited for), or
+/// not yet (maybe with what it saw, for the panic message).
+pub trait Check {
+    type Value;
+    fn done(self) -> Result<Self::Value, Option<String>>;
+}
+
+impl Check for bool {
+    type Value = ();
+    fn done(self) -> Result<(), Option<String>> {
+        if self { Ok(()) } else { Err(None) }
+    }
+}
+
+impl<T> Check for Option<T> {
+    type Value = T;
+    fn done(self) -> Result<T, Option<String>> {
+        self.ok_or(None)
+    }
+}
+
+/// `Err(last)`: not yet, and what was seen instead.
+impl<T> Check for Result<T, String> {
+    type Value = T;
+    fn done(self) -> Result<T, Option<String>> {
+        self.map_err(Some)
+    }
+}
+
+/// Poll `check` every 10 ms until it is done (`true`, `Some(v)` or
+/// `Ok(v)`) and return what it gave; panic with `what` (and the last
+/// `Err`) after `limit`.
+pub async fn wait_for<F, Fut>(
+    what: &str,
+    limit: Duration,
+    mut check: F,
+) -> <Fut::Output as Check>::Value
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
+    Fut: Future,
+    Fut::Output: Check,
 {
     let deadline = Instant::now() + limit;
     loop {
-        if check().await {
-            return;
-        }
+        let last = match check().await.done() {
+            Ok(value) => return value,
+            Err(last) => last,
+        };
         if Instant::now() > deadline {
-            panic!("timed out after {limit:?} waiting for {what}");
+            match last {
+                Some(last) => panic!("timed out after {limit:?} waiting for {what}; last: {last}"),
+                None => panic!("timed out after {limit:?} waiting for {what}"),
+            }
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Poll until `child` exits (within `limit`) and return its status.
+pub async fn wait_exit(
+    child: &mut std::process::Child,
+    what: &str,
+    limit: Duration,
+) -> std::process::ExitStatus {
+    wait_for(what, limit, || {
+        let status = child.try_wait().expect("try_wait");
+        async move { status }
+    })
+    .await
 }
 
 // ---- DNS over real sockets ------------------------------------------------
@@ -342,14 +395,31 @@ pub async fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
     (status, body)
 }
 
-/// Whether a command (dig, kubectl) is on PATH; tests that need one skip
-/// with a printed reason when it is not.
+/// Whether a command (dig, kubectl) is on PATH.
 pub fn has(cmd: &str) -> bool {
     std::process::Command::new("sh")
         .arg("-c")
         .arg(format!("command -v {cmd}"))
         .output()
         .is_ok_and(|o| o.status.success())
+}
+
+/// Whether a test that needs an external tool can run. In CI (`CI=true`)
+/// a missing tool fails the test; elsewhere the test skips, saying why.
+pub fn need(tool: &str, found: bool) -> bool {
+    if found {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+        panic!("{tool} is required in CI (CI=true) but was not found");
+    }
+    eprintln!("skipping: {tool} not found (set CI=true to make this a failure)");
+    false
+}
+
+/// [`need`] for a command on PATH.
+pub fn need_cmd(cmd: &str) -> bool {
+    need(cmd, has(cmd))
 }
 
 // ---- podns as a child process ------------------------------------------------

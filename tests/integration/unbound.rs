@@ -27,7 +27,7 @@ fn rd(name: &str, qtype: RecordType, edns: Option<u16>) -> hickory_proto::op::Me
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unbound_in_front_gets_ranks_the_whole_gang_over_tcp_and_forgets_nxdomain_fast() {
     let Some(unbound_bin) = find_tool("unbound") else {
-        eprintln!("skipping: unbound not installed");
+        need("unbound", false);
         return;
     };
     // No --kubelet: this test writes every IP itself, so a pod can stay

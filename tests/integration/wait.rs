@@ -74,23 +74,19 @@ impl Waiter {
 
     /// Poll until the process exits; panic after `limit`.
     async fn exit_code(&mut self, limit: Duration) -> i32 {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(code) = self.exited() {
-                // Let the reader thread drain the pipe.
-                let stop = Instant::now() + Duration::from_secs(5);
-                while Arc::strong_count(&self.stderr) > 1 && Instant::now() < stop {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                return code;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "podns wait still running after {limit:?}: {:?}",
-                self.lines()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let code = wait_for("podns wait to exit", limit, || {
+            let code = self.exited();
+            let lines = self.lines();
+            async move { code.ok_or_else(|| format!("{lines:?}")) }
+        })
+        .await;
+        // Let the reader thread drain the pipe (at most 5 s: a child of
+        // the child may hold it open).
+        let stop = Instant::now() + Duration::from_secs(5);
+        while Arc::strong_count(&self.stderr) > 1 && Instant::now() < stop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        code
     }
 }
 

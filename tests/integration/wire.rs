@@ -10,7 +10,7 @@ use crate::support::*;
 
 const T: Duration = Duration::from_secs(30);
 
-/// Every record kind of DESIGN.md "Records served", as (name, type).
+/// Every record kind podns serves (the rules: crates/server/src/dns/resolve.rs), as (name, type).
 /// Names are absolute (trailing dot): `ask` appends the zone to a relative
 /// name, and the reverse names are not under it.
 fn questions(pod_ip: &str, svc_ip: &str) -> Vec<(String, RecordType)> {

@@ -3,16 +3,15 @@
 //! very same code. Each panics on a broken invariant; libFuzzer reports
 //! that as a crash.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use hickory_proto::op::Message;
 use hickory_proto::rr::Name;
 use kube::core::WatchEvent;
 
 use crate::dns::answer::{AnswerConfig, Answerer, MAX_UDP_PAYLOAD, Transport, udp_limit};
-use crate::index::testing::{
-    PodExt, SvcExt, cluster_ip, headless, job, pod, rank_pod, synced_writer,
-};
+use crate::dns::testing::World;
+use crate::index::testing::{PodExt, SvcExt, cluster_ip, headless, job, pod, rank_pod};
 use crate::index::{Change, Policy, ServiceInfo, ServiceKind, TargetPort, Update};
 use crate::k8s::pb::PbObject;
 use crate::k8s::slim::{SlimJob, SlimPod, SlimService};
@@ -24,10 +23,21 @@ use crate::k8s::{convert, pb};
 fn world() -> &'static Answerer {
     static WORLD: OnceLock<Answerer> = OnceLock::new();
     WORLD.get_or_init(|| {
-        let mut w = synced_writer(Policy {
-            rank_view: true,
-            ..Policy::default()
-        });
+        let cfg = AnswerConfig {
+            zones: vec![
+                Name::from_ascii("cluster.local.").expect("valid zone"),
+                Name::from_ascii("training.example.").expect("valid zone"),
+            ],
+            ns_addrs: vec!["10.0.255.1".parse().expect("valid IP")],
+            ..AnswerConfig::default()
+        };
+        let mut w = World::new(
+            Policy {
+                rank_view: true,
+                ..Policy::default()
+            },
+            cfg,
+        );
         let mut updates = vec![
             Update::Service(Change::Apply(headless("ml", "gang", "gang").port(
                 Some("nccl"),
@@ -71,15 +81,7 @@ fn world() -> &'static Answerer {
         for u in updates {
             w.apply(u);
         }
-        let cfg = AnswerConfig {
-            zones: vec![
-                Name::from_ascii("cluster.local.").expect("valid zone"),
-                Name::from_ascii("training.example.").expect("valid zone"),
-            ],
-            ns_addrs: vec!["10.0.255.1".parse().expect("valid IP")],
-            ..AnswerConfig::default()
-        };
-        Answerer::new(Arc::clone(w.table()), cfg)
+        w.answerer
     })
 }
 
@@ -167,7 +169,7 @@ pub fn pb(data: &[u8]) {
 pub fn encoders(data: &[u8]) {
     use crate::dns::agreement::{check, from_bytes};
     let (shape, asks) = from_bytes(data);
-    let (_writer, answerer) = shape.build();
+    let World { answerer, .. } = shape.build();
     for ask in &asks {
         check(&answerer, &ask.bytes(&shape));
     }

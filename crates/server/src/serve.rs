@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::{self, Health, Metrics};
+use crate::admin::{self, Health};
 use crate::dns::Zone;
 use crate::dns::answer::{AnswerConfig, Answerer};
 use crate::dns::rrl::Rrl;
@@ -22,6 +22,7 @@ use crate::index::{Policy, SyncNeeds, Table, Writer};
 use crate::k8s::watch::StreamingList;
 use crate::k8s::watch::{self, WatchConfig};
 use crate::k8s::wire::Wire;
+use crate::metrics::Metrics;
 
 /// Everything `podns serve` needs; the CLI maps its flags into this.
 /// `Default` is the CLI's defaults on loopback port 0 (for tests and demos).
@@ -75,8 +76,8 @@ impl Default for ServeConfig {
             dns_listen: loopback,
             udp_sockets: 0,
             admin_listen: loopback,
-            ttl: 5,
-            negative_ttl: 1,
+            ttl: crate::dns::DEFAULT_TTL,
+            negative_ttl: crate::dns::DEFAULT_NEGATIVE_TTL,
             policy: Policy {
                 rank_view: true,
                 ..Policy::default()
@@ -98,10 +99,9 @@ impl Default for ServeConfig {
     }
 }
 
-/// A configuration problem the operator must fix (exit code 64).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+/// serve's configuration errors are the shared ones (the binary matches on
+/// this path for exit code 64).
+pub use crate::config::ConfigError;
 
 /// Sockets bound before anything starts, so a harness can use port 0.
 pub struct Listeners {
@@ -216,13 +216,7 @@ pub fn validate(args: &ServeConfig) -> Result<(), ConfigError> {
 
 /// The answer configuration from the flags (and `$POD_IP`).
 pub fn answer_config(args: &ServeConfig) -> AnswerConfig {
-    let mut ns_addrs = args.ns_addrs.clone();
-    if ns_addrs.is_empty()
-        && let Ok(ip) = std::env::var("POD_IP")
-        && let Ok(ip) = ip.parse::<IpAddr>()
-    {
-        ns_addrs.push(ip);
-    }
+    let ns_addrs = crate::config::ns_addrs_or_pod_ip(&args.ns_addrs);
     AnswerConfig {
         zones: args.zones.iter().map(|z| z.0.clone()).collect(),
         ttl: args.ttl,
@@ -230,49 +224,6 @@ pub fn answer_config(args: &ServeConfig) -> AnswerConfig {
         ns_addrs,
         reverse_cidrs: args.reverse_cidrs.clone(),
     }
-}
-
-/// A kube client by the usual inference: `--kubeconfig`/`$KUBECONFIG`,
-/// `~/.kube/config`, in-cluster; `--context` picks a context.
-pub async fn kube_client(args: &ServeConfig) -> anyhow::Result<kube::Client> {
-    kube_client_for(args.kubeconfig.as_deref(), args.context.as_deref()).await
-}
-
-/// [`kube_client`] from an explicit kubeconfig path and context.
-pub async fn kube_client_for(
-    kubeconfig: Option<&std::path::Path>,
-    context: Option<&str>,
-) -> anyhow::Result<kube::Client> {
-    use kube::config::{KubeConfigOptions, Kubeconfig};
-    let options = KubeConfigOptions {
-        context: context.map(str::to_string),
-        ..Default::default()
-    };
-    let mut config = match kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path).map_err(|e| {
-                ConfigError(format!("failed to read kubeconfig {}: {e}", path.display()))
-            })?;
-            kube::Config::from_custom_kubeconfig(kc, &options)
-                .await
-                .map_err(|e| {
-                    ConfigError(format!("failed to load kubeconfig {}: {e}", path.display()))
-                })?
-        }
-        None if context.is_some() => kube::Config::from_kubeconfig(&options)
-            .await
-            .map_err(|e| ConfigError(format!("failed to load kubeconfig context: {e}")))?,
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| ConfigError(format!("failed to find a Kubernetes configuration: {e}")))?,
-    };
-    // Our watch loop retries with backoff, honours Retry-After, logs and
-    // counts restarts. kube-client's own retry layer (up to 15 quiet
-    // retries of 429/503/504) would hide an outage from it and hold a
-    // watch back for tens of seconds after the API server returns
-    // (RELIABILITY.md, fault matrix).
-    config.default_retry = false;
-    kube::Client::try_from(config).context("failed to build the Kubernetes client")
 }
 
 /// Start everything on already-bound sockets. Returns once tasks are spawned.
@@ -404,7 +355,8 @@ pub async fn run(args: ServeConfig) -> anyhow::Result<()> {
     validate(&args)?;
     let listeners = Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen)
         .map_err(|e| ConfigError(format!("{e:#}")))?;
-    let client = kube_client(&args).await?;
+    let client =
+        crate::config::kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
     let shutdown = CancellationToken::new();
     let running = start(&args, client, listeners, shutdown.clone());
     wait_for_signal().await;

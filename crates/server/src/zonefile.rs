@@ -19,10 +19,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use hickory_proto::rr::Name;
-use kube::Api;
 use kube::api::ListParams;
 
-use crate::admin::Metrics;
+use crate::config::{ConfigError, kube_client, ns_addrs_or_pod_ip};
 use crate::dns::Zone;
 use crate::dns::resolve::{AnswerConfig, Data, Owner, Records, Rules};
 use crate::index::names::{IN_ADDR_ARPA, IP6_ARPA};
@@ -30,7 +29,7 @@ use crate::index::{Change, Policy, Rrs, SyncNeeds, Table, Update, Writer};
 use crate::k8s::convert;
 use crate::k8s::slim::{SlimJob, SlimPod, SlimService};
 use crate::k8s::wire::{RawWatched, Wire, list_page};
-use crate::serve::ConfigError;
+use crate::metrics::Metrics;
 
 /// The first line of every zone section on stdout.
 pub const SECTION_MARKER: &str = "; podns zone ";
@@ -367,8 +366,8 @@ impl Default for ZonefileConfig {
             reverse_only: false,
             out_dir: None,
             serial: None,
-            ttl: 5,
-            negative_ttl: 1,
+            ttl: crate::dns::DEFAULT_TTL,
+            negative_ttl: crate::dns::DEFAULT_NEGATIVE_TTL,
             ns_addrs: vec![],
             policy: Policy {
                 rank_view: true,
@@ -457,17 +456,13 @@ pub async fn list_into_table(
 /// A paginated list (pages of 500, as kubectl does), so a 100k-pod
 /// cluster is not one response.
 async fn list_all<K: RawWatched>(client: kube::Client, wire: Wire) -> anyhow::Result<Vec<K>> {
-    let api: Api<K> = Api::all(client.clone());
+    let url = K::url_path(&(), None);
     let mut out = Vec::new();
     let mut params = ListParams::default().limit(500);
     loop {
-        let (items, cont) = if wire == Wire::Json {
-            let page = api.list(&params).await;
-            page.map(|p| (p.items, p.metadata.continue_.filter(|c| !c.is_empty())))
-        } else {
-            list_page::<K>(&client, wire, api.resource_url(), &params).await
-        }
-        .with_context(|| format!("failed to list {}", K::plural(&())))?;
+        let (items, cont) = list_page::<K>(&client, wire, &url, &params)
+            .await
+            .with_context(|| format!("failed to list {}", K::plural(&())))?;
         out.extend(items);
         match cont {
             Some(c) => params = params.continue_token(&c),
@@ -479,13 +474,7 @@ async fn list_all<K: RawWatched>(client: kube::Client, wire: Wire) -> anyhow::Re
 
 /// The render configuration from the flags (and `$POD_IP`, as serve does).
 pub fn render_config(args: &ZonefileConfig) -> RenderConfig {
-    let mut ns_addrs = args.ns_addrs.clone();
-    if ns_addrs.is_empty()
-        && let Ok(ip) = std::env::var("POD_IP")
-        && let Ok(ip) = ip.parse::<IpAddr>()
-    {
-        ns_addrs.push(ip);
-    }
+    let ns_addrs = ns_addrs_or_pod_ip(&args.ns_addrs);
     RenderConfig {
         ttl: args.ttl,
         negative_ttl: args.negative_ttl,
@@ -509,8 +498,7 @@ pub fn write_dir(dir: &Path, zones: &[ZoneText]) -> anyhow::Result<()> {
 /// `podns zonefile`.
 pub async fn run(args: ZonefileConfig) -> anyhow::Result<()> {
     validate(&args)?;
-    let client =
-        crate::serve::kube_client_for(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let client = kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
     let table = list_into_table(client, args.policy, args.wire).await?;
     let zones: Vec<Name> = args.zones.iter().map(|z| z.0.clone()).collect();
     let mut texts = render_zones(&table.snapshot(), &zones, &render_config(&args));

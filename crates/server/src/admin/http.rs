@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::index::Table;
 
-use super::Metrics;
 use super::explain::{self, Explainer};
+use crate::metrics::Metrics;
 
 /// What `/readyz` reports: ready once the index is synced, and not while
 /// draining for shutdown.

@@ -6,16 +6,15 @@
 //! questions at random; the `encoders` fuzz target decodes them from the
 //! fuzzer's bytes ([`from_bytes`]). Test-only (`testing` feature).
 
-use std::sync::Arc;
-
 use hickory_proto::rr::Name;
 
 use super::answer::{AnswerConfig, Answerer, Transport};
-use crate::admin::Metrics;
+use super::testing::World;
 use crate::index::testing::{PodExt, SvcExt, cluster_ip, headless, pod, synced_writer};
 use crate::index::{
     Change, Policy, Publish, ServiceKind, SyncNeeds, Table, TargetPort, Update, Writer,
 };
+use crate::metrics::Metrics;
 
 /// Namespaces, object names and app labels are drawn from these.
 pub const NAMESPACES: [&str; 2] = ["ml", "web"];
@@ -91,7 +90,7 @@ pub const QTYPES: [u16; 14] = [1, 1, 28, 28, 255, 33, 12, 16, 5, 6, 2, 15, 252, 
 
 impl Shape {
     /// The index and the answerer over it.
-    pub fn build(&self) -> (Writer, Answerer) {
+    pub fn build(&self) -> World {
         let policy = Policy {
             publish: if self.publish_ready {
                 Publish::Ready
@@ -180,8 +179,7 @@ impl Shape {
             ns_addrs,
             ..AnswerConfig::default()
         };
-        let answerer = Answerer::new(Arc::clone(w.table()), cfg);
-        (w, answerer)
+        World::over(w, cfg)
     }
 
     /// Names worth asking about in this shape, relative to a zone (`@`

@@ -1,53 +1,21 @@
 //! Rule-by-rule tests of the answer path, without sockets.
 
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
-use hickory_proto::rr::{Name, RData, Record, RecordType};
+use hickory_proto::rr::{Name, RData, RecordType};
 
 use super::*;
-use crate::admin::Metrics;
+use crate::dns::testing::{World, query};
 use crate::index::testing::*;
 use crate::index::{
-    Change, Phase, PodInfo, Policy, ServiceInfo, SyncNeeds, Table, TargetPort, Update, Writer,
+    Change, Phase, Policy, ServiceInfo, SyncNeeds, Table, TargetPort, Update, Writer,
 };
 use crate::index::{Duplicates, Hostnames, Publish};
-
-struct World {
-    writer: Writer,
-    answerer: Answerer,
-}
-
-fn world_with(policy: Policy, cfg: AnswerConfig) -> World {
-    let writer = synced_writer(policy);
-    let answerer = Answerer::new(writer.table().clone(), cfg);
-    World { writer, answerer }
-}
+use crate::metrics::Metrics;
 
 fn world() -> World {
-    world_with(Policy::default(), AnswerConfig::default())
-}
-
-impl World {
-    fn pod(&mut self, p: PodInfo) -> &mut Self {
-        self.writer.apply(Update::Pod(Change::Apply(p)));
-        self
-    }
-    fn svc(&mut self, s: ServiceInfo) -> &mut Self {
-        self.writer.apply(Update::Service(Change::Apply(s)));
-        self
-    }
-    fn ask(&self, name: &str, qtype: RecordType) -> Message {
-        self.answerer.answer(&query(name, qtype))
-    }
-}
-
-fn query(name: &str, qtype: RecordType) -> Message {
-    let mut m = Message::new(4242, MessageType::Query, OpCode::Query);
-    m.metadata.recursion_desired = true;
-    m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
-    m
+    World::new(Policy::default(), AnswerConfig::default())
 }
 
 fn ips(m: &Message) -> Vec<IpAddr> {
@@ -130,7 +98,7 @@ fn hostname_without_service_is_served_from_the_pod_alone() {
 
 #[test]
 fn hostnames_service_policy_requires_the_headless_service() {
-    let mut w = world_with(
+    let mut w = World::new(
         Policy {
             hostnames: Hostnames::Service,
             ..Default::default()
@@ -163,7 +131,7 @@ fn missing_name_is_nxdomain_with_negative_ttl() {
         negative_ttl: 3,
         ..Default::default()
     };
-    let mut w = world_with(Policy::default(), cfg);
+    let mut w = World::new(Policy::default(), cfg);
     trainer(&mut w, 1);
     let m = w.ask("trainer-9.trainer.ml.svc.cluster.local.", RecordType::A);
     assert_nxdomain(&m);
@@ -216,7 +184,7 @@ fn headless_service_answers_all_published_pods() {
 
 #[test]
 fn publish_ready_narrows_to_ready_pods_unless_publish_not_ready() {
-    let mut w = world_with(
+    let mut w = World::new(
         Policy {
             publish: Publish::Ready,
             ..Default::default()
@@ -458,7 +426,7 @@ fn reverse_cidrs_refuse_other_networks() {
         reverse_cidrs: vec!["10.1.0.0/16".parse().unwrap()],
         ..Default::default()
     };
-    let mut w = world_with(Policy::default(), cfg);
+    let mut w = World::new(Policy::default(), cfg);
     w.pod(pod("ml", "r", "10.1.0.21"));
     assert_eq!(
         ptr_of(&w, "21.0.1.10.in-addr.arpa."),
@@ -482,7 +450,7 @@ fn apex_soa_ns_version_and_ns_address() {
         ns_addrs: vec![ip("10.0.0.53")],
         ..Default::default()
     };
-    let w = world_with(Policy::default(), cfg);
+    let w = World::new(Policy::default(), cfg);
     let m = w.ask("cluster.local.", RecordType::SOA);
     let RData::SOA(soa) = &m.answers[0].data else {
         panic!()
@@ -1084,7 +1052,7 @@ fn duplicate_hostnames_answer_one_pod_by_the_rule() {
 
 #[test]
 fn duplicate_hostnames_all_restores_the_spec() {
-    let mut w = world_with(
+    let mut w = World::new(
         Policy {
             duplicates: Duplicates::All,
             ..Default::default()
@@ -1202,7 +1170,7 @@ fn several_zones_answer_the_same_names() {
         ],
         ..Default::default()
     };
-    let mut w = world_with(Policy::default(), cfg);
+    let mut w = World::new(Policy::default(), cfg);
     trainer(&mut w, 1);
     assert_eq!(
         ips(&w.ask("trainer-0.trainer.ml.svc.training.example.", RecordType::A)),
@@ -1282,19 +1250,12 @@ fn random_bytes_never_panic() {
     );
 }
 
-#[test]
-fn unused_record_helper_compiles() {
-    // Keep Record in scope for readers of these tests.
-    let _: Option<Record> = None;
-    let _ = Arc::new(());
-}
-
 /// The wire fast path and the general path give the same reply, field by
 /// field, for every kind of question the fast path takes and for the ones
 /// it must hand over, with and without EDNS; and both keep the EDNS rules.
 #[test]
 fn fast_path_agrees_with_the_general_path() {
-    let mut w = world_with(
+    let mut w = World::new(
         Policy::default(),
         AnswerConfig {
             zones: vec![

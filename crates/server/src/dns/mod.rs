@@ -14,9 +14,19 @@ mod mmsg;
 pub mod resolve;
 pub mod rrl;
 pub mod server;
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod testing;
 pub mod zone;
 
 #[cfg(test)]
 mod plan_tests;
 
 pub use zone::{Zone, check_zones};
+
+/// TTL of positive answers unless `--ttl` says otherwise, in seconds:
+/// short, as pods come and go.
+pub const DEFAULT_TTL: u32 = 5;
+/// TTL of negative answers (the SOA MINIMUM, RFC 2308 §4) unless
+/// `--negative-ttl` says otherwise, in seconds.
+pub const DEFAULT_NEGATIVE_TTL: u32 = 1;

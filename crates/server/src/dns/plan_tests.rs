@@ -8,6 +8,7 @@
 use proptest::prelude::*;
 
 use super::agreement::{Ask, PodSpec, QTYPES, Shape, SvcSpec, check};
+use super::testing::World;
 
 fn arb_pod() -> impl Strategy<Value = PodSpec> {
     (
@@ -125,7 +126,7 @@ proptest! {
         shape in arb_shape(),
         asks in prop::collection::vec(arb_ask(), 1..40),
     ) {
-        let (_writer, answerer) = shape.build();
+        let World { answerer, .. } = shape.build();
         for ask in &asks {
             check(&answerer, &ask.bytes(&shape));
         }
@@ -143,7 +144,7 @@ fn the_fast_encoder_answers_often_enough_to_be_compared() {
     let (mut asked, mut taken) = (0, 0);
     for _ in 0..64 {
         let shape = arb_shape().new_tree(&mut runner).unwrap().current();
-        let (_writer, answerer) = shape.build();
+        let World { answerer, .. } = shape.build();
         for _ in 0..40 {
             let ask = arb_ask().new_tree(&mut runner).unwrap().current();
             asked += 2;

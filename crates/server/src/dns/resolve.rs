@@ -64,8 +64,8 @@ impl Default for AnswerConfig {
     fn default() -> Self {
         Self {
             zones: vec![Name::from_ascii("cluster.local.").expect("valid zone")],
-            ttl: 5,
-            negative_ttl: 1,
+            ttl: super::DEFAULT_TTL,
+            negative_ttl: super::DEFAULT_NEGATIVE_TTL,
             ns_addrs: vec![],
             reverse_cidrs: vec![],
         }

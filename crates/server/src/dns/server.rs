@@ -14,8 +14,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::Metrics;
-use crate::admin::metrics::{
+use crate::metrics::Metrics;
+use crate::metrics::{
     ActionLabels, HistogramShard, RcodeLabels, RequestLabels, qtype_label, rcode_label,
 };
 use prometheus_client::metrics::counter::Counter;

@@ -5,10 +5,10 @@ use std::net::IpAddr;
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 
-use crate::admin::Metrics;
 use crate::dns::answer::{AnswerConfig, Answerer};
 use crate::index::testing::*;
 use crate::index::{Change, ObjKey, Phase, Policy, SyncNeeds, Table, Update, Writer};
+use crate::metrics::Metrics;
 
 struct W {
     writer: Writer,

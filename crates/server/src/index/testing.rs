@@ -173,7 +173,7 @@ pub fn synced_writer(policy: super::Policy) -> super::Writer {
     let mut w = super::Writer::new(
         super::Table::new(),
         policy,
-        crate::admin::Metrics::new(),
+        crate::metrics::Metrics::new(),
         needs,
     );
     w.apply(Update::Pod(Change::Reset {

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::policy::{Duplicates, Hostnames, Policy, Publish};
-use crate::admin::Metrics;
+use crate::metrics::{Metrics, PROGRESS_EVERY};
 
 #[path = "ranks.rs"]
 pub mod ranks;
@@ -66,9 +66,6 @@ enum Key {
     /// `<group>.<ns>.rank` TXT
     Summary(Group),
 }
-
-/// How often a sync in progress says how far it got.
-pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The resources a watch lists.
 #[derive(Clone, Copy, Debug)]
@@ -352,11 +349,11 @@ impl Writer {
         self.table.set_synced(synced);
         self.metrics
             .watch_synced
-            .get_or_create(&crate::admin::metrics::ResourceLabels { resource: "pods" })
+            .get_or_create(&crate::metrics::ResourceLabels { resource: "pods" })
             .set(i64::from(self.pod_resets.len() >= self.needs.pod_scopes));
         self.metrics
             .watch_synced
-            .get_or_create(&crate::admin::metrics::ResourceLabels {
+            .get_or_create(&crate::metrics::ResourceLabels {
                 resource: "services",
             })
             .set(i64::from(
@@ -367,7 +364,7 @@ impl Writer {
         if self.needs.job_scopes > 0 {
             self.metrics
                 .watch_synced
-                .get_or_create(&crate::admin::metrics::ResourceLabels { resource: "jobs" })
+                .get_or_create(&crate::metrics::ResourceLabels { resource: "jobs" })
                 .set(i64::from(self.job_resets.len() >= self.needs.job_scopes));
         }
     }

@@ -1,11 +1,12 @@
-//! The Pod and Service watchers: kube-runtime `watcher()` over the slim
-//! types, converted and sent to the single index writer.
+//! The Pod, Service and Job watchers: the list/watch loop of
+//! [`wire`](super::wire) (kube-runtime's watcher states, for either wire)
+//! over the slim types, converted and sent to the single index writer.
 //!
 //! One task per (resource, namespace scope). Each task owns its retry loop
-//! instead of `.default_backoff()`, because it must also honour a 429's
-//! `retryAfterSeconds`, count restarts by reason, and rebuild the watcher
-//! without streaming lists when the server refuses them (kube-runtime does
-//! not fall back by itself).
+//! instead of kube-runtime's `.default_backoff()`, because it must also
+//! honour a 429's `retryAfterSeconds`, count restarts by reason, and
+//! rebuild the watcher without streaming lists when the server refuses
+//! them (kube-runtime does not fall back by itself).
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -13,7 +14,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
-use kube::Api;
 use kube::core::Status;
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, DefaultBackoff, Event, ListSemantic};
@@ -28,9 +28,8 @@ use super::convert::{self, ConvertError};
 use super::pb::PbObject;
 use super::slim::{SlimJob, SlimPod, SlimService};
 use super::wire::{RawConfig, Wire, raw_watcher};
-use crate::admin::metrics::{EventLabels, Metrics, ResourceLabels, RestartLabels};
 use crate::index::types::{Arrival, Change, JobInfo, ObjKey, PodInfo, ServiceInfo, Update};
-use crate::index::writer::PROGRESS_EVERY;
+use crate::metrics::{EventLabels, Metrics, PROGRESS_EVERY, ResourceLabels, RestartLabels};
 
 /// How the first list is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -106,38 +105,12 @@ pub fn spawn_watchers(
     shutdown: CancellationToken,
 ) {
     for scope in cfg.scopes() {
-        let pods = Watch::<SlimPod> {
-            api: api(&client, scope.as_deref()),
-            config: list_config(cfg, cfg.label_selector.clone()),
-            streaming: cfg.streaming,
-            wire: cfg.wire,
-            mapper: Mapper::new(scope.clone(), metrics.clone()),
-            tx: tx.clone(),
-            metrics: metrics.clone(),
-            shutdown: shutdown.clone(),
-        };
-        let services = Watch::<SlimService> {
-            api: api(&client, scope.as_deref()),
-            config: list_config(cfg, None),
-            streaming: cfg.streaming,
-            wire: cfg.wire,
-            mapper: Mapper::new(scope.clone(), metrics.clone()),
-            tx: tx.clone(),
-            metrics: metrics.clone(),
-            shutdown: shutdown.clone(),
-        };
+        let parts = (&client, &scope, cfg, &tx, &metrics, &shutdown);
+        let pods = Watch::<SlimPod>::new(parts, cfg.label_selector.clone());
+        let services = Watch::<SlimService>::new(parts, None);
         let ns = scope.as_deref().unwrap_or("*").to_owned();
         if cfg.jobs {
-            let jobs = Watch::<SlimJob> {
-                api: api(&client, scope.as_deref()),
-                config: list_config(cfg, None),
-                streaming: cfg.streaming,
-                wire: cfg.wire,
-                mapper: Mapper::new(scope.clone(), metrics.clone()),
-                tx: tx.clone(),
-                metrics: metrics.clone(),
-                shutdown: shutdown.clone(),
-            };
+            let jobs = Watch::<SlimJob>::new(parts, None);
             tasks.spawn(
                 jobs.run()
                     .instrument(tracing::info_span!("watch", resource = "jobs", namespace = %ns)),
@@ -155,31 +128,29 @@ pub fn spawn_watchers(
     }
 }
 
-fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+/// How one scope lists and watches (streaming is set per attempt).
+fn raw_config<K>(
+    namespace: Option<&str>,
+    cfg: &WatchConfig,
+    label_selector: Option<String>,
+) -> RawConfig
 where
     K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>,
 {
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-/// The list-then-watch configuration (streaming is added per attempt).
-fn list_config(cfg: &WatchConfig, label_selector: Option<String>) -> watcher::Config {
-    watcher::Config {
+    RawConfig {
+        url_path: K::url_path(&(), namespace),
         label_selector,
-        // By default list from the API server's watch cache (resourceVersion=0).
-        // No page size: kube-core drops resourceVersion=0 when a limit is
-        // set, which would turn every relist into a quorum read from etcd.
+        // By default list from the API server's watch cache
+        // (resourceVersion=0), in one response: kube-core drops
+        // resourceVersion=0 when a limit is set, which would turn every
+        // relist into a quorum read from etcd.
         list_semantic: if cfg.consistent_list {
             ListSemantic::MostRecent
         } else {
             ListSemantic::Any
         },
-        page_size: None,
-        bookmarks: true,
-        ..watcher::Config::default()
+        streaming: false,
+        wire: cfg.wire,
     }
 }
 
@@ -468,12 +439,22 @@ impl<K: Watched> Mapper<K> {
 /// streaming lists ignores `sendInitialEvents` and never sends the bookmark.
 const STREAMING_INIT_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// What every watch of one scope shares: client, scope, configuration,
+/// the writer's channel, metrics and the shutdown token.
+type WatchParts<'a> = (
+    &'a kube::Client,
+    &'a Option<String>,
+    &'a WatchConfig,
+    &'a mpsc::Sender<Arrival>,
+    &'a Metrics,
+    &'a CancellationToken,
+);
+
 /// One watch and its retry loop.
 struct Watch<K: Watched> {
-    api: Api<K>,
-    config: watcher::Config,
+    client: kube::Client,
+    config: RawConfig,
     streaming: StreamingList,
-    wire: Wire,
     mapper: Mapper<K>,
     tx: mpsc::Sender<Arrival>,
     metrics: Metrics,
@@ -481,6 +462,22 @@ struct Watch<K: Watched> {
 }
 
 impl<K: Watched> Watch<K> {
+    /// One scope's watch of `K`, from what every watch of the scope shares.
+    fn new(
+        (client, scope, cfg, tx, metrics, shutdown): WatchParts<'_>,
+        label_selector: Option<String>,
+    ) -> Self {
+        Self {
+            client: client.clone(),
+            config: raw_config::<K>(scope.as_deref(), cfg, label_selector),
+            streaming: cfg.streaming,
+            mapper: Mapper::new(scope.clone(), metrics.clone()),
+            tx: tx.clone(),
+            metrics: metrics.clone(),
+            shutdown: shutdown.clone(),
+        }
+    }
+
     fn restart(&self, reason: &'static str, retry: Retry) {
         debug_assert!(RESTART_REASONS.contains(&reason), "unlisted {reason}");
         self.metrics
@@ -495,7 +492,7 @@ impl<K: Watched> Watch<K> {
 
     async fn run(mut self) {
         // Every reason at 0 before the first error, so the restart alert's
-        // increase() counts the first restart too (see admin/metrics.rs);
+        // increase() counts the first restart too (see metrics.rs);
         // the same for the first skipped object.
         let _ = self.metrics.watch_skipped.get_or_create(&ResourceLabels {
             resource: K::RESOURCE,
@@ -524,26 +521,15 @@ impl<K: Watched> Watch<K> {
         loop {
             // A new watcher starts empty: its first request is a list.
             let mut resumable = false;
-            let config = if streaming {
-                self.config.clone().streaming_lists()
-            } else {
-                self.config.clone()
-            };
             tracing::debug!(streaming, "starting watcher");
-            let mut stream = match self.wire {
-                Wire::Json => watcher(self.api.clone(), config).boxed(),
-                wire => raw_watcher::<K>(
-                    self.api.clone().into_client(),
-                    RawConfig {
-                        url_path: self.api.resource_url().to_owned(),
-                        label_selector: config.label_selector.clone(),
-                        list_semantic: config.list_semantic.clone(),
-                        streaming,
-                        wire,
-                    },
-                )
-                .boxed(),
-            };
+            let mut stream = raw_watcher::<K>(
+                self.client.clone(),
+                RawConfig {
+                    streaming,
+                    ..self.config.clone()
+                },
+            )
+            .boxed();
             let mut init_deadline: Option<Instant> = None;
             let refused = loop {
                 let next = tokio::select! {
@@ -658,13 +644,6 @@ impl<K: Watched> Watch<K> {
     }
 }
 
-fn watcher<K: Watched>(
-    api: Api<K>,
-    config: watcher::Config,
-) -> impl futures::Stream<Item = watcher::Result<Event<K>>> + Send {
-    watcher::watcher(api, config)
-}
-
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
@@ -672,10 +651,11 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// What the watcher does after an error: both kube-runtime's watcher and
-/// [`raw_watcher`] keep their resourceVersion after a failed watch (state
-/// `InitListed`/`Resume`) and go back to a list only after 410 Gone, a
-/// failed or incomplete first list, or an object without a resourceVersion.
+/// What the watcher does after an error: [`raw_watcher`], like the
+/// kube-runtime watcher whose states it keeps, holds on to its
+/// resourceVersion after a failed watch (state `Resume`, kube-runtime's
+/// `InitListed`) and goes back to a list only after 410 Gone, a failed or
+/// incomplete first list, or an object without a resourceVersion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Retry {
     Resume,
@@ -1037,18 +1017,19 @@ mod tests {
         assert_eq!(service_scopes(&WatchConfig::default()), 1);
         assert_eq!(WatchConfig::default().scopes(), vec![None]);
 
-        let c = list_config(&cfg, cfg.label_selector.clone());
+        let c = raw_config::<SlimPod>(Some("a"), &cfg, cfg.label_selector.clone());
+        assert_eq!(c.url_path, "/api/v1/namespaces/a/pods");
         assert_eq!(c.list_semantic, ListSemantic::Any);
-        assert_eq!(c.page_size, None);
-        assert!(c.bookmarks);
         assert_eq!(c.label_selector.as_deref(), Some("app=x"));
-        let c = list_config(
+        let c = raw_config::<SlimJob>(
+            None,
             &WatchConfig {
                 consistent_list: true,
                 ..cfg
             },
             None,
         );
+        assert_eq!(c.url_path, "/apis/batch/v1/jobs");
         assert_eq!(c.list_semantic, ListSemantic::MostRecent);
         assert_eq!(c.label_selector, None);
     }

@@ -1,11 +1,12 @@
-//! The list/watch loop for `--wire auto|protobuf`: the kube-runtime
-//! watcher's states (list or streaming list, then watch from the last
-//! resourceVersion, bookmarks, relist on 410) over raw HTTP, because kube's
-//! `Api` only reads JSON. It asks for Protobuf in `Accept` and decodes what
-//! the server sends by `Content-Type`: Protobuf with [`pb`](super::pb), JSON
-//! with the same slim serde types as the JSON wire. It yields the same
-//! `watcher::Event`s and `watcher::Error`s as kube-runtime, so the retry
-//! loop, fallbacks and metrics in `watch` serve both paths unchanged.
+//! The one list/watch loop of every wire: kube-runtime's watcher states
+//! (list or streaming list, then watch from the last resourceVersion,
+//! bookmarks, relist on 410 or on a failed first list, resume otherwise)
+//! over raw HTTP, because kube's `Api` only reads JSON. It asks for the
+//! encoding `--wire` names in `Accept` and decodes what the server sends by
+//! `Content-Type` ([`Codec`]): Protobuf with [`pb`](super::pb), JSON with
+//! the slim serde types. It yields kube-runtime's `watcher::Event`s and
+//! `watcher::Error`s, so the retry loop, its backoffs, fallbacks and
+//! metrics in [`watch`](super::watch) are the same for both wires.
 
 use std::fmt::Debug;
 
@@ -27,7 +28,7 @@ pub enum Wire {
     Auto,
     /// Ask for Protobuf only.
     Protobuf,
-    /// JSON through kube-runtime's own watcher.
+    /// Ask for JSON only.
     Json,
 }
 
@@ -49,7 +50,7 @@ impl Wire {
     }
 }
 
-/// What the raw watcher needs of a slim type.
+/// What the watcher needs of a slim type.
 pub trait RawWatched:
     kube::Resource<DynamicType = ()> + PbObject + DeserializeOwned + Clone + Debug + Send + 'static
 {
@@ -76,10 +77,86 @@ pub struct RawConfig {
     pub wire: Wire,
 }
 
+/// What differs between the wires, chosen per response by its
+/// `Content-Type` (`--wire auto` may get either): how a watch body splits
+/// into events, and how a list, an event and an error `Status` decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Codec {
+    Json,
+    Protobuf,
+}
+
+/// One decoded list body: its items, resourceVersion and continue token.
+struct Page<K> {
+    items: Vec<K>,
+    resource_version: Option<String>,
+    continue_: Option<String>,
+}
+
+impl Codec {
+    fn of(headers: &http::HeaderMap) -> Self {
+        let protobuf = headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.trim_start().starts_with(PROTOBUF));
+        if protobuf {
+            Codec::Protobuf
+        } else {
+            Codec::Json
+        }
+    }
+
+    fn list<K: RawWatched>(self, body: &[u8]) -> Result<Page<K>, kube::Error> {
+        match self {
+            Codec::Protobuf => {
+                let l = pb::list::<K>(body).map_err(|e| kube::Error::Service(Box::new(e)))?;
+                Ok(Page {
+                    items: l.items,
+                    resource_version: l.resource_version,
+                    continue_: l.continue_,
+                })
+            }
+            Codec::Json => {
+                let l: ObjectList<K> =
+                    serde_json::from_slice(body).map_err(kube::Error::SerdeError)?;
+                Ok(Page {
+                    items: l.items,
+                    resource_version: l.metadata.resource_version,
+                    continue_: l.metadata.continue_.filter(|c| !c.is_empty()),
+                })
+            }
+        }
+    }
+
+    /// The `Status` of an error response, if the body is one.
+    fn status(self, body: &[u8]) -> Option<Status> {
+        match self {
+            Codec::Protobuf => pb::envelope(body).and_then(|e| pb::status(e.raw)).ok(),
+            Codec::Json => serde_json::from_slice::<Status>(body).ok(),
+        }
+    }
+
+    /// One watch event from its frame (Protobuf) or line (JSON). A JSON
+    /// line that is a bare `Status` is the API error it reports, as in
+    /// kube-client.
+    fn event<K: RawWatched>(self, raw: &[u8]) -> Result<WatchEvent<K>, kube::Error> {
+        match self {
+            Codec::Protobuf => pb::watch_event::<K>(raw)
+                .map_err(|e| kube::Error::ReadEvents(std::io::Error::other(e))),
+            Codec::Json => serde_json::from_slice::<WatchEvent<K>>(raw).map_err(|e| {
+                match serde_json::from_slice::<Status>(raw) {
+                    Ok(status) => kube::Error::Api(status.boxed()),
+                    Err(_) => kube::Error::SerdeError(e),
+                }
+            }),
+        }
+    }
+}
+
 /// The body of a watch, split into events.
 struct Events {
     body: kube::client::Body,
-    protobuf: bool,
+    codec: Codec,
     frames: pb::Framer,
     lines: Vec<u8>,
 }
@@ -88,7 +165,7 @@ impl Events {
     /// The next event's bytes; `None` at the end of the stream.
     async fn next_raw(&mut self) -> Result<Option<Vec<u8>>, kube::Error> {
         loop {
-            if self.protobuf {
+            if self.codec == Codec::Protobuf {
                 if let Some(f) = self
                     .frames
                     .next_frame()
@@ -110,7 +187,7 @@ impl Events {
                 }
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        if self.protobuf {
+                        if self.codec == Codec::Protobuf {
                             self.frames.push(&data);
                         } else {
                             self.lines.extend_from_slice(&data);
@@ -122,17 +199,9 @@ impl Events {
     }
 
     async fn next<K: RawWatched>(&mut self) -> Result<Option<WatchEvent<K>>, kube::Error> {
-        let Some(raw) = self.next_raw().await? else {
-            return Ok(None);
-        };
-        if self.protobuf {
-            pb::watch_event::<K>(&raw)
-                .map(Some)
-                .map_err(|e| kube::Error::ReadEvents(std::io::Error::other(e)))
-        } else {
-            serde_json::from_slice::<WatchEvent<K>>(&raw)
-                .map(Some)
-                .map_err(kube::Error::SerdeError)
+        match self.next_raw().await? {
+            Some(raw) => self.codec.event(&raw).map(Some),
+            None => Ok(None),
         }
     }
 }
@@ -169,17 +238,6 @@ struct Ctx {
     cfg: RawConfig,
 }
 
-fn is_protobuf(headers: &http::HeaderMap) -> bool {
-    headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.trim_start().starts_with(PROTOBUF))
-}
-
-fn decode_err(e: pb::PbError) -> kube::Error {
-    kube::Error::Service(Box::new(e))
-}
-
 fn rv_of<K: kube::Resource>(k: &K) -> Option<String> {
     k.meta().resource_version.clone()
 }
@@ -202,14 +260,9 @@ async fn get(
     if code.is_success() {
         return Ok(res);
     }
-    let protobuf = is_protobuf(res.headers());
+    let codec = Codec::of(res.headers());
     let bytes = res.into_body().collect().await?.to_bytes();
-    let status = if protobuf {
-        pb::envelope(&bytes).and_then(|e| pb::status(e.raw)).ok()
-    } else {
-        serde_json::from_slice::<Status>(&bytes).ok()
-    };
-    let status = status.unwrap_or_else(|| {
+    let status = codec.status(&bytes).unwrap_or_else(|| {
         Status::failure(
             String::from_utf8_lossy(&bytes).trim(),
             "Failed to parse error data",
@@ -231,15 +284,10 @@ pub async fn list_page<K: RawWatched>(
         .list(lp)
         .map_err(kube::Error::BuildRequest)?;
     let res = get(client, wire, req).await?;
-    let protobuf = is_protobuf(res.headers());
+    let codec = Codec::of(res.headers());
     let body: Bytes = res.into_body().collect().await?.to_bytes();
-    if protobuf {
-        let l = pb::list::<K>(&body).map_err(decode_err)?;
-        Ok((l.items, l.continue_))
-    } else {
-        let l: ObjectList<K> = serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
-        Ok((l.items, l.metadata.continue_.filter(|c| !c.is_empty())))
-    }
+    let page = codec.list::<K>(&body)?;
+    Ok((page.items, page.continue_))
 }
 
 impl Ctx {
@@ -275,16 +323,10 @@ impl Ctx {
             .list(&lp)
             .map_err(kube::Error::BuildRequest)?;
         let res = self.get(req).await?;
-        let protobuf = is_protobuf(res.headers());
+        let codec = Codec::of(res.headers());
         let body: Bytes = res.into_body().collect().await?.to_bytes();
-        if protobuf {
-            let l = pb::list::<K>(&body).map_err(decode_err)?;
-            Ok((l.items, l.resource_version.unwrap_or_default()))
-        } else {
-            let l: ObjectList<K> =
-                serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
-            Ok((l.items, l.metadata.resource_version.unwrap_or_default()))
-        }
+        let page = codec.list::<K>(&body)?;
+        Ok((page.items, page.resource_version.unwrap_or_default()))
     }
 
     async fn watch(&self, rv: &str, initial: bool) -> Result<Events, kube::Error> {
@@ -308,7 +350,7 @@ impl Ctx {
         );
         let res = self.get(req).await?;
         Ok(Events {
-            protobuf: is_protobuf(res.headers()),
+            codec: Codec::of(res.headers()),
             body: res.into_body(),
             frames: pb::Framer::default(),
             lines: Vec::new(),
@@ -451,7 +493,7 @@ impl<K: RawWatched> RawWatcher<K> {
     }
 }
 
-/// The raw watcher as a stream, pulled like kube-runtime's: nothing is
+/// The watcher as a stream, pulled like kube-runtime's: nothing is
 /// requested while the caller waits out a backoff.
 pub fn raw_watcher<K: RawWatched>(
     client: kube::Client,

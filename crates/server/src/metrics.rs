@@ -12,6 +12,10 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
+/// How often a sync in progress (the watchers' lists, the writer's
+/// first sync) logs how far it got.
+pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Queries received, by query type and transport.
 pub const DNS_REQUESTS: &str = "podns_dns_requests";
 /// Responses sent, by response code.

@@ -1,0 +1,162 @@
+//! kube-rs against the simulator: a watcher's whole life (initial or
+//! streaming list, live events, resume, relist after compaction) and typed
+//! CRUD with the status subresource.
+
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::json;
+
+use super::support::*;
+
+/// The whole life of a kube-rs watcher: initial list, live events, resume
+/// after dropped watches without relisting, relist after compaction.
+async fn exercise_watcher(cfg: watcher::Config, streaming: bool) {
+    let sim = start_default().await;
+    let addr = sim.addr;
+    for i in 0..7 {
+        create_pod(addr, "default", &format!("pre-{i}"), json!({"app": "x"})).await;
+    }
+    let (mut rx, task) = run_watcher(sim.client(), cfg);
+    let before = expect_seen(&mut rx, Seen::InitDone).await;
+    assert_eq!(before.first(), Some(&Seen::Init));
+    let mut listed: Vec<_> = before
+        .iter()
+        .filter_map(|s| match s {
+            Seen::InitApply(n) => Some(n.clone()),
+            _ => None,
+        })
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        (0..7).map(|i| format!("pre-{i}")).collect::<Vec<_>>()
+    );
+
+    create_pod(addr, "default", "live-1", json!({})).await;
+    expect_seen(&mut rx, Seen::Apply("live-1".into())).await;
+
+    // Dropped watches: the watcher resumes from its resourceVersion.
+    let lists_before = stat(&get(addr, "/sim/stats").await.json(), "list", "pods");
+    let watches_before = stat(&get(addr, "/sim/stats").await.json(), "watch", "pods");
+    assert_eq!(
+        post_json(addr, "/sim/faults/drop-watches", &json!({}))
+            .await
+            .status,
+        200
+    );
+    create_pod(addr, "default", "live-2", json!({})).await;
+    let between = expect_seen(&mut rx, Seen::Apply("live-2".into())).await;
+    assert!(
+        !between.contains(&Seen::Init),
+        "resume must not relist: {between:?}"
+    );
+    let s = get(addr, "/sim/stats").await.json();
+    assert_eq!(
+        stat(&s, "list", "pods"),
+        lists_before,
+        "resume must not list"
+    );
+    assert!(
+        stat(&s, "watch", "pods") > watches_before,
+        "a new watch was opened"
+    );
+
+    // Compaction: the resume gets 410 and the watcher relists.
+    assert_eq!(
+        post_json(addr, "/sim/faults/compact", &json!({}))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        post_json(addr, "/sim/faults/drop-watches", &json!({}))
+            .await
+            .status,
+        200
+    );
+    let relist = expect_seen(&mut rx, Seen::InitDone).await;
+    assert!(relist.contains(&Seen::Init), "{relist:?}");
+    assert!(
+        relist.contains(&Seen::InitApply("live-2".into())),
+        "{relist:?}"
+    );
+    let s = get(addr, "/sim/stats").await.json();
+    if streaming {
+        assert_eq!(stat(&s, "list", "pods"), 0, "streaming lists never list");
+    } else {
+        assert!(stat(&s, "list", "pods") > lists_before, "relisted");
+    }
+    let del = http(
+        addr,
+        "DELETE",
+        "/api/v1/namespaces/default/pods/live-1",
+        None,
+        b"",
+    )
+    .await;
+    assert_eq!(del.status, 200);
+    expect_seen(&mut rx, Seen::Delete("live-1".into())).await;
+    task.abort();
+}
+
+#[tokio::test]
+async fn kube_watcher_default_config() {
+    exercise_watcher(watcher::Config::default().page_size(3), false).await;
+}
+
+#[tokio::test]
+async fn kube_watcher_streaming_lists() {
+    exercise_watcher(watcher::Config::default().streaming_lists(), true).await;
+}
+
+#[tokio::test]
+async fn kube_watcher_any_semantic_without_page_size() {
+    let mut cfg = watcher::Config::default().any_semantic();
+    cfg.page_size = None;
+    exercise_watcher(cfg, false).await;
+}
+
+#[tokio::test]
+async fn kube_client_crud_and_status_subresource() {
+    let sim = start_default().await;
+    let client = sim.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let p: Pod = serde_json::from_value(pod("a", json!({"app": "x"}))).unwrap();
+    let created = pods.create(&PostParams::default(), &p).await.unwrap();
+    assert_eq!(
+        created.status.as_ref().unwrap().phase.as_deref(),
+        Some("Pending")
+    );
+    let mut st = created.clone();
+    st.status.as_mut().unwrap().phase = Some("Running".into());
+    st.status.as_mut().unwrap().pod_ip = Some("10.244.0.9".into());
+    let after = pods
+        .replace_status("a", &PostParams::default(), &st)
+        .await
+        .unwrap();
+    assert_eq!(after.status.unwrap().pod_ip.as_deref(), Some("10.244.0.9"));
+    // A replace with the stale resourceVersion conflicts.
+    let err = pods
+        .replace("a", &PostParams::default(), &created)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 409 && s.reason == "Conflict"),
+        "{err:?}"
+    );
+    let svcs: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc: Service = serde_json::from_value(
+        json!({"metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}]}}),
+    )
+    .unwrap();
+    let svc = svcs.create(&PostParams::default(), &svc).await.unwrap();
+    let ip = svc.spec.unwrap().cluster_ip.unwrap();
+    assert!(ip.starts_with("10.96."), "{ip}");
+    let nss: Api<Namespace> = Api::all(client);
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap();
+    nss.create(&PostParams::default(), &ns).await.unwrap();
+    assert!(nss.list(&ListParams::default()).await.unwrap().items.len() >= 5);
+    pods.delete("a", &DeleteParams::default()).await.unwrap();
+    assert!(pods.get_opt("a").await.unwrap().is_none());
+}

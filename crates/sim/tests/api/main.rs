@@ -1,0 +1,11 @@
+//! Tests of `podns sim` over real HTTP on loopback: kube-rs watchers,
+//! kubectl, and the raw protocol (lists, watches, Status errors), one
+//! module per topic.
+
+mod jobs;
+mod kube_client;
+mod kubectl;
+mod protocol;
+mod service_ips;
+mod support;
+mod workload;
