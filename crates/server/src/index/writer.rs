@@ -1162,8 +1162,18 @@ impl Writer {
     /// hostname name, else its dashed name under a headless Service that
     /// publishes it, else `<a-b-c-d>.<ns>.pod`. hostNetwork pods get none.
     fn ptr_target(&self, ip: IpAddr) -> Option<Target<'_>> {
+        self.ptr_choice(ip).map(|c| c.target)
+    }
+
+    /// [`Self::ptr_target`] with what decided it: the Service or the pod
+    /// the address belongs to, and which of the rule's steps named the
+    /// target. `podns explain` reads the PTR rule only through this.
+    pub(super) fn ptr_choice(&self, ip: IpAddr) -> Option<PtrChoice<'_>> {
         if let Some(sk) = self.ip_services.get(&ip).and_then(|s| s.iter().next()) {
-            return Some(Target::Name(service_name(&sk.name, &sk.namespace)));
+            return Some(PtrChoice {
+                target: Target::Name(service_name(&sk.name, &sk.namespace)),
+                owner: PtrOwner::Service(sk),
+            });
         }
         let pods: Vec<&Pod> = self
             .ip_holders(ip)
@@ -1177,17 +1187,41 @@ impl Writer {
                 .host_winner(ns, sub, host)
                 .is_some_and(|w| std::ptr::eq(w, pod))
         {
-            return Some(Target::Name(host_name(host, sub, ns)));
+            return Some(PtrChoice {
+                target: Target::Name(host_name(host, sub, ns)),
+                owner: PtrOwner::Pod(pod),
+            });
         }
         for s in &pod.services {
             if let Some(svc) = self.services.get(&ObjKey::new(&**ns, &**s))
                 && self.published(pod, svc.publish_not_ready)
             {
-                return Some(Target::Member(ns, s));
+                return Some(PtrChoice {
+                    target: Target::Member(ns, s),
+                    owner: PtrOwner::Pod(pod),
+                });
             }
         }
-        Some(Target::Pod(ns))
+        Some(PtrChoice {
+            target: Target::Pod(ns),
+            owner: PtrOwner::Pod(pod),
+        })
     }
+}
+
+/// What the PTR rule chose for an address ([`Writer::ptr_choice`]).
+pub(super) struct PtrChoice<'a> {
+    pub(super) target: Target<'a>,
+    pub(super) owner: PtrOwner<'a>,
+}
+
+/// Whose name a PTR record names.
+pub(super) enum PtrOwner<'a> {
+    /// A Service's ClusterIP: the Service's name.
+    Service(&'a ObjKey),
+    /// The pod the duplicate rule chose among the address's published
+    /// holders; the target says which of its names.
+    Pod(&'a Pod),
 }
 
 /// The headless Services of one namespace by a pair of their selector.
