@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use dashmap::DashMap;
 
-use super::interned::Interned;
+use super::containers::Interned;
 use super::names::QName;
 use super::paged::Paged;
 

@@ -11,9 +11,8 @@ use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::interned::Interned;
-use super::types::{ContainerPort, Phase, PodInfo};
-use super::writer::SmallSet;
+use crate::index::containers::{Interned, SmallSet};
+use crate::index::types::{ContainerPort, Phase, PodInfo};
 
 /// One label or annotation, shared by every pod that carries it.
 pub(crate) type Pair = Arc<(Box<str>, Box<str>)>;
