@@ -434,15 +434,21 @@ fn check(w: &Writer, model: &Model) -> Result<(), TestCaseError> {
 /// A writer built from nothing but complete lists of these objects.
 fn fresh(model: &Model) -> Writer {
     let mut w = synced_writer(Policy::default());
+    let pods = model.pods.values().cloned().collect();
+    relist(&mut w, pods, model.services.values().cloned().collect());
+    w
+}
+
+/// Apply complete lists of all pods and all Services.
+fn relist(w: &mut Writer, pods: Vec<PodInfo>, services: Vec<ServiceInfo>) {
     w.apply(Update::Pod(Change::Reset {
         namespace: None,
-        items: model.pods.values().cloned().collect(),
+        items: pods,
     }));
     w.apply(Update::Service(Change::Reset {
         namespace: None,
-        items: model.services.values().cloned().collect(),
+        items: services,
     }));
-    w
 }
 
 proptest! {
@@ -630,14 +636,7 @@ fn explain_world(
     ext.kind = ServiceKind::ExternalName("example.org".into());
     ext.selector = None;
     services.push(ext);
-    w.apply(Update::Pod(Change::Reset {
-        namespace: None,
-        items: pods,
-    }));
-    w.apply(Update::Service(Change::Reset {
-        namespace: None,
-        items: services,
-    }));
+    relist(&mut w, pods, services);
     w.apply(Update::Job(Change::Reset {
         namespace: None,
         items: vec![job("ml", "j", 2, None)],

@@ -21,7 +21,7 @@
 
 use std::net::IpAddr;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::model::DuplicateStep;
 use super::publish::PtrOwner;
