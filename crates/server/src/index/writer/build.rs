@@ -224,11 +224,7 @@ impl Writer {
                 };
                 // Through the pods holding this IP, not the Service's members:
                 // O(1) per name, not O(size of the gang).
-                let holds = self.ip_holders(*ip).any(|p| {
-                    **p.ns() == *sk.namespace
-                        && p.services.contains(sk.name.as_str())
-                        && self.published(p, svc.publish_not_ready)
-                });
+                let holds = self.ip_holders(*ip).any(|p| self.makes_member_name(p, svc));
                 if !holds {
                     return vec![];
                 }
@@ -237,11 +233,7 @@ impl Writer {
                 vec![(member_name(*ip, &sk.name, &sk.namespace), rrs)]
             }
             Key::PodIp { ns, ip } => {
-                // "Verified" pod names: only if a pod in <ns> has that IP.
-                // hostNetwork pods share the node's IP: no pod name for them.
-                let exists = self
-                    .ip_holders(*ip)
-                    .any(|p| **p.ns() == **ns && !p.host_network() && self.published_anywhere(p));
+                let exists = self.ip_holders(*ip).any(|p| self.makes_pod_name(p, ns));
                 if !exists {
                     return vec![];
                 }

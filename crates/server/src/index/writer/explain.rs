@@ -506,10 +506,7 @@ impl Writer {
             .filter(|p| p.services.contains(sk.name.as_str()))
             .collect();
         let svc_obj = self.service_object(svc, "headless Service");
-        if let Some(p) = members
-            .iter()
-            .find(|p| self.published(p, svc.publish_not_ready))
-        {
+        if let Some(p) = members.iter().find(|p| self.makes_member_name(p, svc)) {
             return Findings::new(
                 Reason::HeadlessMember,
                 format!(
@@ -612,10 +609,7 @@ impl Writer {
         };
         let mut holders: Vec<&Pod> = self.ip_holders(ip).filter(|p| **p.ns() == *ns).collect();
         holders.sort_by(|a, b| a.duplicate_order(b));
-        if let Some(p) = holders
-            .iter()
-            .find(|p| !p.host_network() && self.published_anywhere(p))
-        {
+        if let Some(p) = holders.iter().find(|p| self.makes_pod_name(p, ns)) {
             return Findings::new(
                 Reason::PodIp,
                 format!(

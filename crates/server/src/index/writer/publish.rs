@@ -48,6 +48,21 @@ impl Writer {
         })
     }
 
+    /// Does `pod` make the dashed name of its IP under headless Service
+    /// `svc` (`<a-b-c-d>.<svc>.<ns>.svc`): a published member of it?
+    pub(super) fn makes_member_name(&self, pod: &Pod, svc: &ServiceInfo) -> bool {
+        **pod.ns() == *svc.key.namespace
+            && pod.services.contains(svc.key.name.as_str())
+            && self.published(pod, svc.publish_not_ready)
+    }
+
+    /// Does `pod` make the pod name of its IP in `ns` (`<a-b-c-d>.<ns>.pod`)?
+    /// "Verified" pod names: only a pod of `ns` published somewhere;
+    /// hostNetwork pods share the node's IP, so they make none.
+    pub(super) fn makes_pod_name(&self, pod: &Pod, ns: &str) -> bool {
+        **pod.ns() == *ns && !pod.host_network() && self.published_anywhere(pod)
+    }
+
     /// The pods a name answers with, in the duplicate rule's order
     /// ([`Pod::duplicate_order`]).
     pub(super) fn choose<'a>(&self, mut pods: Vec<&'a Pod>) -> Vec<&'a Pod> {
