@@ -238,7 +238,7 @@ pub fn resolv_conf_servers(text: &str) -> Vec<SocketAddr> {
 
 /// The TXT name of a gang summary: `<job>.<ns>.rank.<zone>`.
 pub fn summary_name(job: &str, namespace: &str, zone: &Name) -> Result<Name, WaitError> {
-    let rel = Name::from_ascii(format!("{job}.{namespace}.rank"))
+    let rel = Name::from_ascii(podns_server::index::names::gang_name(job, namespace))
         .map_err(|e| WaitError::Config(format!("invalid job or namespace name: {e}")))?;
     rel.append_domain(zone)
         .map_err(|e| WaitError::Config(format!("invalid name: {e}")))

@@ -14,7 +14,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::dns::answer::Answerer;
-use crate::index::names;
+use crate::index::names::{Place, QName};
 use crate::index::writer::explain::{ExplainRequest, Findings, Reason};
 
 /// How long an explain request may wait for the writer (it is served
@@ -130,7 +130,12 @@ impl Explainer {
             );
             return out;
         };
-        if rcode == ResponseCode::Refused && names::is_reverse(&key) {
+        if rcode == ResponseCode::Refused
+            && matches!(
+                QName::parse(&key),
+                QName::Reverse(_) | QName::ReverseApex(_)
+            )
+        {
             out.findings.reason = Reason::ReverseRefused;
             out.findings.detail =
                 "the address is outside every --reverse-cidr: podns answers REFUSED for it".into();
@@ -160,30 +165,16 @@ impl Explainer {
     }
 
     /// The table key of a name: relative to the most specific zone, or the
-    /// absolute reverse name; `None` outside the zones.
+    /// absolute reverse name; `None` outside the zones. Placed by the
+    /// answer rules' own [`crate::dns::resolve::Rules::place`].
     fn key(&self, name: &Name) -> Option<String> {
         let lower = name.to_lowercase().to_ascii();
         let lower = lower.trim_end_matches('.');
-        let mut zones: Vec<String> = self
-            .answerer
-            .config()
-            .zones
-            .iter()
-            .map(|z| z.to_ascii().trim_end_matches('.').to_string())
-            .collect();
-        zones.sort_by_key(|z| std::cmp::Reverse(z.len()));
-        for z in &zones {
-            if lower == z {
-                return Some(String::new());
-            }
-            if let Some(rel) = lower
-                .strip_suffix(z.as_str())
-                .and_then(|r| r.strip_suffix('.'))
-            {
-                return Some(rel.to_string());
-            }
+        match self.answerer.rules().place(lower) {
+            Place::Forward { rel, .. } => Some(rel.to_string()),
+            Place::Reverse(name) => Some(name.to_string()),
+            Place::Outside => None,
         }
-        names::is_reverse(lower).then(|| lower.to_string())
     }
 
     async fn ask_writer(&self, key: String) -> Result<Findings, String> {

@@ -2,11 +2,15 @@
 //! to an answer [`Plan`] — rcode, AA and TC, the answer RRsets, the SOA in
 //! Authority, the glue in Additional — as plain data, with no bytes.
 //!
-//! Every rule of DESIGN.md "Records served" is decided here and only here:
-//! the reserved names (`dns-version`, `ns.dns`, `dns`), which zone a name
-//! falls in and its apex, the SOA (names, timers, serial, TTL), NXDOMAIN
-//! vs NODATA, CNAME chasing, minimal ANY, SRV weights and glue, PTR
-//! targets, the reverse zones, the EDNS rules, the UDP payload clamp and
+//! Every record rule (the Kubernetes DNS-Based Service Discovery
+//! specification, <https://github.com/kubernetes/dns/blob/master/docs/specification.md>,
+//! as podns applies it; ARCHITECTURE.md lists them) is decided here and
+//! only here, on names read through the one grammar of
+//! [`crate::index::names`] (which zone a name falls in, what kind of name
+//! it is): the reserved names (`dns-version`, `ns.dns`, `dns`), the SOA
+//! (names, timers, serial, TTL), NXDOMAIN vs NODATA, CNAME chasing,
+//! minimal ANY, SRV weights and glue, PTR targets, the reverse zones, the
+//! EDNS rules, the UDP payload clamp and
 //! the TC=1 shape. The encoders only write what a plan says:
 //! [`super::fast`] straight into bytes for the shapes it knows (and hands
 //! the rest over), [`super::answer`] through hickory-proto for every plan,
@@ -23,7 +27,7 @@ use hickory_proto::rr::{DNSClass, Name, RecordType};
 use ipnet::IpNet;
 use smallvec::SmallVec;
 
-use crate::index::names::{self, IN_ADDR_ARPA, IP6_ARPA};
+use crate::index::names::{self, IN_ADDR_ARPA, IP6_ARPA, Place, QName};
 use crate::index::{Lookup, Rrs, Table};
 
 /// The largest UDP payload podns sends, whatever the client offers: the
@@ -38,11 +42,6 @@ pub const DNS_SCHEMA_VERSION: &str = "1.1.0";
 /// from podns; these are the usual values, the same in answers and in the
 /// zone text `podns zonefile` writes.
 pub const SOA_TIMERS: [u32; 3] = [7200, 1800, 86400];
-
-/// Names directly under a zone that podns answers itself, whatever the
-/// index holds: `dns-version` (TXT), `ns.dns` (the server's addresses) and
-/// `dns`, the empty non-terminal above it.
-pub const RESERVED: [&str; 3] = ["dns-version", "ns.dns", "dns"];
 
 /// How deep an in-zone CNAME chain is followed.
 const MAX_CNAME_CHAIN: usize = 8;
@@ -241,18 +240,6 @@ pub fn srv_weight(n: usize) -> u16 {
     100usize.checked_div(n).map_or(0, |w| w.max(1) as u16)
 }
 
-/// Where a question's name falls.
-enum Place<'n> {
-    /// Relative key under the zone at this index of `Rules::zones`.
-    Forward {
-        zone: usize,
-        rel: &'n str,
-    },
-    /// Absolute reverse name.
-    Reverse(&'n str),
-    Outside,
-}
-
 /// The names of one served zone, spelled once.
 #[derive(Clone, Debug)]
 struct ZoneNames {
@@ -370,20 +357,14 @@ impl Rules {
         plan
     }
 
-    fn place<'n>(&self, name: &'n str) -> Place<'n> {
-        for &i in &self.by_len {
-            let z = self.zones[i].apex.as_str();
-            if name == z {
-                return Place::Forward { zone: i, rel: "" };
-            }
-            if let Some(rel) = name.strip_suffix(z).and_then(|r| r.strip_suffix('.')) {
-                return Place::Forward { zone: i, rel };
-            }
-        }
-        if names::is_reverse(name) {
-            return Place::Reverse(name);
-        }
-        Place::Outside
+    /// Where a question's name (lower case, no trailing dot) falls: in
+    /// the most specific served zone, in a reverse tree, or outside.
+    pub fn place<'n>(&self, name: &'n str) -> Place<'n> {
+        let zones = self
+            .by_len
+            .iter()
+            .map(|&i| (i, self.zones[i].apex.as_str()));
+        names::place(name, zones)
     }
 
     fn reverse_allowed(&self, name: &str) -> bool {
@@ -463,8 +444,9 @@ impl Rules {
         let z = &self.zones[zone];
         let apex = z.apex.as_str();
         let ttl = self.cfg.ttl;
-        match rel {
-            "" => {
+        let name = QName::parse(rel);
+        match name {
+            QName::Apex => {
                 match qtype {
                     RecordType::SOA | RecordType::ANY => {
                         let serial = table.generation() as u32;
@@ -485,7 +467,7 @@ impl Rules {
                 }
                 return;
             }
-            "dns-version" => {
+            QName::Reserved("dns-version") => {
                 if matches!(qtype, RecordType::TXT | RecordType::ANY) {
                     plan.answer.push(Records {
                         owner: Owner::Question,
@@ -497,7 +479,7 @@ impl Rules {
                 }
                 return;
             }
-            "ns.dns" => {
+            QName::Reserved("ns.dns") => {
                 let recs = self.ns_addrs(&Owner::Question, qtype);
                 if recs.is_empty() {
                     self.nodata(plan, table, apex, zone);
@@ -506,13 +488,13 @@ impl Rules {
                 }
                 return;
             }
-            "dns" => {
+            QName::Reserved(_) => {
                 self.nodata(plan, table, apex, zone);
                 return;
             }
             _ => {}
         }
-        match table.lookup(rel) {
+        match table.find(rel, &name) {
             Lookup::Missing => {
                 plan.negative(ResponseCode::NXDomain, self.negative_soa(table, apex, zone))
             }
@@ -860,7 +842,7 @@ impl Rules {
     /// Whether a forward key (relative to a zone) is answered by podns
     /// itself, whatever the index holds.
     pub fn is_reserved(rel: &str) -> bool {
-        rel.is_empty() || RESERVED.contains(&rel)
+        matches!(QName::parse(rel), QName::Apex | QName::Reserved(_))
     }
 }
 

@@ -1,11 +1,23 @@
 //! The in-memory name table ([`table::Table`], read by DNS without
 //! blocking), its single [`writer::Writer`], fed by the watchers, and the
 //! publishing [`Policy`] the writer applies.
+//!
+//! Two sides, and what both use:
+//! - the read side: [`table`] (what DNS looks up), `paged` (numbered
+//!   names kept in pages by number) and [`names`] (the spelling of every
+//!   name and the one grammar, [`names::QName`], that every reader parses
+//!   a name with);
+//! - the write side: [`writer`], one file per resource (`pods.rs`,
+//!   `services.rs`, `ranks.rs` for Jobs) and per derived view
+//!   (`headless.rs`, `by_name.rs`, `rank_view.rs`, `build.rs` for the
+//!   names, `publish.rs` for the publication rules), and `explain.rs`,
+//!   which reads the model without changing it;
+//! - `containers`: the general containers both sides hold (hash-map
+//!   aliases, `SmallSet`, `Interned`).
+//!
+//! Imports point one way: `writer` → read side → `containers`, never back.
 
-mod by_name;
-mod headless;
-mod interned;
-mod model;
+mod containers;
 pub mod names;
 mod paged;
 pub mod policy;

@@ -6,7 +6,7 @@
 //! with its last element, so an index far from the others (a label set by
 //! hand) costs one short page, not a vector up to it.
 
-use super::writer::HashMap;
+use super::containers::HashMap;
 
 const PAGE: usize = 64;
 

@@ -1,5 +1,9 @@
-//! What the index publishes: the operator's choices among the rules of
-//! DESIGN.md "Records served". The CLI maps its flags into [`Policy`].
+//! What the index publishes: the operator's choices where the Kubernetes
+//! DNS-Based Service Discovery specification
+//! (<https://github.com/kubernetes/dns/blob/master/docs/specification.md>)
+//! leaves room or podns differs from it (ARCHITECTURE.md lists the record
+//! rules and where each lives in code). The CLI maps its flags into
+//! [`Policy`].
 
 /// Which pods are published.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -34,7 +38,7 @@ pub enum Duplicates {
     All,
 }
 
-/// The publication rules that shape the index (see DESIGN.md "Rules").
+/// The publication rules that shape the index.
 /// `Default` is the CLI's defaults except the rank view, which is off
 /// unless asked for (it needs a Job watch).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -434,15 +434,21 @@ fn check(w: &Writer, model: &Model) -> Result<(), TestCaseError> {
 /// A writer built from nothing but complete lists of these objects.
 fn fresh(model: &Model) -> Writer {
     let mut w = synced_writer(Policy::default());
+    let pods = model.pods.values().cloned().collect();
+    relist(&mut w, pods, model.services.values().cloned().collect());
+    w
+}
+
+/// Apply complete lists of all pods and all Services.
+fn relist(w: &mut Writer, pods: Vec<PodInfo>, services: Vec<ServiceInfo>) {
     w.apply(Update::Pod(Change::Reset {
         namespace: None,
-        items: model.pods.values().cloned().collect(),
+        items: pods,
     }));
     w.apply(Update::Service(Change::Reset {
         namespace: None,
-        items: model.services.values().cloned().collect(),
+        items: services,
     }));
-    w
 }
 
 proptest! {
@@ -510,4 +516,218 @@ fn a_delete_of_an_unknown_pod_keeps_the_rest_of_its_batch() {
     let a = Answerer::new(w.table().clone(), AnswerConfig::default());
     let m = ask(&a, "g.ml.svc", RecordType::A);
     assert_eq!(m.answers.len(), 1, "{m:?}");
+}
+
+// ---- explain against DNS ----------------------------------------------------
+
+/// The names explain is asked about: every name the objects below can
+/// make, the nodes above them, and names of the same shapes that no rule
+/// makes.
+fn explain_universe() -> Vec<String> {
+    let mut v = universe();
+    v.extend(
+        [
+            "",
+            "dns",
+            "ns.dns",
+            "dns-version",
+            "svc",
+            "pod",
+            "rank",
+            "x",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    for ns in NSS {
+        for tree in ["svc", "pod", "rank"] {
+            v.push(format!("{ns}.{tree}"));
+        }
+        for sub in SUBS {
+            v.push(format!("_http._tcp.{sub}.{ns}.svc"));
+            v.push(format!("_tcp.{sub}.{ns}.svc"));
+            v.push(format!("_dns._udp.{sub}.{ns}.svc"));
+        }
+        for i in 0..3 {
+            v.push(format!("{i}.j.{ns}.rank"));
+        }
+        v.push(format!("leader.j.{ns}.rank"));
+        v.push(format!("j.{ns}.rank"));
+    }
+    for n in 1..=IPS {
+        v.push(crate::index::names::reverse(v4(n)));
+        v.push(crate::index::names::reverse(v6(n)));
+    }
+    v.extend(
+        [
+            "0.0.10.in-addr.arpa",
+            "0.96.10.in-addr.arpa",
+            "1.0.96.10.in-addr.arpa",
+            "2.0.96.10.in-addr.arpa",
+            "in-addr.arpa",
+            "ip6.arpa",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    v
+}
+
+/// A name as a client may spell it: as served, or bent (upper case, a
+/// leading zero, an IPv6 zero run written out, junk after a label, a
+/// label more or fewer).
+fn bend(name: &str, how: u8, at: usize) -> String {
+    let labels: Vec<&str> = name.split('.').filter(|l| !l.is_empty()).collect();
+    let i = if labels.is_empty() {
+        0
+    } else {
+        at % labels.len()
+    };
+    let mut out: Vec<String> = labels.iter().map(|s| s.to_string()).collect();
+    match how {
+        1 => return name.to_ascii_uppercase(),
+        2 if !out.is_empty() => {
+            // A leading zero before the first digit of the label.
+            if let Some(p) = out[i].find(|c: char| c.is_ascii_digit()) {
+                out[i].insert(p, '0');
+            }
+        }
+        3 => {
+            // `fd00--1` as `fd00-0-0-0-0-0-0-1`.
+            for l in &mut out {
+                if let Some((a, b)) = l.split_once("--") {
+                    let zeros = 8usize.saturating_sub(a.split('-').count() + b.split('-').count());
+                    *l = format!("{a}-{}{b}", "0-".repeat(zeros));
+                }
+            }
+        }
+        4 if !out.is_empty() => out[i].push('x'),
+        5 => out.insert(0, "x".into()),
+        6 if !out.is_empty() => {
+            out.remove(0);
+        }
+        _ => {}
+    }
+    out.join(".")
+}
+
+/// A world for explain: the random objects, a Job `j` in `ml` with two
+/// ranks, an ExternalName Service, and the rank view on.
+fn explain_world(
+    pods: Vec<PodInfo>,
+    services: Vec<ServiceInfo>,
+    ranks: Vec<(u32, bool, u8)>,
+) -> Writer {
+    use super::testing::{job, rank_pod};
+    let policy = Policy {
+        rank_view: true,
+        ..Policy::default()
+    };
+    let mut w = synced_writer(policy);
+    let mut pods = in_scope(None, pods, |p| &mut p.key);
+    for (k, (i, ready, ip)) in ranks.into_iter().enumerate() {
+        let mut p = rank_pod("ml", "j", i, &format!("10.0.0.{}", ip % IPS + 1));
+        p.key.name = format!("j-{i}-r{k}");
+        p.ready = ready;
+        pods.push(p);
+    }
+    let mut services = in_scope(None, services, |s| &mut s.key);
+    let mut ext = cluster_ip("web", "ext", "10.96.0.9");
+    ext.kind = ServiceKind::ExternalName("example.org".into());
+    ext.selector = None;
+    services.push(ext);
+    relist(&mut w, pods, services);
+    w.apply(Update::Job(Change::Reset {
+        namespace: None,
+        items: vec![job("ml", "j", 2, None)],
+    }));
+    w
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// What explain finds never contradicts what DNS serves: a name with
+    /// records is explained by a rule, an NXDOMAIN by no rule and no
+    /// names below, a NODATA (ANY) by no rule. Names are drawn as served
+    /// and bent (upper case, leading zeros, IPv6 zero runs, trailing
+    /// junk), so a name explain reads more leniently than DNS shows up.
+    #[test]
+    fn explain_agrees_with_dns(
+        pods in prop::collection::vec(arb_pod(), 0..10),
+        services in prop::collection::vec(arb_service(), 0..4),
+        ranks in prop::collection::vec((0..3u32, any::<bool>(), 0..IPS), 0..3),
+        asks in prop::collection::vec((any::<prop::sample::Index>(), 0..8u8, 0..4usize), 24),
+    ) {
+        use crate::index::names::Place;
+        use super::writer::explain::Reason;
+        let w = explain_world(pods, services, ranks);
+        let cfg = AnswerConfig {
+            ns_addrs: vec!["127.0.0.1".parse().expect("ip")],
+            ..AnswerConfig::default()
+        };
+        let a = Answerer::new(w.table().clone(), cfg);
+        let names = explain_universe();
+        for (pick, how, at) in asks {
+            let asked = bend(pick.get(&names).as_str(), how, at);
+            let fq = if crate::index::names::is_reverse(&asked.to_ascii_lowercase()) {
+                format!("{asked}.")
+            } else if asked.is_empty() {
+                "cluster.local.".to_string()
+            } else {
+                format!("{asked}.cluster.local.")
+            };
+            let Ok(name) = Name::from_ascii(&fq) else { continue };
+            let mut m = Message::new(7, MessageType::Query, OpCode::Query);
+            m.add_query(Query::query(name.clone(), RecordType::ANY));
+            let reply = a.answer(&m);
+            // The key as the admin side makes it: the rules' placement.
+            let lower = name.to_lowercase().to_ascii();
+            let lower = lower.trim_end_matches('.');
+            let key = match a.rules().place(lower) {
+                Place::Forward { rel, .. } => rel.to_string(),
+                Place::Reverse(r) => r.to_string(),
+                Place::Outside => continue,
+            };
+            let f = w.explain(&key);
+            let rc = reply.metadata.response_code;
+            let rule = f.reason.is_rule();
+            let why = format!("{fq} ({key:?}): {rc:?} {} answers; explain {:?}: {}",
+                reply.answers.len(), f.reason, f.detail);
+            if !reply.answers.is_empty() {
+                prop_assert!(rule, "records without a rule: {}", why);
+            } else if rc == ResponseCode::NXDomain {
+                prop_assert!(!rule && f.reason != Reason::EmptyNonTerminal,
+                    "NXDOMAIN explained as existing: {}", why);
+            } else {
+                prop_assert_eq!(rc, ResponseCode::NoError, "{}", why);
+                prop_assert!(!rule, "NODATA for ANY explained by a rule: {}", why);
+            }
+        }
+    }
+}
+
+/// The case of issue 25: a dashed name not in the canonical spelling
+/// (`fd00-0-0-0-0-0-0-1` for `fd00--1`) names nothing in DNS, and explain
+/// says so instead of finding the pod.
+#[test]
+fn a_dashed_name_not_canonical_is_explained_as_dns_answers_it() {
+    use super::writer::explain::Reason;
+    let mut w = synced_writer(Policy::default());
+    w.apply(Update::Pod(Change::Apply(pod("ml", "p0", "fd00::1"))));
+    let a = Answerer::new(w.table().clone(), AnswerConfig::default());
+    let canonical = ask(&a, "fd00--1.ml.pod", RecordType::AAAA);
+    assert_eq!(canonical.answers.len(), 1, "{canonical:?}");
+    assert_eq!(w.explain("fd00--1.ml.pod").reason, Reason::PodIp);
+    for bent in ["fd00-0-0-0-0-0-0-1.ml.pod", "0fd00--1.ml.pod"] {
+        let m = ask(&a, bent, RecordType::AAAA);
+        assert_eq!(m.metadata.response_code, ResponseCode::NXDomain, "{bent}");
+        let f = w.explain(bent);
+        assert_eq!(f.reason, Reason::NoSuchName, "{bent}: {}", f.detail);
+    }
+    assert!(
+        w.explain("fd00-0-0-0-0-0-0-1.ml.pod")
+            .detail
+            .contains("not canonically"),
+    );
 }

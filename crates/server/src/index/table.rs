@@ -16,14 +16,14 @@
 //! not stored as strings either: the question is parsed into the gang and
 //! the number, and the address is kept in the gang's pages by number.
 
-use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use dashmap::DashMap;
 
-use super::interned::Interned;
+use super::containers::Interned;
+use super::names::QName;
 use super::paged::Paged;
 
 /// An SRV record's data; the target is a forward key (relative to the zone).
@@ -561,58 +561,42 @@ type GroupBuf = [u8; 256];
 /// A name kept by number, as (where, number, gang): see [`Kept`]. A
 /// hostname group's key is spelled into `buf` (no allocation: this runs
 /// for every question of a hostname name).
-fn numbered<'a>(key: &'a str, buf: &'a mut GroupBuf) -> Option<(Kept, u32, &'a [u8])> {
-    if let Some((i, gang)) = rank_key(key) {
+fn numbered<'a>(q: &QName<'a>, buf: &'a mut GroupBuf) -> Option<(Kept, u32, &'a [u8])> {
+    if let Some((i, gang)) = q.rank() {
         return Some((Kept::Rank, i, gang.as_bytes()));
     }
-    let (n, group) = host_key(key, buf)?;
+    let (n, group) = host_group(q, buf)?;
     Some((Kept::Host, n, group))
-}
-
-/// A number in its canonical spelling ([`super::names::rank_name`]'s):
-/// `07`, `+7` and `4294967296` are no number.
-fn number(digits: &[u8]) -> Option<u32> {
-    if digits.is_empty() || (digits[0] == b'0' && digits.len() > 1) {
-        return None;
-    }
-    digits.iter().try_fold(0u32, |n, &d| {
-        let d = u32::from(d.checked_sub(b'0').filter(|d| *d <= 9)?);
-        n.checked_mul(10)?.checked_add(d)
-    })
-}
-
-/// `<i>.<gang>.<ns>.rank` as (i, `<gang>.<ns>`).
-fn rank_key(key: &str) -> Option<(u32, &str)> {
-    let (i, gang) = key.strip_suffix(".rank")?.split_once('.')?;
-    Some((number(i.as_bytes())?, gang))
 }
 
 /// `<prefix>-<n>.<sub>.<ns>.svc` as (n, `<prefix>.<sub>.<ns>`): the
 /// hostname names of a gang (an Indexed Job's `<job>-<i>`, a
 /// StatefulSet's `<name>-<ordinal>`, a training operator's
 /// `<job>-worker-<i>`) differ in their number only.
-fn host_key<'a>(key: &str, buf: &'a mut GroupBuf) -> Option<(u32, &'a [u8])> {
-    let name = key.strip_suffix(".svc")?.as_bytes();
-    let dot = name.iter().position(|&b| b == b'.')?;
-    let (host, place) = (&name[..dot], &name[dot + 1..]);
-    // `<sub>.<ns>`: one dot, neither label empty.
-    let mut dots = place.iter().enumerate().filter(|(_, b)| **b == b'.');
-    match (dots.next(), dots.next()) {
-        (Some((d, _)), None) if d > 0 && d + 1 < place.len() => {}
-        _ => return None,
-    }
-    let dash = host.iter().rposition(|&b| b == b'-')?;
-    let (prefix, digits) = (&host[..dash], &host[dash + 1..]);
-    let n = number(digits)?;
-    if prefix.is_empty() {
+fn host_group<'a>(q: &QName<'_>, buf: &'a mut GroupBuf) -> Option<(u32, &'a [u8])> {
+    let QName::Host { host, sub, ns } = q else {
+        return None;
+    };
+    if sub.is_empty() || ns.is_empty() {
         return None;
     }
-    let out = buf.get_mut(..prefix.len() + 1 + place.len())?;
-    let (head, tail) = out.split_at_mut(prefix.len());
-    head.copy_from_slice(prefix);
-    tail[0] = b'.';
-    tail[1..].copy_from_slice(place);
+    let (prefix, n) = host.numbered()?;
+    let out = buf.get_mut(..prefix.len() + sub.len() + ns.len() + 2)?;
+    let mut at = 0;
+    for (i, part) in [prefix, sub, ns].iter().enumerate() {
+        if i > 0 {
+            out[at] = b'.';
+            at += 1;
+        }
+        out[at..at + part.len()].copy_from_slice(part.as_bytes());
+        at += part.len();
+    }
     Some((n, out))
+}
+
+#[cfg(test)]
+fn host_key<'a>(key: &str, buf: &'a mut GroupBuf) -> Option<(u32, &'a [u8])> {
+    host_group(&QName::parse(key), buf)
 }
 
 /// The hostname name numbered `n` of a hostname group ([`host_key`]).
@@ -683,10 +667,15 @@ impl Table {
     /// Look a key up. Keys are lower case: forward keys relative to the
     /// zone, reverse keys absolute, neither with a trailing dot.
     pub fn lookup(&self, key: &str) -> Lookup {
+        self.find(key, &QName::parse(key))
+    }
+
+    /// [`Self::lookup`] of a key already parsed (`q` is `key`'s).
+    pub fn find(&self, key: &str, q: &QName<'_>) -> Lookup {
         // A name kept by number has no data stored (`set` keeps it in one
         // place), so it is looked for first: a gang's hostname and rank
         // names are most questions, and a stored name's lookup would miss.
-        if let Some(ip) = self.numbered(key) {
+        if let Some(ip) = self.numbered(q) {
             return Lookup::Ip(ip);
         }
         // One map's guard is dropped before the other map is read: the
@@ -701,7 +690,7 @@ impl Table {
                 Entry::Empty(_) => Lookup::Missing,
             },
         };
-        self.ip_name(key).unwrap_or(stored)
+        self.ip_name(q).unwrap_or(stored)
     }
 
     fn gangs(&self, kept: Kept) -> &Gangs {
@@ -712,47 +701,38 @@ impl Table {
     }
 
     /// The address a numbered name answers, if it is kept by number.
-    fn numbered(&self, key: &str) -> Option<IpAddr> {
+    fn numbered(&self, q: &QName<'_>) -> Option<IpAddr> {
         let mut buf = [0; 256];
-        let (kept, i, gang) = numbered(key, &mut buf)?;
+        let (kept, i, gang) = numbered(q, &mut buf)?;
         self.gangs(kept).get(gang, i)
     }
 
     /// Does `key` have data, stored or kept by number?
     fn has_data(&self, key: &str) -> bool {
-        self.names.get(key).is_some_and(|e| e.has_data()) || self.numbered(key).is_some()
+        self.names.get(key).is_some_and(|e| e.has_data())
+            || self.numbered(&QName::parse(key)).is_some()
     }
 
     /// The data of a name spelled from an address, if it exists.
-    fn ip_name(&self, key: &str) -> Option<Lookup> {
-        if let Some(rest) = key.strip_suffix(".pod") {
-            let (label, ns) = rest.split_once('.')?;
-            let ip = parse_dashed(label)?;
-            let named = self.ips.read(ip, |e| {
-                e.names()
-                    .iter()
-                    .any(|n| matches!(n, IpName::Pod(n) if **n == *ns))
-            })?;
-            return named.then_some(Lookup::Ip(ip));
+    fn ip_name(&self, q: &QName<'_>) -> Option<Lookup> {
+        if let QName::Reverse(ip) = *q {
+            let ip = ip?;
+            let target = self.ips.read(ip, |e| e.ptr_target(ip))??;
+            // PTR questions are rare: the record set is made for each.
+            return Some(Lookup::Found(Arc::new(Rrs {
+                ptr: Some(target),
+                ..Default::default()
+            })));
         }
-        if let Some(rest) = key.strip_suffix(".svc") {
-            let (label, rest) = rest.split_once('.')?;
-            let (svc, ns) = rest.split_once('.')?;
-            let ip = parse_dashed(label)?;
-            let named = self.ips.read(ip, |e| {
-                e.names()
-                    .iter()
-                    .any(|n| matches!(n, IpName::Member(n, s) if **n == *ns && **s == *svc))
-            })?;
-            return named.then_some(Lookup::Ip(ip));
-        }
-        let ip = super::names::parse_reverse(key)?;
-        let target = self.ips.read(ip, |e| e.ptr_target(ip))??;
-        // PTR questions are rare: the record set is made for each.
-        Some(Lookup::Found(Arc::new(Rrs {
-            ptr: Some(target),
-            ..Default::default()
-        })))
+        let (ip, ns, svc) = q.dashed()?;
+        let named = self.ips.read(ip, |e| {
+            e.names().iter().any(|n| match (n, svc) {
+                (IpName::Pod(n), None) => **n == *ns,
+                (IpName::Member(n, s), Some(svc)) => **n == *ns && **s == *svc,
+                _ => false,
+            })
+        })?;
+        named.then_some(Lookup::Ip(ip))
     }
 
     /// True once every watch has applied its first complete list.
@@ -910,7 +890,7 @@ impl Table {
                 let named = match &t {
                     Target::Name(name) => {
                         let mut buf = [0; 256];
-                        let host = host_key(name, &mut buf)
+                        let host = host_group(&QName::parse(name), &mut buf)
                             .and_then(|(n, g)| Some((self.hosts.key_keeping(g, n)?, n)));
                         Some(match host {
                             Some((group, n)) => (Ptr::Host(group), n),
@@ -978,7 +958,7 @@ impl Table {
     /// numbered hostname name that answers one address is kept by number.
     pub(crate) fn set(&self, key: &str, value: Value) -> bool {
         let mut buf = [0; 256];
-        if let Some((kept, i, gang)) = numbered(key, &mut buf) {
+        if let Some((kept, i, gang)) = numbered(&QName::parse(key), &mut buf) {
             let gangs = self.gangs(kept);
             let stored = self.names.get(key).is_some_and(|e| e.has_data());
             match value {
@@ -1021,7 +1001,7 @@ impl Table {
     /// Remove the data of `key`, returning it if it had any.
     pub(crate) fn remove(&self, key: &str) -> Option<Value> {
         let mut buf = [0; 256];
-        if let Some((kept, i, gang)) = numbered(key, &mut buf)
+        if let Some((kept, i, gang)) = numbered(&QName::parse(key), &mut buf)
             && let Some(ip) = self.gangs(kept).take(gang, i)
         {
             self.count_ancestors(key, -1);
@@ -1054,42 +1034,10 @@ fn moved(ptr: &Ptr, was: &[IpName], now: &[IpName], ip: IpAddr) -> Ptr {
     }
 }
 
-/// The address a dashed label spells (`10-0-0-1`, `fd00--1`), only in
-/// its canonical spelling (the one [`super::names::dashed`] writes), and
-/// without allocating: this runs for every question of a dashed name.
-fn parse_dashed(label: &str) -> Option<IpAddr> {
-    if label.len() > 45 || label.contains(['.', ':']) {
-        return None;
-    }
-    let mut buf = [0u8; 45];
-    let spelled = &mut buf[..label.len()];
-    let dots = !label.contains("--")
-        && label.split('-').count() == 4
-        && !label.contains(|c: char| c.is_ascii_alphabetic());
-    for (b, c) in spelled.iter_mut().zip(label.bytes()) {
-        *b = match c {
-            b'-' if dots => b'.',
-            b'-' => b':',
-            c => c,
-        };
-    }
-    let ip: IpAddr = std::str::from_utf8(spelled).ok()?.parse().ok()?;
-    // Canonical only: 10-0-0-01 or fd00-0-0-0-0-0-0-1 name nothing.
-    let mut canon = [0u8; 45];
-    let mut cur = std::io::Cursor::new(&mut canon[..]);
-    write!(cur, "{ip}").ok()?;
-    let n = usize::try_from(cur.position()).ok()?;
-    (n == label.len()
-        && canon[..n]
-            .iter()
-            .zip(label.bytes())
-            .all(|(a, b)| *a == b || (matches!(*a, b'.' | b':') && b == b'-')))
-    .then_some(ip)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::names::Label;
 
     fn ip(a: &str) -> Value {
         Value::Ip(a.parse().unwrap())
@@ -1163,11 +1111,11 @@ mod tests {
         ] {
             assert_eq!(host(k, &mut buf), None, "{k}");
         }
-        assert_eq!(rank_key("0.w.ml.rank"), Some((0, "w.ml")));
-        assert_eq!(rank_key("00.w.ml.rank"), None);
-        assert_eq!(number(b"4294967295"), Some(u32::MAX));
-        assert_eq!(number(b"4294967296"), None);
-        assert_eq!(number(b""), None);
+        assert_eq!(QName::parse("0.w.ml.rank").rank(), Some((0, "w.ml")));
+        assert_eq!(QName::parse("00.w.ml.rank").rank(), None);
+        assert_eq!(Label("4294967295").number(), Some(u32::MAX));
+        assert_eq!(Label("4294967296").number(), None);
+        assert_eq!(Label("").number(), None);
         assert_eq!(host_in(b"a-b.s.ml", 7), "a-b-7.s.ml.svc");
     }
 
@@ -1613,11 +1561,7 @@ mod tests {
             ("web", None),
             ("1-2-3-4-5", None),
         ] {
-            assert_eq!(
-                parse_dashed(label),
-                ip.map(|s| s.parse().unwrap()),
-                "{label}"
-            );
+            assert_eq!(Label(label).ip(), ip.map(|s| s.parse().unwrap()), "{label}");
         }
     }
 

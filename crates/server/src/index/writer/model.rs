@@ -11,9 +11,8 @@ use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::interned::Interned;
-use super::types::{ContainerPort, Phase, PodInfo};
-use super::writer::SmallSet;
+use crate::index::containers::{Interned, SmallSet};
+use crate::index::types::{ContainerPort, Phase, PodInfo};
 
 /// One label or annotation, shared by every pod that carries it.
 pub(crate) type Pair = Arc<(Box<str>, Box<str>)>;
@@ -462,13 +461,33 @@ impl Pod {
     /// (then namespace: pods of several namespaces share an IP's PTR, and
     /// the order never depends on the order of ids).
     pub(crate) fn duplicate_order(&self, other: &Pod) -> std::cmp::Ordering {
-        other
-            .ready()
-            .cmp(&self.ready())
-            .then_with(|| (other.phase == Phase::Running).cmp(&(self.phase == Phase::Running)))
-            .then_with(|| self.created.cmp(&other.created))
-            .then_with(|| self.name().cmp(other.name()))
-            .then_with(|| self.ns().cmp(other.ns()))
+        self.duplicate_step(other).0
+    }
+
+    /// [`Self::duplicate_order`] and the step of the rule that decided it
+    /// (what `podns explain` reports for a shared hostname).
+    pub(crate) fn duplicate_step(&self, other: &Pod) -> (std::cmp::Ordering, DuplicateStep) {
+        use std::cmp::Ordering::Equal;
+        let running = |p: &Pod| p.phase == Phase::Running;
+        // Each step is compared only when the ones before tie, as
+        // `then_with` would: this orders every duplicate set the writer sorts.
+        match other.ready().cmp(&self.ready()) {
+            Equal => {}
+            o => return (o, DuplicateStep::Ready),
+        }
+        match running(other).cmp(&running(self)) {
+            Equal => {}
+            o => return (o, DuplicateStep::Running),
+        }
+        match self.created.cmp(&other.created) {
+            Equal => {}
+            o => return (o, DuplicateStep::Older),
+        }
+        match self.name().cmp(other.name()) {
+            Equal => {}
+            o => return (o, DuplicateStep::Name),
+        }
+        (self.ns().cmp(other.ns()), DuplicateStep::Namespace)
     }
 
     /// The value of label `key`, if the pod has it.
@@ -487,6 +506,29 @@ impl Pod {
             &self.shared.labels
         };
         pairs.iter().any(|p| *p.0 == *key && *p.1 == *value)
+    }
+}
+
+/// A step of the duplicate rule ([`Pod::duplicate_order`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DuplicateStep {
+    Ready,
+    Running,
+    Older,
+    Name,
+    Namespace,
+}
+
+impl DuplicateStep {
+    /// The code `podns explain` prints (`chosen_by`).
+    pub(crate) fn code(self) -> &'static str {
+        match self {
+            DuplicateStep::Ready => "ready",
+            DuplicateStep::Running => "running",
+            DuplicateStep::Older => "older",
+            DuplicateStep::Name => "name",
+            DuplicateStep::Namespace => "namespace",
+        }
     }
 }
 

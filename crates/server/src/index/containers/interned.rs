@@ -8,7 +8,7 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use super::writer::HashSet;
+use super::maps::HashSet;
 
 /// The values in use, one shared copy of each. A value leaves when the
 /// last copy handed out is given back ([`Self::release`]).

@@ -1,6 +1,8 @@
 //! The writer's side of `podns explain`, on a writer fed directly (no
 //! sockets): each reason the model can see, and the rule of each name kind.
 
+use tokio::sync::oneshot;
+
 use super::*;
 use crate::index::testing::{
     PodExt, SvcExt, cluster_ip, headless, job, pod, rank_pod, synced_writer,

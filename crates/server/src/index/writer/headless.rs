@@ -8,9 +8,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::table::{Rrs, Srv, SrvSet};
-use super::types::ServicePort;
-use super::writer::{HashMap, HashSet};
+use crate::index::containers::{HashMap, HashSet};
+use crate::index::table::{Rrs, Srv, SrvSet};
+use crate::index::types::ServicePort;
 
 /// A pod's place in the writer's slab.
 pub(crate) type PodId = u32;

@@ -1,8 +1,17 @@
 //! `podns explain`, the writer's side: what the model holds for one name,
-//! which objects a name's answer comes from, the rule of DESIGN.md "Records
-//! served" that applied, and for a name without records the nearest reason
-//! the model can see (a pod without an IP, a terminating pod, the other pod
-//! of a shared hostname, ...).
+//! which objects a name's answer comes from, the record rule that applied,
+//! and for a name without records the nearest reason the model can see (a
+//! pod without an IP, a terminating pod, the other pod of a shared
+//! hostname, ...).
+//!
+//! It re-derives no rule. A name is read through the one grammar
+//! ([`names::QName`]) the table's lookup and the answer rules read it
+//! with; whether a name has names below it is asked of the table; the
+//! duplicate order ([`Pod::duplicate_step`]) and the PTR choice
+//! ([`Writer::ptr_choice`]) say why they chose, so explain reports their
+//! reason instead of working it out again. The property test
+//! `explain_agrees_with_dns` checks that a finding never contradicts the
+//! served answer.
 //!
 //! It is a child module of the writer so it can read the writer's model
 //! directly; it never changes it. Requests come over their own channel and
@@ -12,212 +21,17 @@
 
 use std::net::IpAddr;
 
-use serde::Serialize;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::ranks::{COMPLETION_INDEX, JOB_NAME, LEGACY_JOB_NAME, group};
+use super::model::DuplicateStep;
+use super::publish::PtrOwner;
+use super::rank_view::{COMPLETION_INDEX, JOB_NAME, LEGACY_JOB_NAME, group};
 use super::*;
+use crate::index::names::{Label, QName, Tree};
 use crate::index::table::Target;
 use crate::index::{Lookup, names};
 
-/// A question for the writer: what does the model hold for this key?
-#[derive(Debug)]
-pub struct ExplainRequest {
-    /// A table key: a forward name relative to its zone
-    /// (`web-0.web.ml.svc`, `""` for the apex), or an absolute reverse name
-    /// (`7.0.244.10.in-addr.arpa`); lower case, no trailing dot.
-    pub key: String,
-    pub reply: oneshot::Sender<Findings>,
-}
-
-/// The writer's side of the explain channel.
-pub type ExplainReceiver = mpsc::Receiver<ExplainRequest>;
-
-/// Why a name answers what it does: the rule that applied for a name with
-/// records, the nearest cause for one without. The JSON spelling
-/// (`snake_case`) is a stable, machine-readable code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reason {
-    // ---- rules that produced records ----
-    /// `<host>.<sub>.<ns>.svc`: a pod's spec.hostname and spec.subdomain.
-    Hostname,
-    /// A hostname name shared by several published pods; one was chosen.
-    HostnameShared,
-    /// `<svc>.<ns>.svc` of a headless Service: its published pods.
-    HeadlessService,
-    /// `<a-b-c-d>.<svc>.<ns>.svc`: a published pod of a headless Service.
-    HeadlessMember,
-    /// `<svc>.<ns>.svc` of a Service with ClusterIPs.
-    ClusterIp,
-    /// `<svc>.<ns>.svc` of an ExternalName Service: a CNAME.
-    ExternalName,
-    /// `_<port>._<proto>.<svc>.<ns>.svc`: a named port's SRV records.
-    ServicePort,
-    /// `<a-b-c-d>.<ns>.pod`: a pod in the namespace has the IP.
-    PodIp,
-    /// A reverse name of a pod IP.
-    PtrPod,
-    /// A reverse name of a ClusterIP.
-    PtrService,
-    /// `<i>.<job>.<ns>.rank`: the rank view.
-    Rank,
-    /// `leader.<job>.<ns>.rank`.
-    RankLeader,
-    /// `<job>.<ns>.rank` TXT.
-    RankSummary,
-    /// The zone apex, `ns.dns` or `dns-version`: the server's own names.
-    Server,
-    // ---- why a name has no records ----
-    /// The index is not synced yet: every name in the zones is SERVFAIL.
-    NotSynced,
-    /// The name is in no served zone (REFUSED).
-    OutsideZones,
-    /// A reverse name outside every `--reverse-cidr` (REFUSED).
-    ReverseRefused,
-    /// The name's namespace is outside `--namespace`.
-    NamespaceNotWatched,
-    /// No pod of that name is visible, and `--label-selector` hides some pods.
-    PodOutsideLabelSelector,
-    /// No pod with that hostname and subdomain.
-    NoPod,
-    /// The pod has no IP yet.
-    PodNoIp,
-    /// The pod has a deletionTimestamp.
-    PodTerminating,
-    /// The pod is Succeeded or Failed.
-    PodTerminal,
-    /// `--publish ready` and the pod is not Ready.
-    PodNotReady,
-    /// `hostNetwork` pods get no PTR and no `pod` name.
-    PodHostNetwork,
-    /// `--hostnames service` and no headless Service is named like the subdomain.
-    HostnameNeedsService,
-    /// No Service of that name.
-    NoService,
-    /// A headless Service that selects no published pod.
-    ServiceNoPublishedPods,
-    /// No pod (in that namespace, or at all) has that IP.
-    NoPodWithIp,
-    /// No Job or JobSet rank of that name.
-    NoRank,
-    /// The name exists (other types answer) but has no records of this type.
-    NoRecordOfType,
-    /// A name with names below it and no records of its own (RFC 8020).
-    EmptyNonTerminal,
-    /// Nothing in the model makes this name.
-    NoSuchName,
-}
-
-impl Reason {
-    /// The code, as JSON spells it.
-    pub fn code(self) -> String {
-        serde_json::to_value(self)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default()
-    }
-
-    /// Does the reason say why records exist (a rule), rather than why none do?
-    pub fn is_rule(self) -> bool {
-        use Reason::*;
-        matches!(
-            self,
-            Hostname
-                | HostnameShared
-                | HeadlessService
-                | HeadlessMember
-                | ClusterIp
-                | ExternalName
-                | ServicePort
-                | PodIp
-                | PtrPod
-                | PtrService
-                | Rank
-                | RankLeader
-                | RankSummary
-                | Server
-        )
-    }
-}
-
-/// One object a name's answer came from, or that the explanation is about.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Object {
-    /// `pod`, `service` or `job`.
-    pub kind: &'static str,
-    pub namespace: String,
-    pub name: String,
-    /// What the object is to this name (`answers`, `not chosen`, `member`, ...).
-    pub role: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub ips: Vec<IpAddr>,
-    /// Pods: `Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ready: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub terminating: Option<bool>,
-    /// Pods: published for this name; when not, why (a [`Reason`] code).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub published: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub not_published_because: Option<Reason>,
-    /// Services: `headless`, `ClusterIP` or `ExternalName`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub service_type: Option<&'static str>,
-}
-
-/// What the writer found for a key.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Findings {
-    pub reason: Reason,
-    /// One human sentence, ending without a period.
-    pub detail: String,
-    /// For a shared hostname: what decided between the pods (`ready`,
-    /// `running`, `older`, `name`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub chosen_by: Option<&'static str>,
-    pub objects: Vec<Object>,
-    /// Members not listed in `objects` (a headless set lists at most
-    /// [`MAX_LISTED`]).
-    #[serde(skip_serializing_if = "is_zero")]
-    pub more_objects: usize,
-    /// The namespace the name is about, if any (for the scope checks).
-    #[serde(skip)]
-    pub namespace: Option<String>,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
-}
-
-/// How many members of a Service an explanation lists.
-pub const MAX_LISTED: usize = 20;
-
-impl Findings {
-    pub(crate) fn new(reason: Reason, detail: impl Into<String>) -> Self {
-        Self {
-            reason,
-            detail: detail.into(),
-            chosen_by: None,
-            objects: vec![],
-            more_objects: 0,
-            namespace: None,
-        }
-    }
-
-    fn ns(mut self, ns: &str) -> Self {
-        self.namespace = Some(ns.to_string());
-        self
-    }
-
-    fn with(mut self, objects: Vec<Object>) -> Self {
-        self.objects = objects;
-        self
-    }
-}
+pub use super::findings::{ExplainReceiver, ExplainRequest, Findings, MAX_LISTED, Object, Reason};
 
 impl Writer {
     /// Give the writer the receiving end of the explain channel; requests
@@ -263,30 +77,58 @@ impl Writer {
 
     /// What the model holds for one table key.
     pub fn explain(&self, key: &str) -> Findings {
-        if names::is_reverse(key) {
-            return self.explain_reverse(key);
-        }
-        let labels: Vec<&str> = if key.is_empty() {
-            vec![]
-        } else {
-            key.split('.').collect()
-        };
-        match labels.as_slice() {
-            [] | ["ns", "dns"] | ["dns-version"] => {
+        match QName::parse(key) {
+            QName::Apex | QName::Reserved("ns.dns" | "dns-version") => {
                 Findings::new(Reason::Server, "a name of the server itself, always served")
             }
-            ["dns"] => Findings::new(
+            QName::Reserved(_) => Findings::new(
                 Reason::EmptyNonTerminal,
                 "a name above ns.dns, with no records of its own",
             ),
-            [.., "svc"] => self.explain_svc(&labels[..labels.len() - 1]),
-            [.., "pod"] => self.explain_pod_name(&labels[..labels.len() - 1]),
-            [.., "rank"] => self.explain_rank(&labels[..labels.len() - 1]),
-            _ => Findings::new(
+            QName::ReverseApex(_) => Findings::new(
+                Reason::Server,
+                "the apex of a reverse zone: podns serves its SOA and NS",
+            ),
+            QName::Reverse(ip) => self.explain_reverse(key, ip),
+            QName::Tree(Tree::Rank) | QName::Namespace(Tree::Rank, _) | QName::Gang { .. }
+                if !self.policy.rank_view =>
+            {
+                Findings::new(Reason::NoSuchName, "the rank view is off (--no-rank-view)")
+            }
+            QName::Tree(tree) => self.explain_tree(key, tree),
+            QName::Namespace(tree, ns) => self.explain_namespace(key, ns, tree),
+            QName::Service { svc, ns } => self.explain_service(key, ns, svc),
+            QName::Host { host, sub, ns } if host.as_str().starts_with('_') => {
+                self.explain_proto(key, ns, sub, host.as_str())
+            }
+            QName::Host { host, sub, ns } => self.explain_host(ns, sub, host),
+            QName::Port {
+                port,
+                proto,
+                svc,
+                ns,
+            } => self.explain_srv(ns, svc, port, proto),
+            QName::Pod { label, ns } => self.explain_pod_name(ns, label),
+            QName::Gang { first, rest, whole } => self.explain_rank(first, rest, whole),
+            QName::Other if key.ends_with(".svc") => Findings::new(
+                Reason::NoSuchName,
+                "svc names have at most four labels before svc (_<port>._<proto>.<service>.<namespace>)",
+            ),
+            QName::Other if key.ends_with(".pod") => Findings::new(
+                Reason::NoSuchName,
+                "pod names are <a-b-c-d>.<namespace>.pod",
+            ),
+            QName::Other => Findings::new(
                 Reason::NoSuchName,
                 "names in a zone end in svc, pod or rank (or are the server's own); this one does not",
             ),
         }
+    }
+
+    /// Whether names with records lie below `key`, which has none of its
+    /// own: the table's count, the one DNS answers NODATA from.
+    fn has_names_below(&self, key: &str) -> bool {
+        self.table.lookup(key) == Lookup::Empty
     }
 
     // ---- objects -------------------------------------------------------
@@ -357,41 +199,39 @@ impl Writer {
         self.not_published(pod, svc.is_some_and(|s| s.publish_not_ready))
     }
 
-    // ---- <...>.svc -----------------------------------------------------
+    // ---- trees and namespaces ------------------------------------------
 
-    fn explain_svc(&self, labels: &[&str]) -> Findings {
-        match labels {
-            [] => Findings::new(
+    fn explain_tree(&self, key: &str, tree: Tree) -> Findings {
+        let t = tree.label();
+        if self.has_names_below(key) {
+            Findings::new(
                 Reason::EmptyNonTerminal,
-                "the svc subtree: names below it, no records of its own",
-            ),
-            [ns] => self.explain_namespace(ns, "svc"),
-            [svc, ns] => self.explain_service(ns, svc),
-            [host, sub, ns] if host.starts_with('_') => Findings::new(
-                Reason::EmptyNonTerminal,
-                format!(
-                    "{host} is the port label of an SRV name: ask _<port>.{host}.{sub}.{ns}.svc"
-                ),
+                format!("the {t} subtree: names below it, no records of its own"),
             )
-            .ns(ns),
-            [host, sub, ns] => self.explain_host(ns, sub, host),
-            [port, proto, svc, ns] if port.starts_with('_') && proto.starts_with('_') => {
-                self.explain_srv(ns, svc, &port[1..], &proto[1..])
-            }
-            _ => Findings::new(
+        } else {
+            Findings::new(
                 Reason::NoSuchName,
-                "svc names have at most four labels before svc (_<port>._<proto>.<service>.<namespace>)",
-            ),
+                format!("nothing is published under the {t} subtree yet"),
+            )
         }
     }
 
-    fn explain_namespace(&self, ns: &str, tree: &str) -> Findings {
+    fn explain_namespace(&self, key: &str, ns: &str, tree: Tree) -> Findings {
+        let t = match tree {
+            Tree::Svc => String::new(),
+            other => format!("{} ", other.label()),
+        };
         let known =
             self.ns_pods.contains_key(ns) || self.services.keys().any(|k| k.namespace == ns);
-        let mut f = if known {
+        let f = if self.has_names_below(key) {
             Findings::new(
                 Reason::EmptyNonTerminal,
-                format!("namespace {ns}: names below it, no records of its own"),
+                format!("{t}namespace {ns}: names below it, no records of its own"),
+            )
+        } else if known {
+            Findings::new(
+                Reason::NoSuchName,
+                format!("{t}namespace {ns}: its pods and Services publish no name here"),
             )
         } else {
             Findings::new(
@@ -399,17 +239,33 @@ impl Writer {
                 format!("no pod or Service in namespace {ns} is known"),
             )
         };
-        if tree != "svc" {
-            f.detail = f.detail.replace("namespace", &format!("{tree} namespace"));
-        }
         f.ns(ns)
     }
 
-    fn explain_service(&self, ns: &str, name: &str) -> Findings {
+    // ---- <...>.svc -----------------------------------------------------
+
+    /// `_<proto>.<svc>.<ns>.svc`: the node above a named port's SRV name.
+    fn explain_proto(&self, key: &str, ns: &str, svc: &str, proto: &str) -> Findings {
+        let f = if self.has_names_below(key) {
+            Findings::new(
+                Reason::EmptyNonTerminal,
+                format!(
+                    "{proto} is the protocol label of an SRV name: ask _<port>.{proto}.{svc}.{ns}.svc"
+                ),
+            )
+        } else {
+            Findings::new(
+                Reason::NoSuchName,
+                format!("no named port of Service {ns}/{svc} publishes an SRV name over {proto}"),
+            )
+        };
+        f.ns(ns)
+    }
+
+    fn explain_service(&self, key: &str, ns: &str, name: &str) -> Findings {
         let sk = ObjKey::new(ns, name);
         let Some(svc) = self.services.get(&sk) else {
-            let subdomain = self.hosts.get(ns).is_some_and(|s| s.contains_key(name));
-            if subdomain {
+            if self.has_names_below(key) {
                 return Findings::new(
                     Reason::EmptyNonTerminal,
                     format!(
@@ -508,18 +364,22 @@ impl Writer {
 
     /// `<host>.<sub>.<ns>.svc`: a hostname name, or a headless Service's
     /// dashed name of a member's IP.
-    fn explain_host(&self, ns: &str, sub: &str, host: &str) -> Findings {
+    fn explain_host(&self, ns: &str, sub: &str, label: Label<'_>) -> Findings {
+        let host = label.as_str();
         let pods: Vec<&Pod> = self
             .host_pods(ns, sub, host)
             .map(|id| self.pod(id))
             .collect();
-        let dashed_ip = names::undashed(host);
         let has_published = pods.iter().any(|p| self.host_published(p));
-        if !has_published
-            && let Some(ip) = dashed_ip
-            && let Some(svc) = self.headless(ns, sub)
-        {
-            return self.explain_member(svc, ip);
+        if !has_published && let Some(svc) = self.headless(ns, sub) {
+            if let Some(ip) = label.ip() {
+                return self.explain_member(svc, ip);
+            }
+            if pods.is_empty()
+                && let Some(ip) = label.loose_ip()
+            {
+                return not_canonical(host, ip).ns(ns);
+            }
         }
         if pods.is_empty() {
             return Findings::new(
@@ -646,10 +506,7 @@ impl Writer {
             .filter(|p| p.services.contains(sk.name.as_str()))
             .collect();
         let svc_obj = self.service_object(svc, "headless Service");
-        if let Some(p) = members
-            .iter()
-            .find(|p| self.published(p, svc.publish_not_ready))
-        {
+        if let Some(p) = members.iter().find(|p| self.makes_member_name(p, svc)) {
             return Findings::new(
                 Reason::HeadlessMember,
                 format!(
@@ -721,11 +578,16 @@ impl Writer {
                 }
                 f
             }
-            _ => Findings::new(
+            ServiceKind::ClusterIp(_) => Findings::new(
                 Reason::ServicePort,
                 format!("named port {port}/{proto} of Service {sk}"),
             )
             .with(vec![self.service_object(svc, "answers")]),
+            ServiceKind::ExternalName(_) => Findings::new(
+                Reason::NoSuchName,
+                format!("Service {sk} is an ExternalName: its ports publish no SRV records"),
+            )
+            .with(vec![self.service_object(svc, "has the port")]),
         };
         f.namespace = Some(ns.into());
         f
@@ -733,24 +595,12 @@ impl Writer {
 
     // ---- <...>.pod -----------------------------------------------------
 
-    fn explain_pod_name(&self, labels: &[&str]) -> Findings {
-        let (dashed, ns) = match labels {
-            [] => {
-                return Findings::new(
-                    Reason::EmptyNonTerminal,
-                    "the pod subtree: names below it, no records of its own",
-                );
+    fn explain_pod_name(&self, ns: &str, label: Label<'_>) -> Findings {
+        let dashed = label.as_str();
+        let Some(ip) = label.ip() else {
+            if let Some(ip) = label.loose_ip() {
+                return not_canonical(dashed, ip).ns(ns);
             }
-            [ns] => return self.explain_namespace(ns, "pod"),
-            [dashed, ns] => (*dashed, *ns),
-            _ => {
-                return Findings::new(
-                    Reason::NoSuchName,
-                    "pod names are <a-b-c-d>.<namespace>.pod",
-                );
-            }
-        };
-        let Some(ip) = names::undashed(dashed) else {
             return Findings::new(
                 Reason::NoSuchName,
                 format!("{dashed} is not a dashed IP address (a-b-c-d)"),
@@ -759,10 +609,7 @@ impl Writer {
         };
         let mut holders: Vec<&Pod> = self.ip_holders(ip).filter(|p| **p.ns() == *ns).collect();
         holders.sort_by(|a, b| a.duplicate_order(b));
-        if let Some(p) = holders
-            .iter()
-            .find(|p| !p.host_network() && self.published_anywhere(p))
-        {
+        if let Some(p) = holders.iter().find(|p| self.makes_pod_name(p, ns)) {
             return Findings::new(
                 Reason::PodIp,
                 format!(
@@ -799,28 +646,56 @@ impl Writer {
 
     // ---- reverse -------------------------------------------------------
 
-    fn explain_reverse(&self, key: &str) -> Findings {
-        let Some(ip) = names::parse_reverse(key) else {
-            return match self.table.lookup(key) {
-                Lookup::Missing => Findings::new(
-                    Reason::NoSuchName,
-                    "not a complete reverse name, and no known IP lies below it",
-                ),
-                _ => Findings::new(
+    fn explain_reverse(&self, key: &str, ip: Option<IpAddr>) -> Findings {
+        let Some(ip) = ip else {
+            return if self.has_names_below(key) {
+                Findings::new(
                     Reason::EmptyNonTerminal,
                     "a partial reverse name: known IPs lie below it",
-                ),
+                )
+            } else {
+                Findings::new(
+                    Reason::NoSuchName,
+                    "not a complete reverse name (in the canonical spelling), and no known IP lies below it",
+                )
             };
         };
-        if let Some(sk) = self.ip_services.get(&ip).and_then(|s| s.iter().next())
-            && let Some(svc) = self.services.get(sk)
-        {
+        if let Some(choice) = self.ptr_choice(ip) {
+            let pod = match choice.owner {
+                PtrOwner::Service(sk) => {
+                    let objects = self
+                        .services
+                        .get(sk)
+                        .map(|svc| vec![self.service_object(svc, "answers")])
+                        .unwrap_or_default();
+                    return Findings::new(
+                        Reason::PtrService,
+                        format!("{ip} is the ClusterIP of Service {sk}"),
+                    )
+                    .ns(&sk.namespace)
+                    .with(objects);
+                }
+                PtrOwner::Pod(pod) => pod,
+            };
+            let rule = match choice.target {
+                Target::Name(_) => "its hostname name, the most specific",
+                Target::Pod(_) => {
+                    "its pod name (no hostname name or headless Service publishes it)"
+                }
+                Target::Member(..) => {
+                    "its dashed name under the headless Service that publishes it"
+                }
+            };
             return Findings::new(
-                Reason::PtrService,
-                format!("{ip} is the ClusterIP of Service {sk}"),
+                Reason::PtrPod,
+                format!(
+                    "{ip} belongs to pod {}/{}: the PTR points at {rule}",
+                    pod.ns(),
+                    pod.name()
+                ),
             )
-            .ns(&sk.namespace)
-            .with(vec![self.service_object(svc, "answers")]);
+            .ns(pod.ns())
+            .with(vec![self.pod_object(pod, "answers", None)]);
         }
         let mut holders: Vec<&Pod> = self.ip_holders(ip).collect();
         holders.sort_by(|a, b| a.duplicate_order(b));
@@ -830,37 +705,6 @@ impl Writer {
                 format!("no pod or Service has IP {ip}"),
             );
         };
-        if let Some(target) = self.ptr_target(ip) {
-            let candidates: Vec<&Pod> = holders
-                .iter()
-                .copied()
-                .filter(|p| !p.host_network() && self.published_anywhere(p))
-                .collect();
-            let pod = self.choose_one(candidates);
-            // A Service's address was answered above: a name is the pod's
-            // hostname name.
-            let rule = match target {
-                Target::Name(_) => "its hostname name, the most specific",
-                Target::Pod(_) => {
-                    "its pod name (no hostname name or headless Service publishes it)"
-                }
-                Target::Member(..) => {
-                    "its dashed name under the headless Service that publishes it"
-                }
-            };
-            let objects: Vec<Object> = pod
-                .map(|p| vec![self.pod_object(p, "answers", None)])
-                .unwrap_or_default();
-            let owner = pod
-                .map(|p| format!("pod {}/{}", p.ns(), p.name()))
-                .unwrap_or_default();
-            return Findings::new(
-                Reason::PtrPod,
-                format!("{ip} belongs to {owner}: the PTR points at {rule}"),
-            )
-            .ns(first.ns())
-            .with(objects);
-        }
         let why = if first.host_network() {
             Reason::PodHostNetwork
         } else {
@@ -888,93 +732,100 @@ impl Writer {
 
     // ---- <...>.rank ----------------------------------------------------
 
-    fn explain_rank(&self, labels: &[&str]) -> Findings {
-        if !self.policy.rank_view {
-            return Findings::new(Reason::NoSuchName, "the rank view is off (--no-rank-view)");
-        }
-        match labels {
-            [] => Findings::new(
-                Reason::EmptyNonTerminal,
-                "the rank subtree: names below it, no records of its own",
-            ),
-            [ns] => self.explain_namespace(ns, "rank"),
-            [job, ns] => {
-                for set in [false, true] {
-                    let g = group(set, *ns, *job);
-                    if let Some((_, rrs)) = self.build_summary(&g).into_iter().next() {
-                        let kind = if set { "JobSet" } else { "Job" };
-                        return Findings::new(
-                            Reason::RankSummary,
-                            format!(
-                                "{kind} {ns}/{job}: {}",
-                                rrs.txt.as_deref().unwrap_or_default()
-                            ),
+    /// `<first>.<rest>.rank`: a rank or the leader of the gang `rest`, else
+    /// the summary of the gang `whole` (the table's order: a name kept
+    /// by number is looked for first).
+    fn explain_rank(&self, first: Label<'_>, rest: &str, whole: &str) -> Findings {
+        let idx = first.as_str();
+        let leader = idx == "leader";
+        let index = first.number();
+        if let Some((job, ns)) = rest.rsplit_once('.')
+            && (leader || index.is_some())
+        {
+            for set in [false, true] {
+                let g = group(set, ns, job);
+                let built = match index {
+                    Some(i) => self.build_rank(&g, i),
+                    None => self.build_leader(&g),
+                };
+                if let Some((_, rrs)) = built.into_iter().next() {
+                    let kind = if set { "JobSet" } else { "Job" };
+                    let ip = rrs
+                        .a
+                        .first()
+                        .map(|a| IpAddr::V4(*a))
+                        .or_else(|| rrs.aaaa.first().map(|a| IpAddr::V6(*a)));
+                    let mut holders: Vec<&Pod> = ip
+                        .into_iter()
+                        .flat_map(|ip| self.ip_holders(ip))
+                        .filter(|p| **p.ns() == *ns && self.published(p, true))
+                        .collect();
+                    holders.sort_by(|a, b| a.duplicate_order(b));
+                    let objects: Vec<Object> = holders
+                        .into_iter()
+                        .take(1)
+                        .map(|p| self.pod_object(p, "answers", None))
+                        .collect();
+                    let (reason, what) = if leader {
+                        (
+                            Reason::RankLeader,
+                            "the leader (rank 0, or the JobSet coordinator)".to_string(),
                         )
-                        .ns(ns);
-                    }
-                }
-                Findings::new(
-                    Reason::NoRank,
-                    format!("no Job or JobSet {ns}/{job} with ranks is known"),
-                )
-                .ns(ns)
-            }
-            [idx, job, ns] => {
-                let leader = *idx == "leader";
-                for set in [false, true] {
-                    let g = group(set, *ns, *job);
-                    let built = if leader {
-                        self.build_leader(&g)
-                    } else if let Ok(i) = idx.parse::<u32>() {
-                        self.build_rank(&g, i)
                     } else {
-                        vec![]
+                        (Reason::Rank, format!("rank {idx}"))
                     };
-                    if let Some((_, rrs)) = built.into_iter().next() {
-                        let kind = if set { "JobSet" } else { "Job" };
-                        let ip = rrs
-                            .a
-                            .first()
-                            .map(|a| IpAddr::V4(*a))
-                            .or_else(|| rrs.aaaa.first().map(|a| IpAddr::V6(*a)));
-                        let mut holders: Vec<&Pod> = ip
-                            .into_iter()
-                            .flat_map(|ip| self.ip_holders(ip))
-                            .filter(|p| **p.ns() == **ns && self.published(p, true))
-                            .collect();
-                        holders.sort_by(|a, b| a.duplicate_order(b));
-                        let objects: Vec<Object> = holders
-                            .into_iter()
-                            .take(1)
-                            .map(|p| self.pod_object(p, "answers", None))
-                            .collect();
-                        let (reason, what) = if leader {
-                            (
-                                Reason::RankLeader,
-                                "the leader (rank 0, or the JobSet coordinator)".to_string(),
-                            )
-                        } else {
-                            (Reason::Rank, format!("rank {idx}"))
-                        };
-                        return Findings::new(reason, format!("{what} of {kind} {ns}/{job}"))
-                            .ns(ns)
-                            .with(objects);
-                    }
+                    return Findings::new(reason, format!("{what} of {kind} {ns}/{job}"))
+                        .ns(ns)
+                        .with(objects);
                 }
-                self.explain_missing_rank(ns, job, idx)
             }
-            _ => Findings::new(
+        }
+        if let Some((job, ns)) = whole.rsplit_once('.') {
+            for set in [false, true] {
+                let g = group(set, ns, job);
+                if let Some((_, rrs)) = self.build_summary(&g).into_iter().next() {
+                    let kind = if set { "JobSet" } else { "Job" };
+                    return Findings::new(
+                        Reason::RankSummary,
+                        format!(
+                            "{kind} {ns}/{job}: {}",
+                            rrs.txt.as_deref().unwrap_or_default()
+                        ),
+                    )
+                    .ns(ns);
+                }
+            }
+        }
+        let Some((job, ns)) = rest.rsplit_once('.') else {
+            let (job, ns) = (idx, rest);
+            return Findings::new(
+                Reason::NoRank,
+                format!("no Job or JobSet {ns}/{job} with ranks is known"),
+            )
+            .ns(ns);
+        };
+        if leader {
+            return self.explain_missing_rank(ns, job, "leader", 0);
+        }
+        match (index, idx.parse::<u32>()) {
+            (Some(i), _) => self.explain_missing_rank(ns, job, idx, i),
+            (None, Ok(i)) => Findings::new(
+                Reason::NoSuchName,
+                format!("{idx} is not the canonical spelling of rank {i}: DNS answers only {i}.{job}.{ns}.rank"),
+            )
+            .ns(ns),
+            (None, Err(_)) => Findings::new(
                 Reason::NoSuchName,
                 "rank names are <index>.<job>.<namespace>.rank or leader.<job>.<namespace>.rank",
-            ),
+            )
+            .ns(ns),
         }
     }
 
     /// A rank without a published pod: the pods of the Job that carry that
     /// completion index, in any state (a scan of the namespace: this is a
     /// debugging endpoint, not the query path).
-    fn explain_missing_rank(&self, ns: &str, job: &str, idx: &str) -> Findings {
-        let index = if idx == "leader" { "0" } else { idx };
+    fn explain_missing_rank(&self, ns: &str, job: &str, idx: &str, index: u32) -> Findings {
         let mut pods: Vec<&Pod> = self
             .ns_pods
             .get(ns)
@@ -985,6 +836,7 @@ impl Writer {
                 p.label(JOB_NAME).or_else(|| p.label(LEGACY_JOB_NAME)) == Some(job)
                     && p.label(COMPLETION_INDEX)
                         .or_else(|| p.annotation(COMPLETION_INDEX))
+                        .and_then(|v| v.parse::<u32>().ok())
                         == Some(index)
             })
             .collect();
@@ -1014,33 +866,37 @@ impl Writer {
     }
 }
 
-/// Which step of the duplicate rule put `winner` before `other`, as a code
-/// and a few words.
+/// Which step of the duplicate rule put `winner` before `other`
+/// ([`Pod::duplicate_step`]), as a code and a few words.
 fn chosen_by(winner: &Pod, other: &Pod) -> (&'static str, String) {
-    if winner.ready() != other.ready() {
-        ("ready", format!("it is Ready and {} is not", other.name()))
-    } else if (winner.phase == Phase::Running) != (other.phase == Phase::Running) {
-        (
-            "running",
-            format!("it is Running and {} is {:?}", other.name(), other.phase),
-        )
-    } else if winner.created != other.created {
-        (
-            "older",
-            format!(
-                "both are {}, and it is older (created {} s earlier)",
-                if winner.ready() { "Ready" } else { "not Ready" },
-                other.created.abs_diff(winner.created)
-            ),
-        )
-    } else {
-        (
-            "name",
-            "they are alike in readiness, phase and age, and its name sorts first".to_string(),
-        )
-    }
+    let (_, step) = winner.duplicate_step(other);
+    let why = match step {
+        DuplicateStep::Ready => format!("it is Ready and {} is not", other.name()),
+        DuplicateStep::Running => {
+            format!("it is Running and {} is {:?}", other.name(), other.phase)
+        }
+        DuplicateStep::Older => format!(
+            "both are {}, and it is older (created {} s earlier)",
+            if winner.ready() { "Ready" } else { "not Ready" },
+            other.created.abs_diff(winner.created)
+        ),
+        DuplicateStep::Name | DuplicateStep::Namespace => {
+            "they are alike in readiness, phase and age, and its name sorts first".to_string()
+        }
+    };
+    (step.code(), why)
+}
+
+/// A label that spells an address, but not as DNS names carry it.
+fn not_canonical(label: &str, ip: IpAddr) -> Findings {
+    Findings::new(
+        Reason::NoSuchName,
+        format!(
+            "{label} spells {ip}, but not canonically: DNS answers only {}",
+            names::dashed(ip)
+        ),
+    )
 }
 
 #[cfg(test)]
-#[path = "explain_tests.rs"]
 mod tests;
