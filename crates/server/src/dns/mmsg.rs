@@ -187,20 +187,21 @@ impl Datagrams for Batch {
 
 /// The `SO_RXQ_OVFL` count in a received message's ancillary data.
 fn drop_count(h: &libc::msghdr) -> Option<u32> {
-    if h.msg_control.is_null() || (h.msg_controllen as usize) < size_of::<libc::cmsghdr>() {
+    if h.msg_control.is_null() {
         return None;
     }
     // SAFETY: msg_control points at a control buffer of ours (Batch::recv)
     // in which the kernel wrote msg_controllen bytes of cmsghdr-aligned
-    // messages; CMSG_FIRSTHDR/CMSG_NXTHDR stay within msg_controllen, and
-    // CMSG_DATA of a message whose length covers a u32 points at that u32
-    // (read unaligned to make no claim about its alignment).
+    // messages; CMSG_FIRSTHDR/CMSG_NXTHDR stay within msg_controllen (null
+    // when no whole header is left), and CMSG_DATA of a message whose
+    // length covers a u32 points at that u32 (read unaligned to make no
+    // claim about its alignment).
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(h);
         while !c.is_null() {
             if (*c).cmsg_level == libc::SOL_SOCKET
                 && (*c).cmsg_type == libc::SO_RXQ_OVFL
-                && (*c).cmsg_len as usize >= libc::CMSG_LEN(size_of::<u32>() as u32) as usize
+                && (*c).cmsg_len >= libc::CMSG_LEN(size_of::<u32>() as u32) as _
             {
                 return Some(libc::CMSG_DATA(c).cast::<u32>().read_unaligned());
             }
