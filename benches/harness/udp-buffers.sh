@@ -48,22 +48,8 @@ log() { echo "[$(date +%T)] $*" >&2; }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg | tr ' ' '/'; }
 
 # --- tools ---------------------------------------------------------------
-need=()
-for t in dnsperf:dnsperf nsd:nsd knotd:knot curl:curl cc:gcc taskset:util-linux python3:python3; do
-  command -v "${t%%:*}" >/dev/null 2>&1 || [[ -x /usr/sbin/${t%%:*} ]] || need+=("${t#*:}")
-done
-if ((${#need[@]})); then
-  log "installing ${need[*]}"
-  own_policy=0
-  if [[ ! -e /usr/sbin/policy-rc.d ]]; then # keep nsd/knot from auto-starting on :53
-    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-    chmod +x /usr/sbin/policy-rc.d
-    own_policy=1
-  fi
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  ((own_policy)) && rm -f /usr/sbin/policy-rc.d
-fi
+. benches/harness/servers.sh # need_tools, cpu_ticks, descendants, start_nsd, start_knot
+need_tools dnsperf:dnsperf nsd:nsd knotd:knot curl:curl cc:gcc taskset:util-linux python3:python3
 export PATH=$PATH:/usr/sbin
 
 commit=$(git rev-parse --short HEAD)
@@ -92,20 +78,6 @@ if [[ -z ${BEFORE_BIN:-} ]]; then
   BEFORE_BIN=target/bench-before/release/podns
 fi
 
-# utime+stime (clock ticks) of a process and its descendants.
-descendants() {
-  echo "$1"
-  local c
-  for c in $(pgrep -P "$1"); do descendants "$c"; done
-}
-cpu_ticks() {
-  local p t=0 c
-  for p in $(descendants "$1"); do
-    c=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | awk '{print $12 + $13}')
-    t=$((t + ${c:-0}))
-  done
-  echo "$t"
-}
 HZ=$(getconf CLK_TCK)
 # Datagrams the kernel dropped on the UDP sockets bound to a local port
 # (the last column of /proc/net/udp, summed over SO_REUSEPORT sockets).
@@ -198,61 +170,8 @@ start_podns "$BIN" $P_PODNS $A_PODNS "$work/podns.log"
 podns_pid=$!
 start_podns "$BEFORE_BIN" $P_BEFORE $A_BEFORE "$work/before.log"
 before_pid=$!
-mkdir -p "$work/nsd"
-cat >"$work/nsd/nsd.conf" <<NSD
-server:
-  ip-address: 127.0.0.1
-  port: $P_NSD
-  do-ip6: no
-  username: ""
-  chroot: ""
-  zonesdir: "$zones"
-  pidfile: "$work/nsd/nsd.pid"
-  database: ""
-  zonelistfile: "$work/nsd/zone.list"
-  xfrdfile: "$work/nsd/xfrd.state"
-  xfrdir: "$work/nsd"
-  logfile: "$work/nsd/nsd.log"
-  server-count: 1
-  tcp-count: 64
-  verbosity: 1
-  reuseport: no
-  rrl-ratelimit: 0
-  rrl-whitelist-ratelimit: 0
-remote-control:
-  control-enable: no
-zone:
-  name: "$ZONE"
-  zonefile: "$ZONE.zone"
-NSD
-taskset -c 0 nsd -d -c "$work/nsd/nsd.conf" >"$work/nsd/out" 2>&1 &
-nsd_pid=$!
-pids+=("$nsd_pid")
-mkdir -p "$work/knot"
-cat >"$work/knot/knot.conf" <<KNOT
-server:
-  listen: 127.0.0.1@$P_KNOT
-  rundir: "$work/knot"
-  udp-workers: 1
-  tcp-workers: 1
-  background-workers: 1
-database:
-  storage: "$work/knot"
-log:
-  - target: stderr
-    any: warning
-template:
-  - id: default
-    storage: "$zones"
-    file: "%s.zone"
-    zonefile-sync: -1
-    journal-content: none
-zone:
-  - domain: $ZONE
-KNOT
-taskset -c 0 knotd -c "$work/knot/knot.conf" >"$work/knot/out" 2>&1 &
-knot_pid=$!
-pids+=("$knot_pid")
+start_nsd $P_NSD "$zones" "$work/nsd"
+start_knot $P_KNOT "$zones" "$work/knot"
 taskset -c 0 "$work/echo" $P_ECHO &
 echo_pid=$!
 pids+=("$echo_pid")

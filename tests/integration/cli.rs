@@ -88,6 +88,33 @@ fn wait_listening(lines: &mut impl Iterator<Item = String>, what: &str) -> std::
     panic!("process ended before logging {what:?}");
 }
 
+/// `podns serve` on loopback port 0 against the kubeconfig `kc`, with
+/// `args` and `envs` added, and its stderr (info, no colour) as lines.
+fn serve_bin(
+    kc: &std::path::Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> (Kill, impl Iterator<Item = String>) {
+    let mut child = Kill(
+        Command::new(BIN)
+            .args([
+                "serve",
+                "--dns-listen=127.0.0.1:0",
+                "--admin-listen=127.0.0.1:0",
+            ])
+            .args(args)
+            .arg(format!("--kubeconfig={}", kc.display()))
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .envs(envs.iter().copied())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
+    (child, BufReader::new(stderr).lines().map_while(Result::ok))
+}
+
 struct Kill(Child);
 impl Drop for Kill {
     fn drop(&mut self) {
@@ -103,23 +130,7 @@ async fn sigterm_drains_then_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kubeconfig");
     std::fs::write(&kc, sim.kubeconfig_yaml()).unwrap();
-    let mut child = Kill(
-        Command::new(BIN)
-            .args([
-                "serve",
-                "--dns-listen=127.0.0.1:0",
-                "--admin-listen=127.0.0.1:0",
-                "--shutdown-grace=2s",
-            ])
-            .arg(format!("--kubeconfig={}", kc.display()))
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let stderr = child.0.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+    let (mut child, mut lines) = serve_bin(&kc, &["--shutdown-grace=2s"], &[]);
     let dns = wait_listening(&mut lines, "listening dns udp ");
     let admin = wait_listening(&mut lines, "listening admin http ");
     std::thread::spawn(move || for _ in lines {});
@@ -187,25 +198,11 @@ async fn udp_buffer_flags_are_granted_logged_and_exported() {
     let kc = dir.path().join("kubeconfig");
     std::fs::write(&kc, sim.kubeconfig_yaml()).unwrap();
     let (recv, send) = (3usize << 20, 512usize << 10);
-    let mut child = Kill(
-        Command::new(BIN)
-            .args([
-                "serve",
-                "--dns-listen=127.0.0.1:0",
-                "--admin-listen=127.0.0.1:0",
-                "--udp-sockets=2",
-                "--udp-recv-buffer=3MiB",
-            ])
-            .arg(format!("--kubeconfig={}", kc.display()))
-            .env("PODNS_UDP_SEND_BUFFER", "512KiB")
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
+    let (child, mut lines) = serve_bin(
+        &kc,
+        &["--udp-sockets=2", "--udp-recv-buffer=3MiB"],
+        &[("PODNS_UDP_SEND_BUFFER", "512KiB")],
     );
-    let stderr = child.0.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
     let line = lines
         .find(|l| l.contains("udp socket buffers"))
         .expect("a line about the buffers");
