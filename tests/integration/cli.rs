@@ -94,7 +94,7 @@ fn serve_bin(
     kc: &std::path::Path,
     args: &[&str],
     envs: &[(&str, &str)],
-) -> (Kill, impl Iterator<Item = String>) {
+) -> (Kill, impl Iterator<Item = String> + use<>) {
     let mut child = Kill(
         Command::new(BIN)
             .args([
