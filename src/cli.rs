@@ -10,6 +10,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand, ValueEnum};
 use ipnet::IpNet;
 use podns_server::dns::Zone;
+use podns_server::dns::buffers::UdpBuffers;
 use podns_server::dns::server::TcpLimits;
 use podns_server::index::{Duplicates, Hostnames, Policy, Publish};
 use podns_server::k8s::watch::StreamingList;
@@ -76,6 +77,31 @@ impl FromStr for Secs {
         n.parse::<u64>()
             .map(|v| Secs(Duration::from_secs(v)))
             .map_err(|_| bad())
+    }
+}
+
+/// A size in bytes: `4194304`, `512KiB`, `4MiB`, `1GiB` (K, M, G mean the
+/// same powers of 1024).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bytes(pub usize);
+
+impl FromStr for Bytes {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("invalid size {s:?} (examples: 4MiB, 512KiB, 4194304, 0)");
+        let t = s.trim();
+        let t = t
+            .strip_suffix("iB")
+            .or_else(|| t.strip_suffix('B'))
+            .unwrap_or(t);
+        let (n, shift) = match t.char_indices().last() {
+            Some((i, 'K' | 'k')) => (&t[..i], 10),
+            Some((i, 'M' | 'm')) => (&t[..i], 20),
+            Some((i, 'G' | 'g')) => (&t[..i], 30),
+            _ => (t, 0),
+        };
+        let n: usize = n.parse().map_err(|_| bad())?;
+        n.checked_mul(1 << shift).map(Bytes).ok_or_else(bad)
     }
 }
 
@@ -174,6 +200,12 @@ pub struct ServeArgs {
     /// UDP sockets bound with SO_REUSEPORT, each with its own receive loop (0: one per core).
     #[arg(long, env = "PODNS_UDP_SOCKETS", default_value_t = 0)]
     pub udp_sockets: usize,
+    /// Receive buffer asked for each UDP socket (0: the system default): queries wait there while a loop is busy, and are dropped when it is full. Past net.core.rmem_max only with CAP_NET_ADMIN; what the kernel granted is logged.
+    #[arg(long, env = "PODNS_UDP_RECV_BUFFER", default_value = "4MiB")]
+    pub udp_recv_buffer: Bytes,
+    /// Send buffer asked for each UDP socket (0: the system default; net.core.wmem_max caps it without CAP_NET_ADMIN).
+    #[arg(long, env = "PODNS_UDP_SEND_BUFFER", default_value = "1MiB")]
+    pub udp_send_buffer: Bytes,
     /// Admin address: /metrics, /healthz, /readyz.
     #[arg(long, env = "PODNS_ADMIN_LISTEN", default_value = "0.0.0.0:9153")]
     pub admin_listen: SocketAddr,
@@ -220,6 +252,10 @@ impl ServeArgs {
             zones: shared.zones.clone(),
             dns_listen: self.dns_listen,
             udp_sockets: self.udp_sockets,
+            udp_buffers: UdpBuffers {
+                recv: self.udp_recv_buffer.0,
+                send: self.udp_send_buffer.0,
+            },
             admin_listen: self.admin_listen,
             ttl: shared.ttl,
             negative_ttl: shared.negative_ttl,

@@ -69,22 +69,8 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
 log() { echo "[$(date +%T)] $*" >&2; }
 
 # --- tools ---------------------------------------------------------------
-need=()
-for t in dnsperf:dnsperf nsd:nsd knotd:knot jq:jq curl:curl bc:bc taskset:util-linux; do
-  command -v "${t%%:*}" >/dev/null 2>&1 || need+=("${t#*:}")
-done
-if ((${#need[@]})); then
-  log "installing ${need[*]}"
-  own_policy=0
-  if [[ ! -e /usr/sbin/policy-rc.d ]]; then # keep nsd/knot from auto-starting on :53
-    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-    chmod +x /usr/sbin/policy-rc.d
-    own_policy=1
-  fi
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  ((own_policy)) && rm -f /usr/sbin/policy-rc.d
-fi
+. benches/harness/servers.sh # need_tools, cpu_ticks, descendants, start_nsd, start_knot
+need_tools dnsperf:dnsperf nsd:nsd knotd:knot jq:jq curl:curl bc:bc taskset:util-linux
 
 if [[ $STAGES != plot && $BIN == target/release/podns ]]; then
   log "building release"
@@ -132,22 +118,6 @@ wait_readyz() { # pid timeout_s
     sleep 0.02
   done
 }
-# utime+stime (clock ticks) of a process and all its descendants.
-cpu_ticks() {
-  local p t=0 c
-  for p in $(descendants "$1"); do
-    # fields after "pid (comm) ": comm may hold spaces ("nsd: server 1")
-    c=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | awk '{print $12 + $13}')
-    c=${c:-0}
-    t=$((t + c))
-  done
-  echo "$t"
-}
-descendants() {
-  echo "$1"
-  local c
-  for c in $(pgrep -P "$1"); do descendants "$c"; done
-}
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 HZ=$(getconf CLK_TCK)
 
@@ -191,61 +161,8 @@ PY
     >"$work/podns.log" 2>&1 &
   podns_pid=$!
   pids+=("$podns_pid")
-  mkdir -p "$work/nsd"
-  cat >"$work/nsd/nsd.conf" <<NSD
-server:
-  ip-address: 127.0.0.1
-  port: $P_NSD
-  do-ip6: no
-  username: ""
-  chroot: ""
-  zonesdir: "$zones"
-  pidfile: "$work/nsd/nsd.pid"
-  database: ""
-  zonelistfile: "$work/nsd/zone.list"
-  xfrdfile: "$work/nsd/xfrd.state"
-  xfrdir: "$work/nsd"
-  logfile: "$work/nsd/nsd.log"
-  server-count: 1
-  tcp-count: 64
-  verbosity: 1
-  reuseport: no
-  rrl-ratelimit: 0
-  rrl-whitelist-ratelimit: 0
-remote-control:
-  control-enable: no
-zone:
-  name: "$ZONE"
-  zonefile: "$ZONE.zone"
-NSD
-  taskset -c 0 nsd -d -c "$work/nsd/nsd.conf" >"$work/nsd/out" 2>&1 &
-  nsd_pid=$!
-  pids+=("$nsd_pid")
-  mkdir -p "$work/knot"
-  cat >"$work/knot/knot.conf" <<KNOT
-server:
-  listen: 127.0.0.1@$P_KNOT
-  rundir: "$work/knot"
-  udp-workers: 1
-  tcp-workers: 1
-  background-workers: 1
-database:
-  storage: "$work/knot"
-log:
-  - target: stderr
-    any: warning
-template:
-  - id: default
-    storage: "$zones"
-    file: "%s.zone"
-    zonefile-sync: -1
-    journal-content: none
-zone:
-  - domain: $ZONE
-KNOT
-  taskset -c 0 knotd -c "$work/knot/knot.conf" >"$work/knot/out" 2>&1 &
-  knot_pid=$!
-  pids+=("$knot_pid")
+  start_nsd $P_NSD "$zones" "$work/nsd"
+  start_knot $P_KNOT "$zones" "$work/knot"
   probe=train-$((DNS_JOBS - 1))-999.train-$((DNS_JOBS - 1)).default.svc.cluster.local
   for p in $P_PODNS $P_NSD $P_KNOT; do
     python3 benches/harness/dnsq.py "$p" "$probe" 300 || { log "server on $p never answered"; tail "$work"/podns.log "$work"/nsd/* "$work"/knot/out >&2; exit 1; }

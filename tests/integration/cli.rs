@@ -20,6 +20,14 @@ fn bad_flags_exit_64_with_one_line() {
         vec!["serve", "--dns-listen", "nowhere"],
         vec!["serve", "--reverse-cidr", "10.0.0.0/99"],
         vec!["serve", "--shutdown-grace", "soon"],
+        vec!["serve", "--udp-recv-buffer", "lots"],
+        vec![
+            "serve",
+            "--udp-send-buffer",
+            "2GiB",
+            "--kubeconfig",
+            "/nonexistent",
+        ],
         vec!["serve", "--no-such-flag"],
         vec![
             "serve",
@@ -80,6 +88,33 @@ fn wait_listening(lines: &mut impl Iterator<Item = String>, what: &str) -> std::
     panic!("process ended before logging {what:?}");
 }
 
+/// `podns serve` on loopback port 0 against the kubeconfig `kc`, with
+/// `args` and `envs` added, and its stderr (info, no colour) as lines.
+fn serve_bin(
+    kc: &std::path::Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> (Kill, impl Iterator<Item = String> + use<>) {
+    let mut child = Kill(
+        Command::new(BIN)
+            .args([
+                "serve",
+                "--dns-listen=127.0.0.1:0",
+                "--admin-listen=127.0.0.1:0",
+            ])
+            .args(args)
+            .arg(format!("--kubeconfig={}", kc.display()))
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .envs(envs.iter().copied())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
+    (child, BufReader::new(stderr).lines().map_while(Result::ok))
+}
+
 struct Kill(Child);
 impl Drop for Kill {
     fn drop(&mut self) {
@@ -95,23 +130,7 @@ async fn sigterm_drains_then_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kubeconfig");
     std::fs::write(&kc, sim.kubeconfig_yaml()).unwrap();
-    let mut child = Kill(
-        Command::new(BIN)
-            .args([
-                "serve",
-                "--dns-listen=127.0.0.1:0",
-                "--admin-listen=127.0.0.1:0",
-                "--shutdown-grace=2s",
-            ])
-            .arg(format!("--kubeconfig={}", kc.display()))
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let stderr = child.0.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+    let (mut child, mut lines) = serve_bin(&kc, &["--shutdown-grace=2s"], &[]);
     let dns = wait_listening(&mut lines, "listening dns udp ");
     let admin = wait_listening(&mut lines, "listening admin http ");
     std::thread::spawn(move || for _ in lines {});
@@ -159,6 +178,64 @@ async fn sigterm_drains_then_exits_zero() {
     )
     .await;
     assert!(status.success(), "{status:?}");
+    shutdown.cancel();
+}
+
+/// `--udp-recv-buffer` and `--udp-send-buffer` reach the sockets: the
+/// start-up line says what the kernel granted (all of it with
+/// CAP_NET_ADMIN, else up to net.core.rmem_max, and then why), and
+/// /metrics exports the same sizes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_buffer_flags_are_granted_logged_and_exported() {
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let sim = start_sim(&[], &shutdown).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(&kc, sim.kubeconfig_yaml()).unwrap();
+    let (recv, send) = (3usize << 20, 512usize << 10);
+    let (child, mut lines) = serve_bin(
+        &kc,
+        &["--udp-sockets=2", "--udp-recv-buffer=3MiB"],
+        &[("PODNS_UDP_SEND_BUFFER", "512KiB")],
+    );
+    let line = lines
+        .find(|l| l.contains("udp socket buffers"))
+        .expect("a line about the buffers");
+    let admin = wait_listening(&mut lines, "listening admin http ");
+    std::thread::spawn(move || for _ in lines {});
+    let forced = line.contains("SO_RCVBUFFORCE");
+    let cap = |name: &str| -> usize {
+        std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (want_recv, want_send) = if forced {
+        (recv, send)
+    } else {
+        (recv.min(cap("rmem_max")), send.min(cap("wmem_max")))
+    };
+    assert!(
+        line.contains(&format!(
+            "receive {want_recv} bytes granted of {recv} asked, send {want_send} of {send}"
+        )),
+        "{line}"
+    );
+    assert_eq!(
+        line.contains("capped by net.core.rmem_max"),
+        want_recv < recv,
+        "{line}"
+    );
+    let metrics = admin_get(admin, "/metrics").await.1;
+    for want in [
+        format!("\npodns_udp_receive_buffer_bytes {want_recv}\n"),
+        format!("\npodns_udp_send_buffer_bytes {want_send}\n"),
+        "\npodns_udp_receive_dropped_total 0\n".to_string(),
+    ] {
+        assert!(metrics.contains(&want), "{want:?} in {metrics}");
+    }
+    drop(child);
     shutdown.cancel();
 }
 

@@ -28,13 +28,16 @@ use crate::support::{
 
 /// Every metric family podns exports (without the `_total`, `_bucket`,
 /// `_sum` and `_count` suffixes the exposition adds).
-const EXPORTED: [&str; 17] = [
+const EXPORTED: [&str; 20] = [
     m::DNS_REQUESTS,
     m::DNS_RESPONSES,
     m::DNS_REQUEST_DURATION,
     m::DNS_TRUNCATED,
     m::DNS_TCP_REFUSED,
     m::DNS_RATE_LIMITED,
+    m::UDP_RECEIVE_DROPPED,
+    m::UDP_RECEIVE_BUFFER,
+    m::UDP_SEND_BUFFER,
     m::INDEX_PODS,
     m::INDEX_SERVICES,
     m::INDEX_NAMES,
@@ -259,6 +262,8 @@ fn dashboard_is_templated_and_uses_exported_metrics() {
         "podns_rank_gang_complete_seconds_bucket",
         "podns_watch_synced",
         "podns_dns_tcp_connections_refused_total",
+        "podns_udp_receive_dropped_total",
+        "podns_udp_receive_buffer_bytes",
     ] {
         assert!(all.contains(needle), "no panel queries {needle}");
     }

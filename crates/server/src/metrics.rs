@@ -28,6 +28,16 @@ pub const DNS_TRUNCATED: &str = "podns_dns_truncated";
 pub const DNS_TCP_REFUSED: &str = "podns_dns_tcp_connections_refused";
 /// UDP responses withheld by `--rrl`, by action (`drop`, or `slip`: sent as TC=1).
 pub const DNS_RATE_LIMITED: &str = "podns_dns_rate_limited";
+/// UDP datagrams the kernel dropped on podns's sockets (a receive buffer
+/// full: queries lost before podns saw them), from each socket's own count
+/// (`SO_RXQ_OVFL`, Linux). The sockets' sizes are the next two.
+pub const UDP_RECEIVE_DROPPED: &str = "podns_udp_receive_dropped";
+/// Receive buffer the kernel granted each UDP socket, in bytes (the least
+/// of the sockets; `--udp-recv-buffer` asks, `net.core.rmem_max` caps
+/// without CAP_NET_ADMIN).
+pub const UDP_RECEIVE_BUFFER: &str = "podns_udp_receive_buffer_bytes";
+/// Send buffer the kernel granted each UDP socket, in bytes (`--udp-send-buffer`).
+pub const UDP_SEND_BUFFER: &str = "podns_udp_send_buffer_bytes";
 /// Pods, Services and DNS names in the index.
 pub const INDEX_PODS: &str = "podns_index_pods";
 /// 1 when `/readyz` answers 200 (synced and not draining), else 0; set at scrape time.
@@ -108,6 +118,9 @@ pub struct Metrics {
     pub truncated: Counter,
     pub tcp_refused: Counter,
     pub rate_limited: Family<ActionLabels, Counter>,
+    pub udp_receive_dropped: Counter,
+    pub udp_receive_buffer: Gauge<i64, AtomicI64>,
+    pub udp_send_buffer: Gauge<i64, AtomicI64>,
     pub index_pods: Gauge<i64, AtomicI64>,
     pub ready: Gauge<i64, AtomicI64>,
     pub index_services: Gauge<i64, AtomicI64>,
@@ -136,6 +149,9 @@ impl Metrics {
         let truncated = Counter::default();
         let tcp_refused = Counter::default();
         let rate_limited = Family::<ActionLabels, Counter>::default();
+        let udp_receive_dropped = Counter::default();
+        let udp_receive_buffer = Gauge::<i64, AtomicI64>::default();
+        let udp_send_buffer = Gauge::<i64, AtomicI64>::default();
         let index_pods = Gauge::<i64, AtomicI64>::default();
         let ready = Gauge::<i64, AtomicI64>::default();
         let index_services = Gauge::<i64, AtomicI64>::default();
@@ -199,6 +215,21 @@ impl Metrics {
             "UDP responses withheld by response rate limiting",
             rate_limited.clone(),
         );
+        registry.register(
+            UDP_RECEIVE_DROPPED,
+            "UDP datagrams the kernel dropped on podns's sockets (receive buffer full)",
+            udp_receive_dropped.clone(),
+        );
+        registry.register(
+            UDP_RECEIVE_BUFFER,
+            "Receive buffer granted each UDP socket, bytes",
+            udp_receive_buffer.clone(),
+        );
+        registry.register(
+            UDP_SEND_BUFFER,
+            "Send buffer granted each UDP socket, bytes",
+            udp_send_buffer.clone(),
+        );
         registry.register(INDEX_PODS, "Pods in the index", index_pods.clone());
         registry.register(
             READY,
@@ -251,6 +282,9 @@ impl Metrics {
             truncated,
             tcp_refused,
             rate_limited,
+            udp_receive_dropped,
+            udp_receive_buffer,
+            udp_send_buffer,
             index_pods,
             ready,
             index_services,

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::{self, Health};
 use crate::dns::Zone;
 use crate::dns::answer::{AnswerConfig, Answerer};
+use crate::dns::buffers::{self, Granted, UdpBuffers};
 use crate::dns::rrl::Rrl;
 use crate::dns::server;
 use crate::dns::server::TcpLimits;
@@ -34,6 +35,8 @@ pub struct ServeConfig {
     pub dns_listen: SocketAddr,
     /// UDP sockets bound with SO_REUSEPORT, each with its own loop (0: one per core).
     pub udp_sockets: usize,
+    /// Receive and send buffer sizes asked for each UDP socket.
+    pub udp_buffers: UdpBuffers,
     /// Admin address: /metrics, /healthz, /readyz.
     pub admin_listen: SocketAddr,
     /// TTL of positive answers, in seconds.
@@ -75,6 +78,7 @@ impl Default for ServeConfig {
             zones: vec![Zone::cluster_local()],
             dns_listen: loopback,
             udp_sockets: 0,
+            udp_buffers: UdpBuffers::default(),
             admin_listen: loopback,
             ttl: crate::dns::DEFAULT_TTL,
             negative_ttl: crate::dns::DEFAULT_NEGATIVE_TTL,
@@ -106,6 +110,8 @@ pub use crate::config::ConfigError;
 /// Sockets bound before anything starts, so a harness can use port 0.
 pub struct Listeners {
     pub udp: Vec<UdpSocket>,
+    /// The UDP socket buffers the kernel granted (the least of the sockets).
+    pub udp_buffers: Granted,
     pub tcp: TcpListener,
     pub admin: TcpListener,
 }
@@ -113,6 +119,17 @@ pub struct Listeners {
 impl Listeners {
     /// Bind DNS (UDP ×n and TCP on one port) and admin; log each address.
     pub fn bind(dns: SocketAddr, udp_sockets: usize, admin: SocketAddr) -> anyhow::Result<Self> {
+        Self::bind_with(dns, udp_sockets, UdpBuffers::default(), admin)
+    }
+
+    /// [`Self::bind`] with the UDP socket buffers asked in `bufs`; logs
+    /// what the kernel granted (a warning when it gave less).
+    pub fn bind_with(
+        dns: SocketAddr,
+        udp_sockets: usize,
+        bufs: UdpBuffers,
+        admin: SocketAddr,
+    ) -> anyhow::Result<Self> {
         let n = if udp_sockets == 0 {
             std::thread::available_parallelism()
                 .map(|n| n.get())
@@ -124,13 +141,13 @@ impl Listeners {
         // taken on TCP, so try a few picks before giving up.
         let tries = if dns.port() == 0 { 20 } else { 1 };
         let mut attempt = 0;
-        let (udp, tcp) = loop {
+        let (udp, granted, tcp) = loop {
             attempt += 1;
-            let udp = server::bind_udp(dns, n)
+            let (udp, granted) = server::bind_udp_with(dns, n, bufs)
                 .with_context(|| format!("failed to bind dns udp {dns}"))?;
             let bound = udp[0].local_addr()?;
             match server::bind_tcp(bound) {
-                Ok(tcp) => break (udp, tcp),
+                Ok(tcp) => break (udp, granted, tcp),
                 Err(e) if attempt < tries && e.kind() == std::io::ErrorKind::AddrInUse => continue,
                 Err(e) => return Err(e).with_context(|| format!("failed to bind dns tcp {bound}")),
             }
@@ -143,9 +160,18 @@ impl Listeners {
             })
             .with_context(|| format!("failed to bind admin {admin}"))?;
         tracing::info!("listening dns udp {dns} ({n} sockets)");
+        match buffers::describe(bufs, granted) {
+            (false, line) => tracing::info!("{line}"),
+            (true, line) => tracing::warn!("{line}"),
+        }
         tracing::info!("listening dns tcp {}", tcp.local_addr()?);
         tracing::info!("listening admin http {}", admin.local_addr()?);
-        Ok(Self { udp, tcp, admin })
+        Ok(Self {
+            udp,
+            udp_buffers: granted,
+            tcp,
+            admin,
+        })
     }
 
     pub fn dns_addr(&self) -> SocketAddr {
@@ -203,6 +229,16 @@ pub fn validate(args: &ServeConfig) -> Result<(), ConfigError> {
             "--rrl must be at least 1 response a second".into(),
         ));
     }
+    for (flag, size) in [
+        ("--udp-recv-buffer", args.udp_buffers.recv),
+        ("--udp-send-buffer", args.udp_buffers.send),
+    ] {
+        if size > buffers::MAX {
+            return Err(ConfigError(format!(
+                "{flag} {size} is larger than the most a socket can have, 1GiB"
+            )));
+        }
+    }
     if args.tcp.idle_timeout.is_zero() {
         return Err(ConfigError("--tcp-idle-timeout must be more than 0".into()));
     }
@@ -234,6 +270,13 @@ pub fn start(
     shutdown: CancellationToken,
 ) -> Running {
     let metrics = Metrics::new();
+    let as_gauge = |bytes: usize| i64::try_from(bytes).unwrap_or(i64::MAX);
+    metrics
+        .udp_receive_buffer
+        .set(as_gauge(listeners.udp_buffers.recv));
+    metrics
+        .udp_send_buffer
+        .set(as_gauge(listeners.udp_buffers.send));
     let table = Table::new();
     let health = Health::new(table.clone());
     let dns_addr = listeners.dns_addr();
@@ -353,8 +396,13 @@ impl Running {
 
 pub async fn run(args: ServeConfig) -> anyhow::Result<()> {
     validate(&args)?;
-    let listeners = Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen)
-        .map_err(|e| ConfigError(format!("{e:#}")))?;
+    let listeners = Listeners::bind_with(
+        args.dns_listen,
+        args.udp_sockets,
+        args.udp_buffers,
+        args.admin_listen,
+    )
+    .map_err(|e| ConfigError(format!("{e:#}")))?;
     let client =
         crate::config::kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
     let shutdown = CancellationToken::new();

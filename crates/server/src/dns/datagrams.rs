@@ -19,6 +19,13 @@ pub trait Datagrams {
     /// Send each `(bytes, to)`; a datagram the kernel refuses is skipped,
     /// as a failed `send_to` would be. Returns how many went out.
     fn send(&mut self, socket: &UdpSocket, msgs: &[(&[u8], SocketAddr)]) -> usize;
+    /// The socket's running count of datagrams the kernel dropped (its
+    /// receive queue was full), as the last receive reported it; `None`
+    /// until a receive has reported one, or where the OS does not (only
+    /// Linux's batch does, from `SO_RXQ_OVFL`). Wraps at 2^32.
+    fn dropped(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// Receive buffer per datagram; a longer query is cut, fails to parse and

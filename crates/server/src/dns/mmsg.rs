@@ -4,9 +4,15 @@
 //! thirds of podns's CPU was one `recvfrom` and one `sendto` per query);
 //! NSD and Knot batch the same way.
 //!
+//! Each received datagram also carries the socket's count of datagrams the
+//! kernel dropped (`SO_RXQ_OVFL`, see [`enable_drop_count`]) in its
+//! ancillary data, so the drops are counted without a system call of
+//! their own.
+//!
 //! This module is the one place in podns with `unsafe` code (the crate is
-//! `deny(unsafe_code)`, allowed here only): two system calls and the
-//! reading of the socket addresses the kernel fills in. `nix` wraps both
+//! `deny(unsafe_code)`, allowed here only): two system calls, the reading
+//! of the socket addresses and ancillary data the kernel fills in, and
+//! `setsockopt` for the options socket2 lacks. `nix` wraps both
 //! calls, but learning how many datagrams its `sendmmsg` sent means
 //! iterating results that read never-initialised address slots, so the
 //! calls are made here directly, with every pointer's provenance stated.
@@ -25,11 +31,19 @@ use super::datagrams::Datagrams;
 pub const BATCH: usize = 32;
 pub use super::datagrams::MAX_QUERY;
 
-/// Receive buffers and the addresses of the last batch's senders.
+/// Ancillary data room per datagram: one `SO_RXQ_OVFL` message (a u32)
+/// takes `CMSG_SPACE(4)`, 24 bytes on 64-bit Linux; u64s keep it aligned
+/// for a `cmsghdr`.
+const CONTROL_WORDS: usize = 4;
+
+/// Receive buffers, the addresses of the last batch's senders and the
+/// socket's drop count the kernel reported with them.
 pub struct Batch {
     bufs: Vec<u8>,
     lens: [usize; BATCH],
     addrs: [libc::sockaddr_storage; BATCH],
+    control: [[u64; CONTROL_WORDS]; BATCH],
+    dropped: Option<u32>,
 }
 
 impl Default for Batch {
@@ -40,6 +54,8 @@ impl Default for Batch {
             // SAFETY: sockaddr_storage is plain old data; all zeroes is a
             // valid value (family AF_UNSPEC).
             addrs: unsafe { zeroed() },
+            control: [[0; CONTROL_WORDS]; BATCH],
+            dropped: None,
         }
     }
 }
@@ -68,12 +84,15 @@ impl Datagrams for Batch {
             h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             h.msg_hdr.msg_iov = v;
             h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = self.control[i].as_mut_ptr().cast();
+            h.msg_hdr.msg_controllen = size_of::<[u64; CONTROL_WORDS]>() as _;
         }
         // SAFETY: each header points at its own iovec (alive on this stack
         // frame), whose buffer is a distinct MAX_QUERY slice of self.bufs,
-        // and at its own sockaddr_storage in self.addrs with the right
-        // length; nothing else borrows them during the call. The kernel
-        // writes at most iov_len bytes and msg_namelen address bytes.
+        // at its own sockaddr_storage in self.addrs and its own control
+        // buffer in self.control, each with its right length; nothing else
+        // borrows them during the call. The kernel writes at most iov_len
+        // bytes, msg_namelen address bytes and msg_controllen control bytes.
         let n = unsafe {
             libc::recvmmsg(
                 socket.as_raw_fd(),
@@ -90,7 +109,17 @@ impl Datagrams for Batch {
         for (len, h) in self.lens.iter_mut().zip(&hdrs).take(n) {
             *len = (h.msg_len as usize).min(MAX_QUERY);
         }
+        // The count is the socket's running total when each datagram was
+        // queued, so the newest datagram that carries one has the latest.
+        // The kernel attaches it only once the total is above 0.
+        if let Some(d) = hdrs[..n].iter().rev().find_map(|h| drop_count(&h.msg_hdr)) {
+            self.dropped = Some(d);
+        }
         Ok(n)
+    }
+
+    fn dropped(&self) -> Option<u32> {
+        self.dropped
     }
 
     /// The `i`th datagram of the last [`Self::recv`] and its sender
@@ -153,6 +182,78 @@ impl Datagrams for Batch {
             }
         }
         sent
+    }
+}
+
+/// The `SO_RXQ_OVFL` count in a received message's ancillary data.
+fn drop_count(h: &libc::msghdr) -> Option<u32> {
+    if h.msg_control.is_null() {
+        return None;
+    }
+    // SAFETY: msg_control points at a control buffer of ours (Batch::recv)
+    // in which the kernel wrote msg_controllen bytes of cmsghdr-aligned
+    // messages; CMSG_FIRSTHDR/CMSG_NXTHDR stay within msg_controllen (null
+    // when no whole header is left), and CMSG_DATA of a message whose
+    // length covers a u32 points at that u32 (read unaligned to make no
+    // claim about its alignment).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET
+                && (*c).cmsg_type == libc::SO_RXQ_OVFL
+                && (*c).cmsg_len >= libc::CMSG_LEN(size_of::<u32>() as u32) as _
+            {
+                return Some(libc::CMSG_DATA(c).cast::<u32>().read_unaligned());
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    None
+}
+
+/// Ask the kernel to report `socket`'s count of dropped datagrams
+/// (receive queue full, and the like) with every datagram received from
+/// it: `SO_RXQ_OVFL`. A datagram carries the count as it was when the
+/// datagram was queued, so drops before this call are reported too, but
+/// only by datagrams queued after it.
+pub fn enable_drop_count(socket: &impl AsRawFd) -> io::Result<()> {
+    set_int_option(socket, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1)
+}
+
+/// `SO_RCVBUFFORCE` / `SO_SNDBUFFORCE`: a buffer size past
+/// `net.core.rmem_max` / `wmem_max`, for a process with `CAP_NET_ADMIN`
+/// (`EPERM` otherwise). `receive` picks the buffer.
+pub fn force_buffer_size(socket: &impl AsRawFd, receive: bool, bytes: usize) -> io::Result<()> {
+    let name = if receive {
+        libc::SO_RCVBUFFORCE
+    } else {
+        libc::SO_SNDBUFFORCE
+    };
+    let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    set_int_option(socket, libc::SOL_SOCKET, name, bytes)
+}
+
+fn set_int_option(
+    socket: &impl AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: the option value is a c_int on this stack frame, passed with
+    // its size; the kernel only reads it.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&raw const value).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 

@@ -1,12 +1,13 @@
 //! DNS: served zones ([`zone`]), the record rules ([`resolve`]: question
 //! → answer plan), the encoders of a plan ([`answer`] through
 //! hickory-proto, `fast` straight into bytes) and the sockets
-//! ([`server`]).
+//! ([`server`], their buffer sizes in [`buffers`]).
 
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod agreement;
 pub mod answer;
+pub mod buffers;
 mod datagrams;
 mod fast;
 #[cfg(target_os = "linux")]

@@ -21,6 +21,7 @@ use crate::metrics::{
 use prometheus_client::metrics::counter::Counter;
 
 use super::answer::{Answerer, ReplyMeta, Transport};
+use super::buffers::{self, Granted, UdpBuffers};
 use super::datagrams::{self, Datagrams};
 use super::rrl::{self, Rrl, Verdict};
 
@@ -28,10 +29,22 @@ use super::rrl::{self, Rrl, Verdict};
 pub const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Bind `n` UDP sockets to one address with `SO_REUSEPORT`, so the kernel
-/// spreads queries over them. With port 0 the first socket picks the port
-/// and the rest join it.
+/// spreads queries over them, with the default buffer sizes. With port 0
+/// the first socket picks the port and the rest join it.
 pub fn bind_udp(addr: SocketAddr, n: usize) -> std::io::Result<Vec<UdpSocket>> {
+    bind_udp_with(addr, n, UdpBuffers::default()).map(|(socks, _)| socks)
+}
+
+/// [`bind_udp`] with the socket buffers asked in `bufs`; returns what the
+/// kernel granted the stingiest socket. Each socket reports its drops
+/// (`SO_RXQ_OVFL`) from the moment it is bound.
+pub fn bind_udp_with(
+    addr: SocketAddr,
+    n: usize,
+    bufs: UdpBuffers,
+) -> std::io::Result<(Vec<UdpSocket>, Granted)> {
     let mut out = Vec::with_capacity(n.max(1));
+    let mut granted: Option<Granted> = None;
     let mut addr = addr;
     for _ in 0..n.max(1) {
         let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
@@ -40,12 +53,16 @@ pub fn bind_udp(addr: SocketAddr, n: usize) -> std::io::Result<Vec<UdpSocket>> {
             sock.set_only_v6(true)?;
         }
         sock.set_nonblocking(true)?;
+        let g = buffers::apply(&sock, bufs)?;
+        granted = Some(granted.map_or(g, |all| all.min(g)));
+        #[cfg(target_os = "linux")]
+        super::mmsg::enable_drop_count(&sock)?;
         sock.bind(&addr.into())?;
         let std_sock: std::net::UdpSocket = sock.into();
         addr = std_sock.local_addr()?;
         out.push(UdpSocket::from_std(std_sock)?);
     }
-    Ok(out)
+    Ok((out, granted.expect("at least one socket")))
 }
 
 /// Bind the TCP listener (on the UDP sockets' port when `addr` has port 0).
@@ -73,6 +90,8 @@ struct Counters {
     responses: Vec<(&'static str, Counter)>,
     rate_limited: Vec<(&'static str, Counter)>,
     duration: HistogramShard,
+    /// The socket's drop count at the last report, already counted.
+    dropped: u32,
 }
 
 /// The counter for `key` in a loop's cache, looked up in the family on
@@ -101,6 +120,18 @@ impl Counters {
             responses: Vec::new(),
             rate_limited: Vec::new(),
             duration: metrics.request_duration.shard(),
+            dropped: 0,
+        }
+    }
+
+    /// Count the datagrams the kernel dropped on this loop's socket since
+    /// the last report (`total` is the socket's running count, which the
+    /// kernel reports with the received datagrams: no system call here).
+    fn dropped(&mut self, total: u32) {
+        if total != self.dropped {
+            let new = total.wrapping_sub(self.dropped);
+            self.metrics.udp_receive_dropped.inc_by(u64::from(new));
+            self.dropped = total;
         }
     }
 
@@ -166,8 +197,10 @@ fn rate_limited(
 /// One UDP loop on a thread of its own: a blocking receive of up to 32
 /// queries, each answered in place into a buffer kept between batches,
 /// and one send for all the replies (Linux; elsewhere one datagram per
-/// call). No task, no waker, no epoll round per query. Stops within
-/// [`UDP_POLL`] of `shutdown`.
+/// call). No task, no waker, no epoll round per query. Datagrams the
+/// kernel dropped on the socket (its receive buffer full) are counted in
+/// `podns_udp_receive_dropped_total` from what each batch reports (Linux).
+/// Stops within [`UDP_POLL`] of `shutdown`.
 pub fn run_udp_blocking(
     socket: std::net::UdpSocket,
     answerer: Arc<Answerer>,
@@ -225,6 +258,12 @@ fn run_udp_with(
         tracing::error!(%error, "udp socket setup failed");
         return;
     }
+    // Sockets from bind_udp report drops already; one bound elsewhere
+    // does from here on.
+    #[cfg(target_os = "linux")]
+    if let Err(error) = super::mmsg::enable_drop_count(&socket) {
+        tracing::warn!(%error, "udp drops on this socket will not be counted");
+    }
     let cap = batch.capacity();
     let mut outs: Vec<Vec<u8>> = (0..cap).map(|_| Vec::with_capacity(512)).collect();
     let mut ready: Vec<(usize, SocketAddr)> = Vec::with_capacity(cap);
@@ -247,6 +286,9 @@ fn run_udp_with(
                 continue;
             }
         };
+        if let Some(total) = batch.dropped() {
+            counters.dropped(total);
+        }
         ready.clear();
         for (i, out) in outs.iter_mut().enumerate().take(n) {
             let (query, src) = batch.get(i);
@@ -431,17 +473,31 @@ mod tests {
     type Loop =
         fn(std::net::UdpSocket, Arc<Answerer>, Metrics, Option<Arc<Rrl>>, CancellationToken);
 
-    /// Start a UDP loop on loopback over an index holding one pod; ask it a
-    /// few questions from one client and return the replies' bytes.
-    fn replies(serve: Loop) -> Vec<Vec<u8>> {
+    /// An answerer over an index holding one pod, `w-0.w.ml`.
+    fn one_pod() -> Arc<Answerer> {
         let mut writer = crate::index::testing::synced_writer(Policy::default());
         writer.apply(Update::Pod(Change::Apply(
             pod("ml", "w-0", "10.1.0.7").host("w-0", "w"),
         )));
-        let answerer = Arc::new(Answerer::new(
+        Arc::new(Answerer::new(
             writer.table().clone(),
             AnswerConfig::default(),
+        ))
+    }
+
+    fn a_query(id: u16) -> Vec<u8> {
+        let mut m = Message::new(id, MessageType::Query, OpCode::Query);
+        m.add_query(Query::query(
+            Name::from_ascii("w-0.w.ml.svc.cluster.local.").unwrap(),
+            RecordType::A,
         ));
+        m.to_vec().unwrap()
+    }
+
+    /// Start a UDP loop on loopback over an index holding one pod; ask it a
+    /// few questions from one client and return the replies' bytes.
+    fn replies(serve: Loop) -> Vec<Vec<u8>> {
+        let answerer = one_pod();
         let server = UdpSocket::bind("127.0.0.1:0").unwrap();
         let addr = server.local_addr().unwrap();
         let stop = CancellationToken::new();
@@ -493,5 +549,95 @@ mod tests {
         );
         assert_eq!(Message::from_vec(&portable[0]).unwrap().answers.len(), 1);
         assert_eq!(portable, replies(run_udp_blocking));
+    }
+
+    /// A socket bound as `podns serve` binds it, with a receive buffer of a
+    /// few datagrams, is flooded from loopback before its loop runs (the
+    /// loop "paused"). Once the loop drains it, the next query brings the
+    /// socket's drop count, and every datagram sent is either answered or
+    /// counted as dropped.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn drops_on_a_socket_flooded_while_its_loop_is_paused_are_counted() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        let _rt = rt.enter();
+        let small = UdpBuffers {
+            recv: 4096,
+            send: 0,
+        };
+        let (socks, granted) = bind_udp_with("127.0.0.1:0".parse().unwrap(), 1, small).unwrap();
+        assert_eq!(granted.recv, 4096);
+        let server = socks.into_iter().next().unwrap().into_std().unwrap();
+        let addr = server.local_addr().unwrap();
+
+        const FLOOD: u16 = 2000;
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for id in 0..FLOOD {
+            client.send_to(&a_query(id), addr).unwrap();
+        }
+
+        let metrics = Metrics::new();
+        let answered = metrics.requests.get_or_create(&RequestLabels {
+            qtype: "A",
+            proto: "udp",
+        });
+        let dropped = metrics.udp_receive_dropped.clone();
+        assert_eq!(dropped.get(), 0, "nothing read yet, nothing counted");
+        let stop = CancellationToken::new();
+        let thread = {
+            let (m, stop) = (metrics.clone(), stop.clone());
+            std::thread::spawn(move || run_udp_blocking(server, one_pod(), m, None, stop))
+        };
+        // The loop reads what the buffer held...
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while answered.get() == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // ...then one query at a time until the count arrives with one of
+        // them (bounded: 50 probes, 1 s each at most).
+        client
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut probes = 0u64;
+        let mut buf = [0u8; 1500];
+        while dropped.get() == 0 && probes < 50 && Instant::now() < deadline {
+            client.send_to(&a_query(FLOOD + 1), addr).unwrap();
+            probes += 1;
+            // Replies to the flood's survivors come first; wait for this one.
+            let until = Instant::now() + Duration::from_secs(1);
+            while Instant::now() < until {
+                match client.recv(&mut buf) {
+                    Ok(n) if n >= 2 && buf[..2] == (FLOOD + 1).to_be_bytes() => break,
+                    _ => {}
+                }
+            }
+        }
+        let sent = u64::from(FLOOD) + probes;
+        // Every datagram was answered or dropped, and the drops are counted.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while answered.get() + dropped.get() < sent && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        stop.cancel();
+        thread.join().unwrap();
+        assert!(dropped.get() > 0, "no drops counted after {probes} probes");
+        assert_eq!(
+            answered.get() + dropped.get(),
+            sent,
+            "answered {} + dropped {} of {sent} sent",
+            answered.get(),
+            dropped.get()
+        );
+        assert!(
+            metrics.encode().contains(&format!(
+                "podns_udp_receive_dropped_total {}",
+                dropped.get()
+            )),
+            "exported"
+        );
     }
 }
