@@ -562,6 +562,19 @@ async fn tcp(server: SocketAddr, bytes: &[u8], id: u16, name: &Name) -> Result<M
 mod tests {
     use super::*;
 
+    /// Wait for `j` in `ns` of cluster.local, asking only `addr`.
+    fn config(addr: SocketAddr, timeout: Duration) -> WaitConfig {
+        WaitConfig {
+            job: "j".into(),
+            namespace: "ns".into(),
+            ready: false,
+            timeout,
+            servers: vec![addr],
+            zone: Name::from_ascii("cluster.local.").unwrap(),
+            query_timeout: Duration::from_secs(5),
+        }
+    }
+
     #[test]
     fn summary_parses_and_ignores_new_keys() {
         let s: Summary = "world=4 published=3 ready=1 generation=2 extra=x"
@@ -660,15 +673,7 @@ mod tests {
                 s.write_all(&out).await.unwrap();
             }
         });
-        let cfg = WaitConfig {
-            job: "j".into(),
-            namespace: "ns".into(),
-            ready: false,
-            timeout: Duration::from_secs(20),
-            servers: vec![addr],
-            zone: Name::from_ascii("cluster.local.").unwrap(),
-            query_timeout: Duration::from_secs(5),
-        };
+        let cfg = config(addr, Duration::from_secs(20));
         let s = run(&cfg, |l| panic!("unexpected notice {l}"))
             .await
             .unwrap();
@@ -698,15 +703,7 @@ mod tests {
                 udp_s.send_to(&r.to_vec().unwrap(), peer).await.unwrap();
             }
         });
-        let cfg = WaitConfig {
-            job: "j".into(),
-            namespace: "ns".into(),
-            ready: false,
-            timeout: Duration::from_secs(600),
-            servers: vec![addr],
-            zone: Name::from_ascii("cluster.local.").unwrap(),
-            query_timeout: Duration::from_secs(5),
-        };
+        let cfg = config(addr, Duration::from_secs(600));
         let e = run(&cfg, |l| panic!("unexpected notice {l}"))
             .await
             .unwrap_err();

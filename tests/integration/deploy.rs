@@ -355,21 +355,18 @@ fn forward_target_renders_and_validates() {
 }
 
 #[test]
-fn helm_chart_forward_target_renders_and_validates() {
-    let Some((text, docs)) = render_chart("forward-target") else {
-        return;
-    };
-    schema_validate("helm-forward-target", &text);
-    check_forward_target(&docs);
-}
-
-#[test]
-fn helm_chart_daemonset_renders_and_validates() {
-    let Some((text, docs)) = render_chart("daemonset") else {
-        return;
-    };
-    schema_validate("helm-daemonset", &text);
-    check_daemonset(&docs);
+fn helm_chart_renders_and_validates_in_both_modes() {
+    for mode in ["forward-target", "daemonset"] {
+        let Some((text, docs)) = render_chart(mode) else {
+            return;
+        };
+        schema_validate(&format!("helm-{mode}"), &text);
+        if mode == "daemonset" {
+            check_daemonset(&docs);
+        } else {
+            check_forward_target(&docs);
+        }
+    }
 }
 
 /// `kubectl apply -k deploy/base` (and each overlay) needs no CRD: the
