@@ -435,3 +435,74 @@ impl ExplainArgs {
         }
     }
 }
+
+/// A clap error in one line that keeps what helps: the missing argument's
+/// name, the possible values, clap's "a similar … exists" tip. clap spreads
+/// these over several lines and then a usage block; the usage and the
+/// `--help` hint are left out (`podns <command> --help` says more).
+pub fn error_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut line = String::new();
+    for part in text.lines().map(str::trim) {
+        if part.starts_with("Usage:") || part.starts_with("For more information") {
+            break;
+        }
+        if part.is_empty() {
+            continue;
+        }
+        let sep = if line.is_empty() {
+            ""
+        } else if part.starts_with("tip:") {
+            "; "
+        } else if line.ends_with(':') || part.starts_with('[') {
+            " "
+        } else {
+            ", "
+        };
+        line.push_str(sep);
+        line.push_str(part);
+    }
+    if line.is_empty() {
+        "error: invalid arguments".into()
+    } else {
+        line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(argv: &[&str]) -> String {
+        error_line(&Cli::try_parse_from(argv).unwrap_err())
+    }
+
+    #[test]
+    fn error_lines_keep_what_helps() {
+        assert_eq!(
+            line(&[
+                "podns",
+                "wait",
+                "llama-pretrain",
+                "--server",
+                "127.0.0.1:1053"
+            ]),
+            "error: the following required arguments were not provided: --namespace <NAMESPACE>"
+        );
+        let publish = line(&["podns", "serve", "--publish", "readyy"]);
+        assert!(
+            publish.starts_with(
+                "error: invalid value 'readyy' for '--publish <PUBLISH>' [possible values: "
+            ) && publish.ends_with("]; tip: a similar value exists: 'ready'"),
+            "{publish}"
+        );
+        assert_eq!(
+            line(&["podns", "serve", "--dns-listn", "x"]),
+            "error: unexpected argument '--dns-listn' found; tip: a similar argument exists: '--dns-listen'"
+        );
+        assert_eq!(
+            line(&["podns", "serv"]),
+            "error: unrecognized subcommand 'serv'; tip: a similar subcommand exists: 'serve'"
+        );
+    }
+}

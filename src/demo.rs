@@ -87,6 +87,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         sim.addr,
         started.elapsed(),
     );
+    // Said only when the demo stays up: with --exit-when-ready it ends here.
+    if !args.exit_when_ready {
+        println!("(Ctrl-C to stop)");
+    }
 
     if !args.exit_when_ready {
         serve::wait_for_signal().await;
@@ -154,8 +158,8 @@ fn print_walkthrough(dns: SocketAddr, admin: SocketAddr, api: SocketAddr, took: 
     println!();
     println!("# one rank of a JobSet (hostname + subdomain):");
     println!("dig {at} llama-pretrain-0.llama-pretrain.ml.svc.cluster.local A +norec");
-    println!("# the whole gang as a headless set (64 ranks; over TCP when large):");
-    println!("dig {at} bert-finetune.ml.svc.cluster.local A +tcp +norec");
+    println!("# the whole gang as a headless set (512 ranks: too many for UDP, so over TCP):");
+    println!("dig {at} llama-pretrain.ml.svc.cluster.local A +tcp +norec");
     println!("# a rank that does not exist: NXDOMAIN with a 1 s negative TTL:");
     println!("dig {at} bert-finetune-64.bert-finetune.ml.svc.cluster.local A +norec");
     println!("# a ClusterIP service's named port:");
@@ -178,5 +182,4 @@ fn print_walkthrough(dns: SocketAddr, admin: SocketAddr, api: SocketAddr, took: 
     );
     println!("metrics: curl -s http://{admin}/metrics | grep podns_");
     println!("kubectl: kubectl --server http://{api} get pods -n ml | head");
-    println!("(Ctrl-C to stop)");
 }

@@ -65,8 +65,16 @@ impl fmt::Display for ExplainError {
 
 impl std::error::Error for ExplainError {}
 
-/// Check `--admin`: an `http://host:port` base URL.
+/// Check `--admin`: an `http://host:port` base URL, or `host:port` alone
+/// (as `podns wait --server` takes `IP:PORT`), which means `http://`.
 pub fn parse_admin(s: &str) -> Result<String, String> {
+    let with_scheme;
+    let s = if s.contains("://") {
+        s
+    } else {
+        with_scheme = format!("http://{s}");
+        &with_scheme
+    };
     let uri: http::Uri = s
         .parse()
         .map_err(|_| format!("invalid admin URL {s:?} (example: http://127.0.0.1:9153)"))?;
@@ -166,7 +174,13 @@ mod tests {
                 .unwrap_err()
                 .contains("only http://")
         );
-        assert!(parse_admin("127.0.0.1:9153").is_err());
+        // `IP:PORT` as `podns wait --server` takes it.
+        assert_eq!(
+            parse_admin("127.0.0.1:9153").unwrap(),
+            "http://127.0.0.1:9153"
+        );
+        assert_eq!(parse_admin("[::1]:9153").unwrap(), "http://[::1]:9153");
+        assert!(parse_admin("not a url").is_err());
     }
 
     #[test]

@@ -69,9 +69,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
         Err(e) => {
-            // One line: clap's first line says what is wrong.
-            let text = e.render().to_string();
-            eprintln!("{}", text.lines().next().unwrap_or("invalid arguments"));
+            eprintln!("{}", podns::cli::error_line(&e));
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -114,15 +112,24 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            if e.downcast_ref::<podns_server::serve::ConfigError>()
-                .is_some()
-            {
-                ExitCode::from(EXIT_USAGE)
-            } else {
-                ExitCode::FAILURE
-            }
+            ExitCode::from(exit_code(&e))
         }
     }
+}
+
+/// 64 for what the operator must fix before a retry can help: a
+/// [`ConfigError`](podns_server::serve::ConfigError), or an address that
+/// cannot be bound (taken, not on this host, a privileged port), whichever
+/// command bound it. 1 for the rest.
+fn exit_code(e: &anyhow::Error) -> u8 {
+    use std::io::ErrorKind::{AddrInUse, AddrNotAvailable, PermissionDenied};
+    let config = e.chain().any(|cause| {
+        cause.is::<podns_server::serve::ConfigError>()
+            || cause.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                matches!(io.kind(), AddrInUse | AddrNotAvailable | PermissionDenied)
+            })
+    });
+    if config { EXIT_USAGE } else { 1 }
 }
 
 /// `podns wait`: one small thread is plenty for a poll a second.

@@ -7,7 +7,13 @@
 //! finished its first list) mean "keep asking": an init container that
 //! starts before the Job object is watched must not fail. Polls back off to
 //! about one a second; each query goes over UDP with its own timeout and is
-//! repeated over TCP when the answer is truncated (TC=1).
+//! repeated over TCP when the answer is truncated (TC=1). A line on stderr
+//! every few seconds says how far the gang is.
+//!
+//! What cannot get better by waiting fails early: every server answers
+//! REFUSED, or NXDOMAIN under another zone's SOA (it does not serve
+//! `--zone`: exit 64); no server answers at all in the first seconds
+//! (exit 1).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -16,6 +22,7 @@ use std::time::Duration;
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
+use podns_server::admin::explain::rcode_name;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::time::Instant;
@@ -24,6 +31,12 @@ use tokio::time::Instant;
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 /// Polls settle at about one a second: one small UDP query per waiting pod.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// How often a waiter that is still waiting says how far it is.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// No answer from any server for this long (and three query timeouts) from
+/// the start: give up rather than wait out `--timeout` against a wrong
+/// address.
+const FIRST_ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
 /// What `podns wait` waits for, where it asks, and for how long.
 #[derive(Clone, Debug)]
@@ -82,31 +95,88 @@ impl FromStr for Summary {
     }
 }
 
-/// What the last poll saw, kept for the timeout line.
+/// What the last poll saw, kept for the progress and timeout lines.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Seen {
     /// Nothing yet (no poll finished).
     Nothing,
     Summary(Summary),
     /// NXDOMAIN or NODATA: the Job is not (yet) in podns' index.
-    NoRecord(ResponseCode),
+    NoRecord {
+        rcode: ResponseCode,
+        /// Who said so.
+        server: SocketAddr,
+        /// The owner of the SOA in the authority section, if any: a
+        /// server for the zone gives the zone's own.
+        soa: Option<Name>,
+    },
     /// SERVFAIL: podns has not finished its first list.
-    NotSynced,
-    /// No usable answer from any server (timeout, REFUSED, I/O error).
-    NoAnswer(String),
+    NotSynced(SocketAddr),
+    /// No usable answer from any server: what each one did.
+    NoAnswer {
+        /// Servers that answered with a refusal (REFUSED, NOTIMP, ...).
+        refused: Vec<(SocketAddr, ResponseCode)>,
+        /// Servers that did not answer (timeout, I/O error) or answered
+        /// nonsense.
+        failed: Vec<(SocketAddr, String)>,
+    },
+}
+
+impl Seen {
+    /// Did some server answer the question (whatever it said)?
+    fn answered(&self) -> bool {
+        match self {
+            Seen::Nothing => false,
+            Seen::NoAnswer { refused, .. } => !refused.is_empty(),
+            _ => true,
+        }
+    }
+
+    /// Why there is no summary, for the progress and timeout lines.
+    fn why(&self, asked: &str, what: &str) -> String {
+        match self {
+            Seen::Nothing => format!("no answer about {what} yet"),
+            Seen::Summary(_) => String::new(),
+            Seen::NoRecord {
+                rcode: ResponseCode::NXDomain,
+                server,
+                ..
+            } => format!(
+                "{server} answered NXDOMAIN for {asked} (no Job or JobSet {what} seen there)"
+            ),
+            Seen::NoRecord { server, .. } => format!(
+                "{server} answered NODATA for {asked} (the name exists but has no rank summary)"
+            ),
+            Seen::NotSynced(server) => format!(
+                "{server} answered SERVFAIL for {asked} (podns has not finished its first list)"
+            ),
+            Seen::NoAnswer { refused, failed } => refused
+                .iter()
+                .map(|(server, rc)| format!("{server} answered {}", rcode_name(*rc)))
+                .chain(failed.iter().map(|(server, e)| format!("{server}: {e}")))
+                .collect::<Vec<_>>()
+                .join("; "),
+        }
+    }
 }
 
 /// Why `podns wait` did not succeed.
 #[derive(Debug)]
 pub enum WaitError {
-    /// Bad input (names, no nameserver): exit 64.
+    /// Bad input (names, no nameserver, a server that does not serve the
+    /// zone): exit 64.
     Config(String),
+    /// No server answered at all in the first seconds: exit 1.
+    Unreachable { after: Duration, why: String },
     /// The deadline passed: exit 1.
     TimedOut {
         after: Duration,
         what: String,
+        /// The name asked, `<job>.<ns>.rank.<zone>. TXT`.
+        asked: String,
         ready: bool,
-        seen: Seen,
+        /// Boxed: a `Seen` with a name in it is large, and errors travel.
+        seen: Box<Seen>,
     },
 }
 
@@ -116,15 +186,21 @@ impl fmt::Display for WaitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WaitError::Config(s) => write!(f, "podns wait: {s}"),
+            WaitError::Unreachable { after, why } => write!(
+                f,
+                "podns wait: no DNS server answered in {}: {why} (pass --server with podns' or the cluster DNS's IP:PORT)",
+                human(*after)
+            ),
             WaitError::TimedOut {
                 after,
                 what,
+                asked,
                 ready,
                 seen,
             } => {
                 write!(f, "podns wait: timed out after {}: ", human(*after))?;
                 let state = if *ready { "Ready" } else { "published" };
-                match seen {
+                match seen.as_ref() {
                     Seen::Summary(s) => {
                         let have = if *ready { s.ready } else { s.published };
                         let missing = s.world.saturating_sub(have);
@@ -134,23 +210,15 @@ impl fmt::Display for WaitError {
                             s.world, s.generation
                         )
                     }
-                    Seen::NoRecord(rc) => write!(
-                        f,
-                        "0 ranks of {what} {state}: no rank record ({})",
-                        if *rc == ResponseCode::NXDomain {
-                            "NXDOMAIN: no such Job or JobSet seen"
-                        } else {
-                            "NODATA"
-                        }
-                    ),
-                    Seen::NotSynced => write!(
-                        f,
-                        "0 ranks of {what} known {state}: the DNS server is not synced (SERVFAIL)"
-                    ),
-                    Seen::NoAnswer(why) => {
-                        write!(f, "0 ranks of {what} known {state}: {why}")
+                    Seen::NoRecord { .. } => {
+                        write!(f, "0 ranks of {what} {state}: {}", seen.why(asked, what))
                     }
-                    Seen::Nothing => write!(f, "no answer about {what} yet"),
+                    Seen::NotSynced(_) | Seen::NoAnswer { .. } => write!(
+                        f,
+                        "0 ranks of {what} known {state}: {}",
+                        seen.why(asked, what)
+                    ),
+                    Seen::Nothing => write!(f, "{}", seen.why(asked, what)),
                 }
             }
         }
@@ -162,7 +230,7 @@ impl WaitError {
     pub fn exit_code(&self) -> u8 {
         match self {
             WaitError::Config(_) => 64,
-            WaitError::TimedOut { .. } => 1,
+            WaitError::Unreachable { .. } | WaitError::TimedOut { .. } => 1,
         }
     }
 }
@@ -244,8 +312,8 @@ pub fn summary_name(job: &str, namespace: &str, zone: &Name) -> Result<Name, Wai
         .map_err(|e| WaitError::Config(format!("invalid name: {e}")))
 }
 
-/// Wait. `notice` gets the one line said when a new generation (a gang
-/// restart) appears.
+/// Wait. `notice` gets the lines said on the way: a gang restart (a new
+/// generation) and, every [`PROGRESS_EVERY`], how far the gang is.
 pub async fn run(cfg: &WaitConfig, mut notice: impl FnMut(String)) -> Result<Summary, WaitError> {
     if cfg.servers.is_empty() {
         return Err(WaitError::Config(
@@ -254,7 +322,13 @@ pub async fn run(cfg: &WaitConfig, mut notice: impl FnMut(String)) -> Result<Sum
     }
     let name = summary_name(&cfg.job, &cfg.namespace, &cfg.zone)?;
     let what = format!("{}/{}", cfg.namespace, cfg.job);
-    let deadline = Instant::now() + cfg.timeout;
+    let asked = format!("{name} TXT");
+    let state = if cfg.ready { "Ready" } else { "published" };
+    let started = Instant::now();
+    let deadline = started + cfg.timeout;
+    let first_answer_within = FIRST_ANSWER_WITHIN.max(cfg.query_timeout * 3);
+    let mut next_progress = started + PROGRESS_EVERY;
+    let mut answered = false;
     let mut seen = Seen::Nothing;
     let mut generation: Option<u64> = None;
     let mut backoff = FIRST_BACKOFF;
@@ -264,6 +338,16 @@ pub async fn run(cfg: &WaitConfig, mut notice: impl FnMut(String)) -> Result<Sum
             let per_query = cfg.query_timeout.min(left);
             seen = poll(&cfg.servers, &name, per_query).await;
             tracing::debug!(%name, ?seen, "rank summary");
+            answered |= seen.answered();
+            if let Some(e) = wrong_server(&seen, &cfg.zone, &asked) {
+                return Err(e);
+            }
+            if !answered && started.elapsed() >= first_answer_within {
+                return Err(WaitError::Unreachable {
+                    after: Duration::from_secs(started.elapsed().as_secs()),
+                    why: seen.why(&asked, &what),
+                });
+            }
             if let Seen::Summary(s) = &seen {
                 if let Some(g) = generation
                     && g != s.generation
@@ -282,27 +366,80 @@ pub async fn run(cfg: &WaitConfig, mut notice: impl FnMut(String)) -> Result<Sum
                 }
             }
         }
-        let left = deadline.saturating_duration_since(Instant::now());
+        let now = Instant::now();
+        let left = deadline.saturating_duration_since(now);
         if left.is_zero() {
             return Err(WaitError::TimedOut {
                 after: cfg.timeout,
                 what,
+                asked,
                 ready: cfg.ready,
-                seen,
+                seen: Box::new(seen),
             });
+        }
+        if now >= next_progress {
+            let so_far = match &seen {
+                Seen::Summary(s) => format!(
+                    "{} of {} ranks of {what} {state} (generation {})",
+                    if cfg.ready { s.ready } else { s.published },
+                    s.world,
+                    s.generation
+                ),
+                other => format!(
+                    "0 ranks of {what} known {state}: {}",
+                    other.why(&asked, &what)
+                ),
+            };
+            notice(format!("podns wait: {so_far}; {} left", human_left(left)));
+            next_progress = now + PROGRESS_EVERY;
         }
         tokio::time::sleep(backoff.min(left)).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 
+/// Answers that no amount of waiting changes: every server refuses the
+/// name, or says NXDOMAIN under another zone's SOA. Either way it does not
+/// serve `zone`: a wrong `--server` (the host's resolver, not the cluster's)
+/// or a wrong `--zone`.
+fn wrong_server(seen: &Seen, zone: &Name, asked: &str) -> Option<WaitError> {
+    let hint = "(check --zone, default cluster.local, and --server)";
+    match seen {
+        Seen::NoAnswer { refused, failed } if failed.is_empty() && !refused.is_empty() => {
+            let said = refused
+                .iter()
+                .map(|(server, rc)| format!("{server} answered {}", rcode_name(*rc)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            Some(WaitError::Config(format!(
+                "{said} for {asked}: no server asked serves zone {zone} {hint}"
+            )))
+        }
+        Seen::NoRecord {
+            rcode,
+            server,
+            soa: Some(soa),
+        } if !zone.zone_of(soa) => Some(WaitError::Config(format!(
+            "{server} answered {} for {asked} under the SOA of {soa}: it does not serve zone {zone} {hint}",
+            rcode_name(*rcode)
+        ))),
+        _ => None,
+    }
+}
+
+/// Whole seconds left, written as the timeout is (`9m55s` → `595s`).
+fn human_left(d: Duration) -> String {
+    human(Duration::from_secs(d.as_secs().max(1)))
+}
+
 /// Ask each server in turn until one gives an authoritative-looking answer.
 async fn poll(servers: &[SocketAddr], name: &Name, limit: Duration) -> Seen {
-    let mut why = String::new();
+    let mut refused = Vec::new();
+    let mut failed = Vec::new();
     for &server in servers {
         match query(server, name, limit).await {
             Ok(m) => match m.metadata.response_code {
-                ResponseCode::NoError => {
+                rcode @ (ResponseCode::NoError | ResponseCode::NXDomain) => {
                     let text = m.answers.iter().find_map(|r| match &r.data {
                         RData::TXT(t) => Some(
                             t.txt_data
@@ -314,20 +451,26 @@ async fn poll(servers: &[SocketAddr], name: &Name, limit: Duration) -> Seen {
                     });
                     match text.map(|t| t.parse::<Summary>()) {
                         Some(Ok(s)) => return Seen::Summary(s),
-                        Some(Err(e)) => why = format!("{server}: {e}"),
-                        None => return Seen::NoRecord(ResponseCode::NoError),
+                        Some(Err(e)) => failed.push((server, e)),
+                        None => {
+                            let soa = m
+                                .authorities
+                                .iter()
+                                .find(|r| r.record_type() == RecordType::SOA)
+                                .map(|r| r.name.clone());
+                            return Seen::NoRecord { rcode, server, soa };
+                        }
                     }
                 }
-                ResponseCode::NXDomain => return Seen::NoRecord(ResponseCode::NXDomain),
-                ResponseCode::ServFail => return Seen::NotSynced,
+                ResponseCode::ServFail => return Seen::NotSynced(server),
                 // REFUSED and the rest: this server does not serve the zone;
                 // the next one may.
-                rc => why = format!("{server} answered {rc}"),
+                rc => refused.push((server, rc)),
             },
-            Err(e) => why = format!("no answer from {server}: {e}"),
+            Err(e) => failed.push((server, format!("no answer: {e}"))),
         }
     }
-    Seen::NoAnswer(why)
+    Seen::NoAnswer { refused, failed }
 }
 
 fn next_id() -> u16 {
@@ -418,6 +561,19 @@ async fn tcp(server: SocketAddr, bytes: &[u8], id: u16, name: &Name) -> Result<M
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Wait for `j` in `ns` of cluster.local, asking only `addr`.
+    fn config(addr: SocketAddr, timeout: Duration) -> WaitConfig {
+        WaitConfig {
+            job: "j".into(),
+            namespace: "ns".into(),
+            ready: false,
+            timeout,
+            servers: vec![addr],
+            zone: Name::from_ascii("cluster.local.").unwrap(),
+            query_timeout: Duration::from_secs(5),
+        }
+    }
 
     #[test]
     fn summary_parses_and_ignores_new_keys() {
@@ -517,19 +673,47 @@ mod tests {
                 s.write_all(&out).await.unwrap();
             }
         });
-        let cfg = WaitConfig {
-            job: "j".into(),
-            namespace: "ns".into(),
-            ready: false,
-            timeout: Duration::from_secs(20),
-            servers: vec![addr],
-            zone: Name::from_ascii("cluster.local.").unwrap(),
-            query_timeout: Duration::from_secs(5),
-        };
+        let cfg = config(addr, Duration::from_secs(20));
         let s = run(&cfg, |l| panic!("unexpected notice {l}"))
             .await
             .unwrap();
         assert_eq!(s.published, 2);
+    }
+
+    /// The host's resolver, asked for a cluster name, answers NXDOMAIN
+    /// under the root's SOA: it does not serve the zone, and waiting will
+    /// not change that.
+    #[tokio::test]
+    async fn nxdomain_under_another_zones_soa_fails_at_once() {
+        use hickory_proto::rr::Record;
+        use hickory_proto::rr::rdata::SOA;
+        let udp_s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = udp_s.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 2048];
+            loop {
+                let (n, peer) = udp_s.recv_from(&mut buf).await.unwrap();
+                let q = Message::from_vec(&buf[..n]).unwrap();
+                let mut r = Message::new(q.metadata.id, MessageType::Response, OpCode::Query);
+                r.metadata.response_code = ResponseCode::NXDomain;
+                r.add_query(q.queries[0].clone());
+                let root = Name::root();
+                let soa = SOA::new(root.clone(), root.clone(), 1, 1800, 900, 604800, 86400);
+                r.add_authority(Record::from_rdata(root, 86400, RData::SOA(soa)));
+                udp_s.send_to(&r.to_vec().unwrap(), peer).await.unwrap();
+            }
+        });
+        let cfg = config(addr, Duration::from_secs(600));
+        let e = run(&cfg, |l| panic!("unexpected notice {l}"))
+            .await
+            .unwrap_err();
+        assert_eq!(e.exit_code(), 64);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "podns wait: {addr} answered NXDOMAIN for j.ns.rank.cluster.local. TXT under the SOA of .: it does not serve zone cluster.local. (check --zone, default cluster.local, and --server)"
+            )
+        );
     }
 
     #[test]
@@ -537,13 +721,14 @@ mod tests {
         let e = WaitError::TimedOut {
             after: Duration::from_secs(300),
             what: "ml/bert-finetune".into(),
+            asked: "bert-finetune.ml.rank.cluster.local. TXT".into(),
             ready: false,
-            seen: Seen::Summary(Summary {
+            seen: Box::new(Seen::Summary(Summary {
                 world: 64,
                 published: 61,
                 ready: 0,
                 generation: 2,
-            }),
+            })),
         };
         assert_eq!(
             e.to_string(),

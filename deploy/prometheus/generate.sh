@@ -7,9 +7,10 @@ cd "$(dirname "$0")"
 {
   cat <<'HEAD'
 # GENERATED from rules.yaml by ./generate.sh; edit rules.yaml instead.
-# For the Prometheus Operator (as base/servicemonitor.yaml); without it,
-# drop ../prometheus from base/kustomization.yaml and load rules.yaml
-# into Prometheus's rule_files (deploy/README.md "Dashboard and alerts").
+# For the Prometheus Operator, through the optional kustomize component
+# ../components/prometheus-operator (and the Helm chart's
+# prometheusOperator.enabled); without it, load rules.yaml into
+# Prometheus's rule_files (deploy/README.md "Dashboard and alerts").
 apiVersion: monitoring.coreos.com/v1
 kind: PrometheusRule
 metadata:
@@ -21,3 +22,5 @@ HEAD
   # rules.yaml minus its header comment, indented under spec.
   grep -v '^#' rules.yaml | sed 's/^\(.\)/  \1/'
 } >prometheusrule.yaml
+# The Helm chart cannot read outside its directory: it gets a copy.
+cp rules.yaml ../helm/podns/files/rules.yaml

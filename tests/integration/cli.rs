@@ -239,12 +239,8 @@ async fn udp_buffer_flags_are_granted_logged_and_exported() {
     shutdown.cancel();
 }
 
-/// `podns demo` prints dig command lines that work as printed.
-#[test]
-fn demo_prints_dig_lines_that_work() {
-    if !need_cmd("dig") {
-        return;
-    }
+/// A running `podns demo` on loopback port 0 and the dig lines it printed.
+fn demo_digs() -> (Kill, Vec<String>) {
     let mut child = Kill(
         Command::new(BIN)
             .args([
@@ -268,6 +264,16 @@ fn demo_prints_dig_lines_that_work() {
             break;
         }
     }
+    (child, digs)
+}
+
+/// `podns demo` prints dig command lines that work as printed.
+#[test]
+fn demo_prints_dig_lines_that_work() {
+    if !need_cmd("dig") {
+        return;
+    }
+    let (_demo, digs) = demo_digs();
     assert!(digs.len() >= 5, "{digs:?}");
     for cmd in &digs {
         let out = Command::new("sh")
@@ -398,9 +404,180 @@ fn logs_on_a_pipe_are_plain_and_one_line_per_watch_retry() {
     drop(child);
     let text = seen.join("\n");
     assert!(retries(&seen) >= 4, "no retries logged:\n{text}");
+    // The API server's address is named: the retries say only
+    // `client error (Connect)`.
+    let url = format!("http://127.0.0.1:{port}/");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains(&format!("cannot reach the Kubernetes API at {url}"))),
+        "{text}"
+    );
     assert!(!text.contains('\u{1b}'), "colour codes on a pipe:\n{text}");
     assert!(
         !text.contains("kube_client"),
         "kube-client logged the same failure too:\n{text}"
     );
+}
+
+/// `podns ARGS` with no kubeconfig anywhere: (exit code, stderr).
+fn run_bare(args: &[&str], home: &std::path::Path) -> (Option<i32>, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .env("RUST_LOG", "off")
+        .env("HOME", home)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Each usage error keeps, on its one line, what tells the user the fix.
+#[test]
+fn usage_errors_say_what_to_do() {
+    let home = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (
+            &["wait", "llama-pretrain", "--server", "127.0.0.1:1053"][..],
+            "error: the following required arguments were not provided: --namespace <NAMESPACE>",
+        ),
+        (&["serve", "--publish", "readyy"], "[possible values: "),
+        (
+            &["serve", "--publish", "readyy"],
+            "tip: a similar value exists: 'ready'",
+        ),
+        (
+            &["serve", "--dns-listn", "127.0.0.1:53"],
+            "unexpected argument '--dns-listn' found; tip: a similar argument exists: '--dns-listen'",
+        ),
+        (
+            &["serv"],
+            "unrecognized subcommand 'serv'; tip: a similar subcommand exists: 'serve'",
+        ),
+        (
+            &[
+                "serve",
+                "--dns-listen=127.0.0.1:0",
+                "--admin-listen=127.0.0.1:0",
+            ],
+            "error: no kubeconfig: pass --kubeconfig, set KUBECONFIG, run in a pod, or try `podns demo`",
+        ),
+        (
+            &["zonefile"],
+            "error: no kubeconfig: pass --kubeconfig, set KUBECONFIG, run in a pod, or try `podns demo`",
+        ),
+        (
+            &[
+                "serve",
+                "--kubeconfig=/nonexistent/kc",
+                "--dns-listen=127.0.0.1:0",
+                "--admin-listen=127.0.0.1:0",
+            ],
+            "error: failed to read kubeconfig /nonexistent/kc: No such file",
+        ),
+    ] {
+        let (code, err) = run_bare(args, home.path());
+        assert_eq!(code, Some(64), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?} does not say {says:?}: {err}");
+        assert!(!err.contains("'\""), "{args:?}: a path quoted twice: {err}");
+    }
+}
+
+/// An address that cannot be bound is the operator's to fix: exit 64 with
+/// one line in every command that binds one.
+#[test]
+fn a_bind_failure_exits_64_in_every_command() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = taken.local_addr().unwrap().to_string();
+    let home = tempfile::tempdir().unwrap();
+    let kc = home.path().join("kubeconfig");
+    std::fs::write(
+        &kc,
+        "apiVersion: v1\nkind: Config\nclusters:\n- cluster: {server: \"http://127.0.0.1:1\"}\n  name: x\ncontexts:\n- context: {cluster: x, user: x}\n  name: x\ncurrent-context: x\nusers:\n- name: x\n  user: {}\n",
+    )
+    .unwrap();
+    let kc = format!("--kubeconfig={}", kc.display());
+    for args in [
+        vec!["sim", "--listen", &at],
+        vec![
+            "demo",
+            "--api-listen",
+            &at,
+            "--dns-listen=127.0.0.1:0",
+            "--admin-listen=127.0.0.1:0",
+        ],
+        vec![
+            "serve",
+            "--admin-listen",
+            &at,
+            "--dns-listen=127.0.0.1:0",
+            &kc,
+        ],
+    ] {
+        let (code, err) = run_bare(&args, home.path());
+        assert_eq!(code, Some(64), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(&at), "{args:?} names the address: {err}");
+    }
+    drop(taken);
+}
+
+/// `podns demo --exit-when-ready` ends by itself: it must not tell the
+/// user to press Ctrl-C.
+#[test]
+fn demo_exit_when_ready_says_no_ctrl_c() {
+    let out = Command::new(BIN)
+        .args([
+            "demo",
+            "--exit-when-ready",
+            "--dns-listen=127.0.0.1:0",
+            "--admin-listen=127.0.0.1:0",
+            "--api-listen=127.0.0.1:0",
+        ])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains("podns demo is ready"), "{text}");
+    assert!(!text.contains("Ctrl-C"), "{text}");
+}
+
+/// The `+tcp` examples (the demo's and the README's) ask for a set that
+/// does not fit in a 1232-byte UDP answer, so `+tcp` is what makes them
+/// whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tcp_examples_need_tcp() {
+    let (_demo, digs) = demo_digs();
+    let tcp_lines: Vec<String> = digs.into_iter().filter(|l| l.contains(" +tcp")).collect();
+    assert!(!tcp_lines.is_empty(), "the demo prints a +tcp example");
+    // `dig @IP -p PORT NAME …`
+    let name_of = |line: &str| line.split_whitespace().nth(4).unwrap().to_string();
+    for line in &tcp_lines {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let dns: std::net::SocketAddr = format!("{}:{}", &words[1][1..], words[3]).parse().unwrap();
+        let m = ask(dns, &format!("{}.", name_of(line)), RecordType::A).await;
+        assert!(
+            m.metadata.truncation,
+            "{line}: fits in UDP, +tcp shows nothing"
+        );
+    }
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme_tcp: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with("dig ") && l.contains(" +tcp"))
+        .collect();
+    assert!(!readme_tcp.is_empty());
+    for line in readme_tcp {
+        assert!(
+            tcp_lines.iter().any(|d| name_of(d) == name_of(line)),
+            "README: {line} asks a name the demo's +tcp example does not: {tcp_lines:?}"
+        );
+    }
 }

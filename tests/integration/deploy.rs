@@ -1,6 +1,8 @@
-//! deploy/: `kubectl kustomize` renders each mode; the result validates
-//! against the Kubernetes schemas (`kubernetes-validate --strict`, offline,
-//! when installed) and the fields that matter are checked by hand: RBAC is
+//! deploy/: `kubectl kustomize` renders each mode (with the optional
+//! Prometheus Operator component) and `helm template` renders the chart in
+//! each mode; every result validates against the Kubernetes schemas
+//! (`kubernetes-validate --strict`, offline, when installed) and the fields
+//! that matter are checked by hand, the same checks for both: RBAC is
 //! exactly get/list/watch on pods and services, the security context, the
 //! probes, resources, the downward-API POD_IP, Prometheus (ServiceMonitor
 //! and the PrometheusRule of the alerts), and podns's own flags parse with
@@ -19,8 +21,8 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Rendered documents of one overlay, or None when kubectl is missing.
-fn render(mode: &str) -> Option<(String, Vec<Value>)> {
+/// `kubectl kustomize DIR` as text, or None when kubectl is missing.
+fn kustomize(dir: &Path) -> Option<String> {
     let kubectl = find_tool("kubectl");
     if !need("kubectl", kubectl.is_some()) {
         return None;
@@ -28,20 +30,115 @@ fn render(mode: &str) -> Option<(String, Vec<Value>)> {
     let kubectl = kubectl.unwrap();
     let out = Command::new(kubectl)
         .arg("kustomize")
-        .arg(repo().join("deploy/overlays").join(mode))
+        .arg(dir)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "kubectl kustomize {mode}: {}",
+        "kubectl kustomize {}: {}",
+        dir.display(),
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let docs = serde_saphyr::from_multiple::<Value>(&text)
+    Some(String::from_utf8(out.stdout).unwrap())
+}
+
+fn docs_of(text: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(text)
         .unwrap()
         .into_iter()
         .filter(|v| !v.is_null())
-        .collect();
+        .collect()
+}
+
+/// `to` as a path relative to the directory `from` (kustomize takes no
+/// absolute paths).
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let (from, to) = (from.canonicalize().unwrap(), to.canonicalize().unwrap());
+    let common = from
+        .components()
+        .zip(to.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut rel = PathBuf::new();
+    for _ in from.components().skip(common) {
+        rel.push("..");
+    }
+    to.components().skip(common).for_each(|c| rel.push(c));
+    rel
+}
+
+/// One overlay with the optional Prometheus Operator component, as an
+/// operator's own overlay adds it (deploy/README.md), or None when kubectl
+/// is missing.
+fn render(mode: &str) -> Option<(String, Vec<Value>)> {
+    let dir = tempfile::tempdir().unwrap();
+    let overlay = relative(dir.path(), &repo().join("deploy/overlays").join(mode));
+    let component = relative(
+        dir.path(),
+        &repo().join("deploy/components/prometheus-operator"),
+    );
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: podns\n\
+             resources:\n  - {}\ncomponents:\n  - {}\n",
+            overlay.display(),
+            component.display()
+        ),
+    )
+    .unwrap();
+    let text = kustomize(dir.path())?;
+    let docs = docs_of(&text);
+    Some((text, docs))
+}
+
+/// The chart in one mode (`helm template`), after `helm lint`; None when
+/// helm is not built (tests/cluster/build.sh helm) nor on PATH.
+fn render_chart(mode: &str) -> Option<(String, Vec<Value>)> {
+    let helm = std::env::var_os("PODNS_HELM")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let built = std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".cache/podns-cluster/bin/helm"))?;
+            built.exists().then_some(built)
+        })
+        .or_else(|| find_tool("helm"));
+    let Some(helm) = helm else {
+        eprintln!(
+            "skipping the Helm chart in {mode} mode: no helm (build it with tests/cluster/build.sh helm, or set PODNS_HELM)"
+        );
+        return None;
+    };
+    let chart = repo().join("deploy/helm/podns");
+    let set = [
+        format!("mode={mode}"),
+        "prometheusOperator.enabled=true".into(),
+        "namespace.create=true".into(),
+    ]
+    .join(",");
+    let lint = Command::new(&helm)
+        .args(["lint", "--strict", "--set", &set])
+        .arg(&chart)
+        .output()
+        .unwrap();
+    assert!(
+        lint.status.success(),
+        "helm lint {mode}: {}{}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
+    let out = Command::new(&helm)
+        .args(["template", "podns", "--namespace", "podns", "--set", &set])
+        .arg(&chart)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm template {mode}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs = docs_of(&text);
     Some((text, docs))
 }
 
@@ -251,10 +348,83 @@ fn forward_target_renders_and_validates() {
         return;
     };
     schema_validate("forward-target", &text);
-    let dep = one(&docs, "Deployment");
+    check_forward_target(&docs);
+    // The Corefile snippet forwards the zone and keeps denials ≤ 1 s.
+    let corefile = std::fs::read_to_string(repo().join("deploy/coredns/Corefile.snippet")).unwrap();
+    assert!(corefile.contains("cluster.local:53 {"));
+    assert!(corefile.contains("forward . PODNS_SERVICE_IP:53"));
+    assert!(corefile.contains("denial 9984 1 0"));
+}
+
+#[test]
+fn helm_chart_renders_and_validates_in_both_modes() {
+    for mode in ["forward-target", "daemonset"] {
+        let Some((text, docs)) = render_chart(mode) else {
+            return;
+        };
+        schema_validate(&format!("helm-{mode}"), &text);
+        if mode == "daemonset" {
+            check_daemonset(&docs);
+        } else {
+            check_forward_target(&docs);
+        }
+    }
+}
+
+/// `kubectl apply -k deploy/base` (and each overlay) needs no CRD: the
+/// Prometheus Operator's objects come only with the component.
+#[test]
+fn the_base_and_overlays_need_no_prometheus_operator() {
+    for dir in [
+        "deploy/base",
+        "deploy/overlays/forward-target",
+        "deploy/overlays/daemonset",
+    ] {
+        let Some(text) = kustomize(&repo().join(dir)) else {
+            return;
+        };
+        for d in docs_of(&text) {
+            let api = d["apiVersion"].as_str().unwrap_or_default();
+            assert!(
+                !api.starts_with("monitoring.coreos.com/"),
+                "{dir} renders a {} of the Prometheus Operator",
+                d["kind"]
+            );
+        }
+    }
+}
+
+/// The chart's schema accepts exactly the words podns accepts.
+#[test]
+fn the_charts_schema_knows_podns_words() {
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("deploy/helm/podns/values.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let words = |key: &str| strs(&schema["properties"][key]["enum"]);
+    let sorted = |w: &[&str]| {
+        let mut v: Vec<String> = w.iter().map(|s| s.to_string()).collect();
+        v.sort();
+        v
+    };
+    use podns_server::index::{Duplicates, Hostnames, Publish};
+    assert_eq!(words("publish"), sorted(Publish::NAMES));
+    assert_eq!(words("hostnames"), sorted(Hostnames::NAMES));
+    assert_eq!(words("duplicateHostnames"), sorted(Duplicates::NAMES));
+    // The chart's copy of the alerts is the one promtool tests.
+    assert_eq!(
+        std::fs::read_to_string(repo().join("deploy/helm/podns/files/rules.yaml")).unwrap(),
+        std::fs::read_to_string(repo().join("deploy/prometheus/rules.yaml")).unwrap(),
+        "run deploy/prometheus/generate.sh"
+    );
+}
+
+/// The forward-target mode, however rendered.
+fn check_forward_target(docs: &[Value]) {
+    let dep = one(docs, "Deployment");
     assert!(dep["spec"]["replicas"].as_u64().unwrap() >= 2);
     let pod = &dep["spec"]["template"];
-    common(&docs, pod, 9153, false);
+    common(docs, pod, 9153, false);
     let spec = &pod["spec"];
     assert!(
         spec["affinity"]["podAntiAffinity"].is_object(),
@@ -269,11 +439,11 @@ fn forward_target_renders_and_validates() {
     assert!(spec.get("hostNetwork").is_none_or(|h| *h == false));
     // PDB and the DNS Service select these pods.
     let labels = &pod["metadata"]["labels"];
-    let pdb = one(&docs, "PodDisruptionBudget");
+    let pdb = one(docs, "PodDisruptionBudget");
     for (k, v) in pdb["spec"]["selector"]["matchLabels"].as_object().unwrap() {
         assert_eq!(&labels[k], v);
     }
-    let svc = kind(&docs, "Service")
+    let svc = kind(docs, "Service")
         .into_iter()
         .find(|s| s["metadata"]["name"] == "podns")
         .expect("DNS Service");
@@ -298,16 +468,11 @@ fn forward_target_renders_and_validates() {
     }
     protos.sort();
     assert_eq!(protos, ["TCP", "UDP"]);
-    let ns = one(&docs, "Namespace");
+    let ns = one(docs, "Namespace");
     assert_eq!(
         ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
         "restricted"
     );
-    // The Corefile snippet forwards the zone and keeps denials ≤ 1 s.
-    let corefile = std::fs::read_to_string(repo().join("deploy/coredns/Corefile.snippet")).unwrap();
-    assert!(corefile.contains("cluster.local:53 {"));
-    assert!(corefile.contains("forward . PODNS_SERVICE_IP:53"));
-    assert!(corefile.contains("denial 9984 1 0"));
 }
 
 #[test]
@@ -322,23 +487,32 @@ fn daemonset_renders_and_validates() {
     if schema_validate("daemonset", &text) {
         schema_validate("sample-training-pod", &sample);
     }
-    let ds = one(&docs, "DaemonSet");
+    check_daemonset(&docs);
+    sample_pod_waits(&sample);
+}
+
+/// The DaemonSet mode, however rendered.
+fn check_daemonset(docs: &[Value]) {
+    let ds = one(docs, "DaemonSet");
     let pod = &ds["spec"]["template"];
-    common(&docs, pod, 9154, true);
+    common(docs, pod, 9154, true);
     let spec = &pod["spec"];
     assert_eq!(spec["priorityClassName"], "system-node-critical");
     assert_eq!(spec["hostNetwork"], true);
     assert_eq!(spec["dnsPolicy"], "ClusterFirstWithHostNet");
     let args = strs_in_order(&spec["containers"][0]["args"]);
     assert!(args.contains(&"--dns-listen=169.254.20.11:53".to_string()));
-    assert!(kind(&docs, "Deployment").is_empty());
-    let ns = one(&docs, "Namespace");
+    assert!(kind(docs, "Deployment").is_empty());
+    let ns = one(docs, "Namespace");
     assert_eq!(
         ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "privileged",
         "hostNetwork is outside baseline"
     );
-    // The sample training pod sends its lookups to the node-local address.
-    let pod: Value = serde_saphyr::from_str(&sample).unwrap();
+}
+
+/// The sample training pod sends its lookups to the node-local address.
+fn sample_pod_waits(sample: &str) {
+    let pod: Value = serde_saphyr::from_str(sample).unwrap();
     assert_eq!(pod["spec"]["dnsPolicy"], "None");
     assert_eq!(pod["spec"]["dnsConfig"]["nameservers"][0], "169.254.20.11");
     // Its init container waits for the gang with `podns wait`, asking DNS

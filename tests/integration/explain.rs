@@ -39,12 +39,13 @@ async fn wait_reason(admin: SocketAddr, name: &str, qtype: &str, reason: &str) -
     .await
 }
 
-/// The built binary: `podns explain ARGS --admin http://ADMIN`; (exit code, stdout, stderr).
+/// The built binary: `podns explain ARGS --admin IP:PORT` (no `http://`,
+/// as `podns wait --server` is written); (exit code, stdout, stderr).
 async fn cli(admin: SocketAddr, args: &[&str]) -> (i32, String, String) {
     let out = tokio::process::Command::new(PODNS_BIN)
         .arg("explain")
         .args(args)
-        .arg(format!("--admin=http://{admin}"))
+        .arg(format!("--admin={admin}"))
         .output()
         .await
         .expect("run podns explain");

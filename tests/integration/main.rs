@@ -3,6 +3,7 @@
 
 mod abuse;
 mod cli;
+mod coredns;
 mod daemons;
 mod deploy;
 mod dns;

@@ -146,13 +146,14 @@ fn prometheus_rule_embeds_rules_yaml() {
         yaml("deploy/prometheus/rules.yaml"),
         "prometheusrule.yaml's spec differs from rules.yaml: run deploy/prometheus/generate.sh"
     );
-    // The base renders it (deploy.rs checks the rendered copy too).
-    let kustomization = yaml("deploy/base/kustomization.yaml");
+    // The optional Prometheus Operator component renders it (deploy.rs
+    // checks the rendered copy too).
+    let kustomization = yaml("deploy/components/prometheus-operator/kustomization.yaml");
     assert!(
         kustomization["resources"]
             .as_array()
             .unwrap()
-            .contains(&Value::from("../prometheus"))
+            .contains(&Value::from("../../prometheus"))
     );
 }
 

@@ -30,11 +30,19 @@ impl Drop for Waiter {
 }
 
 impl Waiter {
+    /// `podns wait ARGS --server=<the env's server>`.
     fn start(env: &Env, args: &[&str]) -> Waiter {
+        let server = format!("--server={}", env.dns);
+        let mut argv = args.to_vec();
+        argv.push(&server);
+        Waiter::spawn(&argv)
+    }
+
+    /// `podns wait ARGS`, as given.
+    fn spawn(args: &[&str]) -> Waiter {
         let mut child = Command::new(PODNS_BIN)
             .arg("wait")
             .args(args)
-            .arg(format!("--server={}", env.dns))
             .env("RUST_LOG", "podns=debug")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
@@ -65,6 +73,15 @@ impl Waiter {
             .collect()
     }
 
+    /// What was said besides the progress lines (every few seconds, so
+    /// their number depends on how fast the machine is).
+    fn notices(&self) -> Vec<String> {
+        self.said()
+            .into_iter()
+            .filter(|l| !is_progress(l))
+            .collect()
+    }
+
     fn exited(&mut self) -> Option<i32> {
         self.child
             .try_wait()
@@ -88,6 +105,11 @@ impl Waiter {
         }
         code
     }
+}
+
+/// `podns wait: … ; 55s left`: the line said every few seconds.
+fn is_progress(line: &str) -> bool {
+    line.starts_with("podns wait: ") && line.ends_with(" left")
 }
 
 async fn summary(env: &Env, name: &str) -> Option<String> {
@@ -124,7 +146,7 @@ async fn wait_exits_0_once_published_and_once_ready() {
     assert_eq!(published.exit_code(T).await, 0, "{:?}", published.lines());
     let s = summary(&env, "bert.wt.rank").await.unwrap();
     assert!(s.starts_with("world=4 published=4 "), "{s}");
-    assert!(published.said().is_empty(), "{:?}", published.said());
+    assert!(published.notices().is_empty(), "{:?}", published.said());
 
     assert_eq!(ready.exit_code(T).await, 0, "{:?}", ready.lines());
     let s = summary(&env, "bert.wt.rank").await.unwrap();
@@ -194,7 +216,95 @@ async fn wait_times_out_naming_the_missing_ranks() {
         said[0].starts_with("podns wait: timed out after 1500ms: 0 ranks of wt/nope published"),
         "{said:?}"
     );
-    assert!(said[0].contains("NXDOMAIN"), "{said:?}");
+    // What was asked, and where.
+    assert!(
+        said[0].contains(&format!(
+            "{} answered NXDOMAIN for nope.wt.rank.cluster.local. TXT",
+            env.dns
+        )),
+        "{said:?}"
+    );
+}
+
+/// Every few seconds a waiting init container says how far the gang is,
+/// so its log is not silent for the whole timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_says_how_far_the_gang_is_every_few_seconds() {
+    // No simulated kubelet: the pods never get an IP, so none is published.
+    let env = env(&[], &[]).await;
+    create_job(&env.client, "wt", "slow", 4, "indexed-job").await;
+    let w = Waiter::start(&env, &["slow", "--namespace=wt", "--timeout=60s"]);
+    wait_for("two progress lines", T, || async {
+        w.said().iter().filter(|l| is_progress(l)).count() >= 2
+    })
+    .await;
+    let said = w.said();
+    let progress: Vec<&String> = said.iter().filter(|l| is_progress(l)).collect();
+    assert!(
+        progress[0].starts_with("podns wait: 0 of 4 ranks of wt/slow published (generation 0); "),
+        "{said:?}"
+    );
+    // Before the Job: what was asked, where, and what came back.
+    let early = Waiter::start(&env, &["later", "--namespace=wt", "--timeout=60s"]);
+    wait_for("a progress line before the Job exists", T, || async {
+        early.said().iter().any(|l| is_progress(l))
+    })
+    .await;
+    let line = early.said().into_iter().find(|l| is_progress(l)).unwrap();
+    assert!(
+        line.starts_with(&format!(
+            "podns wait: 0 ranks of wt/later known published: {} answered NXDOMAIN for later.wt.rank.cluster.local. TXT",
+            env.dns
+        )),
+        "{line}"
+    );
+}
+
+/// A server that refuses the zone (a wrong --zone here) cannot become
+/// right by waiting: exit 64 at once, naming the zone and the flags.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_fails_at_once_when_the_server_refuses_the_zone() {
+    let env = env(&[], &[]).await;
+    let started = Instant::now();
+    let mut w = Waiter::start(&env, &["bert", "-n", "ml", "--zone=example.org"]);
+    assert_eq!(w.exit_code(T).await, 64, "{:?}", w.lines());
+    // The default --timeout is 10 minutes; this is one poll.
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_eq!(
+        w.said(),
+        vec![format!(
+            "podns wait: {} answered REFUSED for bert.ml.rank.example.org. TXT: no server asked serves zone example.org. (check --zone, default cluster.local, and --server)",
+            env.dns
+        )]
+    );
+}
+
+/// No DNS server at the address: a fast failure, not a 10-minute wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_fails_early_when_no_server_answers() {
+    // A loopback port nobody listens on (bound, then closed).
+    let dead = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let server = format!("--server={dead}");
+    let mut w = Waiter::spawn(&[
+        "bert",
+        "-n",
+        "ml",
+        &server,
+        "--query-timeout=500ms",
+        "--timeout=10m",
+    ]);
+    assert_eq!(w.exit_code(T).await, 1, "{:?}", w.lines());
+    let said = w.notices();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].starts_with("podns wait: no DNS server answered in ")
+            && said[0].contains(&format!("{dead}: no answer"))
+            && said[0].ends_with("(pass --server with podns' or the cluster DNS's IP:PORT)"),
+        "{said:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,7 +323,7 @@ async fn wait_follows_a_gang_restart_to_the_new_generation() {
 
     assert_eq!(w.exit_code(T).await, 0, "{:?}", w.lines());
     assert_eq!(
-        w.said(),
+        w.notices(),
         vec!["podns wait: wt/llm restarted: generation 0 → 1, waiting for its 4 ranks".to_string()]
     );
     let s = summary(&env, "llm.wt.rank").await.unwrap();

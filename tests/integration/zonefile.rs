@@ -249,6 +249,7 @@ async fn zonefile(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
         .arg(kubeconfig)
         .args(args)
         .env("RUST_LOG", "warn")
+        .env_remove("POD_IP")
         .output()
         .await
         .unwrap()
@@ -265,6 +266,19 @@ async fn stdout_has_one_marked_section_per_zone_and_bad_flags_exit_64() {
     let a = zonefile(&kubeconfig, &both).await;
     let b = zonefile(&kubeconfig, &both).await;
     assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    // No --ns-address: the zone lacks glue, and one line says so.
+    let warned = String::from_utf8_lossy(&a.stderr);
+    assert_eq!(
+        warned
+            .lines()
+            .filter(|l| l.contains("no --ns-address") && l.contains("kzonecheck"))
+            .count(),
+        1,
+        "{warned}"
+    );
+    let glued = zonefile(&kubeconfig, &["--ns-address=127.0.0.1"]).await;
+    assert!(glued.status.success());
+    assert!(glued.stderr.is_empty(), "{glued:?}");
     assert_eq!(a.stdout, b.stdout, "same state, same bytes");
     let text = String::from_utf8(a.stdout).unwrap();
     let sections: Vec<&str> = text

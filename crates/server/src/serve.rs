@@ -403,8 +403,11 @@ pub async fn run(args: ServeConfig) -> anyhow::Result<()> {
         args.admin_listen,
     )
     .map_err(|e| ConfigError(format!("{e:#}")))?;
-    let client =
-        crate::config::kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let config =
+        crate::config::kube_config(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let url = config.cluster_url.clone();
+    let client = kube::Client::try_from(config).context("failed to build the Kubernetes client")?;
+    tokio::spawn(crate::config::probe_api(client.clone(), url));
     let shutdown = CancellationToken::new();
     let running = start(&args, client, listeners, shutdown.clone());
     wait_for_signal().await;

@@ -501,7 +501,15 @@ pub async fn run(args: ZonefileConfig) -> anyhow::Result<()> {
     let client = kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
     let table = list_into_table(client, args.policy, args.wire).await?;
     let zones: Vec<Name> = args.zones.iter().map(|z| z.0.clone()).collect();
-    let mut texts = render_zones(&table.snapshot(), &zones, &render_config(&args));
+    let render = render_config(&args);
+    if render.ns_addrs.is_empty() && !args.reverse_only {
+        // The zone names ns.dns.<zone> as its NS and has no address for it:
+        // kzonecheck rejects it and a secondary cannot find the primary.
+        tracing::warn!(
+            "no --ns-address (nor $POD_IP): ns.dns.<zone> has no glue address, so the zone fails kzonecheck; pass --ns-address with the server's IP"
+        );
+    }
+    let mut texts = render_zones(&table.snapshot(), &zones, &render);
     if args.reverse_only {
         texts.retain(|z| z.origin.ends_with(".arpa."));
     }

@@ -324,7 +324,8 @@ impl Explanation {
     }
 }
 
-fn rcode_name(rcode: ResponseCode) -> String {
+/// The mnemonic dig prints (`REFUSED`), not hickory's prose.
+pub fn rcode_name(rcode: ResponseCode) -> String {
     match rcode {
         ResponseCode::NoError => "NOERROR".into(),
         ResponseCode::FormErr => "FORMERR".into(),

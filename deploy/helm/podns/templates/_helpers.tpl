@@ -1,0 +1,95 @@
+{{/* The objects' name: the release name, or "<release>-podns". */}}
+{{- define "podns.fullname" -}}
+{{- if contains "podns" .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-podns" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Selector labels of every podns pod of this release. */}}
+{{- define "podns.selectorLabels" -}}
+app.kubernetes.io/name: podns
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "podns.labels" -}}
+{{ include "podns.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* The workload's component label: forward-target or node-local. */}}
+{{- define "podns.component" -}}
+{{- if eq .Values.mode "daemonset" -}}node-local{{- else -}}forward-target{{- end -}}
+{{- end -}}
+
+{{- define "podns.adminPort" -}}
+{{- if eq .Values.mode "daemonset" -}}{{ .Values.daemonset.adminPort }}{{- else -}}{{ .Values.forwardTarget.adminPort }}{{- end -}}
+{{- end -}}
+
+{{/* `podns serve` flags shared by both modes. */}}
+{{- define "podns.serveArgs" -}}
+- --zone={{ join "," .Values.zones }}
+- --publish={{ .Values.publish }}
+- --hostnames={{ .Values.hostnames }}
+- --duplicate-hostnames={{ .Values.duplicateHostnames }}
+{{- if not .Values.rankView }}
+- --no-rank-view
+{{- end }}
+{{- range .Values.reverseCIDRs }}
+- --reverse-cidr={{ . }}
+{{- end }}
+{{- range .Values.watchNamespaces }}
+- --namespace={{ . }}
+{{- end }}
+{{- with .Values.labelSelector }}
+- --label-selector={{ . }}
+{{- end }}
+{{- if .Values.adminDebug }}
+- --admin-debug
+{{- end }}
+{{- range .Values.extraArgs }}
+- {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* The podns container's parts both modes share. */}}
+{{- define "podns.containerCommon" -}}
+image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+env:
+  # ns.dns.<zone> answers with the pod's own address (forward-target); the
+  # admin server listens on it (daemonset, the node's IP).
+  - name: POD_IP
+    valueFrom:
+      fieldRef:
+        fieldPath: status.podIP
+  - name: PODNS_LOG_FORMAT
+    value: {{ .Values.logFormat }}
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: metrics
+  periodSeconds: 2
+  failureThreshold: 1
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: metrics
+  initialDelaySeconds: 5
+  periodSeconds: 10
+  failureThreshold: 3
+resources:
+  {{- toYaml .Values.resources | nindent 2 }}
+{{- end -}}
+
+{{- define "podns.podAnnotations" -}}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ include "podns.adminPort" . | quote }}
+prometheus.io/path: /metrics
+{{- with .Values.podAnnotations }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
