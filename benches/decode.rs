@@ -50,7 +50,7 @@ fn encoded(lean: bool) -> Encoded {
     json_event.extend_from_slice(b"}\n");
     let pb_list_item = pbenc::list_item(Kind::Pod, &json).expect("pod encodes");
     let pb = pbenc::object(&pb_list_item).expect("a list item").to_vec();
-    let pb_frame = pbenc::watch_frame("v1", "MODIFIED", pbenc::envelope("v1", "Pod", pb.clone()));
+    let pb_frame = pbenc::watch_frame("MODIFIED", pbenc::envelope("v1", "Pod", pb.clone()));
     Encoded {
         json,
         json_event,

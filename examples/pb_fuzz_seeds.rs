@@ -42,7 +42,7 @@ fn main() -> anyhow::Result<()> {
     let pod = pbenc::envelope("v1", "Pod", pbenc::object(&item).expect("an item").to_vec());
     // The fuzz target reads a frame without its 4-byte length, except the
     // one seed that keeps it (the framer's input).
-    let frame = |ty: &str, obj: Vec<u8>| pbenc::watch_frame("v1", ty, obj)[4..].to_vec();
+    let frame = |ty: &str, obj: Vec<u8>| pbenc::watch_frame(ty, obj)[4..].to_vec();
     let seeds = [
         ("list-pods", list),
         ("watch-modified-pod", frame("MODIFIED", pod.clone())),
@@ -52,7 +52,7 @@ fn main() -> anyhow::Result<()> {
         ),
         (
             "watch-stream-added-pod",
-            pbenc::watch_frame("v1", "ADDED", pod.clone()),
+            pbenc::watch_frame("ADDED", pod.clone()),
         ),
         ("pod", pod),
         ("service", object(Kind::Service, SERVICE)?),

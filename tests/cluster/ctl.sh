@@ -35,12 +35,28 @@ case "$2" in
     setsid "$CLUSTER_BIN/kube-apiserver" $(cat "$dir/apiserver.args") >>"$dir/logs/apiserver.log" 2>&1 </dev/null &
     pid=$!
     sed -i "s/^APISERVER_PID=.*/APISERVER_PID=$pid/" "$dir/env"
+    ready=0
     for _ in $(seq 1 600); do
-      "$KUBECTL" --kubeconfig "$KUBECONFIG" get --raw /readyz >/dev/null 2>&1 && exit 0
+      "$KUBECTL" --kubeconfig "$KUBECONFIG" get --raw /readyz >/dev/null 2>&1 && { ready=1; break; }
       sleep 0.2
     done
-    echo "tests/cluster/ctl.sh: kube-apiserver not ready 120 s after start (log: $dir/logs/apiserver.log)" >&2
-    exit 1
+    ((ready)) || { echo "tests/cluster/ctl.sh: kube-apiserver not ready 120 s after start (log: $dir/logs/apiserver.log)" >&2; exit 1; }
+    # The clients of this control plane (kube-controller-manager,
+    # kube-scheduler, kwok) did not all pick their watches back up after the
+    # API server restarted here (new namespaces got no default
+    # ServiceAccount, new pods no IP, for minutes): restart each with its
+    # own command line, as a node's static-pod kubelet would after a
+    # control-plane upgrade.
+    for var in CONTROLLER_MANAGER_PID SCHEDULER_PID KWOK_PID; do
+      old="${!var}"
+      [[ -r "/proc/$old/cmdline" ]] || continue
+      mapfile -d '' argv <"/proc/$old/cmdline"
+      log="$dir/logs/$(echo "${var%_PID}" | tr 'A-Z_' 'a-z-').log"
+      kill -TERM "$old" 2>/dev/null || true
+      while [[ -e "/proc/$old" && "$(awk '{print $3}' "/proc/$old/stat" 2>/dev/null)" != Z ]]; do sleep 0.1; done
+      setsid "${argv[@]}" >>"$log" 2>&1 </dev/null &
+      sed -i "s/^$var=.*/$var=$!/" "$dir/env"
+    done
     ;;
   compact)
     rev="$(revision)"

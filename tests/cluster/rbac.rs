@@ -26,10 +26,10 @@ fn token_kubeconfig(c: &Cluster, ns: &str, sa: &str, path: &Path) {
 fn deploy_rbac_is_enough_and_a_missing_permission_is_one_clear_line() {
     let Some(c) = cluster() else { return };
     let _g = shared();
+    // deploy/base as an operator applies it (namespace, ServiceAccount,
+    // RBAC, metrics Service): it needs no Prometheus Operator CRDs.
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base");
-    for f in ["namespace.yaml", "serviceaccount.yaml", "rbac.yaml"] {
-        c.kubectl(&["apply", "-f", root.join(f).to_str().unwrap()]);
-    }
+    c.kubectl(&["apply", "-k", root.to_str().unwrap()]);
     let ns = c.namespace("rbac");
     let ns = ns.name.as_str();
     c.apply(&crate::records::workload(ns, 2));
@@ -83,9 +83,17 @@ subjects: [{{kind: ServiceAccount, name: podns-no-pods, namespace: {ns}}}]
         line.contains(&format!("podns-no-pods")) && line.contains("list"),
         "the line names who and what: {line}"
     );
-    assert_eq!(http_get(p.admin, "/readyz").0, 503, "not ready without pods");
+    assert_eq!(
+        http_get(p.admin, "/readyz").0,
+        503,
+        "not ready without pods"
+    );
     let _ = c.try_kubectl(
-        &["delete", "clusterrole,clusterrolebinding", &format!("{ns}-no-pods")],
+        &[
+            "delete",
+            "clusterrole,clusterrolebinding",
+            &format!("{ns}-no-pods"),
+        ],
         None,
     );
 }

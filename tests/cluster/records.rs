@@ -100,9 +100,7 @@ fn every_record_kind_from_kubectl_objects() {
     let ext = p.ask(&format!("ext.{ns}.svc"), RecordType::CNAME);
     assert_eq!(
         answer_lines(&ext),
-        vec![format!(
-            "ext.{ns}.svc.cluster.local. CNAME db.example.com."
-        )]
+        vec![format!("ext.{ns}.svc.cluster.local. CNAME db.example.com.")]
     );
     p.wait_addrs(
         &format!("{}.{ns}.pod", dashed(&api_pod[0].1)),
@@ -162,7 +160,10 @@ fn every_record_kind_from_kubectl_objects() {
         1,
         "SOA"
     );
-    assert_eq!(rcode(&p.ask("dns-version", RecordType::TXT)), ResponseCode::NoError);
+    assert_eq!(
+        rcode(&p.ask("dns-version", RecordType::TXT)),
+        ResponseCode::NoError
+    );
     let nodata = p.ask(&format!("train-0.train.{ns}.svc"), RecordType::AAAA);
     assert_eq!(rcode(&nodata), ResponseCode::NoError);
     assert!(nodata.answers.is_empty() && !nodata.authorities.is_empty());

@@ -43,7 +43,9 @@ pub struct Cluster {
 /// with Go (`tests/cluster/up.sh`).
 pub fn cluster() -> Option<Cluster> {
     let Some(dir) = std::env::var_os("PODNS_CLUSTER") else {
-        eprintln!("PODNS_CLUSTER not set: skipping (C=$(mktemp -d); tests/cluster/up.sh $C; PODNS_CLUSTER=$C cargo test --test cluster)");
+        eprintln!(
+            "PODNS_CLUSTER not set: skipping (C=$(mktemp -d); tests/cluster/up.sh $C; PODNS_CLUSTER=$C cargo test --test cluster)"
+        );
         return None;
     };
     let dir = PathBuf::from(dir);
@@ -93,12 +95,7 @@ impl Cluster {
             .spawn()
             .expect("kubectl runs");
         if let Some(s) = stdin {
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(s.as_bytes())
-                .unwrap();
+            child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
         }
         let out = child.wait_with_output().unwrap();
         if out.status.success() {
@@ -149,25 +146,29 @@ impl Cluster {
     /// `status.podIP` of each pod matching `selector`, by pod name, once
     /// all `n` have one.
     pub fn pod_ips(&self, ns: &str, selector: &str, n: usize) -> Vec<(String, String)> {
-        wait_for(&format!("{n} pods of {selector} with IPs"), secs(60), || {
-            let out = self.kubectl(&[
-                "get",
-                "pods",
-                "-n",
-                ns,
-                "-l",
-                selector,
-                "-o",
-                r#"jsonpath={range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}"#,
-            ]);
-            let v: Vec<(String, String)> = out
-                .lines()
-                .filter_map(|l| l.split_once(' '))
-                .filter(|(_, ip)| !ip.is_empty())
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-                .collect();
-            (v.len() == n).then_some(v)
-        })
+        wait_for(
+            &format!("{n} pods of {selector} with IPs"),
+            secs(60),
+            || {
+                let out = self.kubectl(&[
+                    "get",
+                    "pods",
+                    "-n",
+                    ns,
+                    "-l",
+                    selector,
+                    "-o",
+                    r#"jsonpath={range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}"#,
+                ]);
+                let v: Vec<(String, String)> = out
+                    .lines()
+                    .filter_map(|l| l.split_once(' '))
+                    .filter(|(_, ip)| !ip.is_empty())
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .collect();
+                (v.len() == n).then_some(v)
+            },
+        )
     }
 }
 

@@ -175,7 +175,7 @@ apiserver_args=(
   --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key"
   --service-cluster-ip-range 10.96.0.0/16,fd00:96::/108
   --allow-privileged=true --enable-priority-and-fairness=true
-  --profiling=false --v=1
+  --endpoint-reconciler-type=none --profiling=false --v=1
 )
 echo "${apiserver_args[*]}" >"$dir/apiserver.args"
 start apiserver "$bin/kube-apiserver" "${apiserver_args[@]}"

@@ -9,7 +9,12 @@ use crate::support::*;
 
 fn zonefile(c: &Cluster, wire: &str) -> String {
     let out = Command::new(BIN)
-        .args(["zonefile", "--reverse", "--serial=1", "--ns-address=127.0.0.1"])
+        .args([
+            "zonefile",
+            "--reverse",
+            "--serial=1",
+            "--ns-address=127.0.0.1",
+        ])
         .arg(format!("--wire={wire}"))
         .arg(format!("--kubeconfig={}", c.kubeconfig.display()))
         .env("RUST_LOG", "warn")
@@ -31,7 +36,13 @@ fn json_protobuf_and_auto_print_the_same_zone() {
     let ns = ns.name.as_str();
     // Server-side apply: managedFields on every object.
     c.kubectl_in(
-        &["apply", "--server-side", "--field-manager=podns-test", "-f", "-"],
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=podns-test",
+            "-f",
+            "-",
+        ],
         Some(&crate::records::workload(ns, 3)),
     );
     // Init containers, and an owner (a ConfigMap: any object will do).

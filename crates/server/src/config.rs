@@ -109,7 +109,6 @@ fn kubeconfig_problem(e: &kube::config::KubeconfigError) -> ConfigError {
     })
 }
 
-
 /// The addresses of `ns.dns.<zone>`: the flag's, else `$POD_IP`, else none.
 pub fn ns_addrs_or_pod_ip(flag: &[IpAddr]) -> Vec<IpAddr> {
     if !flag.is_empty() {

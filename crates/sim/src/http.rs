@@ -775,11 +775,7 @@ impl WatchTask {
         if self.media == Media::Protobuf
             && let Some(obj) = o.pb_object(self.kind)
         {
-            return Bytes::from(pbenc::watch_frame(
-                self.kind.api_version(),
-                ty.as_str(),
-                obj,
-            ));
+            return Bytes::from(pbenc::watch_frame(ty.as_str(), obj));
         }
         if self.media == Media::Protobuf {
             // No typed form (already warned): nothing a Protobuf client could read.
@@ -802,7 +798,6 @@ impl WatchTask {
         match self.media {
             Media::Json => bookmark(self.kind, rv, initial_end),
             Media::Protobuf => Bytes::from(pbenc::watch_frame(
-                self.kind.api_version(),
                 "BOOKMARK",
                 pbenc::bookmark_object(self.kind, rv, initial_end),
             )),
@@ -863,11 +858,9 @@ impl WatchTask {
                             "ERROR",
                             &serde_json::to_vec(&e.status()).unwrap_or_default(),
                         ),
-                        Media::Protobuf => Bytes::from(pbenc::watch_frame(
-                            "v1",
-                            "ERROR",
-                            pbenc::status(&e.status()),
-                        )),
+                        Media::Protobuf => {
+                            Bytes::from(pbenc::watch_frame("ERROR", pbenc::status(&e.status())))
+                        }
                     };
                     self.send(line).await;
                     return None;

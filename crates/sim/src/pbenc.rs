@@ -465,14 +465,16 @@ pub fn list_head(kind: Kind, rv: u64, cont: Option<&str>, items_len: usize) -> V
     head
 }
 
-/// One watch frame: the 4-byte big-endian length, then an enveloped
-/// `metav1.WatchEvent` whose object is the enveloped object.
-pub fn watch_frame(api_version: &str, ty: &str, object: Vec<u8>) -> Vec<u8> {
+/// One watch frame as kube-apiserver writes it: the 4-byte big-endian
+/// length, then the bare `metav1.WatchEvent` (its stream serializer adds
+/// neither the magic nor the envelope), whose object is the enveloped
+/// object.
+pub fn watch_frame(ty: &str, object: Vec<u8>) -> Vec<u8> {
     let ev = pmeta::WatchEvent {
         r#type: Some(ty.into()),
         object: Some(RawExtension { raw: Some(object) }),
     };
-    let body = envelope(api_version, "WatchEvent", ev.encode_to_vec());
+    let body = ev.encode_to_vec();
     let mut out = Vec::with_capacity(4 + body.len());
     out.extend_from_slice(&(body.len() as u32).to_be_bytes());
     out.extend_from_slice(&body);

@@ -676,9 +676,19 @@ fn bookmark(raw: &[u8], types: TypeMeta) -> Result<Bookmark, PbError> {
 
 /// One watch frame (without its length prefix) as kube's [`WatchEvent`].
 pub fn watch_event<K: PbObject>(frame: &[u8]) -> Result<WatchEvent<K>, PbError> {
-    let env = envelope(frame)?;
+    // kube-apiserver frames a watch with its raw serializer: the frame is
+    // the `metav1.WatchEvent` itself, without the magic and the
+    // `runtime.Unknown` envelope; only the object inside carries them
+    // (apimachinery's protobuf RawSerializer for streams). A frame that
+    // does start with the magic is opened as an envelope, for servers that
+    // wrap the event too.
+    let event = if frame.starts_with(MAGIC) {
+        envelope(frame)?.raw
+    } else {
+        frame
+    };
     let (mut ty, mut obj) = ("", None);
-    for f in fields(env.raw) {
+    for f in fields(event) {
         match f? {
             (1, v) => ty = str_of(v).ok_or(PbError("bad event type"))?,
             (2, v) => {

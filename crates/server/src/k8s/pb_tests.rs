@@ -76,15 +76,12 @@ fn list_and_watch_frames() {
     assert!(l.items.iter().all(|p| p.malformed.is_none()));
 
     let obj = pbenc::envelope("v1", "Pod", pb_of(Kind::Pod, POD));
-    let mut stream = pbenc::watch_frame("v1", "MODIFIED", obj);
+    let mut stream = pbenc::watch_frame("MODIFIED", obj);
     stream.extend(pbenc::watch_frame(
-        "v1",
         "BOOKMARK",
         pbenc::bookmark_object(Kind::Pod, 99, true),
     ));
-    stream.extend(pbenc::watch_frame(
-        "v1",
-        "ERROR",
+    stream.extend(pbenc::watch_frame("ERROR",
         pbenc::status(&serde_json::json!({"status":"Failure","code":410,"reason":"Expired","message":"too old"})),
     ));
     // Fed a byte at a time, the framer still finds every frame.

@@ -76,7 +76,6 @@ enum Key {
     Summary(Group),
 }
 
-
 /// The resources a watch lists.
 #[derive(Clone, Copy, Debug)]
 enum Kind {
