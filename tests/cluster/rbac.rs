@@ -80,7 +80,7 @@ subjects: [{{kind: ServiceAccount, name: podns-no-pods, namespace: {ns}}}]
     });
     eprintln!("missing permission: {line}");
     assert!(
-        line.contains(&format!("podns-no-pods")) && line.contains("list"),
+        line.contains(&"podns-no-pods".to_string()) && line.contains("list"),
         "the line names who and what: {line}"
     );
     assert_eq!(
