@@ -7,7 +7,11 @@ import urllib.request
 def scrape(url, timeout=10):
     """{series: value} of every sample at url, e.g. http://127.0.0.1:19153/metrics."""
     with urllib.request.urlopen(url, timeout=timeout) as f:
-        text = f.read().decode()
+        return parse(f.read().decode())
+
+
+def parse(text):
+    """{series: value} of every sample in Prometheus text."""
     m = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):

@@ -53,6 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dnsq import parse, query  # noqa: E402
+from promtext import parse as parse_metrics  # noqa: E402
 
 
 def load_env(d):
@@ -90,16 +91,7 @@ class Kube:
             return e
 
     def metrics(self):
-        text = self.req("GET", "/metrics")
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                k, _, v = line.rpartition(" ")
-                try:
-                    out[k] = float(v)
-                except ValueError:
-                    pass
-        return out
+        return parse_metrics(self.req("GET", "/metrics"))
 
     def watch_ips(self, ns, seen, stop):
         """Record the first time each pod of `ns` is seen with a podIP."""
