@@ -41,13 +41,13 @@ case "$2" in
       sleep 0.2
     done
     ((ready)) || { echo "tests/cluster/ctl.sh: kube-apiserver not ready 120 s after start (log: $dir/logs/apiserver.log)" >&2; exit 1; }
-    # The clients of this control plane (kube-controller-manager,
-    # kube-scheduler, kwok) did not all pick their watches back up after the
-    # API server restarted here (new namespaces got no default
-    # ServiceAccount, new pods no IP, for minutes): restart each with its
-    # own command line, as a node's static-pod kubelet would after a
-    # control-plane upgrade.
-    for var in CONTROLLER_MANAGER_PID SCHEDULER_PID KWOK_PID; do
+    # kube-controller-manager and kube-scheduler did not all pick their
+    # watches back up after the API server restarted here (new namespaces
+    # got no default ServiceAccount for minutes): restart each with its own
+    # command line, as a node's static-pod kubelet would after a
+    # control-plane upgrade. Not kwok: its pod IP pools live in memory, and
+    # a restarted kwok hands out addresses live pods still hold.
+    for var in CONTROLLER_MANAGER_PID SCHEDULER_PID; do
       old="${!var}"
       [[ -r "/proc/$old/cmdline" ]] || continue
       mapfile -d '' argv <"/proc/$old/cmdline"
@@ -56,7 +56,19 @@ case "$2" in
       while [[ -e "/proc/$old" && "$(awk '{print $3}' "/proc/$old/stat" 2>/dev/null)" != Z ]]; do sleep 0.1; done
       setsid "${argv[@]}" >>"$log" 2>&1 </dev/null &
       sed -i "s/^$var=.*/$var=$!/" "$dir/env"
+      # Back only once it is healthy again: its secure port answers /healthz.
+      url=""
+      for ((i = 0; i < ${#argv[@]}; i++)); do
+        case "${argv[i]}" in
+          --secure-port) url="https://127.0.0.1:${argv[i + 1]}/healthz" ;;
+        esac
+      done
+      for _ in $(seq 1 300); do
+        [[ -z "$url" ]] || curl -skf "$url" >/dev/null 2>&1 && break
+        sleep 0.2
+      done
     done
+    "$KUBECTL" --kubeconfig "$KUBECONFIG" wait --for=condition=Ready nodes -l type=kwok --timeout=60s >/dev/null
     ;;
   compact)
     rev="$(revision)"

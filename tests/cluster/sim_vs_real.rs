@@ -27,50 +27,6 @@ impl Drop for Sim {
     }
 }
 
-fn kubectl_at(c: &Cluster, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> String {
-    let mut cmd = Command::new(&c.kubectl);
-    cmd.arg("--kubeconfig").arg(kubeconfig).args(args);
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    if let Some(s) = stdin {
-        use std::io::Write;
-        child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn zonefile(kubeconfig: &Path) -> String {
-    let out = Command::new(BIN)
-        .args([
-            "zonefile",
-            "--reverse",
-            "--serial=1",
-            "--ns-address=127.0.0.1",
-        ])
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "zonefile: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// What the API server sets on create, or the Job controller adds to a
 /// template, taken off so the real side makes it anew.
 fn sanitize(mut o: Value) -> Value {
@@ -145,8 +101,7 @@ fn sanitize(mut o: Value) -> Value {
 /// pod's hostname (or name when it has none), the Service's name.
 fn addresses(c: &Cluster, kubeconfig: &Path, ns: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    let pods: Value = serde_json::from_str(&kubectl_at(
-        c,
+    let pods: Value = serde_json::from_str(&c.kubectl_at(
         kubeconfig,
         &["get", "pods", "-n", ns, "-o", "json"],
         None,
@@ -161,8 +116,7 @@ fn addresses(c: &Cluster, kubeconfig: &Path, ns: &str) -> BTreeMap<String, Strin
             out.insert(ip["ip"].as_str().unwrap().to_string(), format!("pod:{key}"));
         }
     }
-    let svcs: Value = serde_json::from_str(&kubectl_at(
-        c,
+    let svcs: Value = serde_json::from_str(&c.kubectl_at(
         kubeconfig,
         &["get", "svc", "-n", ns, "-o", "json"],
         None,
@@ -278,8 +232,7 @@ fn simulator_and_real_control_plane_serve_the_same_zone() {
     // The simulator makes the jobs (and their headless Services) …
     for (name, kind) in [("llama", "indexed-job"), ("gpt", "jobset")] {
         let body = format!(r#"{{"namespace":"{ns}","name":"{name}","ranks":4,"kind":"{kind}"}}"#);
-        kubectl_at(
-            &c,
+        c.kubectl_at(
             &sim_kc,
             &["create", "--raw", "/sim/jobs", "-f", "-"],
             Some(&body),
@@ -296,15 +249,13 @@ fn simulator_and_real_control_plane_serve_the_same_zone() {
     let plain = crate::records::workload(ns, 0);
     // The simulator serves no OpenAPI document: kubectl cannot validate
     // against it.
-    kubectl_at(
-        &c,
+    c.kubectl_at(
         &sim_kc,
         &["apply", "--validate=false", "-f", "-"],
         Some(&plain),
     );
     c.apply(&plain);
-    let objects: Value = serde_json::from_str(&kubectl_at(
-        &c,
+    let objects: Value = serde_json::from_str(&c.kubectl_at(
         &sim_kc,
         &["get", "jobs,services", "-n", ns, "-o", "json"],
         None,
@@ -328,8 +279,7 @@ fn simulator_and_real_control_plane_serve_the_same_zone() {
     c.pod_ips(ns, "batch.kubernetes.io/job-name", 8);
     c.pod_ips(ns, "app=api", 1);
     wait_for("the simulator's pods", secs(30), || {
-        let out = kubectl_at(
-            &c,
+        let out = c.kubectl_at(
             &sim_kc,
             &[
                 "get",
@@ -345,11 +295,11 @@ fn simulator_and_real_control_plane_serve_the_same_zone() {
     });
 
     let real = normalize(
-        &zonefile(&c.kubeconfig),
+        &zonefile(&c.kubeconfig, "auto"),
         ns,
         &addresses(&c, &c.kubeconfig, ns),
     );
-    let sim = normalize(&zonefile(&sim_kc), ns, &addresses(&c, &sim_kc, ns));
+    let sim = normalize(&zonefile(&sim_kc, "auto"), ns, &addresses(&c, &sim_kc, ns));
     let only_real: Vec<&String> = real.difference(&sim).collect();
     let only_sim: Vec<&String> = sim.difference(&real).collect();
     assert!(

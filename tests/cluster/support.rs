@@ -81,9 +81,24 @@ impl Cluster {
     }
 
     pub fn try_kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+        self.try_kubectl_at(&self.kubeconfig, args, stdin)
+    }
+
+    /// The release's kubectl against another API server (the simulator).
+    pub fn kubectl_at(&self, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> String {
+        self.try_kubectl_at(kubeconfig, args, stdin)
+            .unwrap_or_else(|e| panic!("kubectl {}: {e}", args.join(" ")))
+    }
+
+    fn try_kubectl_at(
+        &self,
+        kubeconfig: &Path,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Result<String, String> {
         let mut child = Command::new(&self.kubectl)
             .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
+            .arg(kubeconfig)
             .args(args)
             .stdin(if stdin.is_some() {
                 Stdio::piped()
@@ -340,6 +355,29 @@ impl Podns {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// `podns zonefile --reverse` (serial 1, glue 127.0.0.1) against
+/// `kubeconfig` on `wire`, as a user runs it.
+pub fn zonefile(kubeconfig: &Path, wire: &str) -> String {
+    let out = Command::new(BIN)
+        .args([
+            "zonefile",
+            "--reverse",
+            "--serial=1",
+            "--ns-address=127.0.0.1",
+        ])
+        .arg(format!("--wire={wire}"))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "zonefile --wire={wire}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 /// A minimal HTTP/1.0 GET on loopback: (status, body).

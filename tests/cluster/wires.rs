@@ -3,30 +3,7 @@
 //! never makes (managedFields from server-side apply, ownerReferences,
 //! init containers, an ephemeral container added through its subresource).
 
-use std::process::Command;
-
 use crate::support::*;
-
-fn zonefile(c: &Cluster, wire: &str) -> String {
-    let out = Command::new(BIN)
-        .args([
-            "zonefile",
-            "--reverse",
-            "--serial=1",
-            "--ns-address=127.0.0.1",
-        ])
-        .arg(format!("--wire={wire}"))
-        .arg(format!("--kubeconfig={}", c.kubeconfig.display()))
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "zonefile --wire={wire}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 #[test]
 fn json_protobuf_and_auto_print_the_same_zone() {
@@ -109,9 +86,9 @@ spec:
     ]);
     assert!(got.starts_with("debug "), "{got}");
 
-    let json = zonefile(&c, "json");
-    let pb = zonefile(&c, "protobuf");
-    let auto = zonefile(&c, "auto");
+    let json = zonefile(&c.kubeconfig, "json");
+    let pb = zonefile(&c.kubeconfig, "protobuf");
+    let auto = zonefile(&c.kubeconfig, "auto");
     assert!(
         json.contains(&format!("odd.train.{ns}.svc")) || json.contains("odd.train"),
         "the odd pod is in the zone:\n{json}"
