@@ -29,7 +29,12 @@
 # this tree) and a summary table on stdout.
 # Run:   benches/harness/udp-buffers.sh                 (about 15 minutes)
 # Knobs: DUR (dnsperf seconds per run, 10), ROUNDS (3), JOBS (20),
-#        BIN, BEFORE, BEFORE_BIN, MAX_QPS (skip stage 1's estimate).
+#        BIN, BEFORE, BEFORE_BIN, MAX_QPS (skip stage 1's estimate),
+#        SERVERS (which of "podns before nsd knot echo" to run), PCTS
+#        ("25 50 75"). A focused CPU comparison on a busy machine:
+#        SERVERS="podns echo" PCTS=25 ROUNDS=9 DUR=5 MAX_QPS=52000: many
+#        short alternating rounds, compared round by round (the summary's
+#        "paired" column: the median of each round's ratio to echo).
 # Every load loop is bounded: dnsperf -l, fixed rounds. Pod IPs are data.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,6 +42,9 @@ RES=${RES:-benches/harness/results}
 mkdir -p "$RES"
 DUR=${DUR:-10}
 ROUNDS=${ROUNDS:-3}
+SERVERS=${SERVERS:-podns before nsd knot echo}
+PCTS=${PCTS:-25 50 75}
+serving() { [[ " $SERVERS " == *" $1 "* ]]; }
 JOBS=${JOBS:-20}
 BIN=${BIN:-target/release/podns}
 BEFORE=${BEFORE:-ee4d0d0}
@@ -69,7 +77,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [[ -z ${BEFORE_BIN:-} ]]; then
+if serving before && [[ -z ${BEFORE_BIN:-} ]]; then
   log "building podns at $BEFORE (target/bench-before)"
   mkdir -p "$work/before-src"
   git archive "$BEFORE" | tar -x -C "$work/before-src"
@@ -168,16 +176,20 @@ start_podns() { # bin port admin log
 }
 start_podns "$BIN" $P_PODNS $A_PODNS "$work/podns.log"
 podns_pid=$!
-start_podns "$BEFORE_BIN" $P_BEFORE $A_BEFORE "$work/before.log"
-before_pid=$!
-start_nsd $P_NSD "$zones" "$work/nsd"
-start_knot $P_KNOT "$zones" "$work/knot"
+answering=($P_PODNS)
+if serving before; then
+  start_podns "$BEFORE_BIN" $P_BEFORE $A_BEFORE "$work/before.log"
+  before_pid=$!
+  answering+=($P_BEFORE)
+fi
+if serving nsd; then start_nsd $P_NSD "$zones" "$work/nsd" && answering+=($P_NSD); fi
+if serving knot; then start_knot $P_KNOT "$zones" "$work/knot" && answering+=($P_KNOT); fi
 taskset -c 0 "$work/echo" $P_ECHO &
 echo_pid=$!
 pids+=("$echo_pid")
 
 probe=train-$((JOBS - 1))-999.train-$((JOBS - 1)).default.svc.cluster.local
-for p in $P_PODNS $P_BEFORE $P_NSD $P_KNOT; do
+for p in "${answering[@]}"; do
   python3 benches/harness/dnsq.py "$p" "$probe" 300 || {
     log "server on $p never answered"
     tail "$work"/*.log "$work"/nsd/* "$work"/knot/out >&2
@@ -232,7 +244,7 @@ run() { # stage round pct rate server
 # --- 1. max rate ----------------------------------------------------------
 if [[ -z ${MAX_QPS:-} ]]; then
   for round in $(seq 1 "$ROUNDS"); do
-    for srv in podns before; do run max "$round" 100 max "$srv"; done
+    for srv in podns $(serving before && echo before); do run max "$round" 100 max "$srv"; done
   done
   MAX_QPS=$(awk -F, '$1 == "max" && $5 == "podns" {print $9}' "$csv" | sort -n |
     awk '{v[NR] = $1} END {printf "%d", v[int((NR + 1) / 2)]}')
@@ -241,9 +253,9 @@ log "podns maximum: $MAX_QPS q/s"
 
 # --- 2. fixed rates --------------------------------------------------------
 for round in $(seq 1 "$ROUNDS"); do
-  for pct in 25 50 75; do
+  for pct in $PCTS; do
     rate=$((MAX_QPS * pct / 100))
-    for srv in podns before nsd knot echo; do run fixed "$round" "$pct" "$rate" "$srv"; done
+    for srv in $SERVERS; do run fixed "$round" "$pct" "$rate" "$srv"; done
   done
 done
 
@@ -258,19 +270,25 @@ for s in ("podns", "before"):
     if q:
         print(f"max rate {s}: " + " / ".join(f"{v:,.0f}" for v in q) + f" q/s (median {statistics.median(q):,.0f})")
 fx = [r for r in rows if r["stage"] == "fixed"]
-servers = ["podns", "before", "nsd", "knot", "echo"]
-print("| rate | server | lost per round | socket drops per round | CPU-ms / 1k answered | x echo | load |")
-print("|---|---|---|---|---|---|---|")
+servers = [s for s in ("podns", "before", "nsd", "knot", "echo") if any(r["server"] == s for r in fx)]
+print("| rate | server | lost per round | socket drops per round | CPU-ms / 1k answered | x echo (medians) | x echo (paired) | load |")
+print("|---|---|---|---|---|---|---|---|")
 for pct in ("25", "50", "75"):
     at = [r for r in fx if r["pct"] == pct]
     if not at:
         continue
-    floor = statistics.median(float(r["cpu_ms_per_1k_answered"]) for r in at if r["server"] == "echo")
+    per1k = lambda r: float(r["cpu_ms_per_1k_answered"])
+    echo = {r["round"]: per1k(r) for r in at if r["server"] == "echo"}
+    floor = statistics.median(echo.values()) if echo else None
     for s in servers:
         rs = [r for r in at if r["server"] == s]
-        cpu = [float(r["cpu_ms_per_1k_answered"]) for r in rs]
+        cpu = [per1k(r) for r in rs]
+        # Each round's ratio to the floor measured in the same round.
+        paired = [per1k(r) / echo[r["round"]] for r in rs if echo.get(r["round"])]
+        med = f"{statistics.median(cpu) / floor:.2f}" if floor else "-"
+        pair = f"{statistics.median(paired):.2f} ({min(paired):.2f}-{max(paired):.2f})" if paired else "-"
         print(f"| {pct}% ({rs[0]['rate']} q/s) | {s} | {' / '.join(r['lost'] for r in rs)} |"
               f" {' / '.join(r['socket_drops'] for r in rs)} |"
-              f" {min(cpu):.2f}-{max(cpu):.2f} | {statistics.median(cpu) / floor:.2f} |"
+              f" {min(cpu):.2f}-{max(cpu):.2f} | {med} | {pair} |"
               f" {rs[0]['loadavg']}-{rs[-1]['loadavg']} |")
 PY
