@@ -483,6 +483,7 @@ fn servfail_in_zone_until_synced_refused_outside() {
             pod_scopes: 1,
             service_scopes: 1,
             job_scopes: 0,
+            slice_scopes: 0,
         },
     );
     let a = Answerer::new(table, AnswerConfig::default());

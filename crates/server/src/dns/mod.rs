@@ -22,6 +22,8 @@ pub mod zone;
 
 #[cfg(test)]
 mod plan_tests;
+#[cfg(test)]
+mod slice_tests;
 
 pub use zone::{Zone, check_zones};
 

@@ -202,12 +202,21 @@ impl Writer {
                     .filter(|p| self.host_published(p))
                     .collect();
                 let chosen = self.choose(pods);
-                if chosen.is_empty() {
+                // Endpoints of a Service without a selector named so.
+                let endpoints = self.endpoint_host_ips(ns, sub, host);
+                if chosen.is_empty() && endpoints.is_empty() {
                     return vec![];
                 }
                 let mut rrs = Rrs::default();
                 for p in chosen {
                     add_ips(&mut rrs, &p.ips);
+                }
+                for ip in endpoints {
+                    if !rrs.a.iter().map(|a| IpAddr::V4(*a)).any(|a| a == ip)
+                        && !rrs.aaaa.iter().map(|a| IpAddr::V6(*a)).any(|a| a == ip)
+                    {
+                        add_ips(&mut rrs, &[ip]);
+                    }
                 }
                 vec![(host_name(host, sub, ns), rrs)]
             }
@@ -224,7 +233,8 @@ impl Writer {
                 };
                 // Through the pods holding this IP, not the Service's members:
                 // O(1) per name, not O(size of the gang).
-                let holds = self.ip_holders(*ip).any(|p| self.makes_member_name(p, svc));
+                let holds = self.ip_holders(*ip).any(|p| self.makes_member_name(p, svc))
+                    || self.endpoint_holds(svc, *ip);
                 if !holds {
                     return vec![];
                 }
@@ -305,6 +315,9 @@ impl Writer {
                         },
                     ));
                 }
+            }
+            ServiceKind::Headless if slices::from_slices(svc) => {
+                return self.build_slice_service(svc);
             }
             ServiceKind::Headless => {
                 let Some(set) = self.sets.get(sk) else {
