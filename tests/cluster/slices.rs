@@ -5,7 +5,7 @@
 //! leaves out (checked against the real API server's selector evaluation).
 
 use hickory_proto::op::ResponseCode;
-use hickory_proto::rr::{RData, RecordType};
+use hickory_proto::rr::RecordType;
 
 use crate::support::*;
 
@@ -126,16 +126,8 @@ spec:
     let nx = p.ask(&format!("192-0-2-11.db.{ns}.svc"), RecordType::A);
     assert_eq!(rcode(&nx), ResponseCode::NXDomain, "not ready: {nx:?}");
     let srv = p.ask(&format!("_pg._tcp.db.{ns}.svc"), RecordType::SRV);
-    let targets: Vec<String> = srv
-        .answers
-        .iter()
-        .filter_map(|r| match &r.data {
-            RData::SRV(s) => Some(format!("{} {}", s.port, s.target)),
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        targets,
+        srv_lines(&srv),
         [format!("5432 primary.db.{ns}.svc.cluster.local.")],
         "{srv:?}"
     );
@@ -186,29 +178,17 @@ fn without_endpointslice_rbac_everything_else_is_served() {
     let ns = ns.name.as_str();
     c.apply(&crate::records::workload(ns, 1));
     let pods = c.pod_ips(ns, "app=train", 1);
-    c.apply(&format!(
-        r#"
-apiVersion: v1
-kind: ServiceAccount
-metadata: {{name: podns-no-slices, namespace: {ns}}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {{name: {ns}-no-slices}}
-rules:
-- {{apiGroups: [""], resources: [pods, services], verbs: [get, list, watch]}}
-- {{apiGroups: [batch], resources: [jobs], verbs: [get, list, watch]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {{name: {ns}-no-slices}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {ns}-no-slices}}
-subjects: [{{kind: ServiceAccount, name: podns-no-slices, namespace: {ns}}}]
-"#
-    ));
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("no-slices.kubeconfig");
-    crate::rbac::token_kubeconfig(&c, ns, "podns-no-slices", &kc);
+    crate::rbac::limited_podns(
+        &c,
+        ns,
+        "no-slices",
+        r#"
+- {apiGroups: [""], resources: [pods, services], verbs: [get, list, watch]}
+- {apiGroups: [batch], resources: [jobs], verbs: [get, list, watch]}"#,
+        &kc,
+    );
     let p = Podns::ready(&kc, &[]);
     p.wait_addrs(
         &format!("{}.train.{ns}.svc", pods[0].0),

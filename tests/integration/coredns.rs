@@ -85,6 +85,61 @@ fn loopback_corefile(text: &str, podns: SocketAddr, port: u16) -> String {
     out
 }
 
+/// A Corefile of deploy/coredns, as shipped.
+fn shipped(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/coredns")
+        .join(name);
+    std::fs::read_to_string(path).unwrap()
+}
+
+/// CoreDNS on a free loopback port with `corefile` made fit for the test
+/// ([`loopback_corefile`]), once it answers `probe`; its address, and the
+/// directory its files live in (removed when dropped).
+async fn run_coredns(
+    bin: &std::path::Path,
+    corefile: &str,
+    podns: SocketAddr,
+    probe: &str,
+) -> (Daemon, SocketAddr, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let conf = dir.path().join("Corefile");
+    std::fs::write(&conf, loopback_corefile(corefile, podns, port)).unwrap();
+    let mut daemon = Daemon::spawn(
+        "coredns",
+        Command::new(bin).arg("-conf").arg(&conf),
+        &dir.path().join("coredns.out"),
+    );
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    daemon
+        .wait_answering(addr, &fqdn(probe), RecordType::A)
+        .await;
+    (daemon, addr, dir)
+}
+
+/// `dig +short NAME` against `server`, as an operator checks it; `None`
+/// (said on stderr) when dig is not installed.
+fn dig_short(server: SocketAddr, name: &str) -> Option<String> {
+    if !has("dig") {
+        eprintln!("dig not installed: checked with the test's own client only");
+        return None;
+    }
+    let out = Command::new("dig")
+        .arg(format!("@{}", server.ip()))
+        .args([
+            "-p",
+            &server.port().to_string(),
+            "+short",
+            "+time=2",
+            "+tries=2",
+        ])
+        .arg(fqdn(name))
+        .output()
+        .unwrap();
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coredns_sends_the_training_namespace_to_podns_and_keeps_the_rest() {
     let bin = match coredns() {
@@ -102,28 +157,12 @@ async fn coredns_sends_the_training_namespace_to_podns_and_keeps_the_rest() {
     })
     .await;
 
-    let shipped = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/deploy/coredns/Corefile.namespaces"
-    ))
-    .unwrap();
+    let shipped = shipped("Corefile.namespaces");
     assert!(
         shipped.contains("    kubernetes cluster.local in-addr.arpa ip6.arpa {"),
         "(a) keeps the kubernetes plugin"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let conf = dir.path().join("Corefile");
-    std::fs::write(&conf, loopback_corefile(&shipped, env.dns, port)).unwrap();
-    let mut daemon = Daemon::spawn(
-        "coredns",
-        Command::new(&bin).arg("-conf").arg(&conf),
-        &dir.path().join("coredns.out"),
-    );
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    daemon
-        .wait_answering(addr, &fqdn(rank), RecordType::A)
-        .await;
+    let (mut daemon, addr, _dir) = run_coredns(&bin, &shipped, env.dns, rank).await;
 
     // The training namespace's names and the rank view: podns's answers.
     for name in [rank, "bert.train.svc", "3.bert.train.rank"] {
@@ -152,24 +191,9 @@ async fn coredns_sends_the_training_namespace_to_podns_and_keeps_the_rest() {
     );
 
     // dig, as an operator checks it.
-    if has("dig") {
-        let out = Command::new("dig")
-            .args([
-                "@127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "+short",
-                "+time=2",
-                "+tries=2",
-            ])
-            .arg(fqdn(rank))
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
+    if let Some(text) = dig_short(addr, rank) {
         let direct = addrs(&ask(env.dns, rank, RecordType::A).await);
-        assert_eq!(text.trim(), direct[0], "dig through CoreDNS");
-    } else {
-        eprintln!("dig not installed: checked with the test's own client only");
+        assert_eq!(text, direct[0], "dig through CoreDNS");
     }
     assert!(
         daemon.child.try_wait().unwrap().is_none(),
@@ -223,26 +247,12 @@ async fn coredns_forwarding_all_of_cluster_local_answers_services_without_select
     })
     .await;
 
-    let shipped = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/deploy/coredns/Corefile.all"
-    ))
-    .unwrap();
+    let shipped = shipped("Corefile.all");
     assert!(
         shipped.contains("\ncluster.local:53 {"),
         "(b) forwards the zone"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let conf = dir.path().join("Corefile");
-    std::fs::write(&conf, loopback_corefile(&shipped, env.dns, port)).unwrap();
-    let mut daemon = Daemon::spawn(
-        "coredns",
-        Command::new(&bin).arg("-conf").arg(&conf),
-        &dir.path().join("coredns.out"),
-    );
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    daemon.wait_answering(addr, &fqdn(set), RecordType::A).await;
+    let (mut daemon, addr, _dir) = run_coredns(&bin, &shipped, env.dns, set).await;
 
     for name in [set, "primary.db.web.svc", "10-9-0-1.db.web.svc"] {
         let via = addrs(&ask(addr, name, RecordType::A).await);
@@ -264,20 +274,8 @@ async fn coredns_forwarding_all_of_cluster_local_answers_services_without_select
             "{name}: {m:?}"
         );
     }
-    if has("dig") {
-        let out = Command::new("dig")
-            .args([
-                "@127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "+short",
-                "+time=2",
-                "+tries=2",
-            ])
-            .arg(fqdn("primary.db.web.svc"))
-            .output()
-            .unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "10.9.0.1");
+    if let Some(text) = dig_short(addr, "primary.db.web.svc") {
+        assert_eq!(text, "10.9.0.1", "dig through CoreDNS");
     }
     assert!(
         daemon.child.try_wait().unwrap().is_none(),

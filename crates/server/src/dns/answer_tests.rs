@@ -14,6 +14,9 @@ use crate::index::{
 use crate::index::{Duplicates, Hostnames, Publish};
 use crate::metrics::Metrics;
 
+#[path = "slice_tests.rs"]
+mod slice_tests;
+
 fn world() -> World {
     World::new(Policy::default(), AnswerConfig::default())
 }

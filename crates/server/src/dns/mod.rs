@@ -22,8 +22,6 @@ pub mod zone;
 
 #[cfg(test)]
 mod plan_tests;
-#[cfg(test)]
-mod slice_tests;
 
 pub use zone::{Zone, check_zones};
 

@@ -1,36 +1,18 @@
 //! Services without a selector, answered from their user-managed
-//! EndpointSlices (`index::writer` `slices.rs`), without sockets.
-
-use std::net::IpAddr;
+//! EndpointSlices (`index::writer` `slices.rs`), without sockets. A child
+//! of `answer_tests`, whose helpers it shares.
 
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::{RData, RecordType};
 
-use super::answer::AnswerConfig;
+use super::{ip, ips};
+use crate::dns::answer::AnswerConfig;
 use crate::dns::testing::World;
 use crate::index::testing::*;
 use crate::index::{Change, ObjKey, Policy, Publish, Update};
 
 fn world(policy: Policy) -> World {
     World::new(policy, AnswerConfig::default())
-}
-
-fn ips(m: &Message) -> Vec<IpAddr> {
-    let mut v: Vec<IpAddr> = m
-        .answers
-        .iter()
-        .filter_map(|r| match &r.data {
-            RData::A(a) => Some(IpAddr::V4(a.0)),
-            RData::AAAA(a) => Some(IpAddr::V6(a.0)),
-            _ => None,
-        })
-        .collect();
-    v.sort();
-    v
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
 }
 
 fn srv(m: &Message) -> Vec<(String, u16)> {

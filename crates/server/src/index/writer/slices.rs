@@ -20,7 +20,7 @@
 //! pods follow. A ClusterIP Service without a selector keeps answering
 //! its ClusterIP only, as the specification says.
 
-use super::build::add_ips;
+use super::build::{NamedSrv, add_ips};
 use super::*;
 
 /// The slices the writer holds, and what finds them.
@@ -232,7 +232,7 @@ impl Writer {
         let sk = &svc.key;
         let mut ips: Vec<IpAddr> = Vec::new();
         let mut rrs = Rrs::default();
-        let mut named: BTreeMap<String, SrvSet> = BTreeMap::new();
+        let mut named = NamedSrv::default();
         for (slice, e) in self.published_endpoints(svc) {
             for ip in &e.ips {
                 if !ips.contains(ip) {
@@ -244,33 +244,14 @@ impl Writer {
                         port: port.port,
                         target: target.clone(),
                     };
-                    rrs.srv.add(&srv);
-                    if let Some(name) = &port.name {
-                        named
-                            .entry(port_name(
-                                name,
-                                port.protocol.label(),
-                                &sk.name,
-                                &sk.namespace,
-                            ))
-                            .or_default()
-                            .add(&srv);
-                    }
+                    named.add(&mut rrs, sk, port.name.as_deref(), port.protocol, &srv);
                 }
             }
         }
         ips.sort_unstable();
         add_ips(&mut rrs, &ips);
         let mut out = vec![(service_name(&sk.name, &sk.namespace), rrs)];
-        out.extend(named.into_iter().map(|(name, srv)| {
-            (
-                name,
-                Rrs {
-                    srv,
-                    ..Default::default()
-                },
-            )
-        }));
+        out.extend(named.names());
         out
     }
 }
