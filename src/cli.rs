@@ -218,6 +218,16 @@ pub struct ServeArgs {
     /// Watch only pods matching this label selector.
     #[arg(long, env = "PODNS_LABEL_SELECTOR")]
     pub label_selector: Option<String>,
+    /// Watch the EndpointSlices the EndpointSlice controller does not manage, so headless Services without a selector answer from them (the default).
+    #[arg(long = "endpoint-slices", overrides_with = "no_endpoint_slices")]
+    pub endpoint_slices: bool,
+    /// Turn the EndpointSlice watch off (no RBAC on endpointslices needed; Services without a selector then answer no addresses).
+    #[arg(
+        long = "no-endpoint-slices",
+        env = "PODNS_NO_ENDPOINT_SLICES",
+        overrides_with = "endpoint_slices"
+    )]
+    pub no_endpoint_slices: bool,
     /// Ask for quorum reads instead of lists from the API server's watch cache.
     #[arg(long, env = "PODNS_CONSISTENT_LIST")]
     pub consistent_list: bool,
@@ -264,6 +274,7 @@ impl ServeArgs {
             reverse_cidrs: self.reverse_cidr.clone(),
             namespaces: self.namespaces.clone(),
             label_selector: self.label_selector.clone(),
+            endpoint_slices: !self.no_endpoint_slices,
             consistent_list: self.consistent_list,
             streaming_list: self.streaming_list,
             wire: shared.wire,

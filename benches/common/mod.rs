@@ -143,6 +143,7 @@ pub fn writer_with_services_and(services: Vec<ServiceInfo>, policy: Policy) -> W
             pod_scopes: 1,
             service_scopes: 1,
             job_scopes: 0,
+            slice_scopes: 0,
         },
     );
     w.apply(Update::Service(Change::Reset {

@@ -22,5 +22,6 @@ mod faults;
 mod rbac;
 mod records;
 mod sim_vs_real;
+mod slices;
 mod support;
 mod wires;

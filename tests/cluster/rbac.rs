@@ -22,6 +22,31 @@ fn token_kubeconfig(c: &Cluster, ns: &str, sa: &str, path: &Path) {
     .unwrap();
 }
 
+/// A ServiceAccount `podns-<what>` in `ns` bound to a ClusterRole
+/// `<ns>-<what>` with only `rules` (YAML list items), and a kubeconfig
+/// for it at `path`. Delete the ClusterRole and binding when done.
+pub fn limited_podns(c: &Cluster, ns: &str, what: &str, rules: &str, path: &Path) {
+    c.apply(&format!(
+        r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: podns-{what}, namespace: {ns}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {ns}-{what}}}
+rules:{rules}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {ns}-{what}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {ns}-{what}}}
+subjects: [{{kind: ServiceAccount, name: podns-{what}, namespace: {ns}}}]
+"#
+    ));
+    token_kubeconfig(c, ns, &format!("podns-{what}"), path);
+}
+
 #[test]
 fn deploy_rbac_is_enough_and_a_missing_permission_is_one_clear_line() {
     let Some(c) = cluster() else { return };
@@ -47,28 +72,16 @@ fn deploy_rbac_is_enough_and_a_missing_permission_is_one_clear_line() {
 
     // The same role without pods: not ready, and the log says what is
     // missing in one line.
-    c.apply(&format!(
-        r#"
-apiVersion: v1
-kind: ServiceAccount
-metadata: {{name: podns-no-pods, namespace: {ns}}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {{name: {ns}-no-pods}}
-rules:
-- {{apiGroups: [""], resources: [services], verbs: [get, list, watch]}}
-- {{apiGroups: [batch], resources: [jobs], verbs: [get, list, watch]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {{name: {ns}-no-pods}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {ns}-no-pods}}
-subjects: [{{kind: ServiceAccount, name: podns-no-pods, namespace: {ns}}}]
-"#
-    ));
     let kc = dir.path().join("no-pods.kubeconfig");
-    token_kubeconfig(&c, ns, "podns-no-pods", &kc);
+    limited_podns(
+        &c,
+        ns,
+        "no-pods",
+        r#"
+- {apiGroups: [""], resources: [services], verbs: [get, list, watch]}
+- {apiGroups: [batch], resources: [jobs], verbs: [get, list, watch]}"#,
+        &kc,
+    );
     let p = Podns::start(&kc, &[]);
     let line = wait_for("a line about the missing permission", secs(30), || {
         p.log

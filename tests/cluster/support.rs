@@ -488,6 +488,20 @@ pub fn answer_lines(m: &Message) -> Vec<String> {
     v
 }
 
+/// The SRV answers as `<port> <target>`, sorted.
+pub fn srv_lines(m: &Message) -> Vec<String> {
+    let mut v: Vec<String> = m
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            hickory_proto::rr::RData::SRV(s) => Some(format!("{} {}", s.port, s.target)),
+            _ => None,
+        })
+        .collect();
+    v.sort();
+    v
+}
+
 /// `a.b.c.d` → `a-b-c-d` (the dashed form of an IPv4 address).
 pub fn dashed(ip: &str) -> String {
     ip.replace(['.', ':'], "-")

@@ -1,6 +1,8 @@
-//! deploy/coredns/Corefile.namespaces in a real CoreDNS: the training
-//! namespace's names and the rank view come from podns, every other
-//! namespace's names from the `kubernetes` plugin's block.
+//! The Corefiles of deploy/coredns in a real CoreDNS. (a)
+//! Corefile.namespaces: the training namespace's names and the rank view
+//! come from podns, every other namespace's names from the `kubernetes`
+//! plugin's block. (b) Corefile.all: every name under cluster.local comes
+//! from podns, Services without a selector too.
 //!
 //! CoreDNS is not packaged here; tests/cluster/build.sh builds it to
 //! ~/.cache/podns-cluster/bin/coredns, or `PODNS_COREDNS` names a binary.
@@ -83,6 +85,61 @@ fn loopback_corefile(text: &str, podns: SocketAddr, port: u16) -> String {
     out
 }
 
+/// A Corefile of deploy/coredns, as shipped.
+fn shipped(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/coredns")
+        .join(name);
+    std::fs::read_to_string(path).unwrap()
+}
+
+/// CoreDNS on a free loopback port with `corefile` made fit for the test
+/// ([`loopback_corefile`]), once it answers `probe`; its address, and the
+/// directory its files live in (removed when dropped).
+async fn run_coredns(
+    bin: &std::path::Path,
+    corefile: &str,
+    podns: SocketAddr,
+    probe: &str,
+) -> (Daemon, SocketAddr, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let conf = dir.path().join("Corefile");
+    std::fs::write(&conf, loopback_corefile(corefile, podns, port)).unwrap();
+    let mut daemon = Daemon::spawn(
+        "coredns",
+        Command::new(bin).arg("-conf").arg(&conf),
+        &dir.path().join("coredns.out"),
+    );
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    daemon
+        .wait_answering(addr, &fqdn(probe), RecordType::A)
+        .await;
+    (daemon, addr, dir)
+}
+
+/// `dig +short NAME` against `server`, as an operator checks it; `None`
+/// (said on stderr) when dig is not installed.
+fn dig_short(server: SocketAddr, name: &str) -> Option<String> {
+    if !has("dig") {
+        eprintln!("dig not installed: checked with the test's own client only");
+        return None;
+    }
+    let out = Command::new("dig")
+        .arg(format!("@{}", server.ip()))
+        .args([
+            "-p",
+            &server.port().to_string(),
+            "+short",
+            "+time=2",
+            "+tries=2",
+        ])
+        .arg(fqdn(name))
+        .output()
+        .unwrap();
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coredns_sends_the_training_namespace_to_podns_and_keeps_the_rest() {
     let bin = match coredns() {
@@ -100,28 +157,12 @@ async fn coredns_sends_the_training_namespace_to_podns_and_keeps_the_rest() {
     })
     .await;
 
-    let shipped = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/deploy/coredns/Corefile.namespaces"
-    ))
-    .unwrap();
+    let shipped = shipped("Corefile.namespaces");
     assert!(
         shipped.contains("    kubernetes cluster.local in-addr.arpa ip6.arpa {"),
         "(a) keeps the kubernetes plugin"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let conf = dir.path().join("Corefile");
-    std::fs::write(&conf, loopback_corefile(&shipped, env.dns, port)).unwrap();
-    let mut daemon = Daemon::spawn(
-        "coredns",
-        Command::new(&bin).arg("-conf").arg(&conf),
-        &dir.path().join("coredns.out"),
-    );
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    daemon
-        .wait_answering(addr, &fqdn(rank), RecordType::A)
-        .await;
+    let (mut daemon, addr, _dir) = run_coredns(&bin, &shipped, env.dns, rank).await;
 
     // The training namespace's names and the rank view: podns's answers.
     for name in [rank, "bert.train.svc", "3.bert.train.rank"] {
@@ -150,24 +191,9 @@ async fn coredns_sends_the_training_namespace_to_podns_and_keeps_the_rest() {
     );
 
     // dig, as an operator checks it.
-    if has("dig") {
-        let out = Command::new("dig")
-            .args([
-                "@127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "+short",
-                "+time=2",
-                "+tries=2",
-            ])
-            .arg(fqdn(rank))
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
+    if let Some(text) = dig_short(addr, rank) {
         let direct = addrs(&ask(env.dns, rank, RecordType::A).await);
-        assert_eq!(text.trim(), direct[0], "dig through CoreDNS");
-    } else {
-        eprintln!("dig not installed: checked with the test's own client only");
+        assert_eq!(text, direct[0], "dig through CoreDNS");
     }
     assert!(
         daemon.child.try_wait().unwrap().is_none(),
@@ -176,3 +202,83 @@ async fn coredns_sends_the_training_namespace_to_podns_and_keeps_the_rest() {
 }
 
 const T: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// deploy/coredns/Corefile.all, (b), in a real CoreDNS: every name under
+/// cluster.local comes from podns, a Service without a selector too
+/// (answered from its hand-written EndpointSlice), and no name reaches the
+/// `kubernetes` plugin's block (its stand-in would answer 192.0.2.53).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coredns_forwarding_all_of_cluster_local_answers_services_without_selector() {
+    let bin = match coredns() {
+        Ok(bin) => bin,
+        Err(why) => {
+            eprintln!("skipping: {why}");
+            return;
+        }
+    };
+    let env = env(&[], &["--publish=ready"]).await;
+    create_service(
+        &env.client,
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "db", "namespace": "web"},
+            "spec": {"clusterIP": "None", "ports": [{"name": "pg", "port": 5432}]}
+        }),
+    )
+    .await;
+    let slices: kube::Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        kube::Api::namespaced(env.client.clone(), "web");
+    let slice = serde_json::json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "db-1", "namespace": "web",
+                     "labels": {"kubernetes.io/service-name": "db"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.9.0.1"], "hostname": "primary"},
+                      {"addresses": ["10.9.0.2"], "conditions": {"ready": false}}],
+        "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}]
+    });
+    slices
+        .create(&Default::default(), &serde_json::from_value(slice).unwrap())
+        .await
+        .unwrap();
+    let set = "db.web.svc";
+    wait_for("the slice in podns", T, || async {
+        addrs(&ask(env.dns, set, RecordType::A).await) == ["10.9.0.1"]
+    })
+    .await;
+
+    let shipped = shipped("Corefile.all");
+    assert!(
+        shipped.contains("\ncluster.local:53 {"),
+        "(b) forwards the zone"
+    );
+    let (mut daemon, addr, _dir) = run_coredns(&bin, &shipped, env.dns, set).await;
+
+    for name in [set, "primary.db.web.svc", "10-9-0-1.db.web.svc"] {
+        let via = addrs(&ask(addr, name, RecordType::A).await);
+        assert_eq!(via, ["10.9.0.1"], "{name}:\n{}", daemon.log_text());
+    }
+    let srv = ask(addr, "_pg._tcp.db.web.svc", RecordType::SRV).await;
+    assert!(
+        srv.answers.iter().any(|r| matches!(&r.data,
+            hickory_proto::rr::RData::SRV(s)
+                if s.port == 5432 && s.target.to_ascii() == "primary.db.web.svc.cluster.local.")),
+        "{srv:?}"
+    );
+    // Names podns does not have: its NXDOMAIN, not the plugin's stand-in.
+    for name in ["10-9-0-2.db.web.svc", "nothing.web.svc"] {
+        let m = ask(addr, name, RecordType::A).await;
+        assert_eq!(
+            rcode(&m),
+            hickory_proto::op::ResponseCode::NXDomain,
+            "{name}: {m:?}"
+        );
+    }
+    if let Some(text) = dig_short(addr, "primary.db.web.svc") {
+        assert_eq!(text, "10.9.0.1", "dig through CoreDNS");
+    }
+    assert!(
+        daemon.child.try_wait().unwrap().is_none(),
+        "coredns still up"
+    );
+}

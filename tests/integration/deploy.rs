@@ -196,11 +196,12 @@ struct Podns {
 /// Checks both modes share: RBAC, identity, metrics, and the podns
 /// container's security, probes, resources and flags.
 fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
-    // RBAC: exactly get/list/watch on pods and services, and on batch Jobs
-    // for the rank view, nothing else.
+    // RBAC: exactly get/list/watch on pods and services, on batch Jobs
+    // for the rank view, and on EndpointSlices for Services without a
+    // selector, nothing else.
     let role = one(docs, "ClusterRole");
     let rules = role["rules"].as_array().unwrap();
-    assert_eq!(rules.len(), 2, "two rules: {rules:?}");
+    assert_eq!(rules.len(), 3, "three rules: {rules:?}");
     assert_eq!(strs(&rules[0]["apiGroups"]), [""]);
     assert_eq!(strs(&rules[0]["resources"]), ["pods", "services"]);
     assert_eq!(strs(&rules[0]["verbs"]), ["get", "list", "watch"]);
@@ -209,6 +210,10 @@ fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
     assert_eq!(strs(&rules[1]["resources"]), ["jobs"]);
     assert_eq!(strs(&rules[1]["verbs"]), ["get", "list", "watch"]);
     assert!(rules[1].get("resourceNames").is_none());
+    assert_eq!(strs(&rules[2]["apiGroups"]), ["discovery.k8s.io"]);
+    assert_eq!(strs(&rules[2]["resources"]), ["endpointslices"]);
+    assert_eq!(strs(&rules[2]["verbs"]), ["get", "list", "watch"]);
+    assert!(rules[2].get("resourceNames").is_none());
     let binding = one(docs, "ClusterRoleBinding");
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
     let sa = one(docs, "ServiceAccount");
@@ -349,8 +354,8 @@ fn forward_target_renders_and_validates() {
     };
     schema_validate("forward-target", &text);
     check_forward_target(&docs);
-    // The Corefile snippet forwards the zone and keeps denials ≤ 1 s.
-    let corefile = std::fs::read_to_string(repo().join("deploy/coredns/Corefile.snippet")).unwrap();
+    // The Corefile of (b) forwards the zone and keeps denials ≤ 1 s.
+    let corefile = std::fs::read_to_string(repo().join("deploy/coredns/Corefile.all")).unwrap();
     assert!(corefile.contains("cluster.local:53 {"));
     assert!(corefile.contains("forward . PODNS_SERVICE_IP:53"));
     assert!(corefile.contains("denial 9984 1 0"));

@@ -8,6 +8,7 @@ mod daemons;
 mod deploy;
 mod dns;
 mod dualstack;
+mod endpoint_slices;
 mod explain;
 mod fuzz_corpus;
 mod prometheus;

@@ -14,7 +14,7 @@ use crate::dns::testing::World;
 use crate::index::testing::{PodExt, SvcExt, cluster_ip, headless, job, pod, rank_pod};
 use crate::index::{Change, Policy, ServiceInfo, ServiceKind, TargetPort, Update};
 use crate::k8s::pb::PbObject;
-use crate::k8s::slim::{SlimJob, SlimPod, SlimService};
+use crate::k8s::slim::{SlimEndpointSlice, SlimJob, SlimPod, SlimService};
 use crate::k8s::{convert, pb};
 
 /// A small world with every kind of name: a 40-pod headless gang with
@@ -131,6 +131,9 @@ pub fn decode(data: &[u8]) {
     if let Ok(j) = serde_json::from_slice::<SlimJob>(data) {
         let _ = convert::job(&j);
     }
+    if let Ok(e) = serde_json::from_slice::<SlimEndpointSlice>(data) {
+        let _ = convert::endpoint_slice(&e);
+    }
 }
 
 /// Arbitrary bytes through the slim Protobuf decoder as every way podns
@@ -154,6 +157,7 @@ pub fn pb(data: &[u8]) {
     each::<SlimPod>(data, |p| drop(convert::pod(p)));
     each::<SlimService>(data, |s| drop(convert::service(s)));
     each::<SlimJob>(data, |j| drop(convert::job(j)));
+    each::<SlimEndpointSlice>(data, |e| drop(convert::endpoint_slice(e)));
     // The stream path: frames cut from the same bytes.
     let mut f = pb::Framer::default();
     f.push(data);

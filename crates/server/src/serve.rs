@@ -52,6 +52,9 @@ pub struct ServeConfig {
     pub namespaces: Vec<String>,
     /// Watch only pods matching this label selector.
     pub label_selector: Option<String>,
+    /// Watch user-managed EndpointSlices: headless Services without a
+    /// selector answer from them.
+    pub endpoint_slices: bool,
     /// Quorum reads instead of lists from the watch cache.
     pub consistent_list: bool,
     pub streaming_list: StreamingList,
@@ -90,6 +93,7 @@ impl Default for ServeConfig {
             reverse_cidrs: vec![],
             namespaces: vec![],
             label_selector: None,
+            endpoint_slices: true,
             consistent_list: false,
             streaming_list: StreamingList::Auto,
             wire: Wire::Auto,
@@ -289,12 +293,14 @@ pub fn start(
         consistent_list: args.consistent_list,
         streaming: args.streaming_list,
         jobs: args.policy.rank_view,
+        endpoint_slices: args.endpoint_slices,
         wire: args.wire,
     };
     let needs = SyncNeeds {
         pod_scopes: watch::pod_scopes(&wcfg),
         service_scopes: watch::service_scopes(&wcfg),
         job_scopes: watch::job_scopes(&wcfg),
+        slice_scopes: watch::slice_scopes(&wcfg),
     };
     let mut writer = Writer::new(table.clone(), args.policy, metrics.clone(), needs);
     // Explain requests reach the writer on a channel of their own, and only

@@ -27,7 +27,7 @@ use crate::dns::resolve::{AnswerConfig, Data, Owner, Records, Rules};
 use crate::index::names::{IN_ADDR_ARPA, IP6_ARPA};
 use crate::index::{Change, Policy, Rrs, SyncNeeds, Table, Update, Writer};
 use crate::k8s::convert;
-use crate::k8s::slim::{SlimJob, SlimPod, SlimService};
+use crate::k8s::slim::{SlimEndpointSlice, SlimJob, SlimPod, SlimService};
 use crate::k8s::wire::{RawWatched, Wire, list_page};
 use crate::metrics::Metrics;
 
@@ -396,11 +396,22 @@ pub async fn list_into_table(
     policy: Policy,
     wire: Wire,
 ) -> anyhow::Result<Arc<Table>> {
-    let pods = list_all::<SlimPod>(client.clone(), wire).await?;
-    let services = list_all::<SlimService>(client.clone(), wire).await?;
+    let pods = list_all::<SlimPod>(client.clone(), wire, None).await?;
+    let services = list_all::<SlimService>(client.clone(), wire, None).await?;
+    // The user-managed EndpointSlices: optional, as in serve.
+    let slices = list_all::<SlimEndpointSlice>(
+        client.clone(),
+        wire,
+        Some(crate::k8s::watch::USER_SLICES),
+    )
+    .await
+    .unwrap_or_else(|error| {
+        tracing::warn!(error = %format!("{error:#}"), "no EndpointSlices: the export has no records of headless Services without a selector");
+        Vec::new()
+    });
     // The rank view's Jobs: optional, as in serve (no RBAC, no rank names).
     let jobs = if policy.rank_view {
-        match list_all::<SlimJob>(client, wire).await {
+        match list_all::<SlimJob>(client, wire, None).await {
             Ok(jobs) => jobs,
             Err(error) => {
                 tracing::warn!(error = %format!("{error:#}"), "no Jobs: the export has no JobSet-wide ranks");
@@ -415,8 +426,17 @@ pub async fn list_into_table(
         pod_scopes: 1,
         service_scopes: 1,
         job_scopes: 1,
+        slice_scopes: 1,
     };
     let mut writer = Writer::new(table.clone(), policy, Metrics::new(), needs);
+    let slices = slices
+        .iter()
+        .filter_map(|e| convert::endpoint_slice(e).ok())
+        .collect();
+    writer.apply(Update::Slice(Change::Reset {
+        namespace: None,
+        items: slices,
+    }));
     let jobs = jobs.iter().filter_map(|j| convert::job(j).ok()).collect();
     writer.apply(Update::Job(Change::Reset {
         namespace: None,
@@ -455,10 +475,17 @@ pub async fn list_into_table(
 
 /// A paginated list (pages of 500, as kubectl does), so a 100k-pod
 /// cluster is not one response.
-async fn list_all<K: RawWatched>(client: kube::Client, wire: Wire) -> anyhow::Result<Vec<K>> {
+async fn list_all<K: RawWatched>(
+    client: kube::Client,
+    wire: Wire,
+    labels: Option<&str>,
+) -> anyhow::Result<Vec<K>> {
     let url = K::url_path(&(), None);
     let mut out = Vec::new();
     let mut params = ListParams::default().limit(500);
+    if let Some(labels) = labels {
+        params = params.labels(labels);
+    }
     loop {
         let (items, cont) = list_page::<K>(&client, wire, &url, &params)
             .await

@@ -40,6 +40,7 @@ fn world() -> Arc<Table> {
             pod_scopes: 1,
             service_scopes: 1,
             job_scopes: 0,
+            slice_scopes: 0,
         },
     );
     let pods = vec![

@@ -1,5 +1,6 @@
 //! Discovery documents: enough for kubectl and client-go to find pods,
-//! services and namespaces in the core group, and jobs in `batch/v1`.
+//! services and namespaces in the core group, jobs in `batch/v1` and
+//! endpointslices in `discovery.k8s.io/v1`.
 
 use std::net::SocketAddr;
 
@@ -53,7 +54,7 @@ pub fn api_groups() -> Value {
     json!({
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": [batch_group_entry()],
+        "groups": [batch_group_entry(), discovery_group_entry()],
     })
 }
 
@@ -82,6 +83,34 @@ pub fn batch_v1() -> Value {
              "categories": ["all"], "storageVersionHash": "mudhfqk/qZY="},
             {"name": "jobs/status", "singularName": "", "namespaced": true, "kind": "Job",
              "verbs": ["get", "patch", "update"]},
+        ],
+    })
+}
+
+fn discovery_group_entry() -> Value {
+    let v1 = json!({"groupVersion": "discovery.k8s.io/v1", "version": "v1"});
+    json!({"name": "discovery.k8s.io", "versions": [v1], "preferredVersion": v1})
+}
+
+/// `/apis/discovery.k8s.io`.
+pub fn discovery_group() -> Value {
+    let mut g = discovery_group_entry();
+    g["kind"] = "APIGroup".into();
+    g["apiVersion"] = "v1".into();
+    g
+}
+
+/// `/apis/discovery.k8s.io/v1`.
+pub fn discovery_v1() -> Value {
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": "discovery.k8s.io/v1",
+        "resources": [
+            {"name": "endpointslices", "singularName": "endpointslice", "namespaced": true,
+             "kind": "EndpointSlice",
+             "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+             "storageVersionHash": "Nx3SIv6I0mE="},
         ],
     })
 }

@@ -189,6 +189,14 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
             sim.stats.count("get", "discovery");
             return Ok(value_response(200, &super::discovery::batch_v1()));
         }
+        "/apis/discovery.k8s.io" => {
+            sim.stats.count("get", "discovery");
+            return Ok(value_response(200, &super::discovery::discovery_group()));
+        }
+        "/apis/discovery.k8s.io/v1" => {
+            sim.stats.count("get", "discovery");
+            return Ok(value_response(200, &super::discovery::discovery_v1()));
+        }
         "/healthz" | "/readyz" | "/livez" => {
             return Ok(Response::new(Body::from("ok")));
         }
@@ -198,6 +206,8 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
         ("", rest)
     } else if let Some(rest) = trimmed.strip_prefix("/apis/batch/v1/") {
         ("batch", rest)
+    } else if let Some(rest) = trimmed.strip_prefix("/apis/discovery.k8s.io/v1/") {
+        ("discovery.k8s.io", rest)
     } else {
         sim.stats.count("unknown", "");
         return Err(not_found_path(path));

@@ -16,11 +16,13 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1 as obatch;
 use k8s_openapi::api::core::v1 as ocore;
+use k8s_openapi::api::discovery::v1 as odisc;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as OQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as ometa;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString as OIntOrString;
 use k8s_pb::api::batch::v1 as pbatch;
 use k8s_pb::api::core::v1 as pcore;
+use k8s_pb::api::discovery::v1 as pdisc;
 use k8s_pb::apimachinery::pkg::api::resource::Quantity as PQuantity;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pmeta;
 use k8s_pb::apimachinery::pkg::runtime::{RawExtension, TypeMeta, Unknown};
@@ -347,6 +349,16 @@ message!(obatch::JobStatus => pbatch::JobStatus {
 });
 message!(obatch::UncountedTerminatedPods => pbatch::UncountedTerminatedPods { succeeded, failed });
 
+// Not carried: hints, deprecatedTopology, appProtocol (DNS reads none
+// of them).
+message!(odisc::EndpointSlice => pdisc::EndpointSlice { metadata, address_type, endpoints, ports });
+message!(odisc::Endpoint => pdisc::Endpoint { addresses, conditions, hostname, target_ref, node_name, zone });
+message!(odisc::EndpointConditions => pdisc::EndpointConditions { ready, serving, terminating });
+message!(odisc::EndpointPort => pdisc::EndpointPort { name, protocol, port });
+message!(ocore::ObjectReference => pcore::ObjectReference {
+    kind, namespace, name, uid, api_version, resource_version, field_path,
+});
+
 /// Why an object has no Protobuf form.
 #[derive(Debug, thiserror::Error)]
 #[error("failed to encode protobuf: {0}")]
@@ -379,6 +391,11 @@ pub fn list_item(kind: Kind, json: &[u8]) -> Result<Vec<u8>, EncodeError> {
         Kind::Job => pbatch::JobList {
             metadata: None,
             items: vec![typed::<obatch::Job>(json)?.pb()],
+        }
+        .encode_to_vec(),
+        Kind::EndpointSlice => pdisc::EndpointSliceList {
+            metadata: None,
+            items: vec![typed::<odisc::EndpointSlice>(json)?.pb()],
         }
         .encode_to_vec(),
     })
@@ -440,6 +457,11 @@ pub fn list_head(kind: Kind, rv: u64, cont: Option<&str>, items_len: usize) -> V
         }
         .encode_to_vec(),
         Kind::Job => pbatch::JobList {
+            metadata: meta,
+            items: vec![],
+        }
+        .encode_to_vec(),
+        Kind::EndpointSlice => pdisc::EndpointSliceList {
             metadata: meta,
             items: vec![],
         }
@@ -509,6 +531,11 @@ pub fn bookmark_object(kind: Kind, rv: u64, initial_end: bool) -> Vec<u8> {
         }
         .encode_to_vec(),
         Kind::Job => pbatch::Job {
+            metadata,
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        Kind::EndpointSlice => pdisc::EndpointSlice {
             metadata,
             ..Default::default()
         }

@@ -24,13 +24,20 @@ pub enum Kind {
     Service,
     Namespace,
     Job,
+    EndpointSlice,
 }
 
 /// How many kinds there are (the store keeps one map per kind).
-pub const KINDS: usize = 4;
+pub const KINDS: usize = 5;
 
 impl Kind {
-    pub const ALL: [Kind; KINDS] = [Kind::Pod, Kind::Service, Kind::Namespace, Kind::Job];
+    pub const ALL: [Kind; KINDS] = [
+        Kind::Pod,
+        Kind::Service,
+        Kind::Namespace,
+        Kind::Job,
+        Kind::EndpointSlice,
+    ];
 
     pub fn idx(self) -> usize {
         self as usize
@@ -41,12 +48,14 @@ impl Kind {
             Kind::Service => "Service",
             Kind::Namespace => "Namespace",
             Kind::Job => "Job",
+            Kind::EndpointSlice => "EndpointSlice",
         }
     }
     /// The API group: empty for the core group.
     pub fn group(self) -> &'static str {
         match self {
             Kind::Job => "batch",
+            Kind::EndpointSlice => "discovery.k8s.io",
             _ => "",
         }
     }
@@ -54,6 +63,7 @@ impl Kind {
     pub fn api_version(self) -> &'static str {
         match self {
             Kind::Job => "batch/v1",
+            Kind::EndpointSlice => "discovery.k8s.io/v1",
             _ => "v1",
         }
     }
@@ -82,6 +92,7 @@ impl Kind {
             Kind::Service => "ServiceList",
             Kind::Namespace => "NamespaceList",
             Kind::Job => "JobList",
+            Kind::EndpointSlice => "EndpointSliceList",
         }
     }
     pub fn plural(self) -> &'static str {
@@ -90,6 +101,7 @@ impl Kind {
             Kind::Service => "services",
             Kind::Namespace => "namespaces",
             Kind::Job => "jobs",
+            Kind::EndpointSlice => "endpointslices",
         }
     }
     pub fn from_plural(s: &str) -> Option<Kind> {
@@ -98,6 +110,7 @@ impl Kind {
             "services" => Kind::Service,
             "namespaces" => Kind::Namespace,
             "jobs" => Kind::Job,
+            "endpointslices" => Kind::EndpointSlice,
             _ => return None,
         })
     }
@@ -107,7 +120,7 @@ impl Kind {
     pub fn fields(self) -> &'static [Field] {
         match self {
             Kind::Pod => &[Field::Name, Field::Namespace, Field::NodeName, Field::Phase],
-            Kind::Service | Kind::Job => &[Field::Name, Field::Namespace],
+            Kind::Service | Kind::Job | Kind::EndpointSlice => &[Field::Name, Field::Namespace],
             Kind::Namespace => &[Field::Name, Field::Phase],
         }
     }
@@ -909,7 +922,7 @@ impl Store {
         let mut removed = Vec::new();
         if kind == Kind::Namespace {
             // Deleting a namespace deletes what it holds, each with its event.
-            for k in [Kind::Pod, Kind::Service, Kind::Job] {
+            for k in [Kind::Pod, Kind::Service, Kind::Job, Kind::EndpointSlice] {
                 let keys: Vec<Key> = g.objects[k.idx()]
                     .range((name.to_string(), String::new())..)
                     .take_while(|((n, _), _)| n == name)
@@ -1196,6 +1209,20 @@ fn default_object(kind: Kind, v: &mut Value, g: &mut Inner) -> Result<(), ApiErr
             v["status"] = json!({"phase": "Active"});
         }
         Kind::Job => default_job(v)?,
+        Kind::EndpointSlice => {
+            // The fields the apiserver requires; it defaults none.
+            let name = v["metadata"]["name"].as_str().unwrap_or_default();
+            if !matches!(v["addressType"].as_str(), Some("IPv4" | "IPv6" | "FQDN")) {
+                return Err(ApiError::invalid(
+                    kind,
+                    name,
+                    "addressType: Unsupported value: must be IPv4, IPv6 or FQDN",
+                ));
+            }
+            if v.get("endpoints").is_none_or(Value::is_null) {
+                v["endpoints"] = json!([]);
+            }
+        }
     }
     Ok(())
 }

@@ -50,6 +50,13 @@ fn columns(kind: Kind) -> Vec<Value> {
             col("Status", "string", 0),
             col("Age", "string", 0),
         ],
+        Kind::EndpointSlice => vec![
+            col("Name", "string", 0),
+            col("AddressType", "string", 0),
+            col("Ports", "string", 0),
+            col("Endpoints", "string", 0),
+            col("Age", "string", 0),
+        ],
         Kind::Job => vec![
             col("Name", "string", 0),
             col("Status", "string", 0),
@@ -153,7 +160,41 @@ fn cells(kind: Kind, v: &Value) -> Vec<Value> {
         }
         Kind::Namespace => vec![name, or_none(&v["status"]["phase"]).into(), created.into()],
         Kind::Job => job_cells(name, created, v),
+        Kind::EndpointSlice => slice_cells(name, created, v),
     }
+}
+
+/// The EndpointSlice printer's columns: ports and the first addresses.
+fn slice_cells(name: Value, created: String, v: &Value) -> Vec<Value> {
+    let join = |items: Vec<String>| {
+        if items.is_empty() {
+            "<unset>".to_string()
+        } else {
+            items.join(",")
+        }
+    };
+    let ports = v["ports"]
+        .as_array()
+        .map(|ps| ps.iter().map(|p| p["port"].to_string()).collect())
+        .unwrap_or_default();
+    let addresses: Vec<String> = v["endpoints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|e| e["addresses"].as_array().into_iter().flatten())
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .collect();
+    let mut shown = join(addresses.iter().take(3).cloned().collect());
+    if addresses.len() > 3 {
+        shown.push_str(&format!(" + {} more...", addresses.len() - 3));
+    }
+    vec![
+        name,
+        or_none(&v["addressType"]).into(),
+        join(ports).into(),
+        shown.into(),
+        created.into(),
+    ]
 }
 
 /// The Job printer's columns: the condition that ended it (or Running,

@@ -106,6 +106,7 @@ impl Shape {
                 pod_scopes: 1,
                 service_scopes: 1,
                 job_scopes: 0,
+                slice_scopes: 0,
             };
             Writer::new(Table::new(), policy, Metrics::new(), needs)
         };

@@ -14,6 +14,9 @@ use crate::index::{
 use crate::index::{Duplicates, Hostnames, Publish};
 use crate::metrics::Metrics;
 
+#[path = "slice_tests.rs"]
+mod slice_tests;
+
 fn world() -> World {
     World::new(Policy::default(), AnswerConfig::default())
 }
@@ -483,6 +486,7 @@ fn servfail_in_zone_until_synced_refused_outside() {
             pod_scopes: 1,
             service_scopes: 1,
             job_scopes: 0,
+            slice_scopes: 0,
         },
     );
     let a = Answerer::new(table, AnswerConfig::default());

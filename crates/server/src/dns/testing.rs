@@ -8,7 +8,7 @@ use hickory_proto::rr::{Name, RecordType};
 
 use super::answer::{AnswerConfig, Answerer};
 use crate::index::testing::synced_writer;
-use crate::index::{Change, JobInfo, PodInfo, Policy, ServiceInfo, Update, Writer};
+use crate::index::{Change, JobInfo, PodInfo, Policy, ServiceInfo, SliceInfo, Update, Writer};
 
 /// A writer and an answerer over the same table.
 pub struct World {
@@ -44,6 +44,10 @@ impl World {
 
     pub fn job(&mut self, j: JobInfo) -> &mut Self {
         self.apply(Update::Job(Change::Apply(j)))
+    }
+
+    pub fn slice(&mut self, e: SliceInfo) -> &mut Self {
+        self.apply(Update::Slice(Change::Apply(e)))
     }
 
     /// The answer to one question; `name` is absolute.

@@ -169,6 +169,7 @@ pub fn synced_writer(policy: super::Policy) -> super::Writer {
         pod_scopes: 1,
         service_scopes: 1,
         job_scopes: jobs,
+        slice_scopes: 0,
     };
     let mut w = super::Writer::new(
         super::Table::new(),
@@ -191,4 +192,61 @@ pub fn synced_writer(policy: super::Policy) -> super::Writer {
         }));
     }
     w
+}
+
+/// A user-managed EndpointSlice of Service `service`, with no endpoints
+/// or ports yet (see [`SliceExt`]).
+pub fn slice(ns: &str, name: &str, service: &str) -> SliceInfo {
+    SliceInfo {
+        key: ObjKey::new(ns, name),
+        service: service.into(),
+        ports: vec![],
+        endpoints: vec![],
+    }
+}
+
+/// A headless Service without a selector: its records come from its
+/// EndpointSlices.
+pub fn selectorless(ns: &str, name: &str) -> ServiceInfo {
+    ServiceInfo {
+        selector: None,
+        ..headless(ns, name, "")
+    }
+}
+
+pub trait SliceExt {
+    /// An endpoint with `ip`, ready unless `ready` is false.
+    fn endpoint(self, ip: &str, hostname: Option<&str>, ready: bool) -> Self;
+    /// A terminating endpoint (not ready, as controllers write them).
+    fn terminating(self, ip: &str) -> Self;
+    fn port(self, name: Option<&str>, port: u16) -> Self;
+}
+
+impl SliceExt for SliceInfo {
+    fn endpoint(mut self, ip: &str, hostname: Option<&str>, ready: bool) -> Self {
+        self.endpoints.push(SliceEndpoint {
+            ips: vec![ip.parse().expect("test IP")],
+            hostname: hostname.map(Into::into),
+            ready,
+            terminating: false,
+        });
+        self
+    }
+    fn terminating(mut self, ip: &str) -> Self {
+        self.endpoints.push(SliceEndpoint {
+            ips: vec![ip.parse().expect("test IP")],
+            hostname: None,
+            ready: false,
+            terminating: true,
+        });
+        self
+    }
+    fn port(mut self, name: Option<&str>, port: u16) -> Self {
+        self.ports.push(SlicePort {
+            name: name.map(Into::into),
+            port,
+            protocol: Proto::Tcp,
+        });
+        self
+    }
 }

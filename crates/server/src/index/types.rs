@@ -161,6 +161,43 @@ pub struct JobInfo {
     pub labels: Vec<(String, String)>,
 }
 
+/// One port of an EndpointSlice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlicePort {
+    /// A valid DNS label, else `None` (the port then has no SRV name of
+    /// its own).
+    pub name: Option<String>,
+    pub port: u16,
+    pub protocol: Proto,
+}
+
+/// One endpoint of an EndpointSlice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SliceEndpoint {
+    /// `addresses`, parsed, in order, without duplicates.
+    pub ips: Vec<IpAddr>,
+    /// `hostname` (a valid DNS label) if set.
+    pub hostname: Option<String>,
+    /// `conditions.ready`; unset counts as ready, as the API says.
+    pub ready: bool,
+    /// `conditions.terminating` is true.
+    pub terminating: bool,
+}
+
+/// The DNS-relevant part of a discovery.k8s.io/v1 EndpointSlice: podns
+/// reads only slices the EndpointSlice controller does not manage, and
+/// answers from them only for headless Services without a selector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SliceInfo {
+    pub key: ObjKey,
+    /// The Service it belongs to, in the slice's namespace: the
+    /// `kubernetes.io/service-name` label.
+    pub service: String,
+    pub ports: Vec<SlicePort>,
+    /// Empty for an `FQDN` slice: its addresses are names, not IPs.
+    pub endpoints: Vec<SliceEndpoint>,
+}
+
 /// One change from a watch, as the writer applies it.
 #[derive(Clone, Debug)]
 pub enum Change<T> {
@@ -193,6 +230,7 @@ pub enum Update {
     Pod(Change<PodInfo>),
     Service(Change<ServiceInfo>),
     Job(Change<JobInfo>),
+    Slice(Change<SliceInfo>),
 }
 
 /// An update and the moment its watch event arrived, so the writer can

@@ -5,10 +5,10 @@ use std::net::IpAddr;
 
 use crate::index::types::{
     ContainerPort, JobInfo, ObjKey, Phase, PodInfo, Proto, ServiceInfo, ServiceKind, ServicePort,
-    TargetPort,
+    SliceEndpoint, SliceInfo, SlicePort, TargetPort,
 };
 
-use super::slim::{IntOrStr, Loose, SlimJob, SlimMeta, SlimPod, SlimService};
+use super::slim::{IntOrStr, Loose, SlimEndpointSlice, SlimJob, SlimMeta, SlimPod, SlimService};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Why an object cannot be indexed.
@@ -26,7 +26,12 @@ pub enum ConvertError {
     InvalidTimestamp(String),
     #[error("externalName service without externalName")]
     EmptyExternalName,
+    #[error("EndpointSlice without a valid {SERVICE_NAME_LABEL} label")]
+    NoServiceName,
 }
+
+/// The label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// The index input of a pod.
 pub fn pod(p: &SlimPod) -> Result<PodInfo, ConvertError> {
@@ -198,6 +203,65 @@ pub fn service(s: &SlimService) -> Result<ServiceInfo, ConvertError> {
             .copied()
             .unwrap_or(false),
         ports,
+    })
+}
+
+/// The index input of an EndpointSlice. An `FQDN` slice keeps no
+/// endpoints (its addresses are names); an address that is not an IP in
+/// an `IPv4`/`IPv6` slice rejects the object, as a pod's bad IP does.
+pub fn endpoint_slice(e: &SlimEndpointSlice) -> Result<SliceInfo, ConvertError> {
+    if let Some(field) = e.malformed {
+        return Err(ConvertError::Malformed(field));
+    }
+    let key = key(&e.metadata)?;
+    let service = e
+        .meta
+        .labels
+        .iter()
+        .rev()
+        .find(|(k, _)| k == SERVICE_NAME_LABEL)
+        .map(|(_, v)| v)
+        .filter(|v| is_dns1123_label(v))
+        .ok_or(ConvertError::NoServiceName)?
+        .clone();
+    let fqdn = e.address_type.get().is_some_and(|t| t == "FQDN");
+    let mut endpoints = Vec::new();
+    for ep in loose_items(&e.endpoints).filter(|_| !fqdn) {
+        let mut ips: Vec<IpAddr> = Vec::new();
+        for a in loose_items(&ep.addresses) {
+            let ip: IpAddr = a
+                .parse()
+                .map_err(|_| ConvertError::InvalidIp(a.to_owned()))?;
+            if !ips.contains(&ip) {
+                ips.push(ip);
+            }
+        }
+        let conditions = ep.conditions.get();
+        let condition = |f: fn(&super::slim::EndpointConditionsRaw) -> &Loose<bool>| {
+            conditions.and_then(|c| f(c).get().copied())
+        };
+        endpoints.push(SliceEndpoint {
+            ips,
+            hostname: dns_label(&ep.hostname),
+            // "A nil value should be interpreted as ready" (the API).
+            ready: condition(|c| &c.ready).unwrap_or(true),
+            terminating: condition(|c| &c.terminating).unwrap_or(false),
+        });
+    }
+    let ports = loose_items(&e.ports)
+        .filter_map(|p| {
+            Some(SlicePort {
+                name: dns_label(&p.name),
+                port: port_number(*p.port.get()?)?,
+                protocol: protocol(&p.protocol)?,
+            })
+        })
+        .collect();
+    Ok(SliceInfo {
+        key,
+        service,
+        ports,
+        endpoints,
     })
 }
 
@@ -612,5 +676,116 @@ mod tests {
             svc_of(v).unwrap_err(),
             ConvertError::Malformed("targetPort")
         );
+    }
+
+    fn base_slice() -> Value {
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {
+                "name": "db-abc12", "namespace": "ml", "uid": "e-1",
+                "labels": {
+                    "kubernetes.io/service-name": "db",
+                    "endpointslice.kubernetes.io/managed-by": "operator.example.com"
+                }
+            },
+            "addressType": "IPv4",
+            "endpoints": [
+                {"addresses": ["10.2.0.1", "10.2.0.1"], "hostname": "db-0",
+                 "conditions": {"ready": true, "serving": true, "terminating": false},
+                 "nodeName": "n1", "zone": "a", "targetRef": {"kind": "Pod", "name": "x"}},
+                {"addresses": ["10.2.0.2"]},
+                {"addresses": ["10.2.0.3"], "hostname": "Not_A_Label",
+                 "conditions": {"ready": false, "terminating": true}}
+            ],
+            "ports": [
+                {"name": "pg", "port": 5432, "protocol": "TCP", "appProtocol": "postgresql"},
+                {"name": "metrics", "port": 9187},
+                {"name": "Bad_Name", "port": 53, "protocol": "UDP"},
+                {"name": "zero", "port": 0},
+                {"name": "nopo"},
+                {"name": "weird", "port": 1, "protocol": "QUIC"}
+            ]
+        })
+    }
+
+    fn slice_of(v: Value) -> Result<SliceInfo, ConvertError> {
+        endpoint_slice(&serde_json::from_value::<SlimEndpointSlice>(v).unwrap())
+    }
+
+    #[test]
+    fn endpoint_slice_all_fields() {
+        let e = slice_of(base_slice()).unwrap();
+        assert_eq!(e.key, ObjKey::new("ml", "db-abc12"));
+        assert_eq!(e.service, "db");
+        let ep = |ip: &str, host: Option<&str>, ready, terminating| SliceEndpoint {
+            ips: vec![ip.parse().unwrap()],
+            hostname: host.map(Into::into),
+            ready,
+            terminating,
+        };
+        assert_eq!(
+            e.endpoints,
+            vec![
+                ep("10.2.0.1", Some("db-0"), true, false),
+                // No conditions: ready, as the API says to read nil.
+                ep("10.2.0.2", None, true, false),
+                // An invalid hostname is unset, the endpoint stays.
+                ep("10.2.0.3", None, false, true),
+            ]
+        );
+        let port = |name: Option<&str>, port, protocol| SlicePort {
+            name: name.map(Into::into),
+            port,
+            protocol,
+        };
+        // A port without a number, of number 0 or of an unknown protocol
+        // is dropped; an invalid name leaves the port unnamed.
+        assert_eq!(
+            e.ports,
+            vec![
+                port(Some("pg"), 5432, Proto::Tcp),
+                port(Some("metrics"), 9187, Proto::Tcp),
+                port(None, 53, Proto::Udp),
+            ]
+        );
+    }
+
+    #[test]
+    fn endpoint_slice_rejections_and_fqdn() {
+        let mut v = base_slice();
+        v["metadata"]["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove("kubernetes.io/service-name");
+        assert_eq!(slice_of(v).unwrap_err(), ConvertError::NoServiceName);
+        let mut v = base_slice();
+        v["metadata"]["labels"]["kubernetes.io/service-name"] = json!("Not.A.Label");
+        assert_eq!(slice_of(v).unwrap_err(), ConvertError::NoServiceName);
+        let mut v = base_slice();
+        v["endpoints"][1]["addresses"] = json!(["db.example.com"]);
+        assert_eq!(
+            slice_of(v).unwrap_err(),
+            ConvertError::InvalidIp("db.example.com".into())
+        );
+        let mut v = base_slice();
+        v["endpoints"][0]["conditions"]["ready"] = json!("yes");
+        assert_eq!(slice_of(v).unwrap_err(), ConvertError::Malformed("ready"));
+        let mut v = base_slice();
+        v["endpoints"] = json!({"addresses": []});
+        assert_eq!(
+            slice_of(v).unwrap_err(),
+            ConvertError::Malformed("endpoints")
+        );
+        // An FQDN slice's addresses are names: kept as a slice without
+        // endpoints, not rejected.
+        let mut v = base_slice();
+        v["addressType"] = json!("FQDN");
+        v["endpoints"][1]["addresses"] = json!(["db.example.com"]);
+        let e = slice_of(v).unwrap();
+        assert!(e.endpoints.is_empty());
+        assert_eq!(e.ports.len(), 3);
+        let mut v = base_slice();
+        v["metadata"]["namespace"] = json!(null);
+        assert_eq!(slice_of(v).unwrap_err(), ConvertError::MissingNamespace);
     }
 }

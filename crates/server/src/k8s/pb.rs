@@ -30,9 +30,10 @@ use kube::core::watch::{Bookmark, BookmarkMeta};
 use kube::core::{Status, TypeMeta, WatchEvent};
 
 use super::slim::{
-    ConditionRaw, ContainerPortRaw, ContainerRaw, IndexAnnotations, IntOrStr, JobSpecRaw,
-    KeyFilter, Loose, LooseStr, LooseVec, PodIpRaw, PodSpecRaw, PodStatusRaw, ServicePortRaw,
-    ServiceSpecRaw, SlimJob, SlimMeta, SlimPod, SlimService,
+    ConditionRaw, ContainerPortRaw, ContainerRaw, EndpointConditionsRaw, EndpointPortRaw,
+    EndpointRaw, IndexAnnotations, IntOrStr, JobSpecRaw, KeyFilter, Loose, LooseStr, LooseVec,
+    PodIpRaw, PodSpecRaw, PodStatusRaw, ServicePortRaw, ServiceSpecRaw, SlimEndpointSlice, SlimJob,
+    SlimMeta, SlimPod, SlimService,
 };
 
 /// The media type of Kubernetes Protobuf.
@@ -447,8 +448,46 @@ fn job_spec(v: Val<'_>, p: &mut Problem) -> JobSpecRaw {
     .unwrap_or_default()
 }
 
+/// `discovery.k8s.io/v1` `Endpoint` (`addresses` = 1, `conditions` = 2
+/// with `ready` = 1 and `terminating` = 3, `hostname` = 3).
+fn slice_endpoint(v: Val<'_>, p: &mut Problem) -> Option<EndpointRaw> {
+    message(v, "endpoints", p, |e: &mut EndpointRaw, n, v, p| match n {
+        1 => match str_of(v) {
+            Some(a) => push(&mut e.addresses, a.to_owned()),
+            None => p.at("addresses"),
+        },
+        2 => {
+            e.conditions = message(
+                v,
+                "conditions",
+                p,
+                |c: &mut EndpointConditionsRaw, n, v, p| match n {
+                    1 => c.ready = p.check("ready", loose_bool(v)),
+                    3 => c.terminating = p.check("terminating", loose_bool(v)),
+                    _ => {}
+                },
+            )
+            .map_or(Loose::Bad, Loose::Ok);
+        }
+        3 => e.hostname = p.check("hostname", loose_str(v)),
+        _ => {}
+    })
+}
+
+/// `discovery.k8s.io/v1` `EndpointPort` (`name` = 1, `protocol` = 2,
+/// `port` = 3).
+fn slice_port(v: Val<'_>, p: &mut Problem) -> Option<EndpointPortRaw> {
+    message(v, "ports", p, |sp: &mut EndpointPortRaw, n, v, p| match n {
+        1 => sp.name = p.check("name", loose_str(v)),
+        2 => sp.protocol = p.check("protocol", loose_str(v)),
+        3 => sp.port = p.check("port", loose_int(v)),
+        _ => {}
+    })
+}
+
 /// A slim type that can be read from a Protobuf object (`metadata` = 1,
-/// `spec` = 2, `status` = 3 for every kind here).
+/// then `spec` = 2 and `status` = 3 for Pods, Services and Jobs; an
+/// EndpointSlice has its fields at the top).
 pub trait PbObject: Sized {
     /// Never fails: a broken object comes back with `malformed` set.
     fn decode_pb(b: &[u8]) -> Self;
@@ -523,6 +562,33 @@ impl PbObject for SlimJob {
             meta,
             spec,
             malformed,
+        }
+    }
+}
+
+impl PbObject for SlimEndpointSlice {
+    /// `endpoints` = 2, `ports` = 3, `addressType` = 4.
+    fn decode_pb(b: &[u8]) -> Self {
+        let mut out = SlimEndpointSlice::default();
+        let ((metadata, meta), malformed) = object(b, |n, v, p| match n {
+            2 => {
+                if let Some(e) = slice_endpoint(v, p) {
+                    push(&mut out.endpoints, e);
+                }
+            }
+            3 => {
+                if let Some(sp) = slice_port(v, p) {
+                    push(&mut out.ports, sp);
+                }
+            }
+            4 => out.address_type = p.check("addressType", loose_str(v)),
+            _ => {}
+        });
+        SlimEndpointSlice {
+            metadata,
+            meta,
+            malformed,
+            ..out
         }
     }
 }

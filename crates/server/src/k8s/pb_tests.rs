@@ -149,3 +149,38 @@ fn malformed_objects_are_flagged_not_fatal() {
     assert!(envelope(b"k8s").is_err());
     assert!(envelope(b"{\"kind\":\"Pod\"}").is_err());
 }
+
+#[test]
+fn endpoint_slice_decodes_as_from_json() {
+    let slice = r#"{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice",
+      "metadata":{"name":"db-1","namespace":"ml","uid":"e1","resourceVersion":"9",
+        "labels":{"kubernetes.io/service-name":"db"}},
+      "addressType":"IPv6",
+      "endpoints":[
+        {"addresses":["fd00::1"],"hostname":"db-0","conditions":{"ready":true,"serving":true,"terminating":false},
+         "targetRef":{"kind":"Pod","namespace":"ml","name":"db-0"},"nodeName":"n1","zone":"z"},
+        {"addresses":["fd00::2","fd00::3"],"conditions":{"ready":false,"terminating":true}},
+        {"addresses":["fd00::4"]}],
+      "ports":[{"name":"pg","port":5432,"protocol":"TCP","appProtocol":"postgresql"},{"port":53,"protocol":"UDP"}]}"#;
+    let json: SlimEndpointSlice = serde_json::from_str(slice).unwrap();
+    let pb = SlimEndpointSlice::decode_pb(&pb_of(Kind::EndpointSlice, slice));
+    assert_eq!(pb.malformed, None);
+    assert_eq!(pb.metadata, json.metadata);
+    assert_eq!(pb.meta, json.meta);
+    let info = convert::endpoint_slice(&pb).unwrap();
+    assert_eq!(info, convert::endpoint_slice(&json).unwrap());
+    assert_eq!(info.endpoints.len(), 3);
+    assert!(info.endpoints[2].ready, "unset conditions read as ready");
+    assert!(info.endpoints[1].terminating);
+    assert_eq!(info.ports.len(), 2);
+    // A field of the wrong wire type marks the object, as in JSON.
+    let mut broken = pb_of(Kind::EndpointSlice, slice);
+    // addressType (field 4, length-delimited) turned into a varint.
+    let at = broken
+        .windows(4)
+        .position(|w| w == [0x22, 4, b'I', b'P'])
+        .expect("addressType is encoded");
+    broken[at] = 0x20;
+    let bad = SlimEndpointSlice::decode_pb(&broken);
+    assert!(bad.malformed.is_some());
+}

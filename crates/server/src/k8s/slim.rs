@@ -512,6 +512,43 @@ loose_struct! {
     }
 }
 
+loose_struct! {
+    /// `endpoints[].conditions` of an EndpointSlice.
+    pub struct EndpointConditionsRaw {
+        pub ready: Loose<bool> = "ready",
+        pub terminating: Loose<bool> = "terminating",
+    }
+}
+
+loose_struct! {
+    /// `endpoints[]` of an EndpointSlice.
+    pub struct EndpointRaw {
+        pub addresses: LooseVec<String> = "addresses",
+        pub conditions: LooseObj<EndpointConditionsRaw> = "conditions",
+        pub hostname: LooseStr = "hostname",
+    }
+}
+
+loose_struct! {
+    /// `ports[]` of an EndpointSlice.
+    pub struct EndpointPortRaw {
+        pub name: LooseStr = "name",
+        pub port: Loose<i64> = "port",
+        pub protocol: LooseStr = "protocol",
+    }
+}
+
+loose_struct! {
+    /// A discovery.k8s.io/v1 EndpointSlice (no `spec`: its fields are at
+    /// the top).
+    pub struct EndpointSliceRaw {
+        pub metadata: LooseObj<MetaRaw> = "metadata",
+        pub address_type: LooseStr = "addressType",
+        pub endpoints: LooseVec<EndpointRaw> = "endpoints",
+        pub ports: LooseVec<EndpointPortRaw> = "ports",
+    }
+}
+
 /// The metadata DNS reads beyond identity.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SlimMeta {
@@ -631,6 +668,36 @@ impl<'de> Deserialize<'de> for SlimJob {
     }
 }
 
+/// A discovery.k8s.io/v1 EndpointSlice with only what DNS reads.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SlimEndpointSlice {
+    /// Name, namespace, uid and resourceVersion; nothing else is set.
+    pub metadata: ObjectMeta,
+    pub meta: SlimMeta,
+    pub address_type: LooseStr,
+    pub endpoints: LooseVec<EndpointRaw>,
+    pub ports: LooseVec<EndpointPortRaw>,
+    /// JSON key of the first field that had the wrong shape.
+    pub malformed: Option<&'static str>,
+}
+
+impl<'de> Deserialize<'de> for SlimEndpointSlice {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Loose::<EndpointSliceRaw>::deserialize(d)?;
+        let malformed = raw.problem_at("object");
+        let raw = raw.into_option().unwrap_or_default();
+        let (metadata, meta) = split_meta(raw.metadata);
+        Ok(SlimEndpointSlice {
+            metadata,
+            meta,
+            address_type: raw.address_type,
+            endpoints: raw.endpoints,
+            ports: raw.ports,
+            malformed,
+        })
+    }
+}
+
 macro_rules! core_v1_resource {
     ($ty:ty, $kind:literal, $plural:literal) => {
         core_v1_resource!($ty, $kind, $plural, "", "v1", "v1");
@@ -668,6 +735,14 @@ macro_rules! core_v1_resource {
 core_v1_resource!(SlimPod, "Pod", "pods");
 core_v1_resource!(SlimService, "Service", "services");
 core_v1_resource!(SlimJob, "Job", "jobs", "batch", "v1", "batch/v1");
+core_v1_resource!(
+    SlimEndpointSlice,
+    "EndpointSlice",
+    "endpointslices",
+    "discovery.k8s.io",
+    "v1",
+    "discovery.k8s.io/v1"
+);
 
 #[cfg(test)]
 mod tests {

@@ -1,4 +1,4 @@
-//! The Pod, Service and Job watchers: the list/watch loop of
+//! The Pod, Service, Job and EndpointSlice watchers: the list/watch loop of
 //! [`wire`](super::wire) (kube-runtime's watcher states, for either wire)
 //! over the slim types, converted and sent to the single index writer.
 //!
@@ -26,9 +26,11 @@ use tracing::Instrument;
 
 use super::convert::{self, ConvertError};
 use super::pb::PbObject;
-use super::slim::{SlimJob, SlimPod, SlimService};
+use super::slim::{SlimEndpointSlice, SlimJob, SlimPod, SlimService};
 use super::wire::{RawConfig, Wire, raw_watcher};
-use crate::index::types::{Arrival, Change, JobInfo, ObjKey, PodInfo, ServiceInfo, Update};
+use crate::index::types::{
+    Arrival, Change, JobInfo, ObjKey, PodInfo, ServiceInfo, SliceInfo, Update,
+};
 use crate::metrics::{EventLabels, Metrics, PROGRESS_EVERY, ResourceLabels, RestartLabels};
 
 /// How the first list is read.
@@ -55,6 +57,10 @@ pub struct WatchConfig {
     pub streaming: StreamingList,
     /// Also watch batch/v1 Jobs (the rank view needs their completions).
     pub jobs: bool,
+    /// Also watch the EndpointSlices no controller of Kubernetes derives
+    /// from a selector ([`USER_SLICES`]): headless Services without a
+    /// selector answer from them.
+    pub endpoint_slices: bool,
     /// Protobuf or JSON from the API server.
     pub wire: Wire,
 }
@@ -94,6 +100,26 @@ pub fn job_scopes(cfg: &WatchConfig) -> usize {
     if cfg.jobs { cfg.scopes().len() } else { 0 }
 }
 
+/// How many complete lists of EndpointSlices the writer must see (0 when
+/// they are not watched).
+pub fn slice_scopes(cfg: &WatchConfig) -> usize {
+    if cfg.endpoint_slices {
+        cfg.scopes().len()
+    } else {
+        0
+    }
+}
+
+/// The label selector of the EndpointSlice watch: every slice but those
+/// the EndpointSlice controller writes for Services with a selector (podns
+/// reads those Services' pods directly), and only slices that name their
+/// Service. The mirroring controller's slices
+/// (`endpointslicemirroring-controller.k8s.io`) stay in: it mirrors only
+/// the hand-written Endpoints of Services without a selector, exactly the
+/// Services that need them. `!=` also matches slices without the label,
+/// as hand-written slices often are.
+pub const USER_SLICES: &str = "endpointslice.kubernetes.io/managed-by!=endpointslice-controller.k8s.io,kubernetes.io/service-name";
+
 /// Starts one pod and one service watch per scope in `tasks`. They run until
 /// `shutdown` is cancelled or the writer's receiver is dropped.
 pub fn spawn_watchers(
@@ -115,6 +141,12 @@ pub fn spawn_watchers(
                 jobs.run()
                     .instrument(tracing::info_span!("watch", resource = "jobs", namespace = %ns)),
             );
+        }
+        if cfg.endpoint_slices {
+            let slices = Watch::<SlimEndpointSlice>::new(parts, Some(USER_SLICES.to_owned()));
+            tasks.spawn(slices.run().instrument(
+                tracing::info_span!("watch", resource = "endpointslices", namespace = %ns),
+            ));
         }
         tasks.spawn(
             pods.run()
@@ -217,6 +249,23 @@ impl Watched for SlimJob {
     }
     fn update(change: Change<JobInfo>) -> Update {
         Update::Job(change)
+    }
+}
+
+impl Watched for SlimEndpointSlice {
+    type Info = SliceInfo;
+    const RESOURCE: &'static str = "endpointslices";
+    /// Without RBAC on them, everything but Services without a selector
+    /// is still answered.
+    const OPTIONAL: bool = true;
+    fn convert(&self) -> Result<SliceInfo, ConvertError> {
+        convert::endpoint_slice(self)
+    }
+    fn key(info: &SliceInfo) -> &ObjKey {
+        &info.key
+    }
+    fn update(change: Change<SliceInfo>) -> Update {
+        Update::Slice(change)
     }
 }
 
@@ -1032,6 +1081,28 @@ mod tests {
         assert_eq!(c.url_path, "/apis/batch/v1/jobs");
         assert_eq!(c.list_semantic, ListSemantic::MostRecent);
         assert_eq!(c.label_selector, None);
+    }
+
+    #[test]
+    fn endpoint_slices_are_watched_by_label_selector_when_asked() {
+        let cfg = WatchConfig {
+            namespaces: vec!["a".into(), "b".into()],
+            endpoint_slices: true,
+            ..WatchConfig::default()
+        };
+        assert_eq!(slice_scopes(&cfg), 2);
+        assert_eq!(slice_scopes(&WatchConfig::default()), 0);
+        let c = raw_config::<SlimEndpointSlice>(Some("a"), &cfg, Some(USER_SLICES.into()));
+        assert_eq!(
+            c.url_path,
+            "/apis/discovery.k8s.io/v1/namespaces/a/endpointslices"
+        );
+        let selector = c.label_selector.unwrap();
+        assert!(
+            selector.contains("managed-by!=endpointslice-controller.k8s.io"),
+            "{selector}"
+        );
+        assert!(!selector.contains("mirroring"), "{selector}");
     }
 
     /// A tiny API server: refuses streaming lists with 422 like a server

@@ -2,6 +2,7 @@
 //! kubectl, and the raw protocol (lists, watches, Status errors), one
 //! module per topic.
 
+mod endpoint_slices;
 mod jobs;
 mod kube_client;
 mod kubectl;

@@ -38,6 +38,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if not .Values.rankView }}
 - --no-rank-view
 {{- end }}
+{{- if not .Values.endpointSlices }}
+- --no-endpoint-slices
+{{- end }}
 {{- range .Values.reverseCIDRs }}
 - --reverse-cidr={{ . }}
 {{- end }}

@@ -202,12 +202,21 @@ impl Writer {
                     .filter(|p| self.host_published(p))
                     .collect();
                 let chosen = self.choose(pods);
-                if chosen.is_empty() {
+                // Endpoints of a Service without a selector named so.
+                let endpoints = self.endpoint_host_ips(ns, sub, host);
+                if chosen.is_empty() && endpoints.is_empty() {
                     return vec![];
                 }
                 let mut rrs = Rrs::default();
                 for p in chosen {
                     add_ips(&mut rrs, &p.ips);
+                }
+                for ip in endpoints {
+                    if !rrs.a.iter().map(|a| IpAddr::V4(*a)).any(|a| a == ip)
+                        && !rrs.aaaa.iter().map(|a| IpAddr::V6(*a)).any(|a| a == ip)
+                    {
+                        add_ips(&mut rrs, &[ip]);
+                    }
                 }
                 vec![(host_name(host, sub, ns), rrs)]
             }
@@ -224,7 +233,8 @@ impl Writer {
                 };
                 // Through the pods holding this IP, not the Service's members:
                 // O(1) per name, not O(size of the gang).
-                let holds = self.ip_holders(*ip).any(|p| self.makes_member_name(p, svc));
+                let holds = self.ip_holders(*ip).any(|p| self.makes_member_name(p, svc))
+                    || self.endpoint_holds(svc, *ip);
                 if !holds {
                     return vec![];
                 }
@@ -276,35 +286,19 @@ impl Writer {
             ServiceKind::ClusterIp(ips) => {
                 let mut rrs = Rrs::default();
                 add_ips(&mut rrs, ips);
-                let mut named: BTreeMap<String, SrvSet> = BTreeMap::new();
+                let mut named = NamedSrv::default();
                 for port in &svc.ports {
                     let srv = Srv {
                         port: port.port,
                         target: base.clone().into(),
                     };
-                    rrs.srv.add(&srv);
-                    if let Some(name) = &port.name {
-                        named
-                            .entry(port_name(
-                                name,
-                                port.protocol.label(),
-                                &sk.name,
-                                &sk.namespace,
-                            ))
-                            .or_default()
-                            .add(&srv);
-                    }
+                    named.add(&mut rrs, sk, port.name.as_deref(), port.protocol, &srv);
                 }
                 out.push((base, rrs));
-                for (name, srv) in named {
-                    out.push((
-                        name,
-                        Rrs {
-                            srv,
-                            ..Default::default()
-                        },
-                    ));
-                }
+                out.extend(named.names());
+            }
+            ServiceKind::Headless if slices::from_slices(svc) => {
+                return self.build_slice_service(svc);
             }
             ServiceKind::Headless => {
                 let Some(set) = self.sets.get(sk) else {
@@ -328,6 +322,46 @@ impl Writer {
             }
         }
         out
+    }
+}
+
+/// The SRV records of a Service's named ports, by their names
+/// `_<port>._<proto>.<svc>.<ns>.svc`, gathered while the Service's own
+/// records are.
+#[derive(Default)]
+pub(super) struct NamedSrv(BTreeMap<String, SrvSet>);
+
+impl NamedSrv {
+    /// One SRV record of Service `sk`: at its name (`rrs`), and at its
+    /// port's name when the port has one.
+    pub(super) fn add(
+        &mut self,
+        rrs: &mut Rrs,
+        sk: &ObjKey,
+        port: Option<&str>,
+        protocol: Proto,
+        srv: &Srv,
+    ) {
+        rrs.srv.add(srv);
+        if let Some(name) = port {
+            self.0
+                .entry(port_name(name, protocol.label(), &sk.name, &sk.namespace))
+                .or_default()
+                .add(srv);
+        }
+    }
+
+    /// The port names and their records.
+    pub(super) fn names(self) -> impl Iterator<Item = (String, Rrs)> {
+        self.0.into_iter().map(|(name, srv)| {
+            (
+                name,
+                Rrs {
+                    srv,
+                    ..Default::default()
+                },
+            )
+        })
     }
 }
 

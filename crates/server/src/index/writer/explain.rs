@@ -302,6 +302,28 @@ impl Writer {
     /// A headless Service: its members, published or not, and why not.
     fn explain_headless(&self, svc: &ServiceInfo) -> Findings {
         let sk = &svc.key;
+        if super::slices::from_slices(svc) {
+            let slices = self.service_slices(sk).count();
+            let published = self.published_endpoints(svc).count();
+            let (reason, detail) = if published > 0 {
+                (
+                    Reason::EndpointSlice,
+                    format!(
+                        "headless Service {sk} has no selector: it answers with the {published} published endpoint(s) of its {slices} EndpointSlice(s)"
+                    ),
+                )
+            } else {
+                (
+                    Reason::ServiceNoPublishedPods,
+                    format!(
+                        "headless Service {sk} has no selector and no published endpoint in {slices} EndpointSlice(s) (podns reads only slices the EndpointSlice controller does not manage)"
+                    ),
+                )
+            };
+            return Findings::new(reason, detail)
+                .ns(&sk.namespace)
+                .with(vec![self.service_object(svc, "headless Service")]);
+        }
         let members: Vec<&Pod> = self
             .members
             .get(sk)
@@ -362,6 +384,32 @@ impl Writer {
         f.ns(&sk.namespace)
     }
 
+    /// `<host>.<sub>.<ns>.svc` made by a published endpoint of a headless
+    /// Service without a selector: by its hostname or its dashed address.
+    fn explain_endpoint(&self, svc: &ServiceInfo, label: Label<'_>) -> Option<Findings> {
+        let sk = &svc.key;
+        let host = label.as_str();
+        let (slice, what) = self.published_endpoints(svc).find_map(|(s, e)| {
+            if e.hostname.as_deref() == Some(host) {
+                Some((s, format!("an endpoint with hostname {host}")))
+            } else {
+                let ip = label.ip().filter(|ip| e.ips.contains(ip))?;
+                Some((s, format!("a published endpoint with address {ip}")))
+            }
+        })?;
+        Some(
+            Findings::new(
+                Reason::EndpointSlice,
+                format!(
+                    "EndpointSlice {} of headless Service {sk} (no selector) has {what}",
+                    slice.key
+                ),
+            )
+            .ns(&sk.namespace)
+            .with(vec![self.service_object(svc, "headless Service")]),
+        )
+    }
+
     /// `<host>.<sub>.<ns>.svc`: a hostname name, or a headless Service's
     /// dashed name of a member's IP.
     fn explain_host(&self, ns: &str, sub: &str, label: Label<'_>) -> Findings {
@@ -371,6 +419,12 @@ impl Writer {
             .map(|id| self.pod(id))
             .collect();
         let has_published = pods.iter().any(|p| self.host_published(p));
+        if !has_published
+            && let Some(svc) = self.headless(ns, sub)
+            && let Some(f) = self.explain_endpoint(svc, label)
+        {
+            return f;
+        }
         if !has_published && let Some(svc) = self.headless(ns, sub) {
             if let Some(ip) = label.ip() {
                 return self.explain_member(svc, ip);
@@ -676,6 +730,15 @@ impl Writer {
                     .with(objects);
                 }
                 PtrOwner::Pod(pod) => pod,
+                PtrOwner::Slice(slice) => {
+                    return Findings::new(
+                        Reason::EndpointSlice,
+                        format!(
+                            "{ip} is an address of EndpointSlice {slice} with a hostname: the PTR points at its hostname name"
+                        ),
+                    )
+                    .ns(&slice.namespace);
+                }
             };
             let rule = match choice.target {
                 Target::Name(_) => "its hostname name, the most specific",

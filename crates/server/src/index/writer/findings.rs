@@ -47,6 +47,9 @@ pub enum Reason {
     PtrPod,
     /// A reverse name of a ClusterIP.
     PtrService,
+    /// A headless Service without a selector, its hostname, dashed and
+    /// reverse names: from its user-managed EndpointSlices.
+    EndpointSlice,
     /// `<i>.<job>.<ns>.rank`: the rank view.
     Rank,
     /// `leader.<job>.<ns>.rank`.
@@ -120,6 +123,7 @@ impl Reason {
                 | PodIp
                 | PtrPod
                 | PtrService
+                | EndpointSlice
                 | Rank
                 | RankLeader
                 | RankSummary

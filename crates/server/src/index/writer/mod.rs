@@ -31,6 +31,7 @@ mod publish;
 mod rank_view;
 mod ranks;
 mod services;
+mod slices;
 
 use rank_view::{Group, Ranks, group};
 
@@ -82,16 +83,19 @@ enum Kind {
     Pods,
     Services,
     Jobs,
+    Slices,
 }
 
 /// How many complete lists (one per watch scope) each resource needs before
 /// the index counts as synced.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct SyncNeeds {
     pub pod_scopes: usize,
     pub service_scopes: usize,
     /// 0 when the rank view (and its Job watch) is off.
     pub job_scopes: usize,
+    /// 0 when EndpointSlices are not watched.
+    pub slice_scopes: usize,
 }
 
 pub struct Writer {
@@ -105,6 +109,8 @@ pub struct Writer {
     interner: Interner,
     services: HashMap<ObjKey, ServiceInfo>,
     jobs: HashMap<ObjKey, JobInfo>,
+    /// User-managed EndpointSlices, and what finds them (`slices.rs`).
+    slices: slices::Slices,
     ranks: Ranks,
     /// Pod ids by namespace and name.
     ns_pods: HashMap<Arc<str>, ByName>,
@@ -148,6 +154,7 @@ pub struct Writer {
     pod_resets: HashSet<Option<String>>,
     service_resets: HashSet<Option<String>>,
     job_resets: HashSet<Option<String>>,
+    slice_resets: HashSet<Option<String>>,
     /// `podns explain` requests, answered between batches (`--admin-debug`).
     explain_rx: Option<findings::ExplainReceiver>,
     /// A list was applied since [`RELEASE_MEMORY`] last ran.
@@ -178,6 +185,7 @@ impl Writer {
             interner: Interner::default(),
             services: HashMap::default(),
             jobs: HashMap::default(),
+            slices: slices::Slices::default(),
             ranks: Ranks::default(),
             ns_pods: HashMap::default(),
             selectors: HashMap::default(),
@@ -195,6 +203,7 @@ impl Writer {
             pod_resets: HashSet::default(),
             service_resets: HashSet::default(),
             job_resets: HashSet::default(),
+            slice_resets: HashSet::default(),
             explain_rx: None,
             listed_since_release: false,
         }
@@ -260,6 +269,19 @@ impl Writer {
                 self.retain_jobs(namespace.as_deref(), keys.iter());
                 self.listed(Kind::Jobs, namespace);
             }
+            Update::Slice(Change::Apply(e)) => self.apply_slice(e),
+            Update::Slice(Change::Delete(k)) => self.delete_slice(&k),
+            Update::Slice(Change::Reset { namespace, items }) => {
+                self.retain_slices(namespace.as_deref(), items.iter().map(|e| &e.key));
+                for e in items {
+                    self.apply_slice(e);
+                }
+                self.listed(Kind::Slices, namespace);
+            }
+            Update::Slice(Change::Listed { namespace, keys }) => {
+                self.retain_slices(namespace.as_deref(), keys.iter());
+                self.listed(Kind::Slices, namespace);
+            }
         }
     }
 
@@ -272,6 +294,7 @@ impl Writer {
             Kind::Pods => self.pod_resets.insert(namespace),
             Kind::Services => self.service_resets.insert(namespace),
             Kind::Jobs => self.job_resets.insert(namespace),
+            Kind::Slices => self.slice_resets.insert(namespace),
         };
         self.update_synced();
     }
@@ -347,7 +370,8 @@ impl Writer {
     fn update_synced(&mut self) {
         let synced = self.pod_resets.len() >= self.needs.pod_scopes
             && self.service_resets.len() >= self.needs.service_scopes
-            && self.job_resets.len() >= self.needs.job_scopes;
+            && self.job_resets.len() >= self.needs.job_scopes
+            && self.slice_resets.len() >= self.needs.slice_scopes;
         if synced && !self.table.is_synced() {
             tracing::info!(
                 pods = self.pods.len(),
@@ -375,6 +399,16 @@ impl Writer {
                 .watch_synced
                 .get_or_create(&crate::metrics::ResourceLabels { resource: "jobs" })
                 .set(i64::from(self.job_resets.len() >= self.needs.job_scopes));
+        }
+        if self.needs.slice_scopes > 0 {
+            self.metrics
+                .watch_synced
+                .get_or_create(&crate::metrics::ResourceLabels {
+                    resource: "endpointslices",
+                })
+                .set(i64::from(
+                    self.slice_resets.len() >= self.needs.slice_scopes,
+                ));
         }
     }
 }
@@ -482,6 +516,7 @@ mod release_tests {
             pod_scopes: 1,
             service_scopes: 1,
             job_scopes: 0,
+            slice_scopes: 0,
         };
         let policy = Policy {
             rank_view: false,

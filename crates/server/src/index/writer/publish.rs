@@ -108,6 +108,8 @@ impl Writer {
     /// Most specific name for an IP: a ClusterIP's Service name; a pod's
     /// hostname name, else its dashed name under a headless Service that
     /// publishes it, else `<a-b-c-d>.<ns>.pod`. hostNetwork pods get none.
+    /// An address no pod holds: the hostname name of an EndpointSlice
+    /// endpoint with a hostname (`slices.rs`).
     pub(super) fn ptr_target(&self, ip: IpAddr) -> Option<Target<'_>> {
         self.ptr_choice(ip).map(|c| c.target)
     }
@@ -126,7 +128,14 @@ impl Writer {
             .ip_holders(ip)
             .filter(|p| !p.host_network() && self.published_anywhere(p))
             .collect();
-        let pod = self.choose(pods).into_iter().next()?;
+        let Some(pod) = self.choose(pods).into_iter().next() else {
+            // No pod: an endpoint of a Service without a selector, if it
+            // has a hostname (the specification's PTR rule).
+            return self.endpoint_ptr(ip).map(|(name, slice)| PtrChoice {
+                target: Target::Name(name),
+                owner: PtrOwner::Slice(slice),
+            });
+        };
         let ns = pod.ns();
         if let (Some(host), Some(sub)) = (pod.hostname(), pod.subdomain())
             && self.host_published(pod)
@@ -169,4 +178,6 @@ pub(super) enum PtrOwner<'a> {
     /// The pod the duplicate rule chose among the address's published
     /// holders; the target says which of its names.
     Pod(&'a Pod),
+    /// An EndpointSlice whose endpoint holds the address with a hostname.
+    Slice(&'a ObjKey),
 }

@@ -266,6 +266,7 @@ fn the_rank_view_can_be_off() {
         pod_scopes: 1,
         service_scopes: 1,
         job_scopes: 0,
+        slice_scopes: 0,
     };
     let mut writer = Writer::new(table.clone(), Policy::default(), Metrics::new(), needs);
     writer.apply(Update::Pod(Change::Reset {

@@ -38,11 +38,12 @@ impl Writer {
     }
 
     /// Every key whose names depend on this Service as it is now: its own
-    /// names, its members' dashed names and PTRs (whose most specific name
+    /// names, its EndpointSlices' names, its members' dashed names and PTRs (whose most specific name
     /// may be under it), and the hostname names under a subdomain of its name
     /// (which policies tie to the Service).
     pub(super) fn service_keys(&self, key: &ObjKey, out: &mut Vec<Key>) {
         out.push(Key::Svc(key.clone()));
+        self.slice_service_keys(key, out);
         if let Some(ServiceKind::ClusterIp(ips)) = self.services.get(key).map(|s| &s.kind) {
             for ip in ips {
                 out.push(Key::Ptr(*ip));

@@ -5,7 +5,8 @@ use tokio::sync::oneshot;
 
 use super::*;
 use crate::index::testing::{
-    PodExt, SvcExt, cluster_ip, headless, job, pod, rank_pod, synced_writer,
+    PodExt, SliceExt, SvcExt, cluster_ip, headless, job, pod, rank_pod, selectorless, slice,
+    synced_writer,
 };
 
 fn writer(policy: Policy) -> Writer {
@@ -271,4 +272,33 @@ fn the_writer_answers_explain_requests_while_no_event_arrives() {
     drop(etx);
     drop(tx);
     writer.join().unwrap();
+}
+
+#[test]
+fn services_without_selector_are_explained_by_their_slices() {
+    let mut w = writer(Policy::default());
+    svc(&mut w, selectorless("ml", "db"));
+    let f = w.explain("db.ml.svc");
+    assert_eq!(f.reason, Reason::ServiceNoPublishedPods);
+    assert!(f.detail.contains("no selector"), "{}", f.detail);
+    w.apply(Update::Slice(Change::Apply(
+        slice("ml", "db-1", "db")
+            .endpoint("10.2.0.1", Some("primary"), true)
+            .endpoint("10.2.0.2", None, true),
+    )));
+    let f = w.explain("db.ml.svc");
+    assert_eq!(f.reason, Reason::EndpointSlice);
+    assert!(f.detail.contains("2 published endpoint(s)"), "{}", f.detail);
+    let f = w.explain("primary.db.ml.svc");
+    assert_eq!(f.reason, Reason::EndpointSlice);
+    assert!(f.detail.contains("ml/db-1"), "{}", f.detail);
+    assert_eq!(
+        w.explain("10-2-0-2.db.ml.svc").reason,
+        Reason::EndpointSlice
+    );
+    assert_eq!(w.explain("nope.db.ml.svc").reason, Reason::NoPod);
+    assert_eq!(
+        w.explain("1.0.2.10.in-addr.arpa").reason,
+        Reason::EndpointSlice
+    );
 }
