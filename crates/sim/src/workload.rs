@@ -5,7 +5,11 @@
 //! Every training job has a batch/v1 Job owning its pods: `<name>` for an
 //! indexed-job, the JobSet child `<name>-workers-0` for a jobset (whose
 //! restart deletes and recreates that Job with `restart-attempt` + 1).
-//! Pods keep hostname `<name>-<i>` and subdomain `<name>` either way.
+//! Pods are named as the real controllers name them: the Job controller
+//! gives an Indexed Job's pod hostname `<job>-<i>` (the owning Job's name,
+//! so `<name>-workers-0-<i>` in a jobset), and the subdomain is `<name>`
+//! (the JobSet controller sets the child Job's template subdomain to the
+//! JobSet's name, which is also its headless Service's).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -439,7 +443,7 @@ impl Workload {
         let tpl = PodTemplate::new(&req.namespace, &req.name, &info, prerun, v6);
         let mut names = Vec::with_capacity(req.ranks);
         for i in 0..req.ranks {
-            let o = self.insert_from_template(&tpl, &req.namespace, &req.name, i)?;
+            let o = self.insert_from_template(&tpl, &req.namespace, &info.job_name, i)?;
             names.push(o.name.clone());
         }
         Ok(
@@ -461,6 +465,8 @@ impl Workload {
             .create_with(Kind::Job, ns, job_object(ns, name, info), true)
     }
 
+    /// Rank `i`'s pod, named `<job>-<i>-<suffix>` after its owning Job
+    /// `job`, as the Job controller names it.
     fn insert_from_template(
         &self,
         tpl: &PodTemplate,
@@ -1051,8 +1057,14 @@ fn lean(v: &mut Value) {
     }
 }
 
+/// `job` is the workload's name (the JobSet's, or the Indexed Job's); the
+/// hostname is the owning Job's name and the index, as the Job controller
+/// sets it, and the subdomain the workload's name.
 fn full_job_pod(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Value {
-    let host = format!("{job}-{idx}");
+    let host = format!("{}-{idx}", info.job_name);
+    // Rank 0's name, as torchrun's rendezvous and the JobSet coordinator
+    // spell it.
+    let leader = format!("{}-0.{job}", info.job_name);
     let name = format!("{host}-{sfx}");
     let now = now_rfc3339();
     let i = idx.to_string();
@@ -1088,7 +1100,7 @@ fn full_job_pod(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Va
                 info.attempt.to_string(),
             ),
             ("jobset.sigs.k8s.io/job-key", info.key.clone()),
-            ("jobset.sigs.k8s.io/coordinator", format!("{job}-0.{job}")),
+            ("jobset.sigs.k8s.io/coordinator", leader.clone()),
         ] {
             if matches!(
                 k,
@@ -1154,10 +1166,10 @@ fn full_job_pod(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Va
                 "image": "registry.example.com/ml/llm-pretrain:2025.06.1-cuda12.4",
                 "imagePullPolicy": "IfNotPresent",
                 "command": ["torchrun", "--nnodes", world, "--nproc-per-node", "8",
-                            "--rdzv-backend", "c10d", "--rdzv-endpoint", format!("{job}-0.{job}:29500"),
+                            "--rdzv-backend", "c10d", "--rdzv-endpoint", format!("{leader}:29500"),
                             "/workspace/train.py", "--config", "/etc/train/config.yaml"],
                 "env": [
-                    env("MASTER_ADDR", format!("{job}-0.{job}")),
+                    env("MASTER_ADDR", leader.clone()),
                     env("MASTER_PORT", "29500".into()),
                     env("WORLD_SIZE", world.clone()),
                     env("NODE_RANK", i.clone()),
@@ -1435,7 +1447,11 @@ mod tests {
         let p = job_pod("team-a", "llama-70b", 17, &info);
         let n = serde_json::to_vec(&p).unwrap().len();
         assert!((4000..8192).contains(&n), "pod body is {n} bytes");
-        assert_eq!(p["spec"]["hostname"], "llama-70b-17");
+        // The Job controller's hostname (the child Job's name and the
+        // index), the JobSet controller's subdomain (the JobSet's name).
+        assert_eq!(p["spec"]["hostname"], "llama-70b-workers-0-17");
+        assert_eq!(p["spec"]["subdomain"], "llama-70b");
+        assert_eq!(p["metadata"]["generateName"], "llama-70b-workers-0-17-");
         assert_eq!(
             p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"],
             "llama-70b"
