@@ -1172,7 +1172,6 @@ fn full_job_pod(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Va
                     env("MASTER_ADDR", leader.clone()),
                     env("MASTER_PORT", "29500".into()),
                     env("WORLD_SIZE", world.clone()),
-                    env("NODE_RANK", i.clone()),
                     {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
                     {"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}},
                     {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
@@ -1236,9 +1235,16 @@ fn full_job_pod(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Va
     })
 }
 
+/// The service-account token volume admission adds to every pod.
+fn is_token_volume(name: &Value) -> bool {
+    name.as_str()
+        .is_some_and(|n| n.starts_with("kube-api-access-"))
+}
+
 /// The batch/v1 Job that owns a workload's pods: Indexed, completions
 /// and parallelism = ranks, its template the pods' (without the per-index
-/// parts). For a jobset, the JobSet controller's child Job
+/// parts, and without what admission adds to each pod, so a real API
+/// server takes it as a user's or the JobSet controller's Job). For a jobset, the JobSet controller's child Job
 /// `<name>-workers-0` with the JobSet's labels and owner reference.
 fn job_object(ns: &str, name: &str, info: &JobInfo) -> Value {
     let pod = job_pod_with(ns, name, "0", "x", info);
@@ -1252,9 +1258,21 @@ fn job_object(ns: &str, name: &str, info: &JobInfo) -> Value {
     let mut tspec = pod["spec"].clone();
     if let Some(s) = tspec.as_object_mut() {
         s.remove("hostname");
+        // Set on each pod by the Priority admission plugin (from
+        // priorityClassName), never on a Job's template.
+        s.remove("priority");
+        s.remove("preemptionPolicy");
     }
-    if let Some(env) = tspec["containers"][0]["env"].as_array_mut() {
-        env.retain(|e| e["name"] != "NODE_RANK");
+    // The ServiceAccount admission plugin's token volume and the
+    // DefaultTolerationSeconds plugin's tolerations are pod-only too.
+    if let Some(v) = tspec["volumes"].as_array_mut() {
+        v.retain(|v| !is_token_volume(&v["name"]));
+    }
+    if let Some(m) = tspec["containers"][0]["volumeMounts"].as_array_mut() {
+        m.retain(|m| !is_token_volume(&m["name"]));
+    }
+    if let Some(t) = tspec["tolerations"].as_array_mut() {
+        t.retain(|t| t.get("tolerationSeconds").is_none());
     }
     let mut labels = json!({
         "app.kubernetes.io/name": "llm-pretrain",
@@ -1287,17 +1305,23 @@ fn job_object(ns: &str, name: &str, info: &JobInfo) -> Value {
             "uid": info.set_uid, "controller": true, "blockOwnerDeletion": true
         }]);
     }
+    let mut metadata = json!({
+        "name": info.job_name,
+        "namespace": ns,
+        "uid": info.uid,
+        "labels": labels,
+    });
+    // As the API server writes them: empty maps and lists left out.
+    if annotations.as_object().is_some_and(|m| !m.is_empty()) {
+        metadata["annotations"] = annotations;
+    }
+    if owners.as_array().is_some_and(|o| !o.is_empty()) {
+        metadata["ownerReferences"] = owners;
+    }
     json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": info.job_name,
-            "namespace": ns,
-            "uid": info.uid,
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": owners,
-        },
+        "metadata": metadata,
         "spec": {
             "completions": info.ranks,
             "parallelism": info.ranks,
@@ -1464,6 +1488,18 @@ mod tests {
         let j = job_object("team-a", "llama-70b", &info);
         assert_eq!(j["metadata"]["name"], "llama-70b-workers-0");
         assert_eq!(j["spec"]["completions"], 1000);
-        assert!(j["spec"]["template"]["spec"].get("hostname").is_none());
+        let t = &j["spec"]["template"]["spec"];
+        assert!(t.get("hostname").is_none());
+        // What admission adds to pods is on the pod, not the template.
+        assert_eq!(p["spec"]["priority"], 1000);
+        assert!(t.get("priority").is_none() && t.get("preemptionPolicy").is_none());
+        assert_eq!(t["priorityClassName"], "training-high");
+        let text = t.to_string();
+        assert!(
+            p["spec"].to_string().contains("kube-api-access-")
+                && !text.contains("kube-api-access-"),
+            "{text}"
+        );
+        assert_eq!(t["tolerations"].as_array().unwrap().len(), 2);
     }
 }
