@@ -302,13 +302,7 @@ fn simulator_and_real_control_plane_serve_the_same_zone() {
         &["training-data", "llama-checkpoints", "gpt-checkpoints"],
     );
     let plain = crate::records::workload(ns, 0);
-    // The simulator serves no OpenAPI document: kubectl cannot validate
-    // against it.
-    c.kubectl_at(
-        &sim_kc,
-        &["apply", "--validate=false", "-f", "-"],
-        Some(&plain),
-    );
+    c.kubectl_at(&sim_kc, &["apply", "-f", "-"], Some(&plain));
     c.apply(&plain);
     let objects: Value = serde_json::from_str(&c.kubectl_at(
         &sim_kc,

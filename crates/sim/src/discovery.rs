@@ -1,5 +1,7 @@
 //! Discovery documents: enough for kubectl and client-go to find pods,
-//! services and namespaces in the core group, and jobs in `batch/v1`.
+//! services and namespaces in the core group, and jobs in `batch/v1`; and
+//! `/openapi/v3`, enough for kubectl to leave field validation to the
+//! server (so `kubectl apply` works without `--validate=false`).
 
 use std::net::SocketAddr;
 
@@ -84,4 +86,65 @@ pub fn batch_v1() -> Value {
              "verbs": ["get", "patch", "update"]},
         ],
     })
+}
+
+/// The group versions `/openapi/v3` lists, with the kinds each serves as
+/// (kind, resource, namespaced).
+const OPENAPI_V3: [(&str, &str, &[(&str, &str, bool)]); 2] = [
+    (
+        "api/v1",
+        "",
+        &[
+            ("Namespace", "namespaces", false),
+            ("Pod", "pods", true),
+            ("Service", "services", true),
+        ],
+    ),
+    ("apis/batch/v1", "batch", &[("Job", "jobs", true)]),
+];
+
+/// `/openapi/v3`: the index of the per-group-version documents.
+pub fn openapi_v3_index() -> Value {
+    let mut paths = serde_json::Map::new();
+    for (gv, _, _) in OPENAPI_V3 {
+        paths.insert(
+            gv.to_string(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash=podns-sim")}),
+        );
+    }
+    json!({"paths": paths})
+}
+
+/// `/openapi/v3/<gv>`: for each kind, the PATCH operation of its item
+/// path with its group-version-kind and the `fieldValidation` parameter.
+/// That is what kubectl reads before `create`/`apply` to learn that the
+/// server validates fields itself (it then sends `fieldValidation=Strict`
+/// and needs no schema of its own, so `--validate=false` is not needed).
+/// No schemas: the simulator takes the parameter and checks no fields.
+pub fn openapi_v3(gv: &str) -> Option<Value> {
+    let (gv, group, kinds) = OPENAPI_V3.iter().find(|(g, _, _)| *g == gv)?;
+    let version = gv.rsplit('/').next().unwrap_or("v1");
+    let mut paths = serde_json::Map::new();
+    for (kind, resource, namespaced) in kinds.iter() {
+        let path = if *namespaced {
+            format!("/{gv}/namespaces/{{namespace}}/{resource}/{{name}}")
+        } else {
+            format!("/{gv}/{resource}/{{name}}")
+        };
+        paths.insert(
+            path,
+            json!({"patch": {
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": {"group": group, "version": version, "kind": kind},
+                "parameters": [{"name": "fieldValidation", "in": "query",
+                                "schema": {"type": "string", "uniqueItems": true}}],
+                "responses": {"200": {"description": "OK"}},
+            }}),
+        );
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": self::version()["gitVersion"]},
+        "paths": paths,
+    }))
 }
