@@ -52,34 +52,23 @@ fn apiserver_down_10s_then_resume() {
     let _g = exclusive();
     let ns = c.namespace("fault-restart");
     let ns = ns.name.as_str();
-    c.apply(&crate::records::workload(ns, 3));
-    let live = c.pod_ips(ns, "app=train", 3);
-    let p = Podns::ready(&c.kubeconfig, &[]);
-    for (name, ip) in &live {
-        p.wait_addrs(&format!("{name}.train.{ns}.svc"), &[ip.clone()], secs(10));
-    }
+    let (p, live) = answering(&c, ns, 3);
     c.ctl("stop-apiserver");
     let asked = live_names_stay_right(&p, ns, &live, Instant::now() + secs(10));
     c.ctl("start-apiserver");
-    let created = Instant::now();
-    c.apply(&pod(ns, "late"));
-    let ip = c
-        .pod_ips(ns, "app=train", 4)
-        .into_iter()
-        .find(|(n, _)| n == "late")
-        .unwrap()
-        .1;
+    let start = Instant::now();
+    let ip = created(&c, ns, "late", 4);
     p.wait_addrs(&format!("late.train.{ns}.svc"), &[ip], secs(60));
     eprintln!(
         "apiserver down 10 s: {asked} answers for live names during the fault, all right; \
          a pod created after the restart answered {:?} after its create",
-        created.elapsed()
+        start.elapsed()
     );
     let relists = p.metric(r#"podns_watch_restarts_total{resource="pods""#);
     assert!(relists >= 1.0, "the pod watch saw the outage");
 }
 
-/// etcd compacted to its current revision while podns is paused, then
+/// etcd compacted past its last write while podns is paused, then
 /// kube-apiserver restarted: podns comes back with a resourceVersion etcd
 /// no longer has; whether the API server resumes it from its new watch
 /// cache or answers 410 (then podns relists once), a pod created meanwhile
@@ -90,21 +79,10 @@ fn compaction_then_restart_resumes_or_relists_once() {
     let _g = exclusive();
     let ns = c.namespace("fault-410");
     let ns = ns.name.as_str();
-    c.apply(&crate::records::workload(ns, 2));
-    let live = c.pod_ips(ns, "app=train", 2);
-    let mut p = Podns::ready(&c.kubeconfig, &[]);
-    for (name, ip) in &live {
-        p.wait_addrs(&format!("{name}.train.{ns}.svc"), &[ip.clone()], secs(10));
-    }
+    let (mut p, live) = answering(&c, ns, 2);
     let pid = p.pid();
     signal(pid, "STOP");
-    c.apply(&pod(ns, "meanwhile"));
-    let ip = c
-        .pod_ips(ns, "app=train", 3)
-        .into_iter()
-        .find(|(n, _)| n == "meanwhile")
-        .unwrap()
-        .1;
+    let ip = created(&c, ns, "meanwhile", 3);
     let rev = c.ctl("compact");
     c.ctl("stop-apiserver");
     c.ctl("start-apiserver");
@@ -152,12 +130,7 @@ fn compaction_without_the_watch_cache_is_a_real_410_and_one_relist() {
     let _g = exclusive();
     let ns = c.namespace("fault-real-410");
     let ns = ns.name.as_str();
-    c.apply(&crate::records::workload(ns, 2));
-    let live = c.pod_ips(ns, "app=train", 2);
-    let mut p = Podns::ready(&c.kubeconfig, &[]);
-    for (name, ip) in &live {
-        p.wait_addrs(&format!("{name}.train.{ns}.svc"), &[ip.clone()], secs(10));
-    }
+    let (mut p, live) = answering(&c, ns, 2);
     let pid = p.pid();
     signal(pid, "STOP");
     let _cache_back = WatchCacheBack(&c);
@@ -205,6 +178,18 @@ fn compaction_without_the_watch_cache_is_a_real_410_and_one_relist() {
         1.0,
         "exactly one relist: {restarts:#?}"
     );
+}
+
+/// `n` `train` pods in `ns`, and podns ready and answering each: the
+/// live names a fault must not cost.
+fn answering(c: &Cluster, ns: &str, n: usize) -> (Podns, Vec<(String, String)>) {
+    c.apply(&crate::records::workload(ns, n));
+    let live = c.pod_ips(ns, "app=train", n);
+    let p = Podns::ready(&c.kubeconfig, &[]);
+    for (name, ip) in &live {
+        p.wait_addrs(&format!("{name}.train.{ns}.svc"), &[ip.clone()], secs(10));
+    }
+    (p, live)
 }
 
 /// A pod `name` (label app=train) created and given an IP by kwok, out of

@@ -88,28 +88,38 @@ pub fn batch_v1() -> Value {
     })
 }
 
-/// The group versions `/openapi/v3` lists, with the kinds each serves as
-/// (kind, resource, namespaced).
-const OPENAPI_V3: [(&str, &str, &[(&str, &str, bool)]); 2] = [
-    (
-        "api/v1",
-        "",
-        &[
+/// A group version `/openapi/v3` lists: its path, its group, and the
+/// kinds it serves as (kind, resource, namespaced).
+struct OpenApiGv {
+    path: &'static str,
+    group: &'static str,
+    kinds: &'static [(&'static str, &'static str, bool)],
+}
+
+const OPENAPI_V3: [OpenApiGv; 2] = [
+    OpenApiGv {
+        path: "api/v1",
+        group: "",
+        kinds: &[
             ("Namespace", "namespaces", false),
             ("Pod", "pods", true),
             ("Service", "services", true),
         ],
-    ),
-    ("apis/batch/v1", "batch", &[("Job", "jobs", true)]),
+    },
+    OpenApiGv {
+        path: "apis/batch/v1",
+        group: "batch",
+        kinds: &[("Job", "jobs", true)],
+    },
 ];
 
 /// `/openapi/v3`: the index of the per-group-version documents.
 pub fn openapi_v3_index() -> Value {
     let mut paths = serde_json::Map::new();
-    for (gv, _, _) in OPENAPI_V3 {
+    for gv in OPENAPI_V3 {
         paths.insert(
-            gv.to_string(),
-            json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash=podns-sim")}),
+            gv.path.to_string(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{}?hash=podns-sim", gv.path)}),
         );
     }
     json!({"paths": paths})
@@ -122,7 +132,11 @@ pub fn openapi_v3_index() -> Value {
 /// and needs no schema of its own, so `--validate=false` is not needed).
 /// No schemas: the simulator takes the parameter and checks no fields.
 pub fn openapi_v3(gv: &str) -> Option<Value> {
-    let (gv, group, kinds) = OPENAPI_V3.iter().find(|(g, _, _)| *g == gv)?;
+    let OpenApiGv {
+        path: gv,
+        group,
+        kinds,
+    } = OPENAPI_V3.iter().find(|g| g.path == gv)?;
     let version = gv.rsplit('/').next().unwrap_or("v1");
     let mut paths = serde_json::Map::new();
     for (kind, resource, namespaced) in kinds.iter() {
