@@ -14,9 +14,18 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::DemoArgs;
 
 /// The sample workload: two training jobs in `ml` and services in `web`.
-const JOBS: [(&str, &str, usize, &str); 2] = [
-    ("ml", "llama-pretrain", 512, "jobset"),
-    ("ml", "bert-finetune", 64, "indexed-job"),
+/// The last field is the Job that owns the pods, whose name the Job
+/// controller puts in each pod's hostname (`<job>-<index>`): a JobSet's
+/// child Job is `<jobset>-<replicated job>-<job index>`.
+const JOBS: [(&str, &str, usize, &str, &str); 2] = [
+    (
+        "ml",
+        "llama-pretrain",
+        512,
+        "jobset",
+        "llama-pretrain-workers-0",
+    ),
+    ("ml", "bert-finetune", 64, "indexed-job", "bert-finetune"),
 ];
 
 /// A loopback server (the serve defaults otherwise), with `/debug/explain`
@@ -69,8 +78,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(60);
     loop {
-        let all = JOBS.iter().all(|(ns, job, ranks, _)| {
-            let key = format!("{job}-{}.{job}.{ns}.svc", ranks - 1);
+        let all = JOBS.iter().all(|(ns, name, ranks, _, job)| {
+            let key = format!("{job}-{}.{name}.{ns}.svc", ranks - 1);
             matches!(running.table.lookup(&key), Lookup::Found(_) | Lookup::Ip(_))
         });
         if running.table.is_synced() && all {
@@ -103,7 +112,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 }
 
 async fn create_workload(client: &kube::Client) -> anyhow::Result<()> {
-    for (ns, name, ranks, kind) in JOBS {
+    for (ns, name, ranks, kind, _) in JOBS {
         sim_post(
             client,
             "/sim/jobs",
@@ -157,7 +166,7 @@ fn print_walkthrough(dns: SocketAddr, admin: SocketAddr, api: SocketAddr, took: 
     );
     println!();
     println!("# one rank of a JobSet (hostname + subdomain):");
-    println!("dig {at} llama-pretrain-0.llama-pretrain.ml.svc.cluster.local A +norec");
+    println!("dig {at} llama-pretrain-workers-0-0.llama-pretrain.ml.svc.cluster.local A +norec");
     println!("# the whole gang as a headless set (512 ranks: too many for UDP, so over TCP):");
     println!("dig {at} llama-pretrain.ml.svc.cluster.local A +tcp +norec");
     println!("# a rank that does not exist: NXDOMAIN with a 1 s negative TTL:");
@@ -168,7 +177,7 @@ fn print_walkthrough(dns: SocketAddr, admin: SocketAddr, api: SocketAddr, took: 
     println!("dig {at} datasets.web.svc.cluster.local CNAME +norec");
     println!("# reverse lookup of a rank's IP (torchrun does this):");
     println!(
-        "dig {at} -x $(dig {at} +short llama-pretrain-1.llama-pretrain.ml.svc.cluster.local) +norec"
+        "dig {at} -x $(dig {at} +short llama-pretrain-workers-0-1.llama-pretrain.ml.svc.cluster.local) +norec"
     );
     println!("# rank view: rank 7 of the JobSet, its leader, and the gang's readiness in one TXT:");
     println!("dig {at} 7.llama-pretrain.ml.rank.cluster.local A +norec");

@@ -3,14 +3,21 @@
 #
 #   tests/cluster/ctl.sh DIR stop-apiserver     SIGTERM kube-apiserver, wait until gone
 #   tests/cluster/ctl.sh DIR start-apiserver    start it again with the same flags, wait for /readyz
-#   tests/cluster/ctl.sh DIR compact            compact etcd to its current revision (every older
-#                                               resourceVersion is gone: a watch from one gets 410)
+#   tests/cluster/ctl.sh DIR start-apiserver-without-watch-cache
+#                                               the same with --watch-cache=false: every watch is an
+#                                               etcd watch, so one from a compacted revision gets a
+#                                               real 410 (with its cache, kube-apiserver 1.34 resumes
+#                                               such a watch from the cache it rebuilt at start)
+#   tests/cluster/ctl.sh DIR compact            write a marker key to etcd (outside /registry), then
+#                                               compact to that revision: every resourceVersion any
+#                                               object or watcher holds is older, so gone (a watch
+#                                               from one that etcd must serve gets 410)
 #   tests/cluster/ctl.sh DIR revision           print etcd's current revision
 #
 # DIR/env keeps the new pid, so tests/cluster/down.sh still stops exactly
 # what runs.
 set -euo pipefail
-[[ $# -eq 2 && -f "$1/env" ]] || { echo "usage: tests/cluster/ctl.sh DIR stop-apiserver|start-apiserver|compact|revision" >&2; exit 2; }
+[[ $# -eq 2 && -f "$1/env" ]] || { echo "usage: tests/cluster/ctl.sh DIR stop-apiserver|start-apiserver|start-apiserver-without-watch-cache|compact|revision" >&2; exit 2; }
 dir="$(cd "$1" && pwd)"
 # shellcheck disable=SC1091
 . "$dir/env"
@@ -30,9 +37,11 @@ case "$2" in
     done
     kill -KILL "$APISERVER_PID" 2>/dev/null || true
     ;;
-  start-apiserver)
+  start-apiserver | start-apiserver-without-watch-cache)
+    extra=()
+    [[ "$2" == start-apiserver-without-watch-cache ]] && extra=(--watch-cache=false)
     # shellcheck disable=SC2046
-    setsid "$CLUSTER_BIN/kube-apiserver" $(cat "$dir/apiserver.args") >>"$dir/logs/apiserver.log" 2>&1 </dev/null &
+    setsid "$CLUSTER_BIN/kube-apiserver" $(cat "$dir/apiserver.args") "${extra[@]}" >>"$dir/logs/apiserver.log" 2>&1 </dev/null &
     pid=$!
     sed -i "s/^APISERVER_PID=.*/APISERVER_PID=$pid/" "$dir/env"
     ready=0
@@ -71,6 +80,14 @@ case "$2" in
     "$KUBECTL" --kubeconfig "$KUBECONFIG" wait --for=condition=Ready nodes -l type=kwok --timeout=60s >/dev/null
     ;;
   compact)
+    # The marker moves the revision past the last object write, so even a
+    # watcher that read every event up to it holds a compacted revision.
+    # Written twice: a watch from revision r asks for r+1 onwards, which
+    # a compaction one past the last write would still keep.
+    for _ in 1 2; do
+      curl -sf -X POST "$ETCD_URL/v3/kv/put" \
+        -d "{\"key\":\"$(printf /podns-test/compaction-marker | base64)\",\"value\":\"$(date +%s%N | base64)\"}" >/dev/null
+    done
     rev="$(revision)"
     curl -sf -X POST "$ETCD_URL/v3/kv/compaction" -d "{\"revision\": \"$rev\", \"physical\": true}" >/dev/null
     echo "$rev"

@@ -1,6 +1,7 @@
 //! Faults on real parts: kube-apiserver stopped and started again, etcd
-//! compacted past podns's resourceVersion (a real 410 Gone), and the API
-//! server gone while podns makes its first list. Each test holds the
+//! compacted past podns's resourceVersion (resumed from the API server's
+//! watch cache; without that cache, a real 410 Gone), and the API server
+//! gone while podns makes its first list. Each test holds the
 //! control plane alone. The timings printed here are RELIABILITY.md's.
 
 use std::time::{Duration, Instant};
@@ -51,34 +52,23 @@ fn apiserver_down_10s_then_resume() {
     let _g = exclusive();
     let ns = c.namespace("fault-restart");
     let ns = ns.name.as_str();
-    c.apply(&crate::records::workload(ns, 3));
-    let live = c.pod_ips(ns, "app=train", 3);
-    let p = Podns::ready(&c.kubeconfig, &[]);
-    for (name, ip) in &live {
-        p.wait_addrs(&format!("{name}.train.{ns}.svc"), &[ip.clone()], secs(10));
-    }
+    let (p, live) = answering(&c, ns, 3);
     c.ctl("stop-apiserver");
     let asked = live_names_stay_right(&p, ns, &live, Instant::now() + secs(10));
     c.ctl("start-apiserver");
-    let created = Instant::now();
-    c.apply(&pod(ns, "late"));
-    let ip = c
-        .pod_ips(ns, "app=train", 4)
-        .into_iter()
-        .find(|(n, _)| n == "late")
-        .unwrap()
-        .1;
+    let start = Instant::now();
+    let ip = created(&c, ns, "late", 4);
     p.wait_addrs(&format!("late.train.{ns}.svc"), &[ip], secs(60));
     eprintln!(
         "apiserver down 10 s: {asked} answers for live names during the fault, all right; \
          a pod created after the restart answered {:?} after its create",
-        created.elapsed()
+        start.elapsed()
     );
     let relists = p.metric(r#"podns_watch_restarts_total{resource="pods""#);
     assert!(relists >= 1.0, "the pod watch saw the outage");
 }
 
-/// etcd compacted to its current revision while podns is paused, then
+/// etcd compacted past its last write while podns is paused, then
 /// kube-apiserver restarted: podns comes back with a resourceVersion etcd
 /// no longer has; whether the API server resumes it from its new watch
 /// cache or answers 410 (then podns relists once), a pod created meanwhile
@@ -89,21 +79,10 @@ fn compaction_then_restart_resumes_or_relists_once() {
     let _g = exclusive();
     let ns = c.namespace("fault-410");
     let ns = ns.name.as_str();
-    c.apply(&crate::records::workload(ns, 2));
-    let live = c.pod_ips(ns, "app=train", 2);
-    let mut p = Podns::ready(&c.kubeconfig, &[]);
-    for (name, ip) in &live {
-        p.wait_addrs(&format!("{name}.train.{ns}.svc"), &[ip.clone()], secs(10));
-    }
+    let (mut p, live) = answering(&c, ns, 2);
     let pid = p.pid();
     signal(pid, "STOP");
-    c.apply(&pod(ns, "meanwhile"));
-    let ip = c
-        .pod_ips(ns, "app=train", 3)
-        .into_iter()
-        .find(|(n, _)| n == "meanwhile")
-        .unwrap()
-        .1;
+    let ip = created(&c, ns, "meanwhile", 3);
     let rev = c.ctl("compact");
     c.ctl("stop-apiserver");
     c.ctl("start-apiserver");
@@ -137,6 +116,114 @@ fn compaction_then_restart_resumes_or_relists_once() {
         relists >= 1.0,
         "the pod watch saw the restart: {restarts:#?}"
     );
+}
+
+/// The same pause and compaction with kube-apiserver's watch cache off
+/// (`--watch-cache=false`: every watch is an etcd watch), so that podns's
+/// resume from a compacted resourceVersion meets a real 410 Gone: podns
+/// relists the pods exactly once, the pod created during the pause
+/// answers, every live name stays right, and the watch it starts after the
+/// relist carries a pod created afterwards.
+#[test]
+fn compaction_without_the_watch_cache_is_a_real_410_and_one_relist() {
+    let Some(c) = cluster() else { return };
+    let _g = exclusive();
+    let ns = c.namespace("fault-real-410");
+    let ns = ns.name.as_str();
+    let (mut p, live) = answering(&c, ns, 2);
+    let pid = p.pid();
+    signal(pid, "STOP");
+    let _cache_back = WatchCacheBack(&c);
+    let meanwhile = created(&c, ns, "meanwhile", 3);
+    // Compacted only once the API server is down: the events it sent
+    // podns's paused watch (they wait in its socket) stop before the
+    // compaction's revision, so the resume asks for one etcd no longer has.
+    c.ctl("stop-apiserver");
+    let rev = c.ctl("compact");
+    c.ctl("start-apiserver-without-watch-cache");
+    let resumed = Instant::now();
+    signal(pid, "CONT");
+    p.wait_addrs(&format!("meanwhile.train.{ns}.svc"), &[meanwhile], secs(60));
+    let answered = resumed.elapsed();
+    for (name, ip) in &live {
+        p.wait_addrs(&format!("{name}.train.{ns}.svc"), &[ip.clone()], secs(1));
+    }
+    let after = created(&c, ns, "after", 4);
+    p.wait_addrs(&format!("after.train.{ns}.svc"), &[after], secs(60));
+    assert!(p.exited().is_none(), "podns is still running");
+    let restarts: Vec<String> = p
+        .metrics()
+        .lines()
+        .filter(|l| l.starts_with("podns_watch_restarts_total{resource=\"pods\""))
+        .map(str::to_string)
+        .collect();
+    let count = |want: &str| -> f64 {
+        restarts
+            .iter()
+            .filter(|l| l.contains(want))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    eprintln!(
+        "etcd compacted at revision {rev}, watch cache off: pods watch restarts {restarts:?}; \
+         the pod created during the pause answered {answered:?} after podns resumed"
+    );
+    assert_eq!(
+        count("reason=\"expired_410\""),
+        1.0,
+        "one real 410: {restarts:#?}"
+    );
+    assert_eq!(
+        count("retry=\"relist\""),
+        1.0,
+        "exactly one relist: {restarts:#?}"
+    );
+}
+
+/// `n` `train` pods in `ns`, and podns ready and answering each: the
+/// live names a fault must not cost.
+fn answering(c: &Cluster, ns: &str, n: usize) -> (Podns, Vec<(String, String)>) {
+    c.apply(&crate::records::workload(ns, n));
+    let live = c.pod_ips(ns, "app=train", n);
+    let p = Podns::ready(&c.kubeconfig, &[]);
+    for (name, ip) in &live {
+        p.wait_addrs(&format!("{name}.train.{ns}.svc"), &[ip.clone()], secs(10));
+    }
+    (p, live)
+}
+
+/// A pod `name` (label app=train) created and given an IP by kwok, out of
+/// `n` such pods in `ns`; its IP.
+fn created(c: &Cluster, ns: &str, name: &str, n: usize) -> String {
+    c.apply(&pod(ns, name));
+    c.pod_ips(ns, "app=train", n)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .unwrap()
+        .1
+}
+
+/// Restarts kube-apiserver with its watch cache when dropped, so the
+/// tests after this one see the cluster up.sh made.
+struct WatchCacheBack<'a>(&'a Cluster);
+
+impl Drop for WatchCacheBack<'_> {
+    fn drop(&mut self) {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cluster/ctl.sh");
+        for action in ["stop-apiserver", "start-apiserver"] {
+            let ok = std::process::Command::new("bash")
+                .arg(&script)
+                .arg(&self.0.dir)
+                .arg(action)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                eprintln!(
+                    "tests/cluster/ctl.sh {action} failed: the cluster may be left without its watch cache"
+                );
+            }
+        }
+    }
 }
 
 /// The API server goes away while podns makes its first list: podns is

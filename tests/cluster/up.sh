@@ -233,12 +233,18 @@ metadata:
     kubernetes.io/os: linux
     kubernetes.io/arch: amd64
     type: kwok
+    # GPU nodes as a training cluster labels them, so the simulator's
+    # training pods (GPU node selector and affinity, 8 GPUs, 8 RDMA
+    # devices, ~1.5 TiB each) schedule here unchanged.
+    nvidia.com/gpu.present: "true"
+    nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3
+    topology.kubernetes.io/zone: zone-a
 spec:
   podCIDR: 10.$((128 + i)).0.0/16
   podCIDRs: [10.$((128 + i)).0.0/16]
 status:
-  allocatable: {cpu: "1000", memory: 4Ti, pods: "100000"}
-  capacity: {cpu: "1000", memory: 4Ti, pods: "100000"}
+  allocatable: {cpu: "10000", memory: 64Ti, ephemeral-storage: 64Ti, nvidia.com/gpu: "512", rdma/ib: "512", pods: "100000"}
+  capacity: {cpu: "10000", memory: 64Ti, ephemeral-storage: 64Ti, nvidia.com/gpu: "512", rdma/ib: "512", pods: "100000"}
 ---
 EOF
 done | "$bin/kubectl" --kubeconfig "$dir/kubeconfig" apply -f - >/dev/null || fail "could not create the kwok nodes"

@@ -385,7 +385,9 @@ async fn random_packets_to_the_socket_never_stop_the_server() {
 async fn watch_faults_never_cost_a_live_name() {
     let env = env(&["--kubelet"], &[]).await;
     create_job(&env.client, "ft", "job", 8, "jobset").await;
-    let names: Vec<String> = (0..8).map(|i| format!("job-{i}.job.ft.svc")).collect();
+    let names: Vec<String> = (0..8)
+        .map(|i| format!("job-workers-0-{i}.job.ft.svc"))
+        .collect();
     wait_for("ranks answer", T, || async {
         for n in &names {
             if ask(env.dns, n, RecordType::A).await.answers.is_empty() {
@@ -514,7 +516,9 @@ async fn gang_restart_converges_to_new_ips_without_cross_talk() {
         json!({"namespace": "gr", "name": "g", "ranks": ranks, "kind": "jobset"}),
     )
     .await;
-    let names: Vec<String> = (0..ranks).map(|i| format!("g-{i}.g.gr.svc")).collect();
+    let names: Vec<String> = (0..ranks)
+        .map(|i| format!("g-workers-0-{i}.g.gr.svc"))
+        .collect();
     wait_for("ranks answer", T, || async {
         for n in &names {
             if ask(env.dns, n, RecordType::A).await.answers.is_empty() {

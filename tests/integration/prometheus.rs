@@ -523,7 +523,7 @@ async fn dashboard_queries_and_alerts_work_on_a_real_prometheus_scraping_the_dem
     // resolves.
     for last in [
         "bert-finetune-63.bert-finetune.ml.svc.cluster.local.",
-        "llama-pretrain-511.llama-pretrain.ml.svc.cluster.local.",
+        "llama-pretrain-workers-0-511.llama-pretrain.ml.svc.cluster.local.",
     ] {
         wait_for(last, Duration::from_secs(60), || async {
             let m = udp(dns, &query_msg(last, RecordType::A, Some(1232))).await;

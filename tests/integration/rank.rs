@@ -114,15 +114,19 @@ async fn jobset_ranks_generation_and_leader() {
     let s = summary(&txt(&env, "llm.rv.rank").await.unwrap());
     assert_eq!(s["generation"], 0);
     // JobSet-wide rank g = job-global-index × completions + index; one
-    // replicated Job here, so g is the completion index.
+    // replicated Job here, so g is the completion index, and the pod's
+    // hostname is its child Job's name and that index.
     for g in 0..8 {
-        assert_eq!(
-            a(&env, &format!("{g}.llm.rv.rank")).await,
-            a(&env, &format!("llm-{g}.llm.rv.svc")).await
-        );
+        let ip = a(&env, &format!("{g}.llm.rv.rank")).await;
+        assert_eq!(ip.len(), 1);
+        assert_eq!(ip, a(&env, &format!("llm-workers-0-{g}.llm.rv.svc")).await);
+        // The Job's own rank is the same pod.
+        assert_eq!(ip, a(&env, &format!("{g}.llm-workers-0.rv.rank")).await);
     }
+    // The coordinator the pods name (`llm-workers-0-0.llm`, rank 0).
     let leader = a(&env, "leader.llm.rv.rank").await;
     assert_eq!(leader.len(), 1);
+    assert_eq!(leader, a(&env, "llm-workers-0-0.llm.rv.svc").await);
     let old0 = a(&env, "0.llm.rv.rank").await;
 
     sim_post(&env.client, "/sim/jobs/rv/llm/restart", json!({})).await;

@@ -1,6 +1,8 @@
 //! Discovery documents: enough for kubectl and client-go to find pods,
 //! services and namespaces in the core group, jobs in `batch/v1` and
-//! endpointslices in `discovery.k8s.io/v1`.
+//! endpointslices in `discovery.k8s.io/v1`; and `/openapi/v3`, enough
+//! for kubectl to leave field validation to the server (so `kubectl
+//! apply` works without `--validate=false`).
 
 use std::net::SocketAddr;
 
@@ -113,4 +115,84 @@ pub fn discovery_v1() -> Value {
              "storageVersionHash": "Nx3SIv6I0mE="},
         ],
     })
+}
+
+/// A group version `/openapi/v3` lists: its path, its group, and the
+/// kinds it serves as (kind, resource, namespaced).
+struct OpenApiGv {
+    path: &'static str,
+    group: &'static str,
+    kinds: &'static [(&'static str, &'static str, bool)],
+}
+
+const OPENAPI_V3: [OpenApiGv; 3] = [
+    OpenApiGv {
+        path: "api/v1",
+        group: "",
+        kinds: &[
+            ("Namespace", "namespaces", false),
+            ("Pod", "pods", true),
+            ("Service", "services", true),
+        ],
+    },
+    OpenApiGv {
+        path: "apis/batch/v1",
+        group: "batch",
+        kinds: &[("Job", "jobs", true)],
+    },
+    OpenApiGv {
+        path: "apis/discovery.k8s.io/v1",
+        group: "discovery.k8s.io",
+        kinds: &[("EndpointSlice", "endpointslices", true)],
+    },
+];
+
+/// `/openapi/v3`: the index of the per-group-version documents.
+pub fn openapi_v3_index() -> Value {
+    let mut paths = serde_json::Map::new();
+    for gv in OPENAPI_V3 {
+        paths.insert(
+            gv.path.to_string(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{}?hash=podns-sim", gv.path)}),
+        );
+    }
+    json!({"paths": paths})
+}
+
+/// `/openapi/v3/<gv>`: for each kind, the PATCH operation of its item
+/// path with its group-version-kind and the `fieldValidation` parameter.
+/// That is what kubectl reads before `create`/`apply` to learn that the
+/// server validates fields itself (it then sends `fieldValidation=Strict`
+/// and needs no schema of its own, so `--validate=false` is not needed).
+/// No schemas: the simulator takes the parameter and checks no fields.
+pub fn openapi_v3(gv: &str) -> Option<Value> {
+    let OpenApiGv {
+        path: gv,
+        group,
+        kinds,
+    } = OPENAPI_V3.iter().find(|g| g.path == gv)?;
+    let version = gv.rsplit('/').next().unwrap_or("v1");
+    let mut paths = serde_json::Map::new();
+    for (kind, resource, namespaced) in kinds.iter() {
+        let path = if *namespaced {
+            format!("/{gv}/namespaces/{{namespace}}/{resource}/{{name}}")
+        } else {
+            format!("/{gv}/{resource}/{{name}}")
+        };
+        paths.insert(
+            path,
+            json!({"patch": {
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": {"group": group, "version": version, "kind": kind},
+                "parameters": [{"name": "fieldValidation", "in": "query",
+                                "schema": {"type": "string", "uniqueItems": true}}],
+                "responses": {"200": {"description": "OK"}},
+            }}),
+        );
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": self::version()["gitVersion"]},
+        "paths": paths,
+    }))
 }

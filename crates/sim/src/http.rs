@@ -197,6 +197,21 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
             sim.stats.count("get", "discovery");
             return Ok(value_response(200, &super::discovery::discovery_v1()));
         }
+        "/openapi/v3" => {
+            sim.stats.count("get", "discovery");
+            return Ok(value_response(200, &super::discovery::openapi_v3_index()));
+        }
+        p if p.starts_with("/openapi/v3/") => {
+            sim.stats.count("get", "discovery");
+            return match super::discovery::openapi_v3(&p["/openapi/v3/".len()..]) {
+                Some(doc) => Ok(value_response(200, &doc)),
+                None => Err(ApiError::new(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                )),
+            };
+        }
         "/healthz" | "/readyz" | "/livez" => {
             return Ok(Response::new(Body::from("ok")));
         }

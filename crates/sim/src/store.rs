@@ -717,7 +717,13 @@ impl Store {
                 m["uid"] = new_uid().into();
             }
             m["creationTimestamp"] = now_rfc3339().into();
-            m["generation"] = 1.into();
+            // The Pod and Job registries count spec changes; the Service
+            // and Namespace registries keep no generation.
+            if matches!(kind, Kind::Pod | Kind::Job) {
+                m["generation"] = 1.into();
+            } else if let Some(o) = m.as_object_mut() {
+                o.remove("generation");
+            }
             if let Some(o) = m.as_object_mut() {
                 o.remove("deletionTimestamp");
                 o.remove("deletionGracePeriodSeconds");
@@ -1182,9 +1188,14 @@ fn default_object(kind: Kind, v: &mut Value, g: &mut Inner) -> Result<(), ApiErr
             let spec = &mut v["spec"];
             // Type, cluster IPs and IP families, or the apiserver's 422.
             g.services.create(&name, spec)?;
+            // Every type gets a session affinity; only the types with a
+            // cluster IP an internal traffic policy.
+            if spec.get("sessionAffinity").is_none() {
+                spec["sessionAffinity"] = json!("None");
+            }
             if spec["type"] != "ExternalName" {
-                if spec.get("sessionAffinity").is_none() {
-                    spec["sessionAffinity"] = json!("None");
+                if spec.get("internalTrafficPolicy").is_none() {
+                    spec["internalTrafficPolicy"] = json!("Cluster");
                 }
                 if let Some(ports) = spec["ports"].as_array_mut() {
                     for p in ports {

@@ -5,7 +5,11 @@
 //! Every training job has a batch/v1 Job owning its pods: `<name>` for an
 //! indexed-job, the JobSet child `<name>-workers-0` for a jobset (whose
 //! restart deletes and recreates that Job with `restart-attempt` + 1).
-//! Pods keep hostname `<name>-<i>` and subdomain `<name>` either way.
+//! Pods are named as the real controllers name them: the Job controller
+//! gives an Indexed Job's pod hostname `<job>-<i>` (the owning Job's name,
+//! so `<name>-workers-0-<i>` in a jobset), and the subdomain is `<name>`
+//! (the JobSet controller sets the child Job's template subdomain to the
+//! JobSet's name, which is also its headless Service's).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -439,7 +443,7 @@ impl Workload {
         let tpl = PodTemplate::new(&req.namespace, &req.name, &info, prerun, v6);
         let mut names = Vec::with_capacity(req.ranks);
         for i in 0..req.ranks {
-            let o = self.insert_from_template(&tpl, &req.namespace, &req.name, i)?;
+            let o = self.insert_from_template(&tpl, &req.namespace, &info.job_name, i)?;
             names.push(o.name.clone());
         }
         Ok(
@@ -461,6 +465,8 @@ impl Workload {
             .create_with(Kind::Job, ns, job_object(ns, name, info), true)
     }
 
+    /// Rank `i`'s pod, named `<job>-<i>-<suffix>` after its owning Job
+    /// `job`, as the Job controller names it.
     fn insert_from_template(
         &self,
         tpl: &PodTemplate,
@@ -1051,8 +1057,14 @@ fn lean(v: &mut Value) {
     }
 }
 
+/// `job` is the workload's name (the JobSet's, or the Indexed Job's); the
+/// hostname is the owning Job's name and the index, as the Job controller
+/// sets it, and the subdomain the workload's name.
 fn full_job_pod(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Value {
-    let host = format!("{job}-{idx}");
+    let host = format!("{}-{idx}", info.job_name);
+    // Rank 0's name, as torchrun's rendezvous and the JobSet coordinator
+    // spell it.
+    let leader = format!("{}-0.{job}", info.job_name);
     let name = format!("{host}-{sfx}");
     let now = now_rfc3339();
     let i = idx.to_string();
@@ -1088,7 +1100,7 @@ fn full_job_pod(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Va
                 info.attempt.to_string(),
             ),
             ("jobset.sigs.k8s.io/job-key", info.key.clone()),
-            ("jobset.sigs.k8s.io/coordinator", format!("{job}-0.{job}")),
+            ("jobset.sigs.k8s.io/coordinator", leader.clone()),
         ] {
             if matches!(
                 k,
@@ -1154,13 +1166,12 @@ fn full_job_pod(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Va
                 "image": "registry.example.com/ml/llm-pretrain:2025.06.1-cuda12.4",
                 "imagePullPolicy": "IfNotPresent",
                 "command": ["torchrun", "--nnodes", world, "--nproc-per-node", "8",
-                            "--rdzv-backend", "c10d", "--rdzv-endpoint", format!("{job}-0.{job}:29500"),
+                            "--rdzv-backend", "c10d", "--rdzv-endpoint", format!("{leader}:29500"),
                             "/workspace/train.py", "--config", "/etc/train/config.yaml"],
                 "env": [
-                    env("MASTER_ADDR", format!("{job}-0.{job}")),
+                    env("MASTER_ADDR", leader.clone()),
                     env("MASTER_PORT", "29500".into()),
                     env("WORLD_SIZE", world.clone()),
-                    env("NODE_RANK", i.clone()),
                     {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
                     {"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}},
                     {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
@@ -1224,9 +1235,16 @@ fn full_job_pod(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Va
     })
 }
 
+/// The service-account token volume admission adds to every pod.
+fn is_token_volume(name: &Value) -> bool {
+    name.as_str()
+        .is_some_and(|n| n.starts_with("kube-api-access-"))
+}
+
 /// The batch/v1 Job that owns a workload's pods: Indexed, completions
 /// and parallelism = ranks, its template the pods' (without the per-index
-/// parts). For a jobset, the JobSet controller's child Job
+/// parts, and without what admission adds to each pod, so a real API
+/// server takes it as a user's or the JobSet controller's Job). For a jobset, the JobSet controller's child Job
 /// `<name>-workers-0` with the JobSet's labels and owner reference.
 fn job_object(ns: &str, name: &str, info: &JobInfo) -> Value {
     let pod = job_pod_with(ns, name, "0", "x", info);
@@ -1240,9 +1258,21 @@ fn job_object(ns: &str, name: &str, info: &JobInfo) -> Value {
     let mut tspec = pod["spec"].clone();
     if let Some(s) = tspec.as_object_mut() {
         s.remove("hostname");
+        // Set on each pod by the Priority admission plugin (from
+        // priorityClassName), never on a Job's template.
+        s.remove("priority");
+        s.remove("preemptionPolicy");
     }
-    if let Some(env) = tspec["containers"][0]["env"].as_array_mut() {
-        env.retain(|e| e["name"] != "NODE_RANK");
+    // The ServiceAccount admission plugin's token volume and the
+    // DefaultTolerationSeconds plugin's tolerations are pod-only too.
+    if let Some(v) = tspec["volumes"].as_array_mut() {
+        v.retain(|v| !is_token_volume(&v["name"]));
+    }
+    if let Some(m) = tspec["containers"][0]["volumeMounts"].as_array_mut() {
+        m.retain(|m| !is_token_volume(&m["name"]));
+    }
+    if let Some(t) = tspec["tolerations"].as_array_mut() {
+        t.retain(|t| t.get("tolerationSeconds").is_none());
     }
     let mut labels = json!({
         "app.kubernetes.io/name": "llm-pretrain",
@@ -1275,17 +1305,23 @@ fn job_object(ns: &str, name: &str, info: &JobInfo) -> Value {
             "uid": info.set_uid, "controller": true, "blockOwnerDeletion": true
         }]);
     }
+    let mut metadata = json!({
+        "name": info.job_name,
+        "namespace": ns,
+        "uid": info.uid,
+        "labels": labels,
+    });
+    // As the API server writes them: empty maps and lists left out.
+    if annotations.as_object().is_some_and(|m| !m.is_empty()) {
+        metadata["annotations"] = annotations;
+    }
+    if owners.as_array().is_some_and(|o| !o.is_empty()) {
+        metadata["ownerReferences"] = owners;
+    }
     json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": info.job_name,
-            "namespace": ns,
-            "uid": info.uid,
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": owners,
-        },
+        "metadata": metadata,
         "spec": {
             "completions": info.ranks,
             "parallelism": info.ranks,
@@ -1435,7 +1471,11 @@ mod tests {
         let p = job_pod("team-a", "llama-70b", 17, &info);
         let n = serde_json::to_vec(&p).unwrap().len();
         assert!((4000..8192).contains(&n), "pod body is {n} bytes");
-        assert_eq!(p["spec"]["hostname"], "llama-70b-17");
+        // The Job controller's hostname (the child Job's name and the
+        // index), the JobSet controller's subdomain (the JobSet's name).
+        assert_eq!(p["spec"]["hostname"], "llama-70b-workers-0-17");
+        assert_eq!(p["spec"]["subdomain"], "llama-70b");
+        assert_eq!(p["metadata"]["generateName"], "llama-70b-workers-0-17-");
         assert_eq!(
             p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"],
             "llama-70b"
@@ -1448,6 +1488,18 @@ mod tests {
         let j = job_object("team-a", "llama-70b", &info);
         assert_eq!(j["metadata"]["name"], "llama-70b-workers-0");
         assert_eq!(j["spec"]["completions"], 1000);
-        assert!(j["spec"]["template"]["spec"].get("hostname").is_none());
+        let t = &j["spec"]["template"]["spec"];
+        assert!(t.get("hostname").is_none());
+        // What admission adds to pods is on the pod, not the template.
+        assert_eq!(p["spec"]["priority"], 1000);
+        assert!(t.get("priority").is_none() && t.get("preemptionPolicy").is_none());
+        assert_eq!(t["priorityClassName"], "training-high");
+        let text = t.to_string();
+        assert!(
+            p["spec"].to_string().contains("kube-api-access-")
+                && !text.contains("kube-api-access-"),
+            "{text}"
+        );
+        assert_eq!(t["tolerations"].as_array().unwrap().len(), 2);
     }
 }

@@ -286,8 +286,16 @@ async fn sim_jobs_create_the_owning_job() {
                 p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"],
                 idx
             );
-            assert_eq!(p["spec"]["hostname"], format!("{name}-{idx}"));
+            // The Job controller's hostname: the owning Job's name and the
+            // index; the subdomain is the workload's (its Service's) name.
+            assert_eq!(p["spec"]["hostname"], format!("{job}-{idx}"));
             assert_eq!(p["spec"]["subdomain"], name);
+            assert!(
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("{job}-{idx}-"))
+            );
             hosts.push(p["spec"]["hostname"].as_str().unwrap().to_string());
             if kind == "jobset" {
                 for (k, v) in [
@@ -307,7 +315,7 @@ async fn sim_jobs_create_the_owning_job() {
         hosts.sort();
         assert_eq!(
             hosts,
-            (0..3).map(|i| format!("{name}-{i}")).collect::<Vec<_>>()
+            (0..3).map(|i| format!("{job}-{i}")).collect::<Vec<_>>()
         );
         let svc = get(addr, &format!("/api/v1/namespaces/ml/services/{name}"))
             .await
@@ -393,7 +401,7 @@ async fn jobset_restart_recreates_the_child_job() {
         assert_eq!(label(p, "job-name"), "gang-workers-0");
         assert!(!old_ips.contains(&p["status"]["podIP"].as_str().unwrap()));
         let idx = label(p, "batch.kubernetes.io/job-completion-index");
-        assert_eq!(p["spec"]["hostname"], format!("gang-{idx}"));
+        assert_eq!(p["spec"]["hostname"], format!("gang-workers-0-{idx}"));
     }
     // An indexed-job restart replaces pods only: the Job stays.
     let solo = get(addr, "/apis/batch/v1/namespaces/ml/jobs/solo")

@@ -247,13 +247,10 @@ async fn kubectl_works_unchanged() {
         pod("from-kubectl", json!({"app": "x"})).to_string(),
     )
     .unwrap();
-    run(&[
-        "create",
-        "-f",
-        pod_file.to_str().unwrap(),
-        "--validate=false",
-    ])
-    .await;
+    // kubectl validates nothing itself: /openapi/v3 says the server takes
+    // `fieldValidation`, so no `--validate=false`.
+    let out = run(&["apply", "-f", pod_file.to_str().unwrap()]).await;
+    assert!(out.contains("pod/from-kubectl created"), "{out}");
     let mut lines = BufReader::new(stdout).lines();
     timeout(DEADLINE, async {
         while let Some(l) = lines.next_line().await.unwrap() {
@@ -273,6 +270,16 @@ async fn kubectl_works_unchanged() {
     );
     let l = run(&["get", "pods", "-l", "app=x"]).await;
     assert!(l.contains("from-kubectl") && !l.contains("train-0"), "{l}");
+    // Applied again with a label more: a patch.
+    std::fs::write(
+        &pod_file,
+        pod("from-kubectl", json!({"app": "x", "tier": "y"})).to_string(),
+    )
+    .unwrap();
+    let out = run(&["apply", "-f", pod_file.to_str().unwrap()]).await;
+    assert!(out.contains("pod/from-kubectl configured"), "{out}");
+    let l = run(&["get", "pods", "-l", "tier=y", "-o", "name"]).await;
+    assert_eq!(l.trim(), "pod/from-kubectl");
     run(&["delete", "pod", "from-kubectl"]).await;
     assert_eq!(
         get(sim.addr, "/api/v1/namespaces/default/pods/from-kubectl")
@@ -376,7 +383,7 @@ async fn kubectl_sees_service_ip_families() {
     assert_eq!(web["spec"]["ipFamilies"], json!(["IPv4"]));
     assert_eq!(web["spec"]["clusterIPs"], json!([web["spec"]["clusterIP"]]));
     ok(on_dual
-        .output(&["create", "-f", req.to_str().unwrap(), "--validate=false"])
+        .output(&["create", "-f", req.to_str().unwrap()])
         .await);
     let r = svc_json(&on_dual, "req").await;
     assert_eq!(r["spec"]["ipFamilies"], json!(["IPv4", "IPv6"]));
@@ -397,7 +404,7 @@ async fn kubectl_sees_service_ip_families() {
 
     // kubectl prints the single-stack refusal from the Status causes.
     let out = on_single
-        .output(&["create", "-f", req.to_str().unwrap(), "--validate=false"])
+        .output(&["create", "-f", req.to_str().unwrap()])
         .await;
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

@@ -58,7 +58,8 @@ async fn kubelet_jobs_restart_and_churn() {
         let idx = p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
             .as_str()
             .unwrap();
-        assert_eq!(p["spec"]["hostname"], format!("llm-{idx}"));
+        // The Job controller names the host after the JobSet's child Job.
+        assert_eq!(p["spec"]["hostname"], format!("llm-workers-0-{idx}"));
         assert_eq!(p["spec"]["subdomain"], "llm");
         assert_eq!(
             p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"],
@@ -69,7 +70,7 @@ async fn kubelet_jobs_restart_and_churn() {
             idx
         );
         let size = serde_json::to_vec(p).unwrap().len();
-        assert!((5000..=8192).contains(&size), "running pod is {size} bytes");
+        assert!((5000..=9000).contains(&size), "running pod is {size} bytes");
         old_ips.push(p["status"]["podIP"].as_str().unwrap().to_string());
     }
     // The start-up job.
@@ -95,7 +96,15 @@ async fn kubelet_jobs_restart_and_churn() {
         .map(|p| p["spec"]["hostname"].as_str().unwrap().to_string())
         .collect();
     hosts.sort();
-    assert_eq!(hosts, ["llm-0", "llm-1", "llm-2", "llm-3"]);
+    assert_eq!(
+        hosts,
+        [
+            "llm-workers-0-0",
+            "llm-workers-0-1",
+            "llm-workers-0-2",
+            "llm-workers-0-3"
+        ]
+    );
     for p in &new {
         assert!(!old_ips.contains(&p["status"]["podIP"].as_str().unwrap().to_string()));
         assert!(
