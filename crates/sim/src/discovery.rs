@@ -1,5 +1,6 @@
 //! Discovery documents: enough for kubectl and client-go to find pods,
-//! services and namespaces in the core group, and jobs in `batch/v1`.
+//! services, namespaces and nodes in the core group, jobs in `batch/v1`
+//! and ServiceCIDRs in `networking.k8s.io/v1`.
 
 use std::net::SocketAddr;
 
@@ -38,6 +39,9 @@ pub fn api_v1() -> Value {
         "resources": [
             {"name": "namespaces", "singularName": "namespace", "namespaced": false, "kind": "Namespace",
              "verbs": rw, "shortNames": ["ns"], "storageVersionHash": "Q3oi5N2YM8M="},
+            {"name": "nodes", "singularName": "node", "namespaced": false, "kind": "Node",
+             "verbs": rw, "shortNames": ["no"], "storageVersionHash": "XwShjMxG9Fs="},
+            {"name": "nodes/status", "singularName": "", "namespaced": false, "kind": "Node", "verbs": status},
             {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
              "verbs": rw, "shortNames": ["po"], "categories": ["all"], "storageVersionHash": "xPOwRZ+Yhw8="},
             {"name": "pods/status", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": status},
@@ -53,7 +57,7 @@ pub fn api_groups() -> Value {
     json!({
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": [batch_group_entry()],
+        "groups": [batch_group_entry(), networking_group_entry()],
     })
 }
 
@@ -81,6 +85,35 @@ pub fn batch_v1() -> Value {
              "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
              "categories": ["all"], "storageVersionHash": "mudhfqk/qZY="},
             {"name": "jobs/status", "singularName": "", "namespaced": true, "kind": "Job",
+             "verbs": ["get", "patch", "update"]},
+        ],
+    })
+}
+
+fn networking_group_entry() -> Value {
+    let v1 = json!({"groupVersion": "networking.k8s.io/v1", "version": "v1"});
+    json!({"name": "networking.k8s.io", "versions": [v1], "preferredVersion": v1})
+}
+
+/// `/apis/networking.k8s.io`.
+pub fn networking_group() -> Value {
+    let mut g = networking_group_entry();
+    g["kind"] = "APIGroup".into();
+    g["apiVersion"] = "v1".into();
+    g
+}
+
+/// `/apis/networking.k8s.io/v1`: only ServiceCIDRs (GA in 1.33).
+pub fn networking_v1() -> Value {
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": "networking.k8s.io/v1",
+        "resources": [
+            {"name": "servicecidrs", "singularName": "servicecidr", "namespaced": false, "kind": "ServiceCIDR",
+             "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+             "storageVersionHash": "3cDF5hqTkLY="},
+            {"name": "servicecidrs/status", "singularName": "", "namespaced": false, "kind": "ServiceCIDR",
              "verbs": ["get", "patch", "update"]},
         ],
     })

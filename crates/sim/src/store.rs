@@ -24,13 +24,24 @@ pub enum Kind {
     Service,
     Namespace,
     Job,
+    /// Cluster-scoped; `spec.podCIDRs` tells podns the pod ranges.
+    Node,
+    /// networking.k8s.io/v1, cluster-scoped: the Service ranges.
+    ServiceCidr,
 }
 
 /// How many kinds there are (the store keeps one map per kind).
-pub const KINDS: usize = 4;
+pub const KINDS: usize = 6;
 
 impl Kind {
-    pub const ALL: [Kind; KINDS] = [Kind::Pod, Kind::Service, Kind::Namespace, Kind::Job];
+    pub const ALL: [Kind; KINDS] = [
+        Kind::Pod,
+        Kind::Service,
+        Kind::Namespace,
+        Kind::Job,
+        Kind::Node,
+        Kind::ServiceCidr,
+    ];
 
     pub fn idx(self) -> usize {
         self as usize
@@ -41,12 +52,15 @@ impl Kind {
             Kind::Service => "Service",
             Kind::Namespace => "Namespace",
             Kind::Job => "Job",
+            Kind::Node => "Node",
+            Kind::ServiceCidr => "ServiceCIDR",
         }
     }
     /// The API group: empty for the core group.
     pub fn group(self) -> &'static str {
         match self {
             Kind::Job => "batch",
+            Kind::ServiceCidr => "networking.k8s.io",
             _ => "",
         }
     }
@@ -54,6 +68,7 @@ impl Kind {
     pub fn api_version(self) -> &'static str {
         match self {
             Kind::Job => "batch/v1",
+            Kind::ServiceCidr => "networking.k8s.io/v1",
             _ => "v1",
         }
     }
@@ -82,6 +97,8 @@ impl Kind {
             Kind::Service => "ServiceList",
             Kind::Namespace => "NamespaceList",
             Kind::Job => "JobList",
+            Kind::Node => "NodeList",
+            Kind::ServiceCidr => "ServiceCIDRList",
         }
     }
     pub fn plural(self) -> &'static str {
@@ -90,6 +107,8 @@ impl Kind {
             Kind::Service => "services",
             Kind::Namespace => "namespaces",
             Kind::Job => "jobs",
+            Kind::Node => "nodes",
+            Kind::ServiceCidr => "servicecidrs",
         }
     }
     pub fn from_plural(s: &str) -> Option<Kind> {
@@ -98,17 +117,20 @@ impl Kind {
             "services" => Kind::Service,
             "namespaces" => Kind::Namespace,
             "jobs" => Kind::Job,
+            "nodes" => Kind::Node,
+            "servicecidrs" => Kind::ServiceCidr,
             _ => return None,
         })
     }
     pub fn namespaced(self) -> bool {
-        self != Kind::Namespace
+        !matches!(self, Kind::Namespace | Kind::Node | Kind::ServiceCidr)
     }
     pub fn fields(self) -> &'static [Field] {
         match self {
             Kind::Pod => &[Field::Name, Field::Namespace, Field::NodeName, Field::Phase],
             Kind::Service | Kind::Job => &[Field::Name, Field::Namespace],
             Kind::Namespace => &[Field::Name, Field::Phase],
+            Kind::Node | Kind::ServiceCidr => &[Field::Name],
         }
     }
 }
@@ -1196,6 +1218,69 @@ fn default_object(kind: Kind, v: &mut Value, g: &mut Inner) -> Result<(), ApiErr
             v["status"] = json!({"phase": "Active"});
         }
         Kind::Job => default_job(v)?,
+        // A Node keeps what its creator (a kubelet) sends, status included.
+        Kind::Node => {
+            let name = v["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            check_cidrs(Kind::Node, &name, &v["spec"]["podCIDRs"], "spec.podCIDRs")?;
+        }
+        Kind::ServiceCidr => {
+            let name = v["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            check_cidrs(Kind::ServiceCidr, &name, &v["spec"]["cidrs"], "spec.cidrs")?;
+            v["status"] = json!({});
+        }
+    }
+    Ok(())
+}
+
+/// At most two ranges, one per family, each a network address and its
+/// prefix (`10.244.1.0/24`), as the apiserver validates Node.spec.podCIDRs
+/// and ServiceCIDR.spec.cidrs.
+fn check_cidrs(kind: Kind, name: &str, v: &Value, path: &str) -> Result<(), ApiError> {
+    let Some(items) = v.as_array() else {
+        return if v.is_null() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(
+                kind,
+                name,
+                format!("{path}: Invalid value: must be a list"),
+            ))
+        };
+    };
+    let mut families = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let text = item.as_str().unwrap_or_default();
+        let net: ipnet::IpNet = text.parse().map_err(|_| {
+            ApiError::invalid(
+                kind,
+                name,
+                format!("{path}[{i}]: Invalid value: {text:?}: must be a valid CIDR value"),
+            )
+        })?;
+        if net.trunc() != net {
+            return Err(ApiError::invalid(
+                kind,
+                name,
+                format!(
+                    "{path}[{i}]: Invalid value: {text:?}: must be a valid CIDR value, (e.g. {})",
+                    net.trunc()
+                ),
+            ));
+        }
+        families.push(net.addr().is_ipv4());
+    }
+    if items.len() > 2 || (items.len() == 2 && families[0] == families[1]) {
+        return Err(ApiError::invalid(
+            kind,
+            name,
+            format!("{path}: Invalid value: may specify no more than one CIDR for each IP family"),
+        ));
     }
     Ok(())
 }

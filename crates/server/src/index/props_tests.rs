@@ -285,7 +285,7 @@ impl Model {
                 self.services
                     .extend(items.into_iter().map(|s| (s.key.clone(), s)));
             }
-            Update::Job(_) => {}
+            Update::Job(_) | Update::NodeRanges(_) | Update::ServiceRanges(_) => {}
         }
     }
 

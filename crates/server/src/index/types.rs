@@ -161,6 +161,15 @@ pub struct JobInfo {
     pub labels: Vec<(String, String)>,
 }
 
+/// The address ranges of one cluster-scoped object that say where the
+/// cluster's reverse zones are: a Node's `spec.podCIDRs`, a ServiceCIDR's
+/// `spec.cidrs`. The key's namespace is empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RangesInfo {
+    pub key: ObjKey,
+    pub cidrs: Vec<ipnet::IpNet>,
+}
+
 /// One change from a watch, as the writer applies it.
 #[derive(Clone, Debug)]
 pub enum Change<T> {
@@ -193,6 +202,10 @@ pub enum Update {
     Pod(Change<PodInfo>),
     Service(Change<ServiceInfo>),
     Job(Change<JobInfo>),
+    /// Nodes' pod ranges (only without `--reverse-cidr`).
+    NodeRanges(Change<RangesInfo>),
+    /// ServiceCIDRs' ranges (only without `--reverse-cidr`).
+    ServiceRanges(Change<RangesInfo>),
 }
 
 /// An update and the moment its watch event arrived, so the writer can

@@ -512,6 +512,46 @@ loose_struct! {
     }
 }
 
+loose_struct! {
+    /// `metadata` of a cluster-scoped object whose identity is all DNS
+    /// reads (a Node's labels and annotations are skipped unread).
+    pub struct MetaIdRaw {
+        pub name: LooseStr = "name",
+        pub uid: LooseStr = "uid",
+        pub resource_version: LooseStr = "resourceVersion",
+    }
+}
+
+loose_struct! {
+    /// `spec` of a Node: only its pod ranges.
+    pub struct NodeSpecRaw {
+        pub pod_cidrs: LooseVec<String> = "podCIDRs",
+    }
+}
+
+loose_struct! {
+    /// A Node: its name and pod ranges; `status` (most of a Node's bytes
+    /// and of its updates) is skipped unread.
+    pub struct NodeRaw {
+        pub metadata: LooseObj<MetaIdRaw> = "metadata",
+        pub spec: LooseObj<NodeSpecRaw> = "spec",
+    }
+}
+
+loose_struct! {
+    /// `spec` of a networking.k8s.io/v1 ServiceCIDR.
+    pub struct ServiceCidrSpecRaw {
+        pub cidrs: LooseVec<String> = "cidrs",
+    }
+}
+
+loose_struct! {
+    pub struct ServiceCidrRaw {
+        pub metadata: LooseObj<MetaIdRaw> = "metadata",
+        pub spec: LooseObj<ServiceCidrSpecRaw> = "spec",
+    }
+}
+
 /// The metadata DNS reads beyond identity.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SlimMeta {
@@ -631,14 +671,82 @@ impl<'de> Deserialize<'de> for SlimJob {
     }
 }
 
+/// Identity of a cluster-scoped object, as kube-runtime needs it.
+fn id_meta(m: Loose<MetaIdRaw>) -> ObjectMeta {
+    let m = m.into_option().unwrap_or_default();
+    ObjectMeta {
+        name: m.name.into_option(),
+        uid: m.uid.into_option(),
+        resource_version: m.resource_version.into_option(),
+        ..ObjectMeta::default()
+    }
+}
+
+/// A Node with only its name and `spec.podCIDRs`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SlimNode {
+    /// Name, uid and resourceVersion; nothing else is set.
+    pub metadata: ObjectMeta,
+    pub pod_cidrs: LooseVec<String>,
+    /// JSON key of the first field that had the wrong shape.
+    pub malformed: Option<&'static str>,
+}
+
+impl<'de> Deserialize<'de> for SlimNode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Loose::<NodeRaw>::deserialize(d)?;
+        let malformed = raw.problem_at("object");
+        let raw = raw.into_option().unwrap_or_default();
+        Ok(SlimNode {
+            metadata: id_meta(raw.metadata),
+            pod_cidrs: raw.spec.into_option().unwrap_or_default().pod_cidrs,
+            malformed,
+        })
+    }
+}
+
+/// A networking.k8s.io/v1 ServiceCIDR with only its name and `spec.cidrs`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SlimServiceCidr {
+    /// Name, uid and resourceVersion; nothing else is set.
+    pub metadata: ObjectMeta,
+    pub cidrs: LooseVec<String>,
+    /// JSON key of the first field that had the wrong shape.
+    pub malformed: Option<&'static str>,
+}
+
+impl<'de> Deserialize<'de> for SlimServiceCidr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Loose::<ServiceCidrRaw>::deserialize(d)?;
+        let malformed = raw.problem_at("object");
+        let raw = raw.into_option().unwrap_or_default();
+        Ok(SlimServiceCidr {
+            metadata: id_meta(raw.metadata),
+            cidrs: raw.spec.into_option().unwrap_or_default().cidrs,
+            malformed,
+        })
+    }
+}
+
 macro_rules! core_v1_resource {
     ($ty:ty, $kind:literal, $plural:literal) => {
         core_v1_resource!($ty, $kind, $plural, "", "v1", "v1");
     };
     ($ty:ty, $kind:literal, $plural:literal, $group:literal, $version:literal, $api_version:literal) => {
+        core_v1_resource!(
+            $ty,
+            $kind,
+            $plural,
+            $group,
+            $version,
+            $api_version,
+            NamespaceResourceScope
+        );
+    };
+    ($ty:ty, $kind:literal, $plural:literal, $group:literal, $version:literal, $api_version:literal, $scope:ident) => {
         impl kube::Resource for $ty {
             type DynamicType = ();
-            type Scope = k8s_openapi::NamespaceResourceScope;
+            type Scope = k8s_openapi::$scope;
 
             fn kind(_: &()) -> Cow<'_, str> {
                 Cow::Borrowed($kind)
@@ -668,6 +776,24 @@ macro_rules! core_v1_resource {
 core_v1_resource!(SlimPod, "Pod", "pods");
 core_v1_resource!(SlimService, "Service", "services");
 core_v1_resource!(SlimJob, "Job", "jobs", "batch", "v1", "batch/v1");
+core_v1_resource!(
+    SlimNode,
+    "Node",
+    "nodes",
+    "",
+    "v1",
+    "v1",
+    ClusterResourceScope
+);
+core_v1_resource!(
+    SlimServiceCidr,
+    "ServiceCIDR",
+    "servicecidrs",
+    "networking.k8s.io",
+    "v1",
+    "networking.k8s.io/v1",
+    ClusterResourceScope
+);
 
 #[cfg(test)]
 mod tests {

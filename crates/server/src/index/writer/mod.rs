@@ -28,6 +28,7 @@ mod headless;
 mod model;
 mod pods;
 mod publish;
+mod ranges;
 mod rank_view;
 mod ranks;
 mod services;
@@ -82,6 +83,8 @@ enum Kind {
     Pods,
     Services,
     Jobs,
+    /// Nodes and ServiceCIDRs, counted together by [`ranges::Ranges`].
+    Ranges,
 }
 
 /// How many complete lists (one per watch scope) each resource needs before
@@ -152,6 +155,8 @@ pub struct Writer {
     explain_rx: Option<findings::ExplainReceiver>,
     /// A list was applied since [`RELEASE_MEMORY`] last ran.
     listed_since_release: bool,
+    /// The ranges learned for the reverse zones ([`Self::with_ranges`]).
+    ranges: ranges::Ranges,
 }
 
 /// What the process calls to hand freed memory back to the OS, once the
@@ -197,6 +202,7 @@ impl Writer {
             job_resets: HashSet::default(),
             explain_rx: None,
             listed_since_release: false,
+            ranges: ranges::Ranges::default(),
         }
     }
 
@@ -260,6 +266,16 @@ impl Writer {
                 self.retain_jobs(namespace.as_deref(), keys.iter());
                 self.listed(Kind::Jobs, namespace);
             }
+            Update::NodeRanges(change) => {
+                if self.ranges.stage(ranges::Source::Nodes, change) {
+                    self.listed(Kind::Ranges, None);
+                }
+            }
+            Update::ServiceRanges(change) => {
+                if self.ranges.stage(ranges::Source::ServiceCidrs, change) {
+                    self.listed(Kind::Ranges, None);
+                }
+            }
         }
     }
 
@@ -272,6 +288,7 @@ impl Writer {
             Kind::Pods => self.pod_resets.insert(namespace),
             Kind::Services => self.service_resets.insert(namespace),
             Kind::Jobs => self.job_resets.insert(namespace),
+            Kind::Ranges => true,
         };
         self.update_synced();
     }
@@ -284,6 +301,10 @@ impl Writer {
             dirty.sort_unstable();
             dirty.dedup();
             self.rebuild(dirty);
+            self.table.bump_generation();
+        }
+        if let Some(zones) = self.ranges.take_changed() {
+            self.table.set_reverse_zones(zones);
             self.table.bump_generation();
         }
         self.metrics.index_pods.set(self.pods.len() as i64);
@@ -347,7 +368,8 @@ impl Writer {
     fn update_synced(&mut self) {
         let synced = self.pod_resets.len() >= self.needs.pod_scopes
             && self.service_resets.len() >= self.needs.service_scopes
-            && self.job_resets.len() >= self.needs.job_scopes;
+            && self.job_resets.len() >= self.needs.job_scopes
+            && self.ranges.listed();
         if synced && !self.table.is_synced() {
             tracing::info!(
                 pods = self.pods.len(),
