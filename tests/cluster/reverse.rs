@@ -5,11 +5,10 @@
 //! a new Node's range owned and dropped with it, and REFUSED for every
 //! reverse name when podns may not list Nodes and ServiceCIDRs.
 
-use std::path::Path;
-
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
 
+use crate::rbac::token_kubeconfig;
 use crate::support::*;
 
 #[test]
@@ -84,21 +83,6 @@ fn learned_ranges_answer_inside_and_refuse_outside() {
     wait_for("the deleted Node's range is dropped", secs(20), || {
         (rc(name) == ResponseCode::Refused).then_some(())
     });
-}
-
-/// A kubeconfig that authenticates with a token of `sa` in `ns`.
-fn token_kubeconfig(c: &Cluster, ns: &str, sa: &str, path: &Path) {
-    let token = c.kubectl(&["create", "token", sa, "-n", ns, "--duration=1h"]);
-    std::fs::write(
-        path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: u\n  user:\n    token: {}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n",
-            c.env["APISERVER_URL"],
-            c.env["CLUSTER_CA"],
-            token.trim()
-        ),
-    )
-    .unwrap();
 }
 
 #[test]

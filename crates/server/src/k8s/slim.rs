@@ -682,51 +682,47 @@ fn id_meta(m: Loose<MetaIdRaw>) -> ObjectMeta {
     }
 }
 
-/// A Node with only its name and `spec.podCIDRs`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SlimNode {
-    /// Name, uid and resourceVersion; nothing else is set.
-    pub metadata: ObjectMeta,
-    pub pod_cidrs: LooseVec<String>,
-    /// JSON key of the first field that had the wrong shape.
-    pub malformed: Option<&'static str>,
+/// A cluster-scoped object of which DNS reads only its name and one list
+/// of ranges in its `spec`: the type, its raw form and the ranges' field.
+macro_rules! slim_ranges {
+    ($(#[$meta:meta])* $name:ident, $raw:ident, $field:ident) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Default, PartialEq)]
+        pub struct $name {
+            /// Name, uid and resourceVersion; nothing else is set.
+            pub metadata: ObjectMeta,
+            pub $field: LooseVec<String>,
+            /// JSON key of the first field that had the wrong shape.
+            pub malformed: Option<&'static str>,
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let raw = Loose::<$raw>::deserialize(d)?;
+                let malformed = raw.problem_at("object");
+                let raw = raw.into_option().unwrap_or_default();
+                Ok($name {
+                    metadata: id_meta(raw.metadata),
+                    $field: raw.spec.into_option().unwrap_or_default().$field,
+                    malformed,
+                })
+            }
+        }
+    };
 }
 
-impl<'de> Deserialize<'de> for SlimNode {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = Loose::<NodeRaw>::deserialize(d)?;
-        let malformed = raw.problem_at("object");
-        let raw = raw.into_option().unwrap_or_default();
-        Ok(SlimNode {
-            metadata: id_meta(raw.metadata),
-            pod_cidrs: raw.spec.into_option().unwrap_or_default().pod_cidrs,
-            malformed,
-        })
-    }
-}
-
-/// A networking.k8s.io/v1 ServiceCIDR with only its name and `spec.cidrs`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SlimServiceCidr {
-    /// Name, uid and resourceVersion; nothing else is set.
-    pub metadata: ObjectMeta,
-    pub cidrs: LooseVec<String>,
-    /// JSON key of the first field that had the wrong shape.
-    pub malformed: Option<&'static str>,
-}
-
-impl<'de> Deserialize<'de> for SlimServiceCidr {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = Loose::<ServiceCidrRaw>::deserialize(d)?;
-        let malformed = raw.problem_at("object");
-        let raw = raw.into_option().unwrap_or_default();
-        Ok(SlimServiceCidr {
-            metadata: id_meta(raw.metadata),
-            cidrs: raw.spec.into_option().unwrap_or_default().cidrs,
-            malformed,
-        })
-    }
-}
+slim_ranges!(
+    /// A Node with only its name and `spec.podCIDRs`.
+    SlimNode,
+    NodeRaw,
+    pod_cidrs
+);
+slim_ranges!(
+    /// A networking.k8s.io/v1 ServiceCIDR with only its name and `spec.cidrs`.
+    SlimServiceCidr,
+    ServiceCidrRaw,
+    cidrs
+);
 
 macro_rules! core_v1_resource {
     ($ty:ty, $kind:literal, $plural:literal) => {

@@ -253,43 +253,37 @@ impl Watched for SlimJob {
 /// cannot place).
 const WITHOUT_RANGES: &str = "their ranges' reverse names get REFUSED (resolvers fall through to the next server) until it can; grant list/watch on them (deploy/base/rbac.yaml) or pass --reverse-cidr";
 
-impl Watched for SlimNode {
-    type Info = RangesInfo;
-    const RESOURCE: &'static str = "nodes";
-    const OPTIONAL: bool = true;
-    const WITHOUT: &'static str = WITHOUT_RANGES;
-    fn convert(&self) -> Result<RangesInfo, ConvertError> {
-        convert::node(self)
-    }
-    fn key_of(meta: &kube::api::ObjectMeta) -> Result<ObjKey, ConvertError> {
-        convert::cluster_key(meta)
-    }
-    fn key(info: &RangesInfo) -> &ObjKey {
-        &info.key
-    }
-    fn update(change: Change<RangesInfo>) -> Update {
-        Update::NodeRanges(change)
-    }
+/// The watch of a cluster-scoped kind whose objects are ranges.
+macro_rules! ranges_watched {
+    ($ty:ty, $resource:literal, $convert:path, $update:path) => {
+        impl Watched for $ty {
+            type Info = RangesInfo;
+            const RESOURCE: &'static str = $resource;
+            const OPTIONAL: bool = true;
+            const WITHOUT: &'static str = WITHOUT_RANGES;
+            fn convert(&self) -> Result<RangesInfo, ConvertError> {
+                $convert(self)
+            }
+            fn key_of(meta: &kube::api::ObjectMeta) -> Result<ObjKey, ConvertError> {
+                convert::cluster_key(meta)
+            }
+            fn key(info: &RangesInfo) -> &ObjKey {
+                &info.key
+            }
+            fn update(change: Change<RangesInfo>) -> Update {
+                $update(change)
+            }
+        }
+    };
 }
 
-impl Watched for SlimServiceCidr {
-    type Info = RangesInfo;
-    const RESOURCE: &'static str = "servicecidrs";
-    const OPTIONAL: bool = true;
-    const WITHOUT: &'static str = WITHOUT_RANGES;
-    fn convert(&self) -> Result<RangesInfo, ConvertError> {
-        convert::service_cidr(self)
-    }
-    fn key_of(meta: &kube::api::ObjectMeta) -> Result<ObjKey, ConvertError> {
-        convert::cluster_key(meta)
-    }
-    fn key(info: &RangesInfo) -> &ObjKey {
-        &info.key
-    }
-    fn update(change: Change<RangesInfo>) -> Update {
-        Update::ServiceRanges(change)
-    }
-}
+ranges_watched!(SlimNode, "nodes", convert::node, Update::NodeRanges);
+ranges_watched!(
+    SlimServiceCidr,
+    "servicecidrs",
+    convert::service_cidr,
+    Update::ServiceRanges
+);
 
 /// Past this many, the set of uids already reported is cleared (so a
 /// persistently bad object is logged again now and then, and memory stays
