@@ -209,7 +209,7 @@ pub struct ServeArgs {
     /// Admin address: /metrics, /healthz, /readyz.
     #[arg(long, env = "PODNS_ADMIN_LISTEN", default_value = "0.0.0.0:9153")]
     pub admin_listen: SocketAddr,
-    /// Answer PTR only inside these networks and REFUSE other reverse names (repeatable).
+    /// The reverse zones podns owns, exactly (repeatable). Unset: learned from Nodes' spec.podCIDRs and ServiceCIDRs (needs list/watch on both). Other reverse names get REFUSED either way, so resolvers ask their next server.
     #[arg(long, env = "PODNS_REVERSE_CIDR", value_delimiter = ',', value_parser = cidr)]
     pub reverse_cidr: Vec<IpNet>,
     /// Watch pods only in these namespaces (repeatable; default all).

@@ -8,7 +8,7 @@ use crate::support::*;
 
 /// A kubeconfig that authenticates with a token of `sa` in `ns`
 /// (`kubectl create token`, as a projected ServiceAccount token would).
-fn token_kubeconfig(c: &Cluster, ns: &str, sa: &str, path: &Path) {
+pub(crate) fn token_kubeconfig(c: &Cluster, ns: &str, sa: &str, path: &Path) {
     let token = c.kubectl(&["create", "token", sa, "-n", ns, "--duration=1h"]);
     std::fs::write(
         path,

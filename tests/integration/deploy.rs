@@ -197,11 +197,11 @@ struct Podns {
 /// container's security, probes, resources and flags.
 fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
     // RBAC: exactly get/list/watch on pods and services, on batch Jobs
-    // for the rank view, and on EndpointSlices for Services without a
-    // selector, nothing else.
+    // for the rank view, on EndpointSlices for Services without a selector,
+    // and on Nodes and ServiceCIDRs for the reverse zones, nothing else.
     let role = one(docs, "ClusterRole");
     let rules = role["rules"].as_array().unwrap();
-    assert_eq!(rules.len(), 3, "three rules: {rules:?}");
+    assert_eq!(rules.len(), 5, "five rules: {rules:?}");
     assert_eq!(strs(&rules[0]["apiGroups"]), [""]);
     assert_eq!(strs(&rules[0]["resources"]), ["pods", "services"]);
     assert_eq!(strs(&rules[0]["verbs"]), ["get", "list", "watch"]);
@@ -210,10 +210,25 @@ fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
     assert_eq!(strs(&rules[1]["resources"]), ["jobs"]);
     assert_eq!(strs(&rules[1]["verbs"]), ["get", "list", "watch"]);
     assert!(rules[1].get("resourceNames").is_none());
-    assert_eq!(strs(&rules[2]["apiGroups"]), ["discovery.k8s.io"]);
-    assert_eq!(strs(&rules[2]["resources"]), ["endpointslices"]);
-    assert_eq!(strs(&rules[2]["verbs"]), ["get", "list", "watch"]);
-    assert!(rules[2].get("resourceNames").is_none());
+    for (rule, group, resource) in [
+        (&rules[2], "discovery.k8s.io", "endpointslices"),
+        (&rules[3], "", "nodes"),
+        (&rules[4], "networking.k8s.io", "servicecidrs"),
+    ] {
+        assert_eq!(strs(&rule["apiGroups"]), [group]);
+        assert_eq!(strs(&rule["resources"]), [resource]);
+        assert_eq!(strs(&rule["verbs"]), ["get", "list", "watch"]);
+        assert!(rule.get("resourceNames").is_none());
+    }
+    // Learning the reverse zones: no --reverse-cidr pins them.
+    assert!(
+        !pod["spec"]["containers"][0]["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|a| a.as_str().is_some_and(|a| a.starts_with("--reverse-cidr"))),
+        "the manifests learn the reverse zones"
+    );
     let binding = one(docs, "ClusterRoleBinding");
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
     let sa = one(docs, "ServiceAccount");

@@ -14,6 +14,7 @@ mod fuzz_corpus;
 mod prometheus;
 mod rank;
 mod reliability;
+mod reverse;
 mod soak;
 mod support;
 mod unbound;

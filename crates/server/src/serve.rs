@@ -19,6 +19,7 @@ use crate::dns::buffers::{self, Granted, UdpBuffers};
 use crate::dns::rrl::Rrl;
 use crate::dns::server;
 use crate::dns::server::TcpLimits;
+use crate::index::reverse::ReverseZones;
 use crate::index::{Policy, SyncNeeds, Table, Writer};
 use crate::k8s::watch::StreamingList;
 use crate::k8s::watch::{self, WatchConfig};
@@ -46,7 +47,9 @@ pub struct ServeConfig {
     pub policy: Policy,
     /// The server's own addresses for `ns.dns.<zone>` (empty: `$POD_IP`).
     pub ns_addrs: Vec<IpAddr>,
-    /// When non-empty, PTR only inside these networks; other reverse names are REFUSED.
+    /// The reverse zones podns owns, exactly (`--reverse-cidr`). Empty:
+    /// learn them from Nodes' `spec.podCIDRs` and ServiceCIDRs. Other
+    /// reverse names are REFUSED either way.
     pub reverse_cidrs: Vec<ipnet::IpNet>,
     /// Watch pods only in these namespaces (empty: all).
     pub namespaces: Vec<String>,
@@ -205,7 +208,7 @@ pub struct Running {
 pub fn validate(args: &ServeConfig) -> Result<(), ConfigError> {
     crate::dns::check_zones(
         &args.zones,
-        "served automatically; use --reverse-cidr to narrow them",
+        "learned from the cluster's Nodes and ServiceCIDRs, or given with --reverse-cidr",
     )
     .map_err(ConfigError)?;
     if args.negative_ttl > args.ttl.max(1) * 3600 {
@@ -262,7 +265,6 @@ pub fn answer_config(args: &ServeConfig) -> AnswerConfig {
         ttl: args.ttl,
         negative_ttl: args.negative_ttl,
         ns_addrs,
-        reverse_cidrs: args.reverse_cidrs.clone(),
     }
 }
 
@@ -295,6 +297,7 @@ pub fn start(
         jobs: args.policy.rank_view,
         endpoint_slices: args.endpoint_slices,
         wire: args.wire,
+        ranges: args.reverse_cidrs.is_empty(),
     };
     let needs = SyncNeeds {
         pod_scopes: watch::pod_scopes(&wcfg),
@@ -303,6 +306,16 @@ pub fn start(
         slice_scopes: watch::slice_scopes(&wcfg),
     };
     let mut writer = Writer::new(table.clone(), args.policy, metrics.clone(), needs);
+    if wcfg.ranges {
+        writer = writer.with_ranges();
+    } else {
+        let given = ReverseZones::given(args.reverse_cidrs.iter().copied());
+        tracing::info!(
+            zones = given.zones().len(),
+            "reverse zones from --reverse-cidr"
+        );
+        table.set_reverse_zones(given);
+    }
     // Explain requests reach the writer on a channel of their own, and only
     // with --admin-debug.
     let (explain_tx, explain_rx) = mpsc::channel(16);

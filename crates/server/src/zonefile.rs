@@ -88,7 +88,6 @@ pub fn render_zones(
         ttl: cfg.ttl,
         negative_ttl: cfg.negative_ttl,
         ns_addrs: cfg.ns_addrs.clone(),
-        reverse_cidrs: vec![],
     });
     let apexes: Vec<&str> = rules.apexes().collect();
     // Records first, SOA last: the serial hashes the records.

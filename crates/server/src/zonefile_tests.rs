@@ -173,7 +173,6 @@ fn every_record_is_what_podns_answers_and_every_name_is_there() {
             ttl: cfg.ttl,
             negative_ttl: cfg.negative_ttl,
             ns_addrs: cfg.ns_addrs.clone(),
-            reverse_cidrs: vec![],
         },
     );
     let texts = render_zones(&table.snapshot(), &zones, &cfg);

@@ -1,8 +1,9 @@
 //! Discovery documents: enough for kubectl and client-go to find pods,
-//! services and namespaces in the core group, jobs in `batch/v1` and
-//! endpointslices in `discovery.k8s.io/v1`; and `/openapi/v3`, enough
-//! for kubectl to leave field validation to the server (so `kubectl
-//! apply` works without `--validate=false`).
+//! services, namespaces and nodes in the core group, jobs in `batch/v1`,
+//! endpointslices in `discovery.k8s.io/v1` and ServiceCIDRs in
+//! `networking.k8s.io/v1`; and `/openapi/v3`, enough for kubectl to leave
+//! field validation to the server (so `kubectl apply` works without
+//! `--validate=false`).
 
 use std::net::SocketAddr;
 
@@ -41,6 +42,9 @@ pub fn api_v1() -> Value {
         "resources": [
             {"name": "namespaces", "singularName": "namespace", "namespaced": false, "kind": "Namespace",
              "verbs": rw, "shortNames": ["ns"], "storageVersionHash": "Q3oi5N2YM8M="},
+            {"name": "nodes", "singularName": "node", "namespaced": false, "kind": "Node",
+             "verbs": rw, "shortNames": ["no"], "storageVersionHash": "XwShjMxG9Fs="},
+            {"name": "nodes/status", "singularName": "", "namespaced": false, "kind": "Node", "verbs": status},
             {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
              "verbs": rw, "shortNames": ["po"], "categories": ["all"], "storageVersionHash": "xPOwRZ+Yhw8="},
             {"name": "pods/status", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": status},
@@ -56,7 +60,7 @@ pub fn api_groups() -> Value {
     json!({
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": [batch_group_entry(), discovery_group_entry()],
+        "groups": [batch_group_entry(), discovery_group_entry(), networking_group_entry()],
     })
 }
 
@@ -97,6 +101,19 @@ fn discovery_group_entry() -> Value {
 /// `/apis/discovery.k8s.io`.
 pub fn discovery_group() -> Value {
     let mut g = discovery_group_entry();
+    g["kind"] = "APIGroup".into();
+    g["apiVersion"] = "v1".into();
+    g
+}
+
+fn networking_group_entry() -> Value {
+    let v1 = json!({"groupVersion": "networking.k8s.io/v1", "version": "v1"});
+    json!({"name": "networking.k8s.io", "versions": [v1], "preferredVersion": v1})
+}
+
+/// `/apis/networking.k8s.io`.
+pub fn networking_group() -> Value {
+    let mut g = networking_group_entry();
     g["kind"] = "APIGroup".into();
     g["apiVersion"] = "v1".into();
     g
@@ -195,4 +212,20 @@ pub fn openapi_v3(gv: &str) -> Option<Value> {
         "info": {"title": "Kubernetes", "version": self::version()["gitVersion"]},
         "paths": paths,
     }))
+}
+
+/// `/apis/networking.k8s.io/v1`: only ServiceCIDRs (GA in 1.33).
+pub fn networking_v1() -> Value {
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": "networking.k8s.io/v1",
+        "resources": [
+            {"name": "servicecidrs", "singularName": "servicecidr", "namespaced": false, "kind": "ServiceCIDR",
+             "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+             "storageVersionHash": "3cDF5hqTkLY="},
+            {"name": "servicecidrs/status", "singularName": "", "namespaced": false, "kind": "ServiceCIDR",
+             "verbs": ["get", "patch", "update"]},
+        ],
+    })
 }

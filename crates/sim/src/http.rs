@@ -130,6 +130,19 @@ fn parse_target(group: &str, segs: &[&str], path: &str) -> Result<Target, ApiErr
             name: Some(name.to_string()),
             status: true,
         },
+        // A cluster-scoped object by name (`nodes/n1`).
+        [p, name] if *p != "namespaces" => Target {
+            kind: kind(p)?,
+            ns: None,
+            name: Some(name.to_string()),
+            status: false,
+        },
+        [p, name, "status"] if *p != "namespaces" => Target {
+            kind: kind(p)?,
+            ns: None,
+            name: Some(name.to_string()),
+            status: true,
+        },
         ["namespaces", ns, p] if *p != "namespaces" => Target {
             kind: kind(p)?,
             ns: Some(ns.to_string()),
@@ -154,6 +167,9 @@ fn parse_target(group: &str, segs: &[&str], path: &str) -> Result<Target, ApiErr
         return Err(nf());
     }
     if t.kind.namespaced() && t.name.is_some() && t.ns.is_none() {
+        return Err(nf());
+    }
+    if !t.kind.namespaced() && t.kind != Kind::Namespace && t.ns.is_some() {
         return Err(nf());
     }
     Ok(t)
@@ -212,6 +228,14 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
                 )),
             };
         }
+        "/apis/networking.k8s.io" => {
+            sim.stats.count("get", "discovery");
+            return Ok(value_response(200, &super::discovery::networking_group()));
+        }
+        "/apis/networking.k8s.io/v1" => {
+            sim.stats.count("get", "discovery");
+            return Ok(value_response(200, &super::discovery::networking_v1()));
+        }
         "/healthz" | "/readyz" | "/livez" => {
             return Ok(Response::new(Body::from("ok")));
         }
@@ -223,6 +247,8 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
         ("batch", rest)
     } else if let Some(rest) = trimmed.strip_prefix("/apis/discovery.k8s.io/v1/") {
         ("discovery.k8s.io", rest)
+    } else if let Some(rest) = trimmed.strip_prefix("/apis/networking.k8s.io/v1/") {
+        ("networking.k8s.io", rest)
     } else {
         sim.stats.count("unknown", "");
         return Err(not_found_path(path));

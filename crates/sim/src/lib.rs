@@ -243,6 +243,37 @@ users:
     )
 }
 
+/// The objects that say where the cluster's addresses come from: the
+/// default ServiceCIDR `kubernetes` (kube-apiserver makes it from
+/// `--service-cluster-ip-range`) and one Node whose `spec.podCIDRs` is the
+/// pod range (the simulated kubelets take every pod IP from that one
+/// pool, whichever node a pod is placed on). Tests add and delete more.
+fn populate_ranges(sim: &Sim, args: &SimArgs) -> anyhow::Result<()> {
+    use serde_json::json;
+    let service: Vec<String> = args.service_cidrs().iter().map(|n| n.to_string()).collect();
+    sim.store.create(
+        store::Kind::ServiceCidr,
+        "",
+        json!({"metadata": {"name": "kubernetes", "labels": {"kubernetes.io/service-cidr": "kubernetes"}},
+               "spec": {"cidrs": service}}),
+    )?;
+    let mut pods = vec![];
+    for range in std::iter::once(&args.pod_cidr).chain(args.pod_cidr_v6.as_ref()) {
+        if let Ok(net) = range.parse::<IpNet>() {
+            pods.push(net.trunc().to_string());
+        }
+    }
+    sim.store.create(
+        store::Kind::Node,
+        "",
+        json!({"metadata": {"name": "sim-node-0", "labels": {"kubernetes.io/hostname": "sim-node-0"}},
+               "spec": {"podCIDR": pods.first(), "podCIDRs": pods},
+               "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                          "addresses": [{"type": "InternalIP", "address": "172.16.0.2"}]}}),
+    )?;
+    Ok(())
+}
+
 /// Creates the cluster's fixed objects and the start-up workload.
 fn populate(sim: &Sim, args: &SimArgs) -> anyhow::Result<()> {
     use serde_json::json;
@@ -258,6 +289,7 @@ fn populate(sim: &Sim, args: &SimArgs) -> anyhow::Result<()> {
         json!({"metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
                "spec": {"clusterIP": ip, "ports": [{"name": "https", "port": 443, "targetPort": 6443, "protocol": "TCP"}]}}),
     )?;
+    populate_ranges(sim, args)?;
     if let Some(path) = &args.scenario {
         let text = std::fs::read_to_string(path).map_err(|source| {
             workload::WorkloadError::ReadScenario {

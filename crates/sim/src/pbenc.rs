@@ -17,12 +17,14 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1 as obatch;
 use k8s_openapi::api::core::v1 as ocore;
 use k8s_openapi::api::discovery::v1 as odisc;
+use k8s_openapi::api::networking::v1 as onet;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as OQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as ometa;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString as OIntOrString;
 use k8s_pb::api::batch::v1 as pbatch;
 use k8s_pb::api::core::v1 as pcore;
 use k8s_pb::api::discovery::v1 as pdisc;
+use k8s_pb::api::networking::v1 as pnet;
 use k8s_pb::apimachinery::pkg::api::resource::Quantity as PQuantity;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pmeta;
 use k8s_pb::apimachinery::pkg::runtime::{RawExtension, TypeMeta, Unknown};
@@ -336,6 +338,19 @@ message!(ocore::Namespace => pcore::Namespace { metadata, spec, status });
 message!(ocore::NamespaceSpec => pcore::NamespaceSpec { finalizers });
 message!(ocore::NamespaceStatus => pcore::NamespaceStatus { phase });
 
+// Nodes: what the simulator writes (pod ranges, addresses, conditions).
+message!(ocore::Node => pcore::Node { metadata, spec, status });
+message!(ocore::NodeSpec => pcore::NodeSpec { pod_cidr, pod_cidrs => pod_cid_rs, provider_id, unschedulable });
+message!(ocore::NodeStatus => pcore::NodeStatus { addresses, conditions });
+message!(ocore::NodeAddress => pcore::NodeAddress { type_ => r#type, address });
+message!(ocore::NodeCondition => pcore::NodeCondition {
+    type_ => r#type, status, last_heartbeat_time, last_transition_time, reason, message,
+});
+
+message!(onet::ServiceCIDR => pnet::ServiceCIDR { metadata, spec, status });
+message!(onet::ServiceCIDRSpec => pnet::ServiceCIDRSpec { cidrs });
+message!(onet::ServiceCIDRStatus => pnet::ServiceCIDRStatus { conditions });
+
 message!(obatch::Job => pbatch::Job { metadata, spec, status });
 message!(obatch::JobSpec => pbatch::JobSpec {
     parallelism, completions, active_deadline_seconds, backoff_limit, backoff_limit_per_index,
@@ -396,6 +411,16 @@ pub fn list_item(kind: Kind, json: &[u8]) -> Result<Vec<u8>, EncodeError> {
         Kind::EndpointSlice => pdisc::EndpointSliceList {
             metadata: None,
             items: vec![typed::<odisc::EndpointSlice>(json)?.pb()],
+        }
+        .encode_to_vec(),
+        Kind::Node => pcore::NodeList {
+            metadata: None,
+            items: vec![typed::<ocore::Node>(json)?.pb()],
+        }
+        .encode_to_vec(),
+        Kind::ServiceCidr => pnet::ServiceCIDRList {
+            metadata: None,
+            items: vec![typed::<onet::ServiceCIDR>(json)?.pb()],
         }
         .encode_to_vec(),
     })
@@ -462,6 +487,16 @@ pub fn list_head(kind: Kind, rv: u64, cont: Option<&str>, items_len: usize) -> V
         }
         .encode_to_vec(),
         Kind::EndpointSlice => pdisc::EndpointSliceList {
+            metadata: meta,
+            items: vec![],
+        }
+        .encode_to_vec(),
+        Kind::Node => pcore::NodeList {
+            metadata: meta,
+            items: vec![],
+        }
+        .encode_to_vec(),
+        Kind::ServiceCidr => pnet::ServiceCIDRList {
             metadata: meta,
             items: vec![],
         }
@@ -536,6 +571,16 @@ pub fn bookmark_object(kind: Kind, rv: u64, initial_end: bool) -> Vec<u8> {
         }
         .encode_to_vec(),
         Kind::EndpointSlice => pdisc::EndpointSlice {
+            metadata,
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        Kind::Node => pcore::Node {
+            metadata,
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        Kind::ServiceCidr => pnet::ServiceCIDR {
             metadata,
             ..Default::default()
         }

@@ -25,10 +25,14 @@ pub enum Kind {
     Namespace,
     Job,
     EndpointSlice,
+    /// Cluster-scoped; `spec.podCIDRs` tells podns the pod ranges.
+    Node,
+    /// networking.k8s.io/v1, cluster-scoped: the Service ranges.
+    ServiceCidr,
 }
 
 /// How many kinds there are (the store keeps one map per kind).
-pub const KINDS: usize = 5;
+pub const KINDS: usize = 7;
 
 impl Kind {
     pub const ALL: [Kind; KINDS] = [
@@ -37,6 +41,8 @@ impl Kind {
         Kind::Namespace,
         Kind::Job,
         Kind::EndpointSlice,
+        Kind::Node,
+        Kind::ServiceCidr,
     ];
 
     pub fn idx(self) -> usize {
@@ -49,6 +55,8 @@ impl Kind {
             Kind::Namespace => "Namespace",
             Kind::Job => "Job",
             Kind::EndpointSlice => "EndpointSlice",
+            Kind::Node => "Node",
+            Kind::ServiceCidr => "ServiceCIDR",
         }
     }
     /// The API group: empty for the core group.
@@ -56,6 +64,7 @@ impl Kind {
         match self {
             Kind::Job => "batch",
             Kind::EndpointSlice => "discovery.k8s.io",
+            Kind::ServiceCidr => "networking.k8s.io",
             _ => "",
         }
     }
@@ -64,6 +73,7 @@ impl Kind {
         match self {
             Kind::Job => "batch/v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
+            Kind::ServiceCidr => "networking.k8s.io/v1",
             _ => "v1",
         }
     }
@@ -93,6 +103,8 @@ impl Kind {
             Kind::Namespace => "NamespaceList",
             Kind::Job => "JobList",
             Kind::EndpointSlice => "EndpointSliceList",
+            Kind::Node => "NodeList",
+            Kind::ServiceCidr => "ServiceCIDRList",
         }
     }
     pub fn plural(self) -> &'static str {
@@ -102,6 +114,8 @@ impl Kind {
             Kind::Namespace => "namespaces",
             Kind::Job => "jobs",
             Kind::EndpointSlice => "endpointslices",
+            Kind::Node => "nodes",
+            Kind::ServiceCidr => "servicecidrs",
         }
     }
     pub fn from_plural(s: &str) -> Option<Kind> {
@@ -111,17 +125,20 @@ impl Kind {
             "namespaces" => Kind::Namespace,
             "jobs" => Kind::Job,
             "endpointslices" => Kind::EndpointSlice,
+            "nodes" => Kind::Node,
+            "servicecidrs" => Kind::ServiceCidr,
             _ => return None,
         })
     }
     pub fn namespaced(self) -> bool {
-        self != Kind::Namespace
+        !matches!(self, Kind::Namespace | Kind::Node | Kind::ServiceCidr)
     }
     pub fn fields(self) -> &'static [Field] {
         match self {
             Kind::Pod => &[Field::Name, Field::Namespace, Field::NodeName, Field::Phase],
             Kind::Service | Kind::Job | Kind::EndpointSlice => &[Field::Name, Field::Namespace],
             Kind::Namespace => &[Field::Name, Field::Phase],
+            Kind::Node | Kind::ServiceCidr => &[Field::Name],
         }
     }
 }
@@ -1234,6 +1251,69 @@ fn default_object(kind: Kind, v: &mut Value, g: &mut Inner) -> Result<(), ApiErr
                 v["endpoints"] = json!([]);
             }
         }
+        // A Node keeps what its creator (a kubelet) sends, status included.
+        Kind::Node => {
+            let name = v["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            check_cidrs(Kind::Node, &name, &v["spec"]["podCIDRs"], "spec.podCIDRs")?;
+        }
+        Kind::ServiceCidr => {
+            let name = v["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            check_cidrs(Kind::ServiceCidr, &name, &v["spec"]["cidrs"], "spec.cidrs")?;
+            v["status"] = json!({});
+        }
+    }
+    Ok(())
+}
+
+/// At most two ranges, one per family, each a network address and its
+/// prefix (`10.244.1.0/24`), as the apiserver validates Node.spec.podCIDRs
+/// and ServiceCIDR.spec.cidrs.
+fn check_cidrs(kind: Kind, name: &str, v: &Value, path: &str) -> Result<(), ApiError> {
+    let Some(items) = v.as_array() else {
+        return if v.is_null() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(
+                kind,
+                name,
+                format!("{path}: Invalid value: must be a list"),
+            ))
+        };
+    };
+    let mut families = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let text = item.as_str().unwrap_or_default();
+        let net: ipnet::IpNet = text.parse().map_err(|_| {
+            ApiError::invalid(
+                kind,
+                name,
+                format!("{path}[{i}]: Invalid value: {text:?}: must be a valid CIDR value"),
+            )
+        })?;
+        if net.trunc() != net {
+            return Err(ApiError::invalid(
+                kind,
+                name,
+                format!(
+                    "{path}[{i}]: Invalid value: {text:?}: must be a valid CIDR value, (e.g. {})",
+                    net.trunc()
+                ),
+            ));
+        }
+        families.push(net.addr().is_ipv4());
+    }
+    if items.len() > 2 || (items.len() == 2 && families[0] == families[1]) {
+        return Err(ApiError::invalid(
+            kind,
+            name,
+            format!("{path}: Invalid value: may specify no more than one CIDR for each IP family"),
+        ));
     }
     Ok(())
 }

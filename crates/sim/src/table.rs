@@ -67,6 +67,32 @@ fn columns(kind: Kind) -> Vec<Value> {
             col("Images", "string", 1),
             col("Selector", "string", 1),
         ],
+        Kind::Node => vec![
+            col("Name", "string", 0),
+            col("Status", "string", 0),
+            col("Age", "string", 0),
+            col("Pod CIDRs", "string", 1),
+        ],
+        Kind::ServiceCidr => vec![
+            col("Name", "string", 0),
+            col("CIDRs", "string", 0),
+            col("Age", "string", 0),
+        ],
+    }
+}
+
+/// A list of strings as kubectl prints it (`a,b`), `<none>` when empty.
+fn joined(v: &Value) -> String {
+    let items: Vec<&str> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if items.is_empty() {
+        "<none>".into()
+    } else {
+        items.join(",")
     }
 }
 
@@ -161,6 +187,21 @@ fn cells(kind: Kind, v: &Value) -> Vec<Value> {
         Kind::Namespace => vec![name, or_none(&v["status"]["phase"]).into(), created.into()],
         Kind::Job => job_cells(name, created, v),
         Kind::EndpointSlice => slice_cells(name, created, v),
+        Kind::Node => {
+            let ready = v["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            let status = if ready { "Ready" } else { "NotReady" };
+            vec![
+                name,
+                status.into(),
+                created.into(),
+                joined(&v["spec"]["podCIDRs"]).into(),
+            ]
+        }
+        Kind::ServiceCidr => vec![name, joined(&v["spec"]["cidrs"]).into(), created.into()],
     }
 }
 

@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::dns::answer::Answerer;
 use crate::index::names::{Place, QName};
+use crate::index::reverse::{Origin, ReverseZones};
 use crate::index::writer::explain::{ExplainRequest, Findings, Reason};
 
 /// How long an explain request may wait for the writer (it is served
@@ -92,6 +93,42 @@ pub fn parse_name(s: &str) -> Result<Name, BadRequest> {
     Name::from_ascii(&fq).map_err(|e| BadRequest(format!("invalid name {s:?}: {e}")))
 }
 
+/// Where the reverse zones came from, in a few words.
+fn origin(zones: &ReverseZones) -> &'static str {
+    match zones.origin() {
+        Origin::Given => "given with --reverse-cidr",
+        Origin::Learned => "learned from Nodes' spec.podCIDRs and ServiceCIDRs",
+        Origin::All => "every reverse name",
+    }
+}
+
+/// Why a reverse name is REFUSED: in no learned or given range.
+fn reverse_refused(zones: &ReverseZones) -> String {
+    let mut owned: Vec<String> = zones
+        .zones()
+        .iter()
+        .take(4)
+        .map(|n| n.to_string())
+        .collect();
+    if zones.zones().len() > owned.len() {
+        owned.push(format!("and {} more", zones.zones().len() - owned.len()));
+    }
+    let owned = if owned.is_empty() {
+        "none yet".to_string()
+    } else {
+        owned.join(", ")
+    };
+    let source = match zones.origin() {
+        Origin::Given => "outside every --reverse-cidr",
+        _ => {
+            "in none of the ranges learned from Nodes' spec.podCIDRs and ServiceCIDRs (or above a zone of one)"
+        }
+    };
+    format!(
+        "the name is {source}: podns owns only those reverse zones ({owned}) and answers REFUSED, so a resolver asks its next server"
+    )
+}
+
 impl Explainer {
     /// What DNS answers now: the rcode and the answer records.
     fn answer(&self, name: &Name, qtype: RecordType) -> (ResponseCode, Vec<String>) {
@@ -130,16 +167,28 @@ impl Explainer {
             );
             return out;
         };
-        if rcode == ResponseCode::Refused
-            && matches!(
-                QName::parse(&key),
-                QName::Reverse(_) | QName::ReverseApex(_)
-            )
-        {
-            out.findings.reason = Reason::ReverseRefused;
-            out.findings.detail =
-                "the address is outside every --reverse-cidr: podns answers REFUSED for it".into();
-            return out;
+        if matches!(
+            QName::parse(&key),
+            QName::Reverse(_) | QName::ReverseApex(_)
+        ) {
+            let zones = self.answerer.table().reverse_zones();
+            match zones.zone_of(&key) {
+                None => {
+                    out.findings.reason = Reason::ReverseRefused;
+                    out.findings.detail = reverse_refused(&zones);
+                    return out;
+                }
+                Some(z) if z.apex == key => {
+                    out.findings.reason = Reason::Server;
+                    out.findings.detail = format!(
+                        "the apex of the reverse zone of {} ({}): podns serves its SOA and NS",
+                        z.net,
+                        origin(&zones)
+                    );
+                    return out;
+                }
+                Some(_) => {}
+            }
         }
         if !self.answerer.table().is_synced() {
             out.findings.reason = Reason::NotSynced;

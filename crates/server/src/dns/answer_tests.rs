@@ -424,26 +424,67 @@ fn ptr_points_at_the_most_specific_forward_name() {
 }
 
 #[test]
-fn reverse_cidrs_refuse_other_networks() {
-    let cfg = AnswerConfig {
-        reverse_cidrs: vec!["10.1.0.0/16".parse().unwrap()],
-        ..Default::default()
-    };
-    let mut w = World::new(Policy::default(), cfg);
+fn reverse_names_outside_the_owned_zones_are_refused() {
+    let mut w = world();
+    w.writer
+        .table()
+        .set_reverse_zones(crate::index::reverse::ReverseZones::given([
+            "10.1.0.0/16".parse().unwrap(),
+            "10.96.0.0/12".parse().unwrap(),
+        ]));
     w.pod(pod("ml", "r", "10.1.0.21"));
     assert_eq!(
         ptr_of(&w, "21.0.1.10.in-addr.arpa."),
         "10-1-0-21.ml.pod.cluster.local."
     );
-    let m = w.ask("1.0.0.192.in-addr.arpa.", RecordType::PTR);
+    let refused =
+        |w: &World, n: &str, t| w.ask(n, t).metadata.response_code == ResponseCode::Refused;
+    // Foreign addresses, the names above a zone and the trees' roots are
+    // someone else's: REFUSED, so a resolver asks its next server.
+    for n in [
+        "8.8.8.8.in-addr.arpa.",
+        "1.0.0.192.in-addr.arpa.",
+        "10.in-addr.arpa.",
+        "11.in-addr.arpa.",
+        "in-addr.arpa.",
+        "ip6.arpa.",
+        "1.0.95.10.in-addr.arpa.",
+    ] {
+        assert!(refused(&w, n, RecordType::PTR), "{n}");
+    }
+    // Inside: the zone's own answers, with its apex as the SOA owner.
+    let m = w.ask("22.0.1.10.in-addr.arpa.", RecordType::PTR);
+    assert_eq!(m.metadata.response_code, ResponseCode::NXDomain);
+    assert!(m.metadata.authoritative);
+    assert_eq!(m.authorities[0].name.to_ascii(), "1.10.in-addr.arpa.");
+    assert_nodata(&w.ask("0.1.10.in-addr.arpa.", RecordType::PTR));
+    let m = w.ask("1.10.in-addr.arpa.", RecordType::SOA);
+    assert_eq!(m.answers.len(), 1);
+    assert!(matches!(m.answers[0].data, RData::SOA(_)));
+    assert!(matches!(
+        w.ask("1.10.in-addr.arpa.", RecordType::NS).answers[0].data,
+        RData::NS(_)
+    ));
+    // A /12 is sixteen /16 zones, each its own apex.
+    let m = w.ask("1.0.111.10.in-addr.arpa.", RecordType::PTR);
+    assert_eq!(m.metadata.response_code, ResponseCode::NXDomain);
+    assert_eq!(m.authorities[0].name.to_ascii(), "111.10.in-addr.arpa.");
+    assert!(refused(&w, "1.0.112.10.in-addr.arpa.", RecordType::PTR));
+}
+
+#[test]
+fn before_the_ranges_are_learned_every_reverse_name_is_refused() {
+    let mut w = world();
+    w.writer
+        .table()
+        .set_reverse_zones(crate::index::reverse::ReverseZones::learned([]));
+    w.pod(pod("ml", "r", "10.1.0.21"));
+    let m = w.ask("21.0.1.10.in-addr.arpa.", RecordType::PTR);
     assert_eq!(m.metadata.response_code, ResponseCode::Refused);
-    assert_nodata(&w.ask("1.10.in-addr.arpa.", RecordType::PTR));
-    assert_nodata(&w.ask("10.in-addr.arpa.", RecordType::PTR));
+    // Forward names are unaffected.
     assert_eq!(
-        w.ask("11.in-addr.arpa.", RecordType::PTR)
-            .metadata
-            .response_code,
-        ResponseCode::Refused
+        ips(&w.ask("10-1-0-21.ml.pod.cluster.local.", RecordType::A)),
+        [ip("10.1.0.21")]
     );
 }
 

@@ -24,10 +24,9 @@ use std::sync::Arc;
 
 use hickory_proto::op::{OpCode, ResponseCode};
 use hickory_proto::rr::{DNSClass, Name, RecordType};
-use ipnet::IpNet;
 use smallvec::SmallVec;
 
-use crate::index::names::{self, IN_ADDR_ARPA, IP6_ARPA, Place, QName};
+use crate::index::names::{self, Place, QName};
 use crate::index::{Lookup, Rrs, Table};
 
 /// The largest UDP payload podns sends, whatever the client offers: the
@@ -55,8 +54,6 @@ pub struct AnswerConfig {
     pub negative_ttl: u32,
     /// Addresses of `ns.dns.<zone>`.
     pub ns_addrs: Vec<IpAddr>,
-    /// When non-empty, PTR only inside these networks; other reverse names are REFUSED.
-    pub reverse_cidrs: Vec<IpNet>,
 }
 
 impl Default for AnswerConfig {
@@ -66,7 +63,6 @@ impl Default for AnswerConfig {
             ttl: super::DEFAULT_TTL,
             negative_ttl: super::DEFAULT_NEGATIVE_TTL,
             ns_addrs: vec![],
-            reverse_cidrs: vec![],
         }
     }
 }
@@ -336,12 +332,20 @@ impl Rules {
             plan.rcode = ResponseCode::Refused;
             return plan;
         }
-        if let Place::Reverse(name) = place
-            && !self.reverse_allowed(name)
-        {
-            plan.rcode = ResponseCode::Refused;
-            return plan;
-        }
+        // A reverse name is ours only inside a zone the table owns (the
+        // cluster's ranges); any other is someone else's: REFUSED, so a
+        // resolver asks its next server. Before the first lists nothing is
+        // owned yet, and REFUSED is the answer that nobody caches.
+        let reverse_apex = match place {
+            Place::Reverse(name) => match table.reverse_zones().zone_of(name) {
+                Some(z) => Some(z.apex.len()),
+                None => {
+                    plan.rcode = ResponseCode::Refused;
+                    return plan;
+                }
+            },
+            _ => None,
+        };
         if !table.is_synced() {
             // Never NXDOMAIN before the index is complete: downstream
             // caches would keep it (kubernetes/dns#186).
@@ -351,7 +355,10 @@ impl Rules {
         plan.aa = true;
         match place {
             Place::Forward { zone, rel } => self.forward(&mut plan, table, &q, zone, rel),
-            Place::Reverse(name) => self.reverse(&mut plan, table, &q, name),
+            Place::Reverse(name) => {
+                let apex = &name[name.len() - reverse_apex.unwrap_or(name.len())..];
+                self.reverse(&mut plan, table, &q, name, apex)
+            }
             Place::Outside => unreachable!("handled above"),
         }
         plan
@@ -365,25 +372,6 @@ impl Rules {
             .iter()
             .map(|&i| (i, self.zones[i].apex.as_str()));
         names::place(name, zones)
-    }
-
-    fn reverse_allowed(&self, name: &str) -> bool {
-        if self.cfg.reverse_cidrs.is_empty() {
-            return true;
-        }
-        if let Some(ip) = names::parse_reverse(name) {
-            return self.cfg.reverse_cidrs.iter().any(|c| c.contains(&ip));
-        }
-        match names::reverse_prefix(name) {
-            // A partial name is ours if it lies inside a network or
-            // is an ancestor of one (its empty non-terminals).
-            Some((net, len)) => self.cfg.reverse_cidrs.iter().any(|c| {
-                (len >= c.prefix_len() && c.contains(&net))
-                    || (len < c.prefix_len()
-                        && IpNet::new(net, len).is_ok_and(|n| n.contains(&c.addr())))
-            }),
-            None => false,
-        }
     }
 
     /// The SOA of `zone` (its names; the reverse zones use the first
@@ -405,13 +393,24 @@ impl Rules {
 
     /// The SOA in Authority of a negative answer. RFC 2308 §3: its TTL is
     /// min(TTL, MINIMUM), both the negative TTL here.
-    fn negative_soa<'a>(&'a self, table: &Table, apex: &'a str, zone: usize) -> Records<'a> {
+    fn negative_soa<'a>(
+        &'a self,
+        table: &Table,
+        apex: impl Into<Cow<'a, str>>,
+        zone: usize,
+    ) -> Records<'a> {
         let serial = table.generation() as u32;
-        let owner = Owner::Name(Cow::Borrowed(apex));
+        let owner = Owner::Name(apex.into());
         self.soa_of(owner, zone, self.cfg.negative_ttl, serial)
     }
 
-    fn nodata<'a>(&'a self, plan: &mut Plan<'a>, table: &Table, apex: &'a str, zone: usize) {
+    fn nodata<'a>(
+        &'a self,
+        plan: &mut Plan<'a>,
+        table: &Table,
+        apex: impl Into<Cow<'a, str>>,
+        zone: usize,
+    ) {
         plan.negative(ResponseCode::NoError, self.negative_soa(table, apex, zone));
     }
 
@@ -726,14 +725,22 @@ impl Rules {
         valid_name(&name).then_some(name)
     }
 
-    fn reverse<'a>(&'a self, plan: &mut Plan<'a>, table: &Table, q: &Question<'_>, name: &str) {
-        let apex: &'static str = if name.ends_with(IP6_ARPA) {
-            IP6_ARPA
-        } else {
-            IN_ADDR_ARPA
-        };
+    /// A name in an owned reverse zone whose apex is `apex` (a suffix of
+    /// `name`): SOA and NS at the apex, PTR below it, the zone's SOA in
+    /// negative answers.
+    fn reverse<'a>(
+        &'a self,
+        plan: &mut Plan<'a>,
+        table: &Table,
+        q: &Question<'_>,
+        name: &str,
+        apex: &str,
+    ) {
         let qtype = q.qtype;
         let ttl = self.cfg.ttl;
+        // The zone's SOA owner: the apex (one short string, copied only
+        // for a negative answer).
+        let owner = || Cow::<'a, str>::Owned(apex.to_owned());
         if name == apex {
             match qtype {
                 RecordType::SOA | RecordType::ANY => {
@@ -746,25 +753,25 @@ impl Rules {
                     ttl,
                     data: Data::Ns(&self.zones[0].ns),
                 }),
-                _ => self.nodata(plan, table, apex, 0),
+                _ => self.nodata(plan, table, owner(), 0),
             }
             return;
         }
         match table.lookup(name) {
             Lookup::Missing => {
-                plan.negative(ResponseCode::NXDomain, self.negative_soa(table, apex, 0))
+                plan.negative(ResponseCode::NXDomain, self.negative_soa(table, owner(), 0))
             }
-            Lookup::Empty => self.nodata(plan, table, apex, 0),
+            Lookup::Empty => self.nodata(plan, table, owner(), 0),
             Lookup::Found(rrs) => {
                 let before = plan.answer.len();
                 self.records(&mut plan.answer, Owner::Question, &rrs, qtype, 0);
                 if plan.answer.len() == before {
-                    self.nodata(plan, table, apex, 0);
+                    self.nodata(plan, table, owner(), 0);
                 }
             }
             Lookup::Ip(ip) => {
                 if !self.ip_records(&mut plan.answer, Owner::Question, ip, qtype) {
-                    self.nodata(plan, table, apex, 0);
+                    self.nodata(plan, table, owner(), 0);
                 }
             }
         }

@@ -21,6 +21,7 @@ mod containers;
 pub mod names;
 mod paged;
 pub mod policy;
+pub mod reverse;
 pub mod table;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]

@@ -285,7 +285,10 @@ impl Model {
                 self.services
                     .extend(items.into_iter().map(|s| (s.key.clone(), s)));
             }
-            Update::Job(_) | Update::Slice(_) => {}
+            Update::Job(_)
+            | Update::Slice(_)
+            | Update::NodeRanges(_)
+            | Update::ServiceRanges(_) => {}
         }
     }
 

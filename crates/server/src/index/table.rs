@@ -20,11 +20,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use arc_swap::ArcSwap;
 use dashmap::DashMap;
 
 use super::containers::Interned;
 use super::names::QName;
 use super::paged::Paged;
+use super::reverse::ReverseZones;
 
 /// An SRV record's data; the target is a forward key (relative to the zone).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -657,6 +659,9 @@ pub struct Table {
     hosts: Gangs,
     synced: AtomicBool,
     generation: AtomicU64,
+    /// The reverse zones podns owns, swapped whole when they change (see
+    /// [`super::reverse`]); every reverse name until `serve` sets them.
+    reverse: ArcSwap<ReverseZones>,
 }
 
 impl Table {
@@ -742,6 +747,17 @@ impl Table {
 
     pub(crate) fn set_synced(&self, v: bool) {
         self.synced.store(v, Ordering::Release);
+    }
+
+    /// The reverse zones owned now: one snapshot, read without a lock.
+    pub fn reverse_zones(&self) -> arc_swap::Guard<Arc<ReverseZones>> {
+        self.reverse.load()
+    }
+
+    /// Replace the reverse zones (`serve` for `--reverse-cidr`, else the
+    /// writer as Nodes and ServiceCIDRs change).
+    pub fn set_reverse_zones(&self, zones: ReverseZones) {
+        self.reverse.store(Arc::new(zones));
     }
 
     /// Incremented by the writer after each applied batch; used as SOA serial.

@@ -198,6 +198,15 @@ pub struct SliceInfo {
     pub endpoints: Vec<SliceEndpoint>,
 }
 
+/// The address ranges of one cluster-scoped object that say where the
+/// cluster's reverse zones are: a Node's `spec.podCIDRs`, a ServiceCIDR's
+/// `spec.cidrs`. The key's namespace is empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RangesInfo {
+    pub key: ObjKey,
+    pub cidrs: Vec<ipnet::IpNet>,
+}
+
 /// One change from a watch, as the writer applies it.
 #[derive(Clone, Debug)]
 pub enum Change<T> {
@@ -231,6 +240,10 @@ pub enum Update {
     Service(Change<ServiceInfo>),
     Job(Change<JobInfo>),
     Slice(Change<SliceInfo>),
+    /// Nodes' pod ranges (only without `--reverse-cidr`).
+    NodeRanges(Change<RangesInfo>),
+    /// ServiceCIDRs' ranges (only without `--reverse-cidr`).
+    ServiceRanges(Change<RangesInfo>),
 }
 
 /// An update and the moment its watch event arrived, so the writer can

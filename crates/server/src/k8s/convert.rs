@@ -4,11 +4,14 @@
 use std::net::IpAddr;
 
 use crate::index::types::{
-    ContainerPort, JobInfo, ObjKey, Phase, PodInfo, Proto, ServiceInfo, ServiceKind, ServicePort,
-    SliceEndpoint, SliceInfo, SlicePort, TargetPort,
+    ContainerPort, JobInfo, ObjKey, Phase, PodInfo, Proto, RangesInfo, ServiceInfo, ServiceKind,
+    ServicePort, SliceEndpoint, SliceInfo, SlicePort, TargetPort,
 };
 
-use super::slim::{IntOrStr, Loose, SlimEndpointSlice, SlimJob, SlimMeta, SlimPod, SlimService};
+use super::slim::{
+    IntOrStr, Loose, LooseVec, SlimEndpointSlice, SlimJob, SlimMeta, SlimNode, SlimPod,
+    SlimService, SlimServiceCidr,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Why an object cannot be indexed.
@@ -28,6 +31,8 @@ pub enum ConvertError {
     EmptyExternalName,
     #[error("EndpointSlice without a valid {SERVICE_NAME_LABEL} label")]
     NoServiceName,
+    #[error("invalid CIDR {0:?}")]
+    InvalidCidr(String),
 }
 
 /// The label that ties an EndpointSlice to its Service.
@@ -278,6 +283,54 @@ pub fn key(m: &ObjectMeta) -> Result<ObjKey, ConvertError> {
         .filter(|n| !n.is_empty())
         .ok_or(ConvertError::MissingNamespace)?;
     Ok(ObjKey::new(namespace, name))
+}
+
+/// The key of a cluster-scoped object (Nodes, ServiceCIDRs): its name,
+/// with an empty namespace.
+pub fn cluster_key(m: &ObjectMeta) -> Result<ObjKey, ConvertError> {
+    let name = m
+        .name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .ok_or(ConvertError::MissingName)?;
+    Ok(ObjKey::new("", name))
+}
+
+/// The index input of a Node: its `spec.podCIDRs` (none yet is fine:
+/// a node that has no range assigned owns no reverse zone).
+pub fn node(n: &SlimNode) -> Result<RangesInfo, ConvertError> {
+    if let Some(field) = n.malformed {
+        return Err(ConvertError::Malformed(field));
+    }
+    ranges(&n.metadata, &n.pod_cidrs, "podCIDRs")
+}
+
+/// The index input of a ServiceCIDR: its `spec.cidrs`.
+pub fn service_cidr(s: &SlimServiceCidr) -> Result<RangesInfo, ConvertError> {
+    if let Some(field) = s.malformed {
+        return Err(ConvertError::Malformed(field));
+    }
+    ranges(&s.metadata, &s.cidrs, "cidrs")
+}
+
+/// Every element must be a CIDR (`10.244.1.0/24`; host bits are
+/// dropped): an object with one that is not is skipped whole, so a typo
+/// can never make podns claim or drop a range it was not given.
+fn ranges(
+    m: &ObjectMeta,
+    items: &LooseVec<String>,
+    field: &'static str,
+) -> Result<RangesInfo, ConvertError> {
+    let key = cluster_key(m)?;
+    let mut cidrs = Vec::new();
+    for item in items.get().into_iter().flatten() {
+        let s = item.get().ok_or(ConvertError::Malformed(field))?;
+        let net: ipnet::IpNet = s
+            .parse()
+            .map_err(|_| ConvertError::InvalidCidr(s.clone()))?;
+        cidrs.push(net.trunc());
+    }
+    Ok(RangesInfo { key, cidrs })
 }
 
 /// The well-formed elements of an array field.

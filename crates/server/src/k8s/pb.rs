@@ -33,7 +33,7 @@ use super::slim::{
     ConditionRaw, ContainerPortRaw, ContainerRaw, EndpointConditionsRaw, EndpointPortRaw,
     EndpointRaw, IndexAnnotations, IntOrStr, JobSpecRaw, KeyFilter, Loose, LooseStr, LooseVec,
     PodIpRaw, PodSpecRaw, PodStatusRaw, ServicePortRaw, ServiceSpecRaw, SlimEndpointSlice, SlimJob,
-    SlimMeta, SlimPod, SlimService,
+    SlimMeta, SlimNode, SlimPod, SlimService, SlimServiceCidr,
 };
 
 /// The media type of Kubernetes Protobuf.
@@ -589,6 +589,74 @@ impl PbObject for SlimEndpointSlice {
             meta,
             malformed,
             ..out
+        }
+    }
+}
+
+/// The identity of a cluster-scoped object's `ObjectMeta` (`name` = 1,
+/// `uid` = 5, `resourceVersion` = 6); labels, annotations and managed
+/// fields are stepped over unread.
+fn id_meta(v: Val<'_>, p: &mut Problem) -> ObjectMeta {
+    message(v, "metadata", p, |m: &mut ObjectMeta, n, v, p| match n {
+        1 => m.name = p.check("name", loose_str(v)).into_option(),
+        5 => m.uid = p.check("uid", loose_str(v)).into_option(),
+        6 => m.resource_version = p.check("resourceVersion", loose_str(v)).into_option(),
+        _ => {}
+    })
+    .unwrap_or_default()
+}
+
+/// The repeated string field `num` of the message at `spec` (`key` is its
+/// JSON name): a Node's `podCIDRs` (7), a ServiceCIDR's `cidrs` (1).
+fn ranges_object(
+    b: &[u8],
+    num: u32,
+    key: &'static str,
+) -> (ObjectMeta, LooseVec<String>, Option<&'static str>) {
+    let mut p = Problem::default();
+    let mut meta = ObjectMeta::default();
+    let mut cidrs: LooseVec<String> = Loose::Absent;
+    for f in fields(b) {
+        match f {
+            Ok((1, v)) => meta = id_meta(v, &mut p),
+            Ok((2, v)) => {
+                message(v, "spec", &mut p, |_: &mut (), n, v, p| {
+                    if n == num {
+                        match str_of(v) {
+                            Some(s) => push(&mut cidrs, s.to_owned()),
+                            None => p.at(key),
+                        }
+                    }
+                });
+            }
+            Ok(_) => {}
+            Err(_) => {
+                p.at("object");
+                break;
+            }
+        }
+    }
+    (meta, cidrs, p.0)
+}
+
+impl PbObject for SlimNode {
+    fn decode_pb(b: &[u8]) -> Self {
+        let (metadata, pod_cidrs, malformed) = ranges_object(b, 7, "podCIDRs");
+        SlimNode {
+            metadata,
+            pod_cidrs,
+            malformed,
+        }
+    }
+}
+
+impl PbObject for SlimServiceCidr {
+    fn decode_pb(b: &[u8]) -> Self {
+        let (metadata, cidrs, malformed) = ranges_object(b, 1, "cidrs");
+        SlimServiceCidr {
+            metadata,
+            cidrs,
+            malformed,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! makes of an object, the Protobuf decoder makes of its Protobuf form.
 
 use super::*;
+use crate::index::ObjKey;
 use crate::k8s::convert;
 use podns_sim::pbenc;
 use podns_sim::store::Kind;
@@ -183,4 +184,53 @@ fn endpoint_slice_decodes_as_from_json() {
     broken[at] = 0x20;
     let bad = SlimEndpointSlice::decode_pb(&broken);
     assert!(bad.malformed.is_some());
+}
+
+#[test]
+fn node_and_service_cidr_decode_as_from_json_and_read_only_their_ranges() {
+    let node = r#"{"apiVersion":"v1","kind":"Node",
+      "metadata":{"name":"gpu-node-00001","uid":"n1","resourceVersion":"9",
+        "labels":{"kubernetes.io/hostname":"gpu-node-00001","nvidia.com/gpu.product":"H100"},
+        "annotations":{"node.alpha.kubernetes.io/ttl":"0"}},
+      "spec":{"podCIDR":"10.244.1.0/24","podCIDRs":["10.244.1.0/24","fd00:10:244:1::/64"],"providerID":"kwok://n1"},
+      "status":{"addresses":[{"type":"InternalIP","address":"172.16.0.3"}],
+        "conditions":[{"type":"Ready","status":"True","reason":"KubeletReady"}]}}"#;
+    let json: SlimNode = serde_json::from_str(node).unwrap();
+    let pb = SlimNode::decode_pb(&pb_of(Kind::Node, node));
+    assert_eq!(pb.malformed, None);
+    assert_eq!(pb, json);
+    // Identity only: labels and annotations are never kept.
+    assert_eq!(pb.metadata.labels, None);
+    let info = convert::node(&pb).unwrap();
+    assert_eq!(info.key, ObjKey::new("", "gpu-node-00001"));
+    assert_eq!(
+        info.cidrs,
+        [
+            "10.244.1.0/24".parse::<ipnet::IpNet>().unwrap(),
+            "fd00:10:244:1::/64".parse().unwrap()
+        ]
+    );
+
+    let cidr = r#"{"apiVersion":"networking.k8s.io/v1","kind":"ServiceCIDR",
+      "metadata":{"name":"kubernetes","uid":"c1","resourceVersion":"3"},
+      "spec":{"cidrs":["10.96.0.0/12"]},"status":{"conditions":[{"type":"Ready","status":"True",
+        "lastTransitionTime":"2025-01-01T00:00:00Z","reason":"","message":""}]}}"#;
+    let json: SlimServiceCidr = serde_json::from_str(cidr).unwrap();
+    let pb = SlimServiceCidr::decode_pb(&pb_of(Kind::ServiceCidr, cidr));
+    assert_eq!(pb, json);
+    assert_eq!(
+        convert::service_cidr(&pb).unwrap().cidrs,
+        ["10.96.0.0/12".parse::<ipnet::IpNet>().unwrap()]
+    );
+    // A node without a range yet owns none; a bad range skips the object.
+    let bare: SlimNode = serde_json::from_str(r#"{"metadata":{"name":"n"},"spec":{}}"#).unwrap();
+    assert!(convert::node(&bare).unwrap().cidrs.is_empty());
+    let bad: SlimNode =
+        serde_json::from_str(r#"{"metadata":{"name":"n"},"spec":{"podCIDRs":["10.1.0.0/33"]}}"#)
+            .unwrap();
+    assert!(convert::node(&bad).is_err());
+    let bad: SlimNode =
+        serde_json::from_str(r#"{"metadata":{"name":"n"},"spec":{"podCIDRs":"10.1.0.0/16"}}"#)
+            .unwrap();
+    assert_eq!(bad.malformed, Some("podCIDRs"));
 }

@@ -539,6 +539,16 @@ loose_struct! {
 }
 
 loose_struct! {
+    /// `metadata` of a cluster-scoped object whose identity is all DNS
+    /// reads (a Node's labels and annotations are skipped unread).
+    pub struct MetaIdRaw {
+        pub name: LooseStr = "name",
+        pub uid: LooseStr = "uid",
+        pub resource_version: LooseStr = "resourceVersion",
+    }
+}
+
+loose_struct! {
     /// A discovery.k8s.io/v1 EndpointSlice (no `spec`: its fields are at
     /// the top).
     pub struct EndpointSliceRaw {
@@ -546,6 +556,36 @@ loose_struct! {
         pub address_type: LooseStr = "addressType",
         pub endpoints: LooseVec<EndpointRaw> = "endpoints",
         pub ports: LooseVec<EndpointPortRaw> = "ports",
+    }
+}
+
+loose_struct! {
+    /// `spec` of a Node: only its pod ranges.
+    pub struct NodeSpecRaw {
+        pub pod_cidrs: LooseVec<String> = "podCIDRs",
+    }
+}
+
+loose_struct! {
+    /// A Node: its name and pod ranges; `status` (most of a Node's bytes
+    /// and of its updates) is skipped unread.
+    pub struct NodeRaw {
+        pub metadata: LooseObj<MetaIdRaw> = "metadata",
+        pub spec: LooseObj<NodeSpecRaw> = "spec",
+    }
+}
+
+loose_struct! {
+    /// `spec` of a networking.k8s.io/v1 ServiceCIDR.
+    pub struct ServiceCidrSpecRaw {
+        pub cidrs: LooseVec<String> = "cidrs",
+    }
+}
+
+loose_struct! {
+    pub struct ServiceCidrRaw {
+        pub metadata: LooseObj<MetaIdRaw> = "metadata",
+        pub spec: LooseObj<ServiceCidrSpecRaw> = "spec",
     }
 }
 
@@ -698,14 +738,78 @@ impl<'de> Deserialize<'de> for SlimEndpointSlice {
     }
 }
 
+/// Identity of a cluster-scoped object, as kube-runtime needs it.
+fn id_meta(m: Loose<MetaIdRaw>) -> ObjectMeta {
+    let m = m.into_option().unwrap_or_default();
+    ObjectMeta {
+        name: m.name.into_option(),
+        uid: m.uid.into_option(),
+        resource_version: m.resource_version.into_option(),
+        ..ObjectMeta::default()
+    }
+}
+
+/// A cluster-scoped object of which DNS reads only its name and one list
+/// of ranges in its `spec`: the type, its raw form and the ranges' field.
+macro_rules! slim_ranges {
+    ($(#[$meta:meta])* $name:ident, $raw:ident, $field:ident) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Default, PartialEq)]
+        pub struct $name {
+            /// Name, uid and resourceVersion; nothing else is set.
+            pub metadata: ObjectMeta,
+            pub $field: LooseVec<String>,
+            /// JSON key of the first field that had the wrong shape.
+            pub malformed: Option<&'static str>,
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let raw = Loose::<$raw>::deserialize(d)?;
+                let malformed = raw.problem_at("object");
+                let raw = raw.into_option().unwrap_or_default();
+                Ok($name {
+                    metadata: id_meta(raw.metadata),
+                    $field: raw.spec.into_option().unwrap_or_default().$field,
+                    malformed,
+                })
+            }
+        }
+    };
+}
+
+slim_ranges!(
+    /// A Node with only its name and `spec.podCIDRs`.
+    SlimNode,
+    NodeRaw,
+    pod_cidrs
+);
+slim_ranges!(
+    /// A networking.k8s.io/v1 ServiceCIDR with only its name and `spec.cidrs`.
+    SlimServiceCidr,
+    ServiceCidrRaw,
+    cidrs
+);
+
 macro_rules! core_v1_resource {
     ($ty:ty, $kind:literal, $plural:literal) => {
         core_v1_resource!($ty, $kind, $plural, "", "v1", "v1");
     };
     ($ty:ty, $kind:literal, $plural:literal, $group:literal, $version:literal, $api_version:literal) => {
+        core_v1_resource!(
+            $ty,
+            $kind,
+            $plural,
+            $group,
+            $version,
+            $api_version,
+            NamespaceResourceScope
+        );
+    };
+    ($ty:ty, $kind:literal, $plural:literal, $group:literal, $version:literal, $api_version:literal, $scope:ident) => {
         impl kube::Resource for $ty {
             type DynamicType = ();
-            type Scope = k8s_openapi::NamespaceResourceScope;
+            type Scope = k8s_openapi::$scope;
 
             fn kind(_: &()) -> Cow<'_, str> {
                 Cow::Borrowed($kind)
@@ -742,6 +846,24 @@ core_v1_resource!(
     "discovery.k8s.io",
     "v1",
     "discovery.k8s.io/v1"
+);
+core_v1_resource!(
+    SlimNode,
+    "Node",
+    "nodes",
+    "",
+    "v1",
+    "v1",
+    ClusterResourceScope
+);
+core_v1_resource!(
+    SlimServiceCidr,
+    "ServiceCIDR",
+    "servicecidrs",
+    "networking.k8s.io",
+    "v1",
+    "networking.k8s.io/v1",
+    ClusterResourceScope
 );
 
 #[cfg(test)]

@@ -13,7 +13,6 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::NamespaceResourceScope;
 use kube::core::Status;
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, DefaultBackoff, Event, ListSemantic};
@@ -26,10 +25,10 @@ use tracing::Instrument;
 
 use super::convert::{self, ConvertError};
 use super::pb::PbObject;
-use super::slim::{SlimEndpointSlice, SlimJob, SlimPod, SlimService};
+use super::slim::{SlimEndpointSlice, SlimJob, SlimNode, SlimPod, SlimService, SlimServiceCidr};
 use super::wire::{RawConfig, Wire, raw_watcher};
 use crate::index::types::{
-    Arrival, Change, JobInfo, ObjKey, PodInfo, ServiceInfo, SliceInfo, Update,
+    Arrival, Change, JobInfo, ObjKey, PodInfo, RangesInfo, ServiceInfo, SliceInfo, Update,
 };
 use crate::metrics::{EventLabels, Metrics, PROGRESS_EVERY, ResourceLabels, RestartLabels};
 
@@ -63,6 +62,9 @@ pub struct WatchConfig {
     pub endpoint_slices: bool,
     /// Protobuf or JSON from the API server.
     pub wire: Wire,
+    /// Also watch Nodes and ServiceCIDRs: the reverse zones are learned
+    /// from their ranges (off with `--reverse-cidr`).
+    pub ranges: bool,
 }
 
 impl WatchConfig {
@@ -158,6 +160,22 @@ pub fn spawn_watchers(
                 .instrument(tracing::info_span!("watch", resource = "services", namespace = %ns)),
         );
     }
+    if cfg.ranges {
+        // Cluster-scoped, one watch each whatever the namespaces.
+        let parts = (&client, &None, cfg, &tx, &metrics, &shutdown);
+        let nodes = Watch::<SlimNode>::new(parts, None);
+        let cidrs = Watch::<SlimServiceCidr>::new(parts, None);
+        tasks.spawn(
+            nodes
+                .run()
+                .instrument(tracing::info_span!("watch", resource = "nodes")),
+        );
+        tasks.spawn(
+            cidrs
+                .run()
+                .instrument(tracing::info_span!("watch", resource = "servicecidrs")),
+        );
+    }
 }
 
 /// How one scope lists and watches (streaming is set per attempt).
@@ -167,7 +185,7 @@ fn raw_config<K>(
     label_selector: Option<String>,
 ) -> RawConfig
 where
-    K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+    K: kube::Resource<DynamicType = ()>,
 {
     RawConfig {
         url_path: K::url_path(&(), namespace),
@@ -188,7 +206,7 @@ where
 
 /// A resource podns watches.
 trait Watched:
-    kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    kube::Resource<DynamicType = ()>
     + Clone
     + DeserializeOwned
     + PbObject
@@ -204,7 +222,14 @@ trait Watched:
     /// (403 without RBAC, 404 on a server without it), the index is told it
     /// is empty so DNS still becomes ready, and the watch keeps retrying.
     const OPTIONAL: bool = false;
+    /// What serving without an optional resource means, for the one log
+    /// line that says it is missing.
+    const WITHOUT: &'static str = "serving without them until it can (check RBAC)";
     fn convert(&self) -> Result<Self::Info, ConvertError>;
+    /// The key of an object that is deleted or no longer converts.
+    fn key_of(meta: &kube::api::ObjectMeta) -> Result<ObjKey, ConvertError> {
+        convert::key(meta)
+    }
     fn key(info: &Self::Info) -> &ObjKey;
     fn update(change: Change<Self::Info>) -> Update;
 }
@@ -268,6 +293,44 @@ impl Watched for SlimEndpointSlice {
         Update::Slice(change)
     }
 }
+
+/// Without Nodes or ServiceCIDRs, their ranges are not owned: reverse
+/// names there get REFUSED and resolvers ask their next server, so node
+/// DNS keeps working (never an authoritative NXDOMAIN for a range podns
+/// cannot place).
+const WITHOUT_RANGES: &str = "their ranges' reverse names get REFUSED (resolvers fall through to the next server) until it can; grant list/watch on them (deploy/base/rbac.yaml) or pass --reverse-cidr";
+
+/// The watch of a cluster-scoped kind whose objects are ranges.
+macro_rules! ranges_watched {
+    ($ty:ty, $resource:literal, $convert:path, $update:path) => {
+        impl Watched for $ty {
+            type Info = RangesInfo;
+            const RESOURCE: &'static str = $resource;
+            const OPTIONAL: bool = true;
+            const WITHOUT: &'static str = WITHOUT_RANGES;
+            fn convert(&self) -> Result<RangesInfo, ConvertError> {
+                $convert(self)
+            }
+            fn key_of(meta: &kube::api::ObjectMeta) -> Result<ObjKey, ConvertError> {
+                convert::cluster_key(meta)
+            }
+            fn key(info: &RangesInfo) -> &ObjKey {
+                &info.key
+            }
+            fn update(change: Change<RangesInfo>) -> Update {
+                $update(change)
+            }
+        }
+    };
+}
+
+ranges_watched!(SlimNode, "nodes", convert::node, Update::NodeRanges);
+ranges_watched!(
+    SlimServiceCidr,
+    "servicecidrs",
+    convert::service_cidr,
+    Update::ServiceRanges
+);
 
 /// Past this many, the set of uids already reported is cleared (so a
 /// persistently bad object is logged again now and then, and memory stays
@@ -415,14 +478,14 @@ impl<K: Watched> Mapper<K> {
                     Some(info) => Some(K::update(Change::Apply(info))),
                     // The object is now malformed: withdraw what we knew of
                     // it rather than keep answering with stale data.
-                    None => convert::key(obj.meta())
+                    None => K::key_of(obj.meta())
                         .ok()
                         .map(|key| K::update(Change::Delete(key))),
                 }
             }
             Event::Delete(obj) => {
                 self.count("delete");
-                match convert::key(obj.meta()) {
+                match K::key_of(obj.meta()) {
                     Ok(key) => Some(K::update(Change::Delete(key))),
                     Err(error) => {
                         self.skip(&obj, &error);
@@ -644,8 +707,9 @@ impl<K: Watched> Watch<K> {
                             stood_in = true;
                             tracing::error!(
                                 %error,
-                                "cannot list {}: serving without them until it can (check RBAC)",
-                                K::RESOURCE
+                                "cannot list {}: {}",
+                                K::RESOURCE,
+                                K::WITHOUT
                             );
                             let update = K::update(Change::Reset {
                                 namespace: self.mapper.namespace().map(str::to_owned),

@@ -160,3 +160,74 @@ async fn kube_client_crud_and_status_subresource() {
     pods.delete("a", &DeleteParams::default()).await.unwrap();
     assert!(pods.get_opt("a").await.unwrap().is_none());
 }
+
+/// Nodes and ServiceCIDRs: cluster-scoped, in their groups, with the
+/// objects kube-apiserver and a kubelet would have made at start (the
+/// default ServiceCIDR from the Service range, a Node whose podCIDRs is
+/// the pod range), validated on create.
+#[tokio::test]
+async fn nodes_and_service_cidrs_are_served_cluster_scoped() {
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::api::networking::v1::ServiceCIDR;
+    let sim = start_default().await;
+    let nodes: Api<Node> = Api::all(sim.client());
+    let listed = nodes.list(&ListParams::default()).await.unwrap();
+    let pod_cidrs: Vec<_> = listed
+        .items
+        .iter()
+        .map(|n| n.spec.as_ref().unwrap().pod_cidrs.clone().unwrap())
+        .collect();
+    assert_eq!(pod_cidrs, [vec!["10.244.0.0/16".to_string()]]);
+    let cidrs: Api<ServiceCIDR> = Api::all(sim.client());
+    let k = cidrs.get("kubernetes").await.unwrap();
+    assert_eq!(k.spec.unwrap().cidrs.unwrap(), ["10.96.0.0/12"]);
+
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "n2"}, "spec": {"podCIDRs": ["10.245.0.0/24"]}}))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    assert_eq!(
+        nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        2
+    );
+    nodes.delete("n2", &DeleteParams::default()).await.unwrap();
+    // Not a network address, or two of one family: 422 as the apiserver.
+    for bad in [
+        json!(["10.245.0.1/24"]),
+        json!(["10.1.0.0/24", "10.2.0.0/24"]),
+    ] {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "bad"}, "spec": {"podCIDRs": bad}}))
+        .unwrap();
+        let err = nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, kube::Error::Api(ref s) if s.code == 422),
+            "{err:?}"
+        );
+    }
+    // Cluster-scoped: no namespaced path.
+    assert_eq!(
+        get(sim.addr, "/api/v1/namespaces/default/nodes")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        get(
+            sim.addr,
+            "/apis/networking.k8s.io/v1/servicecidrs/kubernetes"
+        )
+        .await
+        .status,
+        200
+    );
+    assert_eq!(get(sim.addr, "/api/v1/servicecidrs").await.status, 404);
+}

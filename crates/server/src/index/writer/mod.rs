@@ -28,6 +28,7 @@ mod headless;
 mod model;
 mod pods;
 mod publish;
+mod ranges;
 mod rank_view;
 mod ranks;
 mod services;
@@ -84,6 +85,8 @@ enum Kind {
     Services,
     Jobs,
     Slices,
+    /// Nodes and ServiceCIDRs, counted together by [`ranges::Ranges`].
+    Ranges,
 }
 
 /// How many complete lists (one per watch scope) each resource needs before
@@ -159,6 +162,8 @@ pub struct Writer {
     explain_rx: Option<findings::ExplainReceiver>,
     /// A list was applied since [`RELEASE_MEMORY`] last ran.
     listed_since_release: bool,
+    /// The ranges learned for the reverse zones ([`Self::with_ranges`]).
+    ranges: ranges::Ranges,
 }
 
 /// What the process calls to hand freed memory back to the OS, once the
@@ -206,6 +211,7 @@ impl Writer {
             slice_resets: HashSet::default(),
             explain_rx: None,
             listed_since_release: false,
+            ranges: ranges::Ranges::default(),
         }
     }
 
@@ -282,6 +288,16 @@ impl Writer {
                 self.retain_slices(namespace.as_deref(), keys.iter());
                 self.listed(Kind::Slices, namespace);
             }
+            Update::NodeRanges(change) => {
+                if self.ranges.stage(ranges::Source::Nodes, change) {
+                    self.listed(Kind::Ranges, None);
+                }
+            }
+            Update::ServiceRanges(change) => {
+                if self.ranges.stage(ranges::Source::ServiceCidrs, change) {
+                    self.listed(Kind::Ranges, None);
+                }
+            }
         }
     }
 
@@ -295,6 +311,7 @@ impl Writer {
             Kind::Services => self.service_resets.insert(namespace),
             Kind::Jobs => self.job_resets.insert(namespace),
             Kind::Slices => self.slice_resets.insert(namespace),
+            Kind::Ranges => true,
         };
         self.update_synced();
     }
@@ -307,6 +324,10 @@ impl Writer {
             dirty.sort_unstable();
             dirty.dedup();
             self.rebuild(dirty);
+            self.table.bump_generation();
+        }
+        if let Some(zones) = self.ranges.take_changed() {
+            self.table.set_reverse_zones(zones);
             self.table.bump_generation();
         }
         self.metrics.index_pods.set(self.pods.len() as i64);
@@ -371,7 +392,8 @@ impl Writer {
         let synced = self.pod_resets.len() >= self.needs.pod_scopes
             && self.service_resets.len() >= self.needs.service_scopes
             && self.job_resets.len() >= self.needs.job_scopes
-            && self.slice_resets.len() >= self.needs.slice_scopes;
+            && self.slice_resets.len() >= self.needs.slice_scopes
+            && self.ranges.listed();
         if synced && !self.table.is_synced() {
             tracing::info!(
                 pods = self.pods.len(),
