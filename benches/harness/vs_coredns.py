@@ -33,7 +33,7 @@ Stages (--stages, default all):
          (apiserver_watch_events_sizes), with no DNS server, podns JSON,
          podns Protobuf and CoreDNS attached in turn, for the same churn.
 
-Writes OUT.csv (stage,server,metric,value,note) and prints a summary.
+Writes OUT.csv (stage,server,metric,value,note) row by row and prints a summary.
 """
 import argparse
 import json
@@ -250,10 +250,17 @@ class Bench:
         self.logs = tempfile.mkdtemp(prefix="vs-coredns-")
         self.rows = []
         self.procs = []
+        # Each row reaches OUT.csv as it is measured, so a run stopped early
+        # (a long populate, a signal) keeps what it had.
+        self.csv = open(a.out + ".csv", "w")
+        self.csv.write("stage,server,metric,value,note\n")
+        self.csv.flush()
         self.nodes = [n["metadata"]["name"] for n in self.k.req("GET", "/api/v1/nodes?labelSelector=type%3Dkwok")["items"]]
 
     def row(self, stage, server, metric, value, note=""):
         self.rows.append((stage, server, metric, value, note))
+        self.csv.write(",".join(str(x).replace(",", ";") for x in (stage, server, metric, value, note)) + "\n")
+        self.csv.flush()
         print(f"{stage:5} {server:22} {metric:28} {value} {note}", flush=True)
 
     # --- servers
@@ -641,10 +648,7 @@ class Bench:
             self.stop_all()
             load = open("/proc/loadavg").read().split()[:3]
             self.row("meta", "machine", "loadavg", " ".join(load), f"nproc={os.cpu_count()}")
-            with open(self.a.out + ".csv", "w") as f:
-                f.write("stage,server,metric,value,note\n")
-                for r in self.rows:
-                    f.write(",".join(str(x).replace(",", ";") for x in r) + "\n")
+            self.csv.close()
             print(f"wrote {self.a.out}.csv; logs in {self.logs}", file=sys.stderr)
 
 

@@ -131,7 +131,18 @@ spec:
         [format!("5432 primary.db.{ns}.svc.cluster.local.")],
         "{srv:?}"
     );
+    // 192.0.2.10 is outside the cluster's pod and Service ranges that podns
+    // learned, so its reverse zone is not podns's: REFUSED (the resolver
+    // asks its next server), never a PTR or an NXDOMAIN for it.
     let ptr = p.ask(&reverse_v4("192.0.2.10"), RecordType::PTR);
+    assert_eq!(rcode(&ptr), ResponseCode::Refused, "{ptr:?}");
+    // An operator who owns that range says so, and the endpoint's PTR
+    // answers.
+    let owner = Podns::ready(
+        &c.kubeconfig,
+        &["--publish=ready", "--reverse-cidr=192.0.2.0/24"],
+    );
+    let ptr = owner.ask(&reverse_v4("192.0.2.10"), RecordType::PTR);
     assert_eq!(
         answer_lines(&ptr),
         [format!(
@@ -139,6 +150,7 @@ spec:
             reverse_v4("192.0.2.10")
         )]
     );
+    drop(owner);
 
     // kubectl edits the slice: the not-ready endpoint becomes ready.
     c.kubectl(&[

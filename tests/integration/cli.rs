@@ -389,29 +389,31 @@ fn logs_on_a_pipe_are_plain_and_one_line_per_watch_retry() {
     let stderr = child.0.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
     let mut seen = Vec::new();
-    // Two retries of each of the two watches (pods, services).
+    // Retries of the watches (pods, services and the rest).
     let retries = |seen: &[String]| {
         seen.iter()
             .filter(|l| l.contains("watch failed, retrying"))
             .count()
     };
-    for line in lines.by_ref() {
+    // The API server's address is named: the retries say only
+    // `client error (Connect)`. Every watch retries at once, so the line
+    // naming it may come after several retries; read until both are in
+    // (bounded: the retries back off, so a few hundred lines is minutes).
+    let url = format!("http://127.0.0.1:{port}/");
+    let named = |seen: &[String]| {
+        seen.iter()
+            .any(|l| l.contains(&format!("cannot reach the Kubernetes API at {url}")))
+    };
+    for line in lines.by_ref().take(400) {
         seen.push(line);
-        if retries(&seen) >= 4 {
+        if retries(&seen) >= 4 && named(&seen) {
             break;
         }
     }
     drop(child);
     let text = seen.join("\n");
     assert!(retries(&seen) >= 4, "no retries logged:\n{text}");
-    // The API server's address is named: the retries say only
-    // `client error (Connect)`.
-    let url = format!("http://127.0.0.1:{port}/");
-    assert!(
-        seen.iter()
-            .any(|l| l.contains(&format!("cannot reach the Kubernetes API at {url}"))),
-        "{text}"
-    );
+    assert!(named(&seen), "{text}");
     assert!(!text.contains('\u{1b}'), "colour codes on a pipe:\n{text}");
     assert!(
         !text.contains("kube_client"),
