@@ -675,19 +675,6 @@ fn pb_list(sim: &Arc<Sim>, kind: Kind, rv: u64, cont: Option<&str>, items: Vec<B
     r
 }
 
-fn bookmark(kind: Kind, rv: u64, initial_end: bool) -> Bytes {
-    let ann = if initial_end {
-        ",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}"
-    } else {
-        ""
-    };
-    Bytes::from(format!(
-        "{{\"type\":\"BOOKMARK\",\"object\":{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{rv}\"{ann}}}}}}}\n",
-        kind.name(),
-        kind.api_version()
-    ))
-}
-
 fn watch_start(
     sim: &Arc<Sim>,
     t: &Target,
@@ -847,7 +834,7 @@ impl WatchTask {
 
     fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
         match self.media {
-            Media::Json => bookmark(self.kind, rv, initial_end),
+            Media::Json => podns_kapi::watch::bookmark_line(self.kind, rv, initial_end),
             Media::Protobuf => Bytes::from(pbenc::watch_frame(
                 "BOOKMARK",
                 pbenc::bookmark_object(self.kind, rv, initial_end),
@@ -862,16 +849,7 @@ impl WatchTask {
         }
         let now = self.filter.matches(&ev.obj);
         let before = ev.prev.as_ref().is_some_and(|p| self.filter.matches(p));
-        match ev.ty {
-            EvType::Added => now.then_some(EvType::Added),
-            EvType::Deleted => (now || before).then_some(EvType::Deleted),
-            EvType::Modified => match (before, now) {
-                (true, true) => Some(EvType::Modified),
-                (false, true) => Some(EvType::Added),
-                (true, false) => Some(EvType::Deleted),
-                (false, false) => None,
-            },
-        }
+        ev.ty.seen(before, now)
     }
 
     async fn run_inner(&self) -> Option<()> {

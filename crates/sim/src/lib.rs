@@ -22,14 +22,14 @@ pub mod discovery;
 pub mod faults;
 pub mod field;
 pub mod http;
-pub mod pbenc;
 pub mod protobuf;
-pub mod selector;
 pub mod service_net;
 pub mod stats;
 pub mod store;
 pub mod table;
 pub mod workload;
+
+pub use podns_kapi::{pbenc, selector};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -31,7 +31,7 @@ use k8s_pb::apimachinery::pkg::runtime::{RawExtension, TypeMeta, Unknown};
 use k8s_pb::apimachinery::pkg::util::intstr::IntOrString as PIntOrString;
 use prost::Message;
 
-use super::store::Kind;
+use crate::kind::Kind;
 
 pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 pub const PROTOBUF_WATCH: &str = "application/vnd.kubernetes.protobuf;stream=watch";

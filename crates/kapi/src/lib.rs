@@ -1,0 +1,16 @@
+//! The Kubernetes API as podns serves it, shared by the two servers that
+//! speak it: `podns sim` (an API server for tests and demos) and the relay
+//! (`podns serve --relay-listen`, a read-only API of slim objects).
+//!
+//! - [`kind`]: the kinds served and what the API calls them.
+//! - [`selector`]: `labelSelector` and `fieldSelector`, parsed and matched
+//!   as kube-apiserver does.
+//! - [`pbenc`]: the Protobuf encoder, its envelope and list/watch framing.
+//! - [`watch`]: JSON watch lines and what a selector sees of a change.
+
+pub mod kind;
+pub mod pbenc;
+pub mod selector;
+pub mod watch;
+
+pub use kind::{KINDS, Kind};
