@@ -15,6 +15,7 @@ use podns_server::dns::server::TcpLimits;
 use podns_server::index::{Duplicates, Hostnames, Policy, Publish};
 use podns_server::k8s::watch::StreamingList;
 use podns_server::k8s::wire::Wire;
+use podns_server::relay::RelayConfig;
 use podns_server::serve::ServeConfig;
 use podns_server::zonefile::ZonefileConfig;
 
@@ -66,17 +67,24 @@ pub struct Secs(pub Duration);
 impl FromStr for Secs {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || format!("invalid duration {s:?} (examples: 5, 5s, 500ms)");
+        let bad = || format!("invalid duration {s:?} (examples: 5, 5s, 500ms, 15m, 1h)");
         if let Some(ms) = s.strip_suffix("ms") {
             return ms
                 .parse::<u64>()
                 .map(|v| Secs(Duration::from_millis(v)))
                 .map_err(|_| bad());
         }
-        let n = s.strip_suffix('s').unwrap_or(s);
+        let (n, unit) = match s.as_bytes().last() {
+            Some(b'm') => (&s[..s.len() - 1], 60),
+            Some(b'h') => (&s[..s.len() - 1], 3600),
+            Some(b's') => (&s[..s.len() - 1], 1),
+            _ => (s, 1),
+        };
         n.parse::<u64>()
+            .ok()
+            .and_then(|v| v.checked_mul(unit))
             .map(|v| Secs(Duration::from_secs(v)))
-            .map_err(|_| bad())
+            .ok_or_else(bad)
     }
 }
 
@@ -252,6 +260,28 @@ pub struct ServeArgs {
     /// Serve /debug/explain (`podns explain`) on the admin address. It shows pods that DNS does not publish: keep the admin port private.
     #[arg(long, env = "PODNS_ADMIN_DEBUG")]
     pub admin_debug: bool,
+    /// Also serve a read-only Kubernetes API of slim Pods, Services and Jobs here (the relay node instances watch instead of the API server); clients need a ServiceAccount token, checked by TokenReview. Loopback only for now (plain HTTP).
+    #[arg(long, env = "PODNS_RELAY_LISTEN")]
+    pub relay_listen: Option<SocketAddr>,
+    /// How long the relay keeps changes: a client that reconnects within it resumes without a relist; past it, 410.
+    #[arg(long, env = "PODNS_RELAY_HISTORY", default_value = "15m", requires = "relay_listen")]
+    pub relay_history: Secs,
+    /// Write a kubeconfig for the relay here, with a token for --relay-kubeconfig-account (TokenRequest), for node instances on this machine.
+    #[arg(long, env = "PODNS_RELAY_KUBECONFIG_OUT", requires = "relay_listen")]
+    pub relay_kubeconfig_out: Option<std::path::PathBuf>,
+    /// The ServiceAccount (NAMESPACE/NAME) whose token --relay-kubeconfig-out writes.
+    #[arg(long, env = "PODNS_RELAY_KUBECONFIG_ACCOUNT", default_value = "default/podns-node", value_parser = account)]
+    pub relay_kubeconfig_account: (String, String),
+}
+
+/// `NAMESPACE/NAME`.
+fn account(s: &str) -> Result<(String, String), String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!("{s:?} is not NAMESPACE/NAME")),
+    }
 }
 
 impl ServeArgs {
@@ -288,6 +318,12 @@ impl ServeArgs {
             },
             rrl: self.rrl,
             admin_debug: self.admin_debug,
+            relay: self.relay_listen.map(|listen| RelayConfig {
+                history: self.relay_history.0,
+                kubeconfig_out: self.relay_kubeconfig_out.clone(),
+                kubeconfig_account: self.relay_kubeconfig_account.clone(),
+                ..RelayConfig::new(listen)
+            }),
         }
     }
 }

@@ -13,6 +13,7 @@ mod explain;
 mod fuzz_corpus;
 mod prometheus;
 mod rank;
+mod relay;
 mod reliability;
 mod reverse;
 mod soak;

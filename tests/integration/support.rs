@@ -32,6 +32,8 @@ pub struct Env {
     pub server: Option<Running>,
     pub dns: SocketAddr,
     pub admin: SocketAddr,
+    /// The relay's address, with `--relay-listen`.
+    pub relay: Option<SocketAddr>,
     pub client: kube::Client,
     pub shutdown: CancellationToken,
 }
@@ -86,9 +88,13 @@ async fn env_with(sim_flags: &[&str], serve_flags: &[&str], default_retry: bool)
     config.default_retry = default_retry;
     let serve_client = kube::Client::try_from(config).unwrap();
     let args = serve_args(serve_flags);
-    let listeners = Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen).unwrap();
+    let mut listeners =
+        Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen).unwrap();
+    if let Some(relay) = &args.relay {
+        listeners = listeners.bind_relay(relay.listen).unwrap();
+    }
     let server = podns_server::serve::start(&args, serve_client, listeners, shutdown.clone());
-    let (dns, admin) = (server.dns_addr, server.admin_addr);
+    let (dns, admin, relay) = (server.dns_addr, server.admin_addr, server.relay_addr);
     let table = server.table.clone();
     wait_for("index synced", Duration::from_secs(20), || {
         let t = table.clone();
@@ -100,6 +106,7 @@ async fn env_with(sim_flags: &[&str], serve_flags: &[&str], default_retry: bool)
         server: Some(server),
         dns,
         admin,
+        relay,
         client,
         shutdown,
     }

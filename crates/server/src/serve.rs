@@ -25,6 +25,8 @@ use crate::k8s::watch::StreamingList;
 use crate::k8s::watch::{self, WatchConfig};
 use crate::k8s::wire::Wire;
 use crate::metrics::Metrics;
+use crate::relay::auth::Auth;
+use crate::relay::{Relay, RelayConfig};
 
 /// Everything `podns serve` needs; the CLI maps its flags into this.
 /// `Default` is the CLI's defaults on loopback port 0 (for tests and demos).
@@ -75,6 +77,8 @@ pub struct ServeConfig {
     /// Serve `/debug/explain` on the admin address. Off by default: it
     /// shows pods that DNS does not publish.
     pub admin_debug: bool,
+    /// Also serve the relay (`--relay-listen`).
+    pub relay: Option<RelayConfig>,
 }
 
 impl Default for ServeConfig {
@@ -106,6 +110,7 @@ impl Default for ServeConfig {
             tcp: TcpLimits::default(),
             rrl: None,
             admin_debug: false,
+            relay: None,
         }
     }
 }
@@ -121,6 +126,8 @@ pub struct Listeners {
     pub udp_buffers: Granted,
     pub tcp: TcpListener,
     pub admin: TcpListener,
+    /// The relay's, when it is served ([`Self::bind_relay`]).
+    pub relay: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -178,7 +185,21 @@ impl Listeners {
             udp_buffers: granted,
             tcp,
             admin,
+            relay: None,
         })
+    }
+
+    /// Bind the relay's address too.
+    pub fn bind_relay(mut self, addr: SocketAddr) -> anyhow::Result<Self> {
+        let l = std::net::TcpListener::bind(addr)
+            .and_then(|l| {
+                l.set_nonblocking(true)?;
+                TcpListener::from_std(l)
+            })
+            .with_context(|| format!("failed to bind relay {addr}"))?;
+        tracing::info!("listening relay http {}", l.local_addr()?);
+        self.relay = Some(l);
+        Ok(self)
     }
 
     pub fn dns_addr(&self) -> SocketAddr {
@@ -194,6 +215,8 @@ impl Listeners {
 pub struct Running {
     pub dns_addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// The relay's address, when it is served.
+    pub relay_addr: Option<SocketAddr>,
     pub table: Arc<Table>,
     pub health: Arc<Health>,
     pub metrics: Metrics,
@@ -254,6 +277,19 @@ pub fn validate(args: &ServeConfig) -> Result<(), ConfigError> {
     {
         return Err(ConfigError("--label-selector must not be empty".into()));
     }
+    if let Some(relay) = &args.relay {
+        if !relay.listen.ip().is_loopback() {
+            return Err(ConfigError(format!(
+                "--relay-listen {}: the relay serves plain HTTP, so only on a loopback address for now",
+                relay.listen
+            )));
+        }
+        if args.label_selector.is_some() {
+            return Err(ConfigError(
+                "--relay-listen with --label-selector would relay only the selected pods; relay the whole set".into(),
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -288,6 +324,26 @@ pub fn start(
     let dns_addr = listeners.dns_addr();
     let admin_addr = listeners.admin_addr();
     let mut tasks = JoinSet::new();
+    let relay = args
+        .relay
+        .as_ref()
+        .map(|r| Relay::new(r.history, args.namespaces.clone()));
+    let mut relay_addr = None;
+    if let (Some(relay), Some(cfg), Some(listener)) = (&relay, &args.relay, listeners.relay) {
+        relay_addr = listener.local_addr().ok();
+        let auth = Auth::new(client.clone());
+        let cfg = cfg.clone();
+        if let (Some(path), Some(addr)) = (&cfg.kubeconfig_out, relay_addr) {
+            tasks.spawn(write_relay_kubeconfig(
+                client.clone(),
+                path.clone(),
+                addr,
+                cfg.kubeconfig_account.clone(),
+            ));
+        }
+        let (relay, stop) = (relay.clone(), shutdown.clone());
+        tasks.spawn(async move { crate::relay::http::run(listener, relay, auth, &cfg, stop).await });
+    }
 
     let wcfg = WatchConfig {
         namespaces: args.namespaces.clone(),
@@ -298,6 +354,7 @@ pub fn start(
         endpoint_slices: args.endpoint_slices,
         wire: args.wire,
         ranges: args.reverse_cidrs.is_empty(),
+        relay,
     };
     let needs = SyncNeeds {
         pod_scopes: watch::pod_scopes(&wcfg),
@@ -372,6 +429,7 @@ pub fn start(
     Running {
         dns_addr,
         admin_addr,
+        relay_addr,
         table,
         health,
         metrics,
@@ -421,6 +479,10 @@ pub async fn run(args: ServeConfig) -> anyhow::Result<()> {
         args.udp_buffers,
         args.admin_listen,
     )
+    .and_then(|l| match &args.relay {
+        Some(r) => l.bind_relay(r.listen),
+        None => Ok(l),
+    })
     .map_err(|e| ConfigError(format!("{e:#}")))?;
     let config =
         crate::config::kube_config(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
@@ -434,6 +496,36 @@ pub async fn run(args: ServeConfig) -> anyhow::Result<()> {
         .drain(args.shutdown_grace, shutdown, wait_for_signal())
         .await;
     Ok(())
+}
+
+/// Write the kubeconfig node instances on this machine use to reach the
+/// relay: its address and a token for `account` from a TokenRequest.
+async fn write_relay_kubeconfig(
+    client: kube::Client,
+    path: std::path::PathBuf,
+    addr: SocketAddr,
+    (namespace, account): (String, String),
+) {
+    // The token lives as long as the API server allows (it caps it).
+    let ttl = std::time::Duration::from_secs(24 * 3600);
+    let mut backoff = std::time::Duration::from_millis(200);
+    let token = loop {
+        match crate::relay::auth::request_token(client.clone(), &namespace, &account, ttl).await {
+            Ok(token) => break token,
+            Err(error) => {
+                tracing::warn!(%error, "cannot get a token for {namespace}/{account} for --relay-kubeconfig-out; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(30));
+            }
+        }
+    };
+    let text = crate::relay::auth::kubeconfig(&format!("http://{addr}"), &token);
+    // Written whole, then renamed: a reader never sees half of it.
+    let tmp = path.with_extension("tmp");
+    match std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
+        Ok(()) => tracing::info!("relay kubeconfig written to {}", path.display()),
+        Err(error) => tracing::error!(%error, "cannot write {}", path.display()),
+    }
 }
 
 /// SIGTERM or SIGINT.

@@ -315,6 +315,9 @@ fn meta(v: Val<'_>, p: &mut Problem) -> (ObjectMeta, SlimMeta) {
 
 fn container(v: Val<'_>, p: &mut Problem) -> Option<ContainerRaw> {
     message(v, "containers", p, |c: &mut ContainerRaw, n, v, p| {
+        if n == 1 {
+            c.name = p.check("name", loose_str(v));
+        }
         if n == 6
             && let Some(port) = message(v, "ports", p, |cp: &mut ContainerPortRaw, n, v, p| match n
             {
@@ -336,6 +339,7 @@ fn pod_spec(v: Val<'_>, p: &mut Problem) -> PodSpecRaw {
                 push(&mut s.containers, c);
             }
         }
+        10 => s.node_name = p.check("nodeName", loose_str(v)),
         11 => s.host_network = p.check("hostNetwork", loose_bool(v)),
         16 => s.hostname = p.check("hostname", loose_str(v)),
         17 => s.subdomain = p.check("subdomain", loose_str(v)),

@@ -421,8 +421,9 @@ loose_struct! {
 }
 
 loose_struct! {
-    /// `spec.containers[]`: only the ports.
+    /// `spec.containers[]`: only the name and ports.
     pub struct ContainerRaw {
+        pub name: LooseStr = "name",
         pub ports: LooseVec<ContainerPortRaw> = "ports",
     }
 }
@@ -431,6 +432,8 @@ loose_struct! {
     pub struct PodSpecRaw {
         pub hostname: LooseStr = "hostname",
         pub subdomain: LooseStr = "subdomain",
+        /// Not read by DNS: the relay selects on it (`spec.nodeName=`).
+        pub node_name: LooseStr = "nodeName",
         pub host_network: Loose<bool> = "hostNetwork",
         pub containers: LooseVec<ContainerRaw> = "containers",
     }

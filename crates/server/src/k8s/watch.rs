@@ -27,6 +27,7 @@ use super::convert::{self, ConvertError};
 use super::pb::PbObject;
 use super::slim::{SlimEndpointSlice, SlimJob, SlimNode, SlimPod, SlimService, SlimServiceCidr};
 use super::wire::{RawConfig, Wire, raw_watcher};
+use crate::relay::{Feed, Relayed};
 use crate::index::types::{
     Arrival, Change, JobInfo, ObjKey, PodInfo, RangesInfo, ServiceInfo, SliceInfo, Update,
 };
@@ -65,6 +66,9 @@ pub struct WatchConfig {
     /// Also watch Nodes and ServiceCIDRs: the reverse zones are learned
     /// from their ranges (off with `--reverse-cidr`).
     pub ranges: bool,
+    /// Relay what is watched (`--relay-listen`): Pods, Services and Jobs
+    /// also go to the relay's caches.
+    pub relay: Option<std::sync::Arc<crate::relay::Relay>>,
 }
 
 impl WatchConfig {
@@ -201,6 +205,7 @@ where
         },
         streaming: false,
         wire: cfg.wire,
+        seen: None,
     }
 }
 
@@ -232,6 +237,12 @@ trait Watched:
     }
     fn key(info: &Self::Info) -> &ObjKey;
     fn update(change: Change<Self::Info>) -> Update;
+    /// The kind the relay serves these as, if it does.
+    const RELAYED: Option<podns_kapi::Kind> = None;
+    /// The object as the relay serves it.
+    fn relayed(&self) -> Option<crate::relay::Item> {
+        None
+    }
 }
 
 impl Watched for SlimPod {
@@ -245,6 +256,10 @@ impl Watched for SlimPod {
     }
     fn update(change: Change<PodInfo>) -> Update {
         Update::Pod(change)
+    }
+    const RELAYED: Option<podns_kapi::Kind> = Some(<Self as Relayed>::KIND);
+    fn relayed(&self) -> Option<crate::relay::Item> {
+        Relayed::relayed(self)
     }
 }
 
@@ -260,6 +275,10 @@ impl Watched for SlimService {
     fn update(change: Change<ServiceInfo>) -> Update {
         Update::Service(change)
     }
+    const RELAYED: Option<podns_kapi::Kind> = Some(<Self as Relayed>::KIND);
+    fn relayed(&self) -> Option<crate::relay::Item> {
+        Relayed::relayed(self)
+    }
 }
 
 impl Watched for SlimJob {
@@ -274,6 +293,10 @@ impl Watched for SlimJob {
     }
     fn update(change: Change<JobInfo>) -> Update {
         Update::Job(change)
+    }
+    const RELAYED: Option<podns_kapi::Kind> = Some(<Self as Relayed>::KIND);
+    fn relayed(&self) -> Option<crate::relay::Item> {
+        Relayed::relayed(self)
     }
 }
 
@@ -566,6 +589,8 @@ type WatchParts<'a> = (
 struct Watch<K: Watched> {
     client: kube::Client,
     config: RawConfig,
+    /// The relay's feed, when this kind is relayed.
+    feed: Option<Feed>,
     streaming: StreamingList,
     mapper: Mapper<K>,
     tx: mpsc::Sender<Arrival>,
@@ -579,9 +604,19 @@ impl<K: Watched> Watch<K> {
         (client, scope, cfg, tx, metrics, shutdown): WatchParts<'_>,
         label_selector: Option<String>,
     ) -> Self {
+        let mut config = raw_config::<K>(scope.as_deref(), cfg, label_selector);
+        let feed = match (&cfg.relay, K::RELAYED) {
+            (Some(relay), Some(kind)) => {
+                let feed = relay.feed(kind, scope.clone());
+                config.seen = feed.as_ref().map(Feed::seen);
+                feed
+            }
+            _ => None,
+        };
         Self {
             client: client.clone(),
-            config: raw_config::<K>(scope.as_deref(), cfg, label_selector),
+            config,
+            feed,
             streaming: cfg.streaming,
             mapper: Mapper::new(scope.clone(), metrics.clone()),
             tx: tx.clone(),
@@ -679,6 +714,9 @@ impl<K: Watched> Watch<K> {
                                 }
                                 _ => {}
                             }
+                        }
+                        if let Some(feed) = &mut self.feed {
+                            feed.on_event(&event, K::relayed);
                         }
                         if let Some(update) = self.mapper.on_event(event) {
                             let send = self.tx.send(Arrival { update, at });

@@ -75,6 +75,9 @@ pub struct RawConfig {
     pub list_semantic: ListSemantic,
     pub streaming: bool,
     pub wire: Wire,
+    /// Where the watcher publishes the resourceVersion it would resume
+    /// from (a list's, an event's, a bookmark's), for the relay.
+    pub seen: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// What differs between the wires, chosen per response by its
@@ -302,6 +305,13 @@ impl Ctx {
         kube::core::Request::new(self.cfg.url_path.clone())
     }
 
+    /// Publish the resourceVersion the watch would resume from.
+    fn seen(&self, rv: &str) {
+        if let (Some(seen), Ok(rv)) = (&self.cfg.seen, rv.parse::<u64>()) {
+            seen.fetch_max(rv, std::sync::atomic::Ordering::Release);
+        }
+    }
+
     fn list_rv(&self) -> &'static str {
         match self.cfg.list_semantic {
             ListSemantic::Any => "0",
@@ -395,6 +405,7 @@ impl<K: RawWatched> RawWatcher<K> {
                         return Ok(Event::InitApply(k));
                     }
                     None => {
+                        self.ctx.seen(&rv);
                         self.state = State::Resume { rv };
                         return Ok(Event::InitDone);
                     }
@@ -479,6 +490,7 @@ impl<K: RawWatched> RawWatcher<K> {
                             return Err(watcher::Error::WatchError(s));
                         }
                     };
+                    self.ctx.seen(&rv);
                     self.state = State::Watching {
                         rv,
                         events,

@@ -1,0 +1,387 @@
+//! One kind's relayed state: the current objects and the history of
+//! changes, both keyed by the API server's own resourceVersions, as
+//! kube-apiserver's watch cache keeps them.
+//!
+//! Each change is encoded once, lazily, per wire and event type, and the
+//! same bytes go to every subscriber ([`Change::frame`]). A subscriber reads
+//! the history at its own pace from its own position ([`Cache::after`]): a
+//! slow one is held back by its own connection's flow control and never
+//! holds back the feed or another subscriber. Only a subscriber that falls
+//! behind the history's start gets 410 Gone, as from the API server.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use podns_kapi::watch::{EvType, event_line};
+use podns_kapi::{Kind, pbenc};
+use tokio::sync::watch;
+
+/// One relayed object, encoded once in both wires.
+#[derive(Debug)]
+pub struct Item {
+    pub ns: String,
+    pub name: String,
+    /// The API server's resourceVersion of this version of the object.
+    pub rv: u64,
+    pub labels: BTreeMap<String, String>,
+    /// `spec.nodeName` (Pods; empty otherwise).
+    pub node_name: String,
+    /// The object's JSON.
+    pub json: Bytes,
+    /// The object as one item of its kind's Protobuf list.
+    pub pb_item: Bytes,
+    /// The enveloped Protobuf object, as a watch event carries it.
+    pb_object: OnceLock<Bytes>,
+}
+
+impl Item {
+    pub fn new(kind: Kind, ns: String, name: String, rv: u64, json: Vec<u8>) -> Option<Self> {
+        let value: serde_json::Value = serde_json::from_slice(&json).ok()?;
+        let labels = value["metadata"]["labels"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let node_name = value["spec"]["nodeName"].as_str().unwrap_or("").to_owned();
+        let pb_item = pbenc::list_item(kind, &json).ok()?;
+        Some(Self {
+            ns,
+            name,
+            rv,
+            labels,
+            node_name,
+            json: Bytes::from(json),
+            pb_item: Bytes::from(pb_item),
+            pb_object: OnceLock::new(),
+        })
+    }
+
+    pub fn pb_object(&self, kind: Kind) -> Bytes {
+        self.pb_object
+            .get_or_init(|| {
+                let raw = pbenc::object(&self.pb_item).unwrap_or_default().to_vec();
+                Bytes::from(pbenc::envelope(kind.api_version(), kind.name(), raw))
+            })
+            .clone()
+    }
+}
+
+/// The wire a subscriber reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wire {
+    Json,
+    Protobuf,
+}
+
+/// One change in the history.
+#[derive(Debug)]
+pub struct Change {
+    /// Its position: the object's resourceVersion, or for a deletion found
+    /// by a relist, the list's.
+    pub rv: u64,
+    pub ty: EvType,
+    pub obj: Arc<Item>,
+    /// The version before, for selector transitions.
+    pub prev: Option<Arc<Item>>,
+    pub at: Instant,
+    /// Encoded on first use: [wire][event type].
+    frames: [[OnceLock<Bytes>; 3]; 2],
+}
+
+impl Change {
+    /// This change as an event of type `ty` on `wire`, encoded once for
+    /// every subscriber.
+    pub fn frame(&self, kind: Kind, wire: Wire, ty: EvType) -> Bytes {
+        let slot = &self.frames[wire as usize][ty.idx()];
+        slot.get_or_init(|| frame(kind, wire, ty, &self.obj)).clone()
+    }
+}
+
+/// An object as a watch event (initial events are built per subscriber).
+pub fn frame(kind: Kind, wire: Wire, ty: EvType, obj: &Item) -> Bytes {
+    match wire {
+        Wire::Json => event_line(ty.as_str(), &obj.json),
+        Wire::Protobuf => Bytes::from(pbenc::watch_frame(
+            ty.as_str(),
+            obj.pb_object(kind).to_vec(),
+        )),
+    }
+}
+
+struct Inner {
+    objects: BTreeMap<(String, String), Arc<Item>>,
+    history: VecDeque<Arc<Change>>,
+    /// The resourceVersion the cache is at: its last change's, a list's.
+    rv: u64,
+    /// Changes before this were dropped: a watch from an older
+    /// resourceVersion gets 410.
+    oldest: u64,
+    /// A first list has completed: until then the cache answers 503.
+    synced: bool,
+}
+
+/// One kind's objects and history.
+pub struct Cache {
+    pub kind: Kind,
+    inner: Mutex<Inner>,
+    /// Changes are kept at least this long.
+    keep: Duration,
+    notify: watch::Sender<u64>,
+}
+
+/// What a resume point finds in the history.
+pub enum After {
+    /// The changes after it (up to a maximum) and the position reached.
+    Changes(Vec<Arc<Change>>, u64),
+    /// Older than the history: 410 Gone.
+    Expired { oldest: u64 },
+}
+
+impl Cache {
+    pub fn new(kind: Kind, keep: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            kind,
+            inner: Mutex::new(Inner {
+                objects: BTreeMap::new(),
+                history: VecDeque::new(),
+                rv: 0,
+                oldest: 0,
+                synced: false,
+            }),
+            keep,
+            notify: watch::channel(0).0,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.notify.subscribe()
+    }
+
+    pub fn rv(&self) -> u64 {
+        self.lock().rv
+    }
+
+    pub fn is_synced(&self) -> bool {
+        self.lock().synced
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The current objects (those `keep` selects) and the resourceVersion
+    /// they are at.
+    pub fn snapshot(&self, keep: impl Fn(&Item) -> bool) -> (u64, Vec<Arc<Item>>) {
+        let g = self.lock();
+        let items = g.objects.values().filter(|o| keep(o)).cloned().collect();
+        (g.rv, items)
+    }
+
+    /// Up to `max` changes after `rv`.
+    pub fn after(&self, rv: u64, max: usize) -> After {
+        let g = self.lock();
+        if rv < g.oldest {
+            return After::Expired { oldest: g.oldest };
+        }
+        let start = g.history.partition_point(|c| c.rv <= rv);
+        let changes: Vec<_> = g.history.range(start..).take(max).cloned().collect();
+        let upto = match changes.last() {
+            Some(c) if changes.len() == max => c.rv,
+            _ => g.rv.max(rv),
+        };
+        After::Changes(changes, upto)
+    }
+
+    /// An object's version arrived (added or modified).
+    pub fn apply(&self, item: Item) {
+        let mut g = self.lock();
+        let key = (item.ns.clone(), item.name.clone());
+        let item = Arc::new(item);
+        let prev = g.objects.insert(key, item.clone());
+        if prev.as_ref().is_some_and(|p| p.rv == item.rv) {
+            return; // the same version again (a resumed watch)
+        }
+        let ty = if prev.is_some() {
+            EvType::Modified
+        } else {
+            EvType::Added
+        };
+        let rv = item.rv;
+        self.push(&mut g, rv, ty, item, prev);
+    }
+
+    /// An object was deleted, at `rv`.
+    pub fn delete(&self, ns: &str, name: &str, rv: u64) {
+        let mut g = self.lock();
+        let Some(prev) = g.objects.remove(&(ns.to_owned(), name.to_owned())) else {
+            return;
+        };
+        let gone = Arc::new(Item {
+            ns: prev.ns.clone(),
+            name: prev.name.clone(),
+            rv: rv.max(prev.rv),
+            labels: prev.labels.clone(),
+            node_name: prev.node_name.clone(),
+            json: prev.json.clone(),
+            pb_item: prev.pb_item.clone(),
+            pb_object: OnceLock::new(),
+        });
+        let rv = gone.rv;
+        self.push(&mut g, rv, EvType::Deleted, gone, Some(prev));
+    }
+
+    /// A complete list at `rv` (of one scope, `namespace` or all): what
+    /// changed since is recorded as changes, as the API server's own cache
+    /// would have sent them, so subscribers never relist.
+    pub fn relisted(&self, namespace: Option<&str>, items: Vec<Item>, rv: u64) {
+        let mut seen: HashMap<(String, String), ()> = HashMap::with_capacity(items.len());
+        let mut items = items;
+        items.sort_by_key(|i| i.rv);
+        for item in items {
+            seen.insert((item.ns.clone(), item.name.clone()), ());
+            self.apply(item);
+        }
+        let gone: Vec<(String, String)> = {
+            let g = self.lock();
+            g.objects
+                .keys()
+                .filter(|k| namespace.is_none_or(|ns| k.0 == ns) && !seen.contains_key(*k))
+                .cloned()
+                .collect()
+        };
+        for (ns, name) in gone {
+            self.delete(&ns, &name, rv);
+        }
+        let mut g = self.lock();
+        g.rv = g.rv.max(rv);
+        g.synced = true;
+        let now = g.rv;
+        drop(g);
+        self.notify.send_replace(now);
+    }
+
+    fn push(
+        &self,
+        g: &mut Inner,
+        rv: u64,
+        ty: EvType,
+        obj: Arc<Item>,
+        prev: Option<Arc<Item>>,
+    ) {
+        let at = Instant::now();
+        // Positions only grow: a version older than the cache (an object
+        // relisted after a newer change of another) takes the cache's.
+        let rv = rv.max(g.rv);
+        g.history.push_back(Arc::new(Change {
+            rv,
+            ty,
+            obj,
+            prev,
+            at,
+            frames: Default::default(),
+        }));
+        g.rv = rv;
+        while let Some(first) = g.history.front() {
+            if at.duration_since(first.at) <= self.keep {
+                break;
+            }
+            g.oldest = first.rv;
+            g.history.pop_front();
+        }
+        if g.synced {
+            self.notify.send_replace(rv);
+        }
+    }
+
+    /// The watch of this kind reached `rv` with nothing to change (a
+    /// bookmark): subscribers' bookmarks may say so.
+    pub fn advance(&self, rv: u64) {
+        let mut g = self.lock();
+        if rv > g.rv {
+            g.rv = rv;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, rv: u64, node: &str) -> Item {
+        let json = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ml", "resourceVersion": rv.to_string(),
+                         "labels": {"app": "w"}},
+            "spec": {"nodeName": node, "containers": []},
+        });
+        Item::new(
+            Kind::Pod,
+            "ml".into(),
+            name.into(),
+            rv,
+            serde_json::to_vec(&json).unwrap(),
+        )
+        .unwrap()
+    }
+
+    fn types(c: &Cache, after: u64) -> Vec<(u64, EvType, String)> {
+        match c.after(after, 100) {
+            After::Changes(cs, _) => cs
+                .iter()
+                .map(|c| (c.rv, c.ty, c.obj.name.clone()))
+                .collect(),
+            After::Expired { .. } => panic!("expired"),
+        }
+    }
+
+    #[test]
+    fn a_relist_becomes_the_changes_it_implies() {
+        let c = Cache::new(Kind::Pod, Duration::from_secs(600));
+        c.relisted(None, vec![pod("a", 5, "n1"), pod("b", 6, "n1")], 10);
+        assert_eq!(c.rv(), 10);
+        c.apply(pod("a", 12, "n2"));
+        // The feed missed some changes and relisted at 20: b deleted, c added.
+        c.relisted(None, vec![pod("a", 12, "n2"), pod("c", 15, "n1")], 20);
+        assert_eq!(
+            types(&c, 10),
+            vec![
+                (12, EvType::Modified, "a".into()),
+                (15, EvType::Added, "c".into()),
+                (20, EvType::Deleted, "b".into()),
+            ]
+        );
+        assert_eq!(c.len(), 2);
+        let (rv, items) = c.snapshot(|i| i.node_name == "n1");
+        assert_eq!((rv, items.len()), (20, 1));
+    }
+
+    #[test]
+    fn past_the_history_is_gone_and_frames_are_encoded_once() {
+        let c = Cache::new(Kind::Pod, Duration::ZERO);
+        c.relisted(None, vec![], 1);
+        c.apply(pod("a", 2, "n"));
+        std::thread::sleep(Duration::from_millis(2));
+        c.apply(pod("a", 3, "n"));
+        assert!(matches!(c.after(1, 10), After::Expired { oldest: 2 }));
+        let After::Changes(cs, upto) = c.after(2, 10) else {
+            panic!("resumable")
+        };
+        assert_eq!(upto, 3);
+        let a = cs[0].frame(Kind::Pod, Wire::Protobuf, EvType::Modified);
+        let b = cs[0].frame(Kind::Pod, Wire::Protobuf, EvType::Modified);
+        assert_eq!(a.as_ptr(), b.as_ptr(), "the same bytes for every subscriber");
+    }
+}

@@ -1,0 +1,584 @@
+//! The relay's HTTP API: the kube-apiserver paths of Pods, Services and
+//! Jobs (namespaced and cluster-wide), read-only.
+//!
+//! - `GET` list and get, in JSON or Protobuf by `Accept`, with
+//!   `labelSelector` (set-based too) and `fieldSelector` (`metadata.name`,
+//!   `metadata.namespace`, and for Pods `spec.nodeName`).
+//! - `watch=true` from a `resourceVersion` (the API server's own),
+//!   `allowWatchBookmarks`, `sendInitialEvents=true` with the
+//!   `k8s.io/initial-events-end` bookmark, `timeoutSeconds`; 410 Gone past
+//!   the history, and for a version the relay has not reached yet, a wait
+//!   of up to 3 s and then 504, as kube-apiserver's watch cache does.
+//! - Discovery (`/api`, `/apis`, `/api/v1`, `/apis/batch/v1`, `/version`)
+//!   enough for kubectl.
+//! - Any other verb: 405. No valid ServiceAccount token: 401.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use bytes::Bytes;
+use podns_kapi::pbenc::{self, Media};
+use podns_kapi::selector::{Field, FieldSelector, LabelSelector};
+use podns_kapi::watch::{EvType, bookmark_line, event_line};
+use podns_kapi::Kind;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::auth::{Auth, Denied};
+use super::cache::{self, After, Cache, Item, Wire};
+use super::{Relay, RelayConfig};
+
+/// How long a watch from a version the relay has not reached waits for it.
+const FUTURE_WAIT: Duration = Duration::from_secs(3);
+
+/// Changes read from the history at once per subscriber.
+const BATCH: usize = 1024;
+
+struct Server {
+    relay: Arc<Relay>,
+    auth: Auth,
+    bookmark_every: Duration,
+    shutdown: CancellationToken,
+}
+
+/// Serve the relay on `listener` until `shutdown`.
+pub async fn run(
+    listener: TcpListener,
+    relay: Arc<Relay>,
+    auth: Auth,
+    cfg: &RelayConfig,
+    shutdown: CancellationToken,
+) {
+    let server = Arc::new(Server {
+        relay,
+        auth,
+        bookmark_every: cfg.bookmark_every,
+        shutdown: shutdown.clone(),
+    });
+    let app = axum::Router::new()
+        .fallback(handle)
+        .with_state(server);
+    if let Err(error) = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+    {
+        tracing::error!(%error, "relay server failed");
+    }
+}
+
+/// An error as the API server answers it: a `Status`.
+#[derive(Debug)]
+struct ApiError {
+    code: u16,
+    reason: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    fn status(&self) -> Value {
+        json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        })
+    }
+
+    fn response(&self) -> Response {
+        json_response(self.code, serde_json::to_vec(&self.status()).unwrap_or_default())
+    }
+}
+
+fn json_response(code: u16, body: impl Into<Bytes>) -> Response {
+    let mut r = Response::new(Body::from(body.into()));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn value_response(v: &Value) -> Response {
+    json_response(200, serde_json::to_vec(v).unwrap_or_default())
+}
+
+async fn handle(State(s): State<Arc<Server>>, req: Request) -> Response {
+    match serve(&s, req).await {
+        Ok(r) => r,
+        Err(e) => e.response(),
+    }
+}
+
+/// What a path names.
+struct Target {
+    kind: Kind,
+    ns: Option<String>,
+    name: Option<String>,
+}
+
+fn parse_target(path: &str) -> Option<Target> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let rest = match segs.as_slice() {
+        ["api", "v1", rest @ ..] => (rest, ""),
+        ["apis", "batch", "v1", rest @ ..] => (rest, "batch"),
+        _ => return None,
+    };
+    let (rest, group) = rest;
+    let (ns, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some((*ns).to_owned()), rest),
+        rest => (None, rest),
+    };
+    let (plural, name) = match rest {
+        [plural] => (*plural, None),
+        [plural, name] if ns.is_some() => (*plural, Some((*name).to_owned())),
+        _ => return None,
+    };
+    let kind = Kind::from_plural(plural).filter(|k| super::KINDS.contains(k))?;
+    (kind.group() == group).then_some(Target { kind, ns, name })
+}
+
+async fn serve(s: &Arc<Server>, req: Request) -> Result<Response, ApiError> {
+    let path = req.uri().path().to_owned();
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            format!(
+                "the relay is read-only: {} is not allowed on {path}",
+                req.method()
+            ),
+        ));
+    }
+    let authorization = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if let Err(denied) = s.auth.check(authorization).await {
+        let (code, reason, message) = match denied {
+            Denied::NoToken => (401, "Unauthorized", "Unauthorized: no bearer token".to_owned()),
+            Denied::Invalid(why) => (401, "Unauthorized", format!("Unauthorized: {why}")),
+            Denied::Unavailable(why) => (
+                503,
+                "ServiceUnavailable",
+                format!("cannot check the token now: {why}"),
+            ),
+        };
+        return Err(ApiError::new(code, reason, message));
+    }
+    match path.trim_end_matches('/') {
+        "/version" => return Ok(value_response(&version())),
+        "/api" => return Ok(value_response(&json!({"kind": "APIVersions", "versions": ["v1"]}))),
+        "/apis" => return Ok(value_response(&api_groups())),
+        "/api/v1" => return Ok(value_response(&resources("v1", &[Kind::Pod, Kind::Service]))),
+        "/apis/batch" => return Ok(value_response(&batch_group())),
+        "/apis/batch/v1" => return Ok(value_response(&resources("batch/v1", &[Kind::Job]))),
+        _ => {}
+    }
+    let target = parse_target(&path).ok_or_else(|| {
+        ApiError::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
+    })?;
+    let query: HashMap<String, String> =
+        serde_urlencoded::from_str(req.uri().query().unwrap_or(""))
+            .map_err(|e| ApiError::new(400, "BadRequest", format!("bad query: {e}")))?;
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    let media = pbenc::negotiate(accept, true).ok_or_else(|| {
+        ApiError::new(406, "NotAcceptable", "only application/json and application/vnd.kubernetes.protobuf are served")
+    })?;
+    let wire = match media {
+        Media::Json => Wire::Json,
+        Media::Protobuf => Wire::Protobuf,
+    };
+    let cache = s
+        .relay
+        .cache(target.kind)
+        .ok_or_else(|| ApiError::new(404, "NotFound", "not relayed"))?
+        .clone();
+    if !cache.is_synced() {
+        return Err(ApiError::new(
+            503,
+            "ServiceUnavailable",
+            "the relay has not listed from the API server yet",
+        ));
+    }
+    let filter = Filter::new(&target, &query)?;
+    if let Some(name) = &target.name {
+        let (_, items) = cache.snapshot(|i| i.name == *name && Some(&i.ns) == target.ns.as_ref());
+        let item = items.first().ok_or_else(|| {
+            ApiError::new(
+                404,
+                "NotFound",
+                format!("{} \"{name}\" not found", target.kind.resource()),
+            )
+        })?;
+        return Ok(object_response(target.kind, item, wire));
+    }
+    let watching = query
+        .get("watch")
+        .is_some_and(|v| v == "true" || v == "1");
+    if watching {
+        watch(s, cache, filter, &query, wire).await
+    } else {
+        Ok(list(&cache, &filter, wire))
+    }
+}
+
+/// A request's namespace, labels and fields.
+struct Filter {
+    ns: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl Filter {
+    fn new(t: &Target, q: &HashMap<String, String>) -> Result<Self, ApiError> {
+        let bad = |e: podns_kapi::selector::SelectorError| ApiError::new(400, "BadRequest", e.to_string());
+        let labels = LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str)).map_err(bad)?;
+        let allowed: &[Field] = match t.kind {
+            Kind::Pod => &[Field::Name, Field::Namespace, Field::NodeName],
+            _ => &[Field::Name, Field::Namespace],
+        };
+        let fields =
+            FieldSelector::parse(q.get("fieldSelector").map_or("", String::as_str), allowed).map_err(bad)?;
+        Ok(Self {
+            ns: t.ns.clone(),
+            labels,
+            fields,
+        })
+    }
+
+    fn matches(&self, o: &Item) -> bool {
+        self.ns.as_ref().is_none_or(|ns| *ns == o.ns)
+            && self.labels.matches(&o.labels)
+            && self.fields.matches(|f| match f {
+                Field::Name => o.name.clone(),
+                Field::Namespace => o.ns.clone(),
+                Field::NodeName => o.node_name.clone(),
+                Field::Phase => String::new(),
+            })
+    }
+}
+
+fn object_response(kind: Kind, item: &Item, wire: Wire) -> Response {
+    let (body, ct) = match wire {
+        Wire::Json => (item.json.clone(), "application/json"),
+        Wire::Protobuf => (item.pb_object(kind), pbenc::PROTOBUF),
+    };
+    let mut r = Response::new(Body::from(body));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    r
+}
+
+fn list(cache: &Cache, filter: &Filter, wire: Wire) -> Response {
+    let (rv, items) = cache.snapshot(|o| filter.matches(o));
+    let kind = cache.kind;
+    let (chunks, ct): (Vec<Bytes>, &str) = match wire {
+        Wire::Json => {
+            let mut head = format!(
+                "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{rv}\"}},\"items\":[",
+                kind.list_name(),
+                kind.api_version()
+            )
+            .into_bytes();
+            let mut out = Vec::with_capacity(items.len() + 2);
+            for (i, o) in items.iter().enumerate() {
+                if i > 0 {
+                    head.push(b',');
+                }
+                head.extend_from_slice(&o.json);
+                if head.len() > 64 * 1024 {
+                    out.push(Bytes::from(std::mem::take(&mut head)));
+                }
+            }
+            head.extend_from_slice(b"]}");
+            out.push(Bytes::from(head));
+            (out, "application/json")
+        }
+        Wire::Protobuf => {
+            let total = items.iter().map(|o| o.pb_item.len()).sum();
+            let mut out = vec![Bytes::from(pbenc::list_head(kind, rv, None, total))];
+            out.extend(items.iter().map(|o| o.pb_item.clone()));
+            (out, pbenc::PROTOBUF)
+        }
+    };
+    let stream = futures::stream::iter(chunks.into_iter().map(Ok::<_, Infallible>));
+    let mut r = Response::new(Body::from_stream(stream));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    r
+}
+
+fn parse_rv(s: &str) -> Result<u64, ApiError> {
+    s.parse().map_err(|_| {
+        ApiError::new(
+            400,
+            "BadRequest",
+            format!("invalid resource version \"{s}\""),
+        )
+    })
+}
+
+async fn watch(
+    s: &Arc<Server>,
+    cache: Arc<Cache>,
+    filter: Filter,
+    q: &HashMap<String, String>,
+    wire: Wire,
+) -> Result<Response, ApiError> {
+    let truthy = |k: &str| q.get(k).is_some_and(|v| v == "true" || v == "1");
+    let bookmarks = truthy("allowWatchBookmarks");
+    let send_initial = q.get("sendInitialEvents").map(|v| v == "true" || v == "1");
+    let rvm = q.get("resourceVersionMatch").filter(|v| !v.is_empty());
+    let invalid = |m: &str| ApiError::new(422, "Invalid", m.to_owned());
+    if send_initial.is_some() {
+        if rvm.map(String::as_str) != Some("NotOlderThan") {
+            return Err(invalid("resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"));
+        }
+        if !bookmarks {
+            return Err(invalid("allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true"));
+        }
+    } else if rvm.is_some() {
+        return Err(invalid("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"));
+    }
+    let timeout = match q.get("timeoutSeconds") {
+        Some(v) => Some(Duration::from_secs(v.parse().map_err(|_| {
+            ApiError::new(400, "BadRequest", "invalid timeoutSeconds")
+        })?)),
+        None => None,
+    };
+    let start = match q.get("resourceVersion").map(String::as_str) {
+        None | Some("") | Some("0") => None,
+        Some(v) => Some(parse_rv(v)?),
+    };
+    if let Some(want) = start {
+        // Another relay may be ahead of this one: wait a little, as the
+        // API server's watch cache waits for etcd.
+        let mut changes = cache.subscribe();
+        let deadline = Instant::now() + FUTURE_WAIT;
+        while cache.rv() < want {
+            if tokio::time::timeout_at(deadline, changes.changed()).await.is_err() {
+                return Err(ApiError::new(
+                    504,
+                    "Timeout",
+                    format!("Too large resource version: {want}, current: {}", cache.rv()),
+                ));
+            }
+        }
+    }
+    let initial = send_initial.unwrap_or(start.is_none());
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(16);
+    let sub = Subscriber {
+        cache,
+        filter,
+        wire,
+        bookmarks,
+        initial,
+        initial_end: send_initial == Some(true),
+        start,
+        deadline: timeout.map(|d| Instant::now() + d),
+        every: s.bookmark_every,
+        shutdown: s.shutdown.clone(),
+        tx,
+    };
+    tokio::spawn(sub.run());
+    let mut r = Response::new(Body::from_stream(
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+    ));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(match wire {
+            Wire::Json => "application/json",
+            Wire::Protobuf => pbenc::PROTOBUF_WATCH,
+        }),
+    );
+    Ok(r)
+}
+
+/// One watch: initial events if asked, then the history from its position.
+struct Subscriber {
+    cache: Arc<Cache>,
+    filter: Filter,
+    wire: Wire,
+    bookmarks: bool,
+    initial: bool,
+    initial_end: bool,
+    start: Option<u64>,
+    deadline: Option<Instant>,
+    every: Duration,
+    shutdown: CancellationToken,
+    tx: mpsc::Sender<Result<Bytes, Infallible>>,
+}
+
+impl Subscriber {
+    async fn send(&self, b: Bytes) -> bool {
+        self.tx.send(Ok(b)).await.is_ok()
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        let kind = self.cache.kind;
+        match self.wire {
+            Wire::Json => bookmark_line(kind, rv, initial_end),
+            Wire::Protobuf => Bytes::from(pbenc::watch_frame(
+                "BOOKMARK",
+                pbenc::bookmark_object(kind, rv, initial_end),
+            )),
+        }
+    }
+
+    fn gone(&self, rv: u64, oldest: u64) -> Bytes {
+        let status = ApiError::new(
+            410,
+            "Expired",
+            format!("too old resource version: {rv} ({oldest})"),
+        )
+        .status();
+        match self.wire {
+            Wire::Json => event_line("ERROR", &serde_json::to_vec(&status).unwrap_or_default()),
+            Wire::Protobuf => Bytes::from(pbenc::watch_frame("ERROR", pbenc::status(&status))),
+        }
+    }
+
+    async fn run(self) {
+        let kind = self.cache.kind;
+        let mut changes = self.cache.subscribe();
+        let mut cursor = match self.start {
+            Some(rv) if !self.initial => rv,
+            _ => {
+                let (rv, items) = self.cache.snapshot(|o| self.filter.matches(o));
+                for o in items {
+                    if !self.send(cache::frame(kind, self.wire, EvType::Added, &o)).await {
+                        return;
+                    }
+                }
+                if self.initial_end && !self.send(self.bookmark(rv, true)).await {
+                    return;
+                }
+                rv
+            }
+        };
+        let mut next_bookmark = Instant::now() + self.every;
+        loop {
+            changes.borrow_and_update();
+            match self.cache.after(cursor, BATCH) {
+                After::Expired { oldest } => {
+                    self.send(self.gone(cursor, oldest)).await;
+                    return;
+                }
+                After::Changes(batch, upto) => {
+                    let full = batch.len() == BATCH;
+                    for c in batch {
+                        let before = c.prev.as_ref().is_some_and(|p| self.filter.matches(p));
+                        let now = self.filter.matches(&c.obj);
+                        if let Some(ty) = c.ty.seen(before, now)
+                            && !self.send(c.frame(kind, self.wire, ty)).await
+                        {
+                            return;
+                        }
+                    }
+                    cursor = upto;
+                    if full {
+                        continue;
+                    }
+                }
+            }
+            let deadline = self.deadline;
+            tokio::select! {
+                r = changes.changed() => if r.is_err() { return },
+                () = tokio::time::sleep_until(next_bookmark), if self.bookmarks => {
+                    if !self.send(self.bookmark(cursor, false)).await {
+                        return;
+                    }
+                    next_bookmark = Instant::now() + self.every;
+                }
+                () = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => return,
+                () = self.shutdown.cancelled() => return,
+                () = self.tx.closed() => return,
+            }
+        }
+    }
+}
+
+fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": "34",
+        "gitVersion": concat!("v1.34.0-podns-relay-", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "",
+        "goVersion": "",
+        "compiler": "rustc",
+        "platform": "linux",
+    })
+}
+
+fn batch_group() -> Value {
+    json!({
+        "kind": "APIGroup", "apiVersion": "v1", "name": "batch",
+        "versions": [{"groupVersion": "batch/v1", "version": "v1"}],
+        "preferredVersion": {"groupVersion": "batch/v1", "version": "v1"},
+    })
+}
+
+fn api_groups() -> Value {
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [batch_group()]})
+}
+
+/// The resources of one group version, read-only.
+fn resources(group_version: &str, kinds: &[Kind]) -> Value {
+    let resources: Vec<Value> = kinds
+        .iter()
+        .map(|k| {
+            json!({
+                "name": k.plural(),
+                "singularName": k.name().to_ascii_lowercase(),
+                "namespaced": true,
+                "kind": k.name(),
+                "verbs": ["get", "list", "watch"],
+            })
+        })
+        .collect();
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_name_the_relayed_kinds_only() {
+        let t = parse_target("/api/v1/namespaces/ml/pods").unwrap();
+        assert_eq!((t.kind, t.ns.as_deref(), t.name), (Kind::Pod, Some("ml"), None));
+        let t = parse_target("/apis/batch/v1/namespaces/ml/jobs/j").unwrap();
+        assert_eq!((t.kind, t.name.as_deref()), (Kind::Job, Some("j")));
+        assert!(parse_target("/api/v1/services").is_some());
+        assert!(parse_target("/api/v1/nodes").is_none());
+        assert!(parse_target("/api/v1/jobs").is_none(), "jobs are batch");
+        assert!(parse_target("/apis/batch/v1/pods").is_none());
+        assert!(parse_target("/api/v1/namespaces/ml/pods/p/status").is_none());
+    }
+}

@@ -1,0 +1,177 @@
+//! The relay (`podns serve --relay-listen`): a read-only Kubernetes API of
+//! slim Pods, Services and Jobs, served from what this podns already
+//! watches, so that node instances watch a few relays instead of every
+//! node watching the API server.
+//!
+//! The relay is what kube-apiserver's own watch cache is, one tier out:
+//! each kind's objects and a history of changes keyed by the API server's
+//! own resourceVersions ([`cache`]), so a client can list, watch, resume
+//! on any relay replica without a relist, and gets 410 only past the
+//! history; each change encoded once for every subscriber; label and
+//! field selectors (`spec.nodeName`, `metadata.namespace`) evaluated here,
+//! so a subscriber is sent only what it asked for ([`http`]). Objects carry
+//! only what DNS reads ([`objects`]). Clients authenticate with a
+//! ServiceAccount token the relay checks with a TokenReview ([`auth`]).
+//!
+//! The feed ([`Feed`]) is the watch loop's: each watch of a relayed kind
+//! hands every event to its kind's cache as well as to the index writer.
+
+pub mod auth;
+pub mod cache;
+pub mod http;
+pub mod objects;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use kube::runtime::watcher::Event;
+use podns_kapi::Kind;
+
+pub use cache::{Cache, Item};
+pub use objects::Relayed;
+
+/// The kinds the relay serves.
+pub const KINDS: [Kind; 3] = [Kind::Pod, Kind::Service, Kind::Job];
+
+/// `--relay-*` flags.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelayConfig {
+    pub listen: SocketAddr,
+    /// Changes are kept at least this long: a client that reconnects
+    /// within it resumes without a relist.
+    pub history: Duration,
+    /// How often an idle watch gets a bookmark.
+    pub bookmark_every: Duration,
+    /// Write a kubeconfig for node instances on this machine here.
+    pub kubeconfig_out: Option<PathBuf>,
+    /// The ServiceAccount (namespace, name) whose token that kubeconfig
+    /// carries.
+    pub kubeconfig_account: (String, String),
+}
+
+impl RelayConfig {
+    pub fn new(listen: SocketAddr) -> Self {
+        Self {
+            listen,
+            history: Duration::from_secs(15 * 60),
+            bookmark_every: Duration::from_secs(60),
+            kubeconfig_out: None,
+            kubeconfig_account: ("default".into(), "podns-node".into()),
+        }
+    }
+}
+
+/// The relay's caches, one per kind.
+pub struct Relay {
+    caches: HashMap<Kind, Arc<Cache>>,
+    /// Namespaces the watches cover (empty: all).
+    namespaces: Vec<String>,
+}
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relay")
+            .field("namespaces", &self.namespaces)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One relay is equal only to itself (the watch configuration compares).
+impl PartialEq for Relay {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+impl Eq for Relay {}
+
+impl Relay {
+    pub fn new(history: Duration, namespaces: Vec<String>) -> Arc<Self> {
+        Arc::new(Self {
+            caches: KINDS
+                .into_iter()
+                .map(|k| (k, Cache::new(k, history)))
+                .collect(),
+            namespaces,
+        })
+    }
+
+    pub fn cache(&self, kind: Kind) -> Option<&Arc<Cache>> {
+        self.caches.get(&kind)
+    }
+
+    /// The feed of one watch (`kind` in `namespace`, or all).
+    pub fn feed(&self, kind: Kind, namespace: Option<String>) -> Option<Feed> {
+        Some(Feed {
+            cache: self.cache(kind)?.clone(),
+            namespace,
+            seen: Arc::new(AtomicU64::new(0)),
+            listing: None,
+        })
+    }
+
+    /// True once every kind has had its first list.
+    pub fn is_synced(&self) -> bool {
+        self.caches.values().all(|c| c.is_synced())
+    }
+}
+
+/// What one watch hands the relay: its events, as they arrive.
+pub struct Feed {
+    cache: Arc<Cache>,
+    namespace: Option<String>,
+    /// The resourceVersion the watch would resume from, published by the
+    /// watcher (a list's, for the end of a list).
+    seen: Arc<AtomicU64>,
+    /// A list in progress.
+    listing: Option<Vec<Item>>,
+}
+
+impl Feed {
+    pub fn seen(&self) -> Arc<AtomicU64> {
+        self.seen.clone()
+    }
+
+    /// One event of the watch; `item` is the object as the relay serves it.
+    pub fn on_event<K: kube::Resource>(
+        &mut self,
+        event: &Event<K>,
+        item: impl Fn(&K) -> Option<Item>,
+    ) {
+        match event {
+            Event::Init => self.listing = Some(Vec::new()),
+            Event::InitApply(o) => {
+                if let Some(item) = item(o) {
+                    self.listing.get_or_insert_with(Vec::new).push(item);
+                }
+            }
+            Event::InitDone => {
+                let items = self.listing.take().unwrap_or_default();
+                let rv = self.seen.load(Ordering::Acquire);
+                self.cache.relisted(self.namespace.as_deref(), items, rv);
+            }
+            Event::Apply(o) => match item(o) {
+                Some(item) => self.cache.apply(item),
+                // Now malformed: withdrawn, as the index withdraws it.
+                None => self.delete(o),
+            },
+            Event::Delete(o) => self.delete(o),
+        }
+    }
+
+    fn delete<K: kube::Resource>(&self, o: &K) {
+        let m = o.meta();
+        let rv = m
+            .resource_version
+            .as_deref()
+            .and_then(|rv| rv.parse().ok())
+            .unwrap_or_else(|| self.seen.load(Ordering::Acquire));
+        if let Some(name) = &m.name {
+            self.cache
+                .delete(m.namespace.as_deref().unwrap_or(""), name, rv);
+        }
+    }
+}

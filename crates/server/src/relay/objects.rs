@@ -1,0 +1,239 @@
+//! The slim objects the relay serves: exactly the fields podns decodes
+//! (`k8s::slim`), written back as the API server spells them, so a node
+//! instance decodes from the relay what it would have decoded from the API
+//! server, and kubectl and kube-rs read them as ordinary objects. No
+//! managedFields, no container images, no volumes: a training pod of a few
+//! kilobytes becomes a few hundred bytes.
+
+use podns_kapi::Kind;
+use serde_json::{Map, Value, json};
+
+use super::cache::Item;
+use crate::k8s::slim::{
+    IntOrStr, Loose, LooseStr, LooseVec, SlimJob, SlimMeta, SlimPod, SlimService,
+};
+
+/// What the relay serves of an object it watches.
+pub trait Relayed {
+    const KIND: Kind;
+    /// The object as the relay serves it; `None` for an object podns
+    /// itself skips as malformed (the watch logs it).
+    fn relayed(&self) -> Option<Item>;
+}
+
+fn put(m: &mut Map<String, Value>, k: &str, v: Option<Value>) {
+    if let Some(v) = v {
+        m.insert(k.to_owned(), v);
+    }
+}
+
+fn s(l: &LooseStr) -> Option<Value> {
+    l.get().map(|s| Value::String(s.clone()))
+}
+
+fn items<T>(l: &LooseVec<T>) -> impl Iterator<Item = &T> {
+    l.get().into_iter().flatten().filter_map(Loose::get)
+}
+
+fn string_map(entries: &[(String, String)]) -> Option<Value> {
+    (!entries.is_empty()).then(|| {
+        Value::Object(
+            entries
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect(),
+        )
+    })
+}
+
+fn metadata(m: &kube::api::ObjectMeta, sm: &SlimMeta) -> Value {
+    let mut o = Map::new();
+    put(&mut o, "name", m.name.clone().map(Value::String));
+    put(&mut o, "namespace", m.namespace.clone().map(Value::String));
+    put(&mut o, "uid", m.uid.clone().map(Value::String));
+    put(
+        &mut o,
+        "resourceVersion",
+        m.resource_version.clone().map(Value::String),
+    );
+    put(
+        &mut o,
+        "creationTimestamp",
+        sm.creation_timestamp.clone().map(Value::String),
+    );
+    put(
+        &mut o,
+        "deletionTimestamp",
+        sm.deletion_timestamp.clone().map(Value::String),
+    );
+    put(&mut o, "labels", string_map(&sm.labels));
+    put(&mut o, "annotations", string_map(&sm.annotations));
+    Value::Object(o)
+}
+
+/// The identity and encoding every kind shares.
+fn item(kind: Kind, m: &kube::api::ObjectMeta, v: Value) -> Option<Item> {
+    let rv = m.resource_version.as_deref()?.parse().ok()?;
+    Item::new(
+        kind,
+        m.namespace.clone().unwrap_or_default(),
+        m.name.clone()?,
+        rv,
+        serde_json::to_vec(&v).ok()?,
+    )
+}
+
+impl Relayed for SlimPod {
+    const KIND: Kind = Kind::Pod;
+    fn relayed(&self) -> Option<Item> {
+        if self.malformed.is_some() {
+            return None;
+        }
+        let mut spec = Map::new();
+        put(&mut spec, "hostname", s(&self.spec.hostname));
+        put(&mut spec, "subdomain", s(&self.spec.subdomain));
+        put(&mut spec, "nodeName", s(&self.spec.node_name));
+        put(
+            &mut spec,
+            "hostNetwork",
+            self.spec.host_network.get().map(|b| Value::Bool(*b)),
+        );
+        // Containers only for their named ports (SRV of a pod's ports);
+        // `name` is required by the API's schema.
+        let containers: Vec<Value> = items(&self.spec.containers)
+            .map(|c| {
+                let ports: Vec<Value> = items(&c.ports)
+                    .map(|p| {
+                        let mut o = Map::new();
+                        put(&mut o, "name", s(&p.name));
+                        put(&mut o, "containerPort", p.container_port.get().map(|n| json!(n)));
+                        put(&mut o, "protocol", s(&p.protocol));
+                        Value::Object(o)
+                    })
+                    .collect();
+                let mut o = Map::new();
+                o.insert(
+                    "name".into(),
+                    s(&c.name).unwrap_or_else(|| Value::String(String::new())),
+                );
+                if !ports.is_empty() {
+                    o.insert("ports".into(), Value::Array(ports));
+                }
+                Value::Object(o)
+            })
+            .collect();
+        spec.insert("containers".into(), Value::Array(containers));
+        let mut status = Map::new();
+        put(&mut status, "phase", s(&self.status.phase));
+        put(&mut status, "podIP", s(&self.status.pod_ip));
+        let ips: Vec<Value> = items(&self.status.pod_ips)
+            .filter_map(|p| s(&p.ip).map(|ip| json!({"ip": ip})))
+            .collect();
+        if !ips.is_empty() {
+            status.insert("podIPs".into(), Value::Array(ips));
+        }
+        let conditions: Vec<Value> = items(&self.status.conditions)
+            .map(|c| {
+                let mut o = Map::new();
+                put(&mut o, "type", s(&c.type_));
+                put(&mut o, "status", s(&c.status));
+                Value::Object(o)
+            })
+            .collect();
+        if !conditions.is_empty() {
+            status.insert("conditions".into(), Value::Array(conditions));
+        }
+        let v = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": metadata(&self.metadata, &self.meta),
+            "spec": spec,
+            "status": status,
+        });
+        item(Kind::Pod, &self.metadata, v)
+    }
+}
+
+impl Relayed for SlimService {
+    const KIND: Kind = Kind::Service;
+    fn relayed(&self) -> Option<Item> {
+        if self.malformed.is_some() {
+            return None;
+        }
+        let sp = &self.spec;
+        let mut spec = Map::new();
+        put(&mut spec, "type", s(&sp.type_));
+        put(&mut spec, "clusterIP", s(&sp.cluster_ip));
+        let ips: Vec<Value> = items(&sp.cluster_ips).map(|ip| json!(ip)).collect();
+        if !ips.is_empty() {
+            spec.insert("clusterIPs".into(), Value::Array(ips));
+        }
+        put(
+            &mut spec,
+            "selector",
+            sp.selector.get().and_then(|m| string_map(&m.entries)),
+        );
+        let ports: Vec<Value> = items(&sp.ports)
+            .map(|p| {
+                let mut o = Map::new();
+                put(&mut o, "name", s(&p.name));
+                put(&mut o, "port", p.port.get().map(|n| json!(n)));
+                put(&mut o, "protocol", s(&p.protocol));
+                put(
+                    &mut o,
+                    "targetPort",
+                    p.target_port.get().map(|t| match t {
+                        IntOrStr::Int(n) => json!(n),
+                        IntOrStr::Str(s) => json!(s),
+                    }),
+                );
+                Value::Object(o)
+            })
+            .collect();
+        if !ports.is_empty() {
+            spec.insert("ports".into(), Value::Array(ports));
+        }
+        put(&mut spec, "externalName", s(&sp.external_name));
+        put(
+            &mut spec,
+            "publishNotReadyAddresses",
+            sp.publish_not_ready_addresses.get().map(|b| json!(b)),
+        );
+        let v = json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": metadata(&self.metadata, &self.meta),
+            "spec": spec,
+        });
+        item(Kind::Service, &self.metadata, v)
+    }
+}
+
+impl Relayed for SlimJob {
+    const KIND: Kind = Kind::Job;
+    fn relayed(&self) -> Option<Item> {
+        if self.malformed.is_some() {
+            return None;
+        }
+        let mut spec = Map::new();
+        put(
+            &mut spec,
+            "completions",
+            self.spec.completions.get().map(|n| json!(n)),
+        );
+        put(
+            &mut spec,
+            "parallelism",
+            self.spec.parallelism.get().map(|n| json!(n)),
+        );
+        // Required by the schema; the relay serves no pod template.
+        spec.insert("template".into(), json!({}));
+        let v = json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": metadata(&self.metadata, &self.meta),
+            "spec": spec,
+        });
+        item(Kind::Job, &self.metadata, v)
+    }
+}

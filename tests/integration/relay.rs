@@ -1,0 +1,395 @@
+//! The relay (`--relay-listen`): kube-rs and kubectl read it as if it were
+//! an API server; it resumes watches by the API server's own
+//! resourceVersions, on any relay; 410 past its history; 401 without a
+//! valid ServiceAccount token, 405 for writes.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::runtime::watcher;
+use podns_server::k8s::slim::SlimPod;
+use podns_server::k8s::wire::{Wire, list_page};
+use serde_json::json;
+
+use crate::daemons::find_tool;
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(30);
+
+/// `--relay-listen` on loopback and a kubeconfig for node instances.
+fn relay_flags(dir: &Path) -> Vec<String> {
+    vec![
+        "--relay-listen=127.0.0.1:0".into(),
+        format!("--relay-kubeconfig-out={}", dir.join("relay.yaml").display()),
+    ]
+}
+
+async fn env_with_relay(extra: &[&str]) -> (Env, tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut flags = relay_flags(dir.path());
+    flags.extend(extra.iter().map(|s| s.to_string()));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let env = env(&["--kubelet"], &flags).await;
+    let path = dir.path().join("relay.yaml");
+    wait_for("the relay kubeconfig", T, || {
+        let p = path.clone();
+        async move { p.exists() }
+    })
+    .await;
+    (env, dir, path)
+}
+
+/// A client of the relay from the kubeconfig it wrote, pointed at `server`
+/// if given (another relay, the same token).
+async fn relay_client(kubeconfig: &Path, server: Option<std::net::SocketAddr>) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    if let Some(addr) = server {
+        config.cluster_url = format!("http://{addr}").parse().unwrap();
+    }
+    kube::Client::try_from(config).unwrap()
+}
+
+/// The pods of `ns` with an IP, through `client`.
+async fn pods_with_ip(client: &kube::Client, ns: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    api.list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
+    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
+    create_job(&env.client, "ml", "train", 4, "indexed-job").await;
+    let relay = relay_client(&kubeconfig, None).await;
+    wait_for("4 pods with IPs through the relay", T, || async {
+        pods_with_ip(&relay, "ml").await.len() == 4
+    })
+    .await;
+    // The same objects as the API server's, slimmed: identity,
+    // resourceVersion, placement, addresses and labels kept; the rest gone.
+    let from_sim: Vec<Pod> = Api::<Pod>::namespaced(env.client.clone(), "ml")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let relayed = pods_with_ip(&relay, "ml").await;
+    for p in &relayed {
+        let name = p.metadata.name.as_deref().unwrap();
+        let s = from_sim
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some(name))
+            .expect("the pod is the API server's");
+        assert_eq!(p.metadata.uid, s.metadata.uid, "{name}");
+        assert_eq!(p.metadata.labels, s.metadata.labels, "{name}");
+        let (ps, ss) = (p.spec.as_ref().unwrap(), s.spec.as_ref().unwrap());
+        assert_eq!(ps.hostname, ss.hostname);
+        assert_eq!(ps.subdomain, ss.subdomain);
+        assert_eq!(ps.node_name, ss.node_name);
+        assert!(ps.node_name.is_some(), "scheduled");
+        assert!(
+            ps.containers.iter().all(|c| c.image.is_none()),
+            "no images"
+        );
+        assert!(p.metadata.managed_fields.is_none());
+        let (pst, sst) = (p.status.as_ref().unwrap(), s.status.as_ref().unwrap());
+        assert_eq!(pst.pod_ip, sst.pod_ip);
+        assert_eq!(pst.phase, sst.phase);
+    }
+    // get, and the other kinds.
+    let api: Api<Pod> = Api::namespaced(relay.clone(), "ml");
+    let one = relayed[0].metadata.name.clone().unwrap();
+    assert_eq!(api.get(&one).await.unwrap().metadata.name, Some(one.clone()));
+    let e = api.get("nope").await.unwrap_err();
+    assert!(matches!(e, kube::Error::Api(ref s) if s.code == 404), "{e}");
+    let svcs = Api::<Service>::namespaced(relay.clone(), "ml")
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        svcs.items.iter().any(|s| s.metadata.name.as_deref() == Some("train")),
+        "the job's headless Service"
+    );
+    let jobs = Api::<Job>::all(relay.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        jobs.items
+            .iter()
+            .any(|j| j.spec.as_ref().and_then(|s| s.completions) == Some(4))
+    );
+
+    // A field selector on the node: exactly that node's pods.
+    let node = relayed[0].spec.as_ref().unwrap().node_name.clone().unwrap();
+    let on_node = Api::<Pod>::all(relay.clone())
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .unwrap();
+    assert!(!on_node.items.is_empty());
+    assert!(
+        on_node
+            .items
+            .iter()
+            .all(|p| p.spec.as_ref().unwrap().node_name.as_deref() == Some(node.as_str()))
+    );
+
+    // kube-runtime's watcher with a streaming list and a label selector:
+    // a pod created afterwards arrives, and its deletion.
+    for streaming in [false, true] {
+        let mut cfg = watcher::Config::default().labels("app=extra");
+        if streaming {
+            cfg = cfg.streaming_lists();
+        }
+        let mut stream = watcher(Api::<Pod>::namespaced(relay.clone(), "ml"), cfg).boxed();
+        let name = format!("extra-{streaming}");
+        let mut created = false;
+        let mut seen_apply = false;
+        let deadline = tokio::time::Instant::now() + T;
+        while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, stream.next()).await {
+            match ev.unwrap() {
+                watcher::Event::InitDone if !created => {
+                    created = true;
+                    create_pod(&env.client, pod_json("ml", &name, json!({"app": "extra"}))).await;
+                }
+                watcher::Event::Apply(p) if p.metadata.name.as_deref() == Some(&name) => {
+                    seen_apply = true;
+                    Api::<Pod>::namespaced(env.client.clone(), "ml")
+                        .delete(&name, &DeleteParams::default().grace_period(0))
+                        .await
+                        .unwrap();
+                }
+                watcher::Event::Delete(p) if p.metadata.name.as_deref() == Some(&name) => break,
+                _ => {}
+            }
+        }
+        assert!(seen_apply, "the new pod arrived (streaming list: {streaming})");
+        assert!(tokio::time::Instant::now() < deadline, "its deletion arrived");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_and_json_lists_of_the_relay_decode_to_the_same_pods() {
+    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
+    create_job(&env.client, "ml", "bert", 6, "indexed-job").await;
+    let relay = relay_client(&kubeconfig, None).await;
+    wait_for("6 pods with IPs through the relay", T, || async {
+        pods_with_ip(&relay, "ml").await.len() == 6
+    })
+    .await;
+    let lp = ListParams::default();
+    let (pb, _) = list_page::<SlimPod>(&relay, Wire::Protobuf, "/api/v1/namespaces/ml/pods", &lp)
+        .await
+        .unwrap();
+    let (js, _) = list_page::<SlimPod>(&relay, Wire::Json, "/api/v1/namespaces/ml/pods", &lp)
+        .await
+        .unwrap();
+    assert_eq!(pb.len(), 6);
+    assert_eq!(pb, js, "both wires carry the same slim pods");
+    // And what podns reads from the relay is what it reads from the API
+    // server, field by field.
+    let (direct, _) = list_page::<SlimPod>(&env.client, Wire::Json, "/api/v1/namespaces/ml/pods", &lp)
+        .await
+        .unwrap();
+    for p in &pb {
+        let d = direct
+            .iter()
+            .find(|d| d.metadata.name == p.metadata.name)
+            .unwrap();
+        assert_eq!(p.metadata.resource_version, d.metadata.resource_version);
+        assert_eq!(p.meta, d.meta);
+        assert_eq!(p.status, d.status);
+        assert_eq!(p.spec.hostname, d.spec.hostname);
+        assert_eq!(p.spec.node_name, d.spec.node_name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_token_or_a_bad_one_is_401_and_writes_are_405() {
+    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
+    let addr = env.relay.unwrap();
+    let anonymous = kube::Client::try_from(kube::Config::new(
+        format!("http://{addr}").parse().unwrap(),
+    ))
+    .unwrap();
+    let e = Api::<Pod>::all(anonymous).list(&ListParams::default()).await.unwrap_err();
+    assert!(matches!(e, kube::Error::Api(ref s) if s.code == 401), "{e}");
+    let mut bad = kube::Config::new(format!("http://{addr}").parse().unwrap());
+    bad.auth_info.token = Some("not-a-token".to_string().into());
+    let e = Api::<Pod>::all(kube::Client::try_from(bad).unwrap())
+        .list(&ListParams::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, kube::Error::Api(ref s) if s.code == 401), "{e}");
+
+    let relay = relay_client(&kubeconfig, None).await;
+    let e = Api::<Pod>::namespaced(relay.clone(), "ml")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(pod_json("ml", "w", json!({}))).unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, kube::Error::Api(ref s) if s.code == 405), "{e}");
+    let e = Api::<Pod>::namespaced(relay, "ml")
+        .delete("w", &DeleteParams::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, kube::Error::Api(ref s) if s.code == 405), "{e}");
+}
+
+/// The resourceVersion of a list of `ns`'s pods through `client`.
+async fn list_rv(client: &kube::Client, ns: &str) -> String {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_resumes_on_another_relay_without_a_relist() {
+    let (env, dir, kubeconfig) = env_with_relay(&[]).await;
+    // A second podns with a relay, on the same API server.
+    let mut flags = vec!["--relay-listen=127.0.0.1:0".to_string()];
+    flags.push(format!(
+        "--relay-kubeconfig-out={}",
+        dir.path().join("second.yaml").display()
+    ));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let args = serve_args(&flags);
+    let listeners = podns_server::serve::Listeners::bind(
+        args.dns_listen,
+        args.udp_sockets,
+        args.admin_listen,
+    )
+    .unwrap()
+    .bind_relay(args.relay.as_ref().unwrap().listen)
+    .unwrap();
+    let b = podns_server::serve::start(&args, env.client.clone(), listeners, env.shutdown.clone());
+    let b_addr = b.relay_addr.unwrap();
+
+    let a = relay_client(&kubeconfig, None).await;
+    let bc = relay_client(&kubeconfig, Some(b_addr)).await;
+    ensure_ns(&env.client, "ml").await;
+    let rv = list_rv(&a, "ml").await;
+    create_pod(&env.client, pod_json("ml", "late", json!({"app": "late"}))).await;
+    // Relay B has never seen this client: it resumes from A's version.
+    wait_for("relay B to list", T, || async {
+        Api::<Pod>::all(bc.clone()).list(&ListParams::default()).await.is_ok()
+    })
+    .await;
+    let api: Api<Pod> = Api::namespaced(bc, "ml");
+    let mut events = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    let first = tokio::time::timeout(T, events.try_next())
+        .await
+        .expect("an event")
+        .unwrap()
+        .expect("the stream is open");
+    match first {
+        WatchEvent::Added(p) => assert_eq!(p.metadata.name.as_deref(), Some("late")),
+        other => panic!("expected the pod created after {rv}, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_history_a_watch_gets_410() {
+    let (env, _dir, kubeconfig) = env_with_relay(&["--relay-history=0s"]).await;
+    let relay = relay_client(&kubeconfig, None).await;
+    ensure_ns(&env.client, "ml").await;
+    let rv = list_rv(&relay, "ml").await;
+    for name in ["a", "b"] {
+        create_pod(&env.client, pod_json("ml", name, json!({}))).await;
+    }
+    wait_for("both pods through the relay", T, || async {
+        Api::<Pod>::namespaced(relay.clone(), "ml")
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items.len() == 2)
+            .unwrap_or(false)
+    })
+    .await;
+    let api: Api<Pod> = Api::namespaced(relay, "ml");
+    let mut events = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    let first = tokio::time::timeout(T, events.try_next()).await.expect("an event");
+    match first {
+        Ok(Some(WatchEvent::Error(e))) => assert_eq!(e.code, 410, "{e:?}"),
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 410, "{s:?}"),
+        other => panic!("expected 410, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_gets_and_watches_the_relay() {
+    let Some(kubectl) = find_tool("kubectl") else {
+        need("kubectl", false);
+        return;
+    };
+    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
+    create_job(&env.client, "ml", "gpt", 2, "indexed-job").await;
+    let relay = relay_client(&kubeconfig, None).await;
+    wait_for("2 pods with IPs through the relay", T, || async {
+        pods_with_ip(&relay, "ml").await.len() == 2
+    })
+    .await;
+    let kc = kubeconfig.display().to_string();
+    let out = std::process::Command::new(&kubectl)
+        .args(["--kubeconfig", &kc, "get", "pods", "-n", "ml", "-o", "yaml"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("gpt-0") && text.contains("gpt-1"), "{text}");
+    assert!(text.contains("podIP:"), "{text}");
+
+    // `get --watch`: a pod created while it watches shows up.
+    let mut child = std::process::Command::new(&kubectl)
+        .args(["--kubeconfig", &kc, "get", "pods", "-n", "ml", "--watch", "-o", "name"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = tokio::time::Instant::now() + T;
+    let mut created = false;
+    let mut found = false;
+    while let Ok(Some(line)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+        lines.push(line.clone());
+        if !created && line.contains("gpt-1") {
+            created = true;
+            create_pod(&env.client, pod_json("ml", "watched", json!({}))).await;
+        }
+        if line.contains("pod/watched") {
+            found = true;
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(found, "kubectl get --watch saw the new pod: {lines:?}");
+}
