@@ -1,5 +1,7 @@
 //! Discovery documents: enough for kubectl and client-go to find pods,
-//! services, namespaces and nodes in the core group, jobs in `batch/v1`,
+//! services, namespaces and nodes in the core group (and the
+//! `serviceaccounts/token` subresource), tokenreviews in
+//! `authentication.k8s.io/v1`, jobs in `batch/v1`,
 //! endpointslices in `discovery.k8s.io/v1` and ServiceCIDRs in
 //! `networking.k8s.io/v1`; and `/openapi/v3`, enough for kubectl to leave
 //! field validation to the server (so `kubectl apply` works without
@@ -51,6 +53,8 @@ pub fn api_v1() -> Value {
             {"name": "services", "singularName": "service", "namespaced": true, "kind": "Service",
              "verbs": rw, "shortNames": ["svc"], "categories": ["all"], "storageVersionHash": "0/CO1lhkEBI="},
             {"name": "services/status", "singularName": "", "namespaced": true, "kind": "Service", "verbs": status},
+            {"name": "serviceaccounts/token", "singularName": "", "namespaced": true,
+             "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]},
         ],
     })
 }
@@ -60,7 +64,38 @@ pub fn api_groups() -> Value {
     json!({
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": [batch_group_entry(), discovery_group_entry(), networking_group_entry()],
+        "groups": [
+            authentication_group_entry(),
+            batch_group_entry(),
+            discovery_group_entry(),
+            networking_group_entry(),
+        ],
+    })
+}
+
+fn authentication_group_entry() -> Value {
+    let v1 = json!({"groupVersion": "authentication.k8s.io/v1", "version": "v1"});
+    json!({"name": "authentication.k8s.io", "versions": [v1], "preferredVersion": v1})
+}
+
+/// `/apis/authentication.k8s.io`.
+pub fn authentication_group() -> Value {
+    let mut g = authentication_group_entry();
+    g["kind"] = "APIGroup".into();
+    g["apiVersion"] = "v1".into();
+    g
+}
+
+/// `/apis/authentication.k8s.io/v1`: TokenReviews (see [`tokens`](crate::tokens)).
+pub fn authentication_v1() -> Value {
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": "authentication.k8s.io/v1",
+        "resources": [
+            {"name": "tokenreviews", "singularName": "tokenreview", "namespaced": false,
+             "kind": "TokenReview", "verbs": ["create"]},
+        ],
     })
 }
 

@@ -241,6 +241,9 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
         }
         _ => {}
     }
+    if let Some(route) = super::tokens::route(trimmed) {
+        return super::tokens::serve(sim, req, route).await;
+    }
     let (group, rest) = if let Some(rest) = trimmed.strip_prefix("/api/v1/") {
         ("", rest)
     } else if let Some(rest) = trimmed.strip_prefix("/apis/batch/v1/") {

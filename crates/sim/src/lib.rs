@@ -12,6 +12,7 @@
 //! - [`selector`]: label and field selectors.
 //! - [`http`]: the Kubernetes REST paths, lists and watches.
 //! - [`workload`]: kubelet timers, pod IPs, training jobs, churn, scenarios.
+//! - [`tokens`]: ServiceAccount tokens (TokenRequest, TokenReview).
 //! - [`control`], [`faults`], [`stats`]: the `/sim/` endpoints.
 //! - [`discovery`], [`table`], [`protobuf`]: what kubectl needs besides
 //!   JSON objects (discovery documents, `as=Table` printing, and the
@@ -27,6 +28,7 @@ pub mod service_net;
 pub mod stats;
 pub mod store;
 pub mod table;
+pub mod tokens;
 pub mod workload;
 
 pub use podns_kapi::{pbenc, selector};
@@ -174,6 +176,8 @@ pub struct Sim {
     pub store: Arc<store::Store>,
     pub workload: Arc<workload::Workload>,
     pub stats: Arc<stats::Stats>,
+    /// The ServiceAccount tokens issued, for TokenReviews and tests.
+    pub tokens: tokens::Tokens,
     pub faults: faults::Faults,
     pub shutdown: CancellationToken,
     pub addr: SocketAddr,
@@ -353,6 +357,7 @@ pub async fn spawn(
     let store = store::Store::with_services(args.history, services);
     let workload = workload::Workload::new(store.clone(), &args, shutdown.clone())?;
     let sim = Arc::new(Sim {
+        tokens: tokens::Tokens::new(store.clone()),
         store,
         workload,
         stats: Arc::new(stats::Stats::default()),

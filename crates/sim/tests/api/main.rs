@@ -9,4 +9,5 @@ mod kubectl;
 mod protocol;
 mod service_ips;
 mod support;
+mod tokens;
 mod workload;
