@@ -260,15 +260,29 @@ pub struct ServeArgs {
     /// Serve /debug/explain (`podns explain`) on the admin address. It shows pods that DNS does not publish: keep the admin port private.
     #[arg(long, env = "PODNS_ADMIN_DEBUG")]
     pub admin_debug: bool,
-    /// Also serve a read-only Kubernetes API of slim Pods, Services and Jobs here (the relay node instances watch instead of the API server); clients need a ServiceAccount token, checked by TokenReview. Loopback only for now (plain HTTP).
+    /// Also serve a read-only Kubernetes API of slim Pods, Services and Jobs here (the relay node instances watch instead of the API server); clients need a ServiceAccount token, checked by TokenReview. Served over TLS (--relay-tls-cert, or self-signed).
     #[arg(long, env = "PODNS_RELAY_LISTEN")]
     pub relay_listen: Option<SocketAddr>,
     /// How long the relay keeps changes: a client that reconnects within it resumes without a relist; past it, 410.
-    #[arg(long, env = "PODNS_RELAY_HISTORY", default_value = "15m", requires = "relay_listen")]
+    #[arg(
+        long,
+        env = "PODNS_RELAY_HISTORY",
+        default_value = "15m",
+        requires = "relay_listen"
+    )]
     pub relay_history: Secs,
     /// Write a kubeconfig for the relay here, with a token for --relay-kubeconfig-account (TokenRequest), for node instances on this machine.
     #[arg(long, env = "PODNS_RELAY_KUBECONFIG_OUT", requires = "relay_listen")]
     pub relay_kubeconfig_out: Option<std::path::PathBuf>,
+    /// The relay's TLS certificate (PEM; with --relay-tls-key). Unset: a self-signed one, made at start.
+    #[arg(long, env = "PODNS_RELAY_TLS_CERT", requires = "relay_tls_key")]
+    pub relay_tls_cert: Option<std::path::PathBuf>,
+    /// The relay's TLS private key (PEM).
+    #[arg(long, env = "PODNS_RELAY_TLS_KEY", requires = "relay_tls_cert")]
+    pub relay_tls_key: Option<std::path::PathBuf>,
+    /// The CA that --relay-kubeconfig-out tells clients to trust (default: the certificate itself).
+    #[arg(long, env = "PODNS_RELAY_TLS_CA")]
+    pub relay_tls_ca: Option<std::path::PathBuf>,
     /// The ServiceAccount (NAMESPACE/NAME) whose token --relay-kubeconfig-out writes.
     #[arg(long, env = "PODNS_RELAY_KUBECONFIG_ACCOUNT", default_value = "default/podns-node", value_parser = account)]
     pub relay_kubeconfig_account: (String, String),
@@ -322,6 +336,9 @@ impl ServeArgs {
                 history: self.relay_history.0,
                 kubeconfig_out: self.relay_kubeconfig_out.clone(),
                 kubeconfig_account: self.relay_kubeconfig_account.clone(),
+                tls_cert: self.relay_tls_cert.clone(),
+                tls_key: self.relay_tls_key.clone(),
+                tls_ca: self.relay_tls_ca.clone(),
                 ..RelayConfig::new(listen)
             }),
         }

@@ -24,7 +24,10 @@ const T: Duration = Duration::from_secs(30);
 fn relay_flags(dir: &Path) -> Vec<String> {
     vec![
         "--relay-listen=127.0.0.1:0".into(),
-        format!("--relay-kubeconfig-out={}", dir.join("relay.yaml").display()),
+        format!(
+            "--relay-kubeconfig-out={}",
+            dir.join("relay.yaml").display()
+        ),
     ]
 }
 
@@ -43,16 +46,12 @@ async fn env_with_relay(extra: &[&str]) -> (Env, tempfile::TempDir, PathBuf) {
     (env, dir, path)
 }
 
-/// A client of the relay from the kubeconfig it wrote, pointed at `server`
-/// if given (another relay, the same token).
-async fn relay_client(kubeconfig: &Path, server: Option<std::net::SocketAddr>) -> kube::Client {
+/// A client of the relay from the kubeconfig it wrote.
+async fn relay_client(kubeconfig: &Path) -> kube::Client {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .unwrap();
-    if let Some(addr) = server {
-        config.cluster_url = format!("http://{addr}").parse().unwrap();
-    }
     kube::Client::try_from(config).unwrap()
 }
 
@@ -74,7 +73,7 @@ async fn pods_with_ip(client: &kube::Client, ns: &str) -> Vec<Pod> {
 async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
     let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
     create_job(&env.client, "ml", "train", 4, "indexed-job").await;
-    let relay = relay_client(&kubeconfig, None).await;
+    let relay = relay_client(&kubeconfig).await;
     wait_for("4 pods with IPs through the relay", T, || async {
         pods_with_ip(&relay, "ml").await.len() == 4
     })
@@ -100,10 +99,7 @@ async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
         assert_eq!(ps.subdomain, ss.subdomain);
         assert_eq!(ps.node_name, ss.node_name);
         assert!(ps.node_name.is_some(), "scheduled");
-        assert!(
-            ps.containers.iter().all(|c| c.image.is_none()),
-            "no images"
-        );
+        assert!(ps.containers.iter().all(|c| c.image.is_none()), "no images");
         assert!(p.metadata.managed_fields.is_none());
         let (pst, sst) = (p.status.as_ref().unwrap(), s.status.as_ref().unwrap());
         assert_eq!(pst.pod_ip, sst.pod_ip);
@@ -112,7 +108,10 @@ async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
     // get, and the other kinds.
     let api: Api<Pod> = Api::namespaced(relay.clone(), "ml");
     let one = relayed[0].metadata.name.clone().unwrap();
-    assert_eq!(api.get(&one).await.unwrap().metadata.name, Some(one.clone()));
+    assert_eq!(
+        api.get(&one).await.unwrap().metadata.name,
+        Some(one.clone())
+    );
     let e = api.get("nope").await.unwrap_err();
     assert!(matches!(e, kube::Error::Api(ref s) if s.code == 404), "{e}");
     let svcs = Api::<Service>::namespaced(relay.clone(), "ml")
@@ -120,7 +119,9 @@ async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
         .await
         .unwrap();
     assert!(
-        svcs.items.iter().any(|s| s.metadata.name.as_deref() == Some("train")),
+        svcs.items
+            .iter()
+            .any(|s| s.metadata.name.as_deref() == Some("train")),
         "the job's headless Service"
     );
     let jobs = Api::<Job>::all(relay.clone())
@@ -165,7 +166,9 @@ async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
                     created = true;
                     create_pod(&env.client, pod_json("ml", &name, json!({"app": "extra"}))).await;
                 }
-                watcher::Event::Apply(p) if p.metadata.name.as_deref() == Some(&name) => {
+                watcher::Event::Apply(p)
+                    if !seen_apply && p.metadata.name.as_deref() == Some(&name) =>
+                {
                     seen_apply = true;
                     Api::<Pod>::namespaced(env.client.clone(), "ml")
                         .delete(&name, &DeleteParams::default().grace_period(0))
@@ -176,8 +179,14 @@ async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
                 _ => {}
             }
         }
-        assert!(seen_apply, "the new pod arrived (streaming list: {streaming})");
-        assert!(tokio::time::Instant::now() < deadline, "its deletion arrived");
+        assert!(
+            seen_apply,
+            "the new pod arrived (streaming list: {streaming})"
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "its deletion arrived"
+        );
     }
 }
 
@@ -185,49 +194,72 @@ async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
 async fn protobuf_and_json_lists_of_the_relay_decode_to_the_same_pods() {
     let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
     create_job(&env.client, "ml", "bert", 6, "indexed-job").await;
-    let relay = relay_client(&kubeconfig, None).await;
+    let relay = relay_client(&kubeconfig).await;
     wait_for("6 pods with IPs through the relay", T, || async {
         pods_with_ip(&relay, "ml").await.len() == 6
     })
     .await;
+    // Both wires, and the API server itself, agree once the pods settle
+    // (a status may change between two lists).
     let lp = ListParams::default();
-    let (pb, _) = list_page::<SlimPod>(&relay, Wire::Protobuf, "/api/v1/namespaces/ml/pods", &lp)
-        .await
-        .unwrap();
-    let (js, _) = list_page::<SlimPod>(&relay, Wire::Json, "/api/v1/namespaces/ml/pods", &lp)
-        .await
-        .unwrap();
-    assert_eq!(pb.len(), 6);
-    assert_eq!(pb, js, "both wires carry the same slim pods");
-    // And what podns reads from the relay is what it reads from the API
-    // server, field by field.
-    let (direct, _) = list_page::<SlimPod>(&env.client, Wire::Json, "/api/v1/namespaces/ml/pods", &lp)
-        .await
-        .unwrap();
-    for p in &pb {
-        let d = direct
-            .iter()
-            .find(|d| d.metadata.name == p.metadata.name)
-            .unwrap();
-        assert_eq!(p.metadata.resource_version, d.metadata.resource_version);
-        assert_eq!(p.meta, d.meta);
-        assert_eq!(p.status, d.status);
-        assert_eq!(p.spec.hostname, d.spec.hostname);
-        assert_eq!(p.spec.node_name, d.spec.node_name);
-    }
+    let path = "/api/v1/namespaces/ml/pods";
+    wait_for(
+        "the relay's two wires and the API server to agree",
+        T,
+        || async {
+            let pb = list_page::<SlimPod>(&relay, Wire::Protobuf, path, &lp).await;
+            let js = list_page::<SlimPod>(&relay, Wire::Json, path, &lp).await;
+            let direct = list_page::<SlimPod>(&env.client, Wire::Json, path, &lp).await;
+            let (Ok((pb, _)), Ok((js, _)), Ok((direct, _))) = (pb, js, direct) else {
+                return Err("a list failed".to_string());
+            };
+            if pb.len() != 6 || pb != js {
+                return Err(format!(
+                    "{} Protobuf pods, JSON equal: {}",
+                    pb.len(),
+                    pb == js
+                ));
+            }
+            // What podns reads from the relay is what it reads from the API
+            // server, field by field.
+            for p in &pb {
+                let Some(d) = direct.iter().find(|d| d.metadata.name == p.metadata.name) else {
+                    return Err(format!("{:?} not in the API server", p.metadata.name));
+                };
+                let same = p.metadata.resource_version == d.metadata.resource_version
+                    && p.metadata.uid == d.metadata.uid
+                    && p.meta == d.meta
+                    && p.status == d.status
+                    && p.spec.hostname == d.spec.hostname
+                    && p.spec.subdomain == d.spec.subdomain
+                    && p.spec.node_name == d.spec.node_name
+                    && p.spec.containers == d.spec.containers;
+                if !same {
+                    return Err(format!("{p:?}\n!= {d:?}"));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_token_or_a_bad_one_is_401_and_writes_are_405() {
-    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
-    let addr = env.relay.unwrap();
-    let anonymous = kube::Client::try_from(kube::Config::new(
-        format!("http://{addr}").parse().unwrap(),
-    ))
-    .unwrap();
-    let e = Api::<Pod>::all(anonymous).list(&ListParams::default()).await.unwrap_err();
+    let (_env, _dir, kubeconfig) = env_with_relay(&[]).await;
+    // The relay's own kubeconfig, without its token, then with a wrong one.
+    let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
+    let mut anonymous = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    anonymous.auth_info.token = None;
+    let mut bad = anonymous.clone();
+    let anonymous = kube::Client::try_from(anonymous).unwrap();
+    let e = Api::<Pod>::all(anonymous)
+        .list(&ListParams::default())
+        .await
+        .unwrap_err();
     assert!(matches!(e, kube::Error::Api(ref s) if s.code == 401), "{e}");
-    let mut bad = kube::Config::new(format!("http://{addr}").parse().unwrap());
     bad.auth_info.token = Some("not-a-token".to_string().into());
     let e = Api::<Pod>::all(kube::Client::try_from(bad).unwrap())
         .list(&ListParams::default())
@@ -235,7 +267,7 @@ async fn no_token_or_a_bad_one_is_401_and_writes_are_405() {
         .unwrap_err();
     assert!(matches!(e, kube::Error::Api(ref s) if s.code == 401), "{e}");
 
-    let relay = relay_client(&kubeconfig, None).await;
+    let relay = relay_client(&kubeconfig).await;
     let e = Api::<Pod>::namespaced(relay.clone(), "ml")
         .create(
             &PostParams::default(),
@@ -273,29 +305,38 @@ async fn a_watch_resumes_on_another_relay_without_a_relist() {
     ));
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let args = serve_args(&flags);
-    let listeners = podns_server::serve::Listeners::bind(
-        args.dns_listen,
-        args.udp_sockets,
-        args.admin_listen,
-    )
-    .unwrap()
-    .bind_relay(args.relay.as_ref().unwrap().listen)
-    .unwrap();
-    let b = podns_server::serve::start(&args, env.client.clone(), listeners, env.shutdown.clone());
-    let b_addr = b.relay_addr.unwrap();
+    let listeners =
+        podns_server::serve::Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen)
+            .unwrap()
+            .bind_relay(args.relay.as_ref().unwrap())
+            .unwrap();
+    let _b = podns_server::serve::start(&args, env.client.clone(), listeners, env.shutdown.clone());
+    let second = dir.path().join("second.yaml");
+    wait_for("the second relay's kubeconfig", T, || {
+        let p = second.clone();
+        async move { p.exists() }
+    })
+    .await;
 
-    let a = relay_client(&kubeconfig, None).await;
-    let bc = relay_client(&kubeconfig, Some(b_addr)).await;
+    let a = relay_client(&kubeconfig).await;
+    let bc = relay_client(&second).await;
     ensure_ns(&env.client, "ml").await;
     let rv = list_rv(&a, "ml").await;
     create_pod(&env.client, pod_json("ml", "late", json!({"app": "late"}))).await;
     // Relay B has never seen this client: it resumes from A's version.
     wait_for("relay B to list", T, || async {
-        Api::<Pod>::all(bc.clone()).list(&ListParams::default()).await.is_ok()
+        Api::<Pod>::all(bc.clone())
+            .list(&ListParams::default())
+            .await
+            .is_ok()
     })
     .await;
     let api: Api<Pod> = Api::namespaced(bc, "ml");
-    let mut events = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    let mut events = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
     let first = tokio::time::timeout(T, events.try_next())
         .await
         .expect("an event")
@@ -310,7 +351,7 @@ async fn a_watch_resumes_on_another_relay_without_a_relist() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_history_a_watch_gets_410() {
     let (env, _dir, kubeconfig) = env_with_relay(&["--relay-history=0s"]).await;
-    let relay = relay_client(&kubeconfig, None).await;
+    let relay = relay_client(&kubeconfig).await;
     ensure_ns(&env.client, "ml").await;
     let rv = list_rv(&relay, "ml").await;
     for name in ["a", "b"] {
@@ -325,8 +366,14 @@ async fn past_the_history_a_watch_gets_410() {
     })
     .await;
     let api: Api<Pod> = Api::namespaced(relay, "ml");
-    let mut events = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
-    let first = tokio::time::timeout(T, events.try_next()).await.expect("an event");
+    let mut events = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let first = tokio::time::timeout(T, events.try_next())
+        .await
+        .expect("an event");
     match first {
         Ok(Some(WatchEvent::Error(e))) => assert_eq!(e.code, 410, "{e:?}"),
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 410, "{s:?}"),
@@ -342,7 +389,7 @@ async fn kubectl_gets_and_watches_the_relay() {
     };
     let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
     create_job(&env.client, "ml", "gpt", 2, "indexed-job").await;
-    let relay = relay_client(&kubeconfig, None).await;
+    let relay = relay_client(&kubeconfig).await;
     wait_for("2 pods with IPs through the relay", T, || async {
         pods_with_ip(&relay, "ml").await.len() == 2
     })
@@ -353,13 +400,27 @@ async fn kubectl_gets_and_watches_the_relay() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains("gpt-0") && text.contains("gpt-1"), "{text}");
     assert!(text.contains("podIP:"), "{text}");
 
     // `get --watch`: a pod created while it watches shows up.
     let mut child = std::process::Command::new(&kubectl)
-        .args(["--kubeconfig", &kc, "get", "pods", "-n", "ml", "--watch", "-o", "name"])
+        .args([
+            "--kubeconfig",
+            &kc,
+            "get",
+            "pods",
+            "-n",
+            "ml",
+            "--watch",
+            "-o",
+            "name",
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -368,7 +429,10 @@ async fn kubectl_gets_and_watches_the_relay() {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
             if tx.send(line).is_err() {
                 break;
             }

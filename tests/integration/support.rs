@@ -91,7 +91,7 @@ async fn env_with(sim_flags: &[&str], serve_flags: &[&str], default_retry: bool)
     let mut listeners =
         Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen).unwrap();
     if let Some(relay) = &args.relay {
-        listeners = listeners.bind_relay(relay.listen).unwrap();
+        listeners = listeners.bind_relay(relay).unwrap();
     }
     let server = podns_server::serve::start(&args, serve_client, listeners, shutdown.clone());
     let (dns, admin, relay) = (server.dns_addr, server.admin_addr, server.relay_addr);

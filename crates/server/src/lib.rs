@@ -80,7 +80,7 @@ pub mod dns;
 pub mod fuzzing;
 pub mod index;
 pub mod k8s;
-pub mod relay;
 pub mod metrics;
+pub mod relay;
 pub mod serve;
 pub mod zonefile;

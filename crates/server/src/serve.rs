@@ -126,8 +126,8 @@ pub struct Listeners {
     pub udp_buffers: Granted,
     pub tcp: TcpListener,
     pub admin: TcpListener,
-    /// The relay's, when it is served ([`Self::bind_relay`]).
-    pub relay: Option<TcpListener>,
+    /// The relay's, when it is served ([`Self::bind_relay`]), and its TLS.
+    pub relay: Option<(TcpListener, crate::relay::tls::Tls)>,
 }
 
 impl Listeners {
@@ -189,16 +189,20 @@ impl Listeners {
         })
     }
 
-    /// Bind the relay's address too.
-    pub fn bind_relay(mut self, addr: SocketAddr) -> anyhow::Result<Self> {
+    /// Bind the relay's address too, and load (or make) its certificate.
+    pub fn bind_relay(mut self, cfg: &RelayConfig) -> anyhow::Result<Self> {
+        let addr = cfg.listen;
+        let files = cfg.tls_cert.as_deref().zip(cfg.tls_key.as_deref());
+        let tls = crate::relay::tls::load(files, cfg.tls_ca.as_deref(), addr)?;
         let l = std::net::TcpListener::bind(addr)
             .and_then(|l| {
                 l.set_nonblocking(true)?;
                 TcpListener::from_std(l)
             })
             .with_context(|| format!("failed to bind relay {addr}"))?;
-        tracing::info!("listening relay http {}", l.local_addr()?);
-        self.relay = Some(l);
+        let how = if files.is_some() { "" } else { ", self-signed" };
+        tracing::info!("listening relay https {}{how}", l.local_addr()?);
+        self.relay = Some((l, tls));
         Ok(self)
     }
 
@@ -278,11 +282,10 @@ pub fn validate(args: &ServeConfig) -> Result<(), ConfigError> {
         return Err(ConfigError("--label-selector must not be empty".into()));
     }
     if let Some(relay) = &args.relay {
-        if !relay.listen.ip().is_loopback() {
-            return Err(ConfigError(format!(
-                "--relay-listen {}: the relay serves plain HTTP, so only on a loopback address for now",
-                relay.listen
-            )));
+        if relay.tls_cert.is_some() != relay.tls_key.is_some() {
+            return Err(ConfigError(
+                "--relay-tls-cert and --relay-tls-key go together".into(),
+            ));
         }
         if args.label_selector.is_some() {
             return Err(ConfigError(
@@ -329,7 +332,8 @@ pub fn start(
         .as_ref()
         .map(|r| Relay::new(r.history, args.namespaces.clone()));
     let mut relay_addr = None;
-    if let (Some(relay), Some(cfg), Some(listener)) = (&relay, &args.relay, listeners.relay) {
+    if let (Some(relay), Some(cfg), Some((listener, tls))) = (&relay, &args.relay, listeners.relay)
+    {
         relay_addr = listener.local_addr().ok();
         let auth = Auth::new(client.clone());
         let cfg = cfg.clone();
@@ -338,11 +342,14 @@ pub fn start(
                 client.clone(),
                 path.clone(),
                 addr,
+                tls.ca_pem.clone(),
                 cfg.kubeconfig_account.clone(),
             ));
         }
         let (relay, stop) = (relay.clone(), shutdown.clone());
-        tasks.spawn(async move { crate::relay::http::run(listener, relay, auth, &cfg, stop).await });
+        tasks.spawn(async move {
+            crate::relay::http::run(listener, tls, relay, auth, &cfg, stop).await
+        });
     }
 
     let wcfg = WatchConfig {
@@ -480,7 +487,7 @@ pub async fn run(args: ServeConfig) -> anyhow::Result<()> {
         args.admin_listen,
     )
     .and_then(|l| match &args.relay {
-        Some(r) => l.bind_relay(r.listen),
+        Some(r) => l.bind_relay(r),
         None => Ok(l),
     })
     .map_err(|e| ConfigError(format!("{e:#}")))?;
@@ -504,6 +511,7 @@ async fn write_relay_kubeconfig(
     client: kube::Client,
     path: std::path::PathBuf,
     addr: SocketAddr,
+    ca_pem: String,
     (namespace, account): (String, String),
 ) {
     // The token lives as long as the API server allows (it caps it).
@@ -519,7 +527,7 @@ async fn write_relay_kubeconfig(
             }
         }
     };
-    let text = crate::relay::auth::kubeconfig(&format!("http://{addr}"), &token);
+    let text = crate::relay::auth::kubeconfig(&format!("https://{addr}"), &ca_pem, &token);
     // Written whole, then renamed: a reader never sees half of it.
     let tmp = path.with_extension("tmp");
     match std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {

@@ -15,9 +15,9 @@ use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
 use super::selector::{Field, FieldSelector, LabelSelector};
+use super::service_net::ServiceNet;
 pub use podns_kapi::watch::{EvType, event_line};
 pub use podns_kapi::{KINDS, Kind};
-use super::service_net::ServiceNet;
 
 /// An error answered as a `Status` object.
 #[derive(Debug, Clone, thiserror::Error)]

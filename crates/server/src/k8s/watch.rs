@@ -27,11 +27,11 @@ use super::convert::{self, ConvertError};
 use super::pb::PbObject;
 use super::slim::{SlimEndpointSlice, SlimJob, SlimNode, SlimPod, SlimService, SlimServiceCidr};
 use super::wire::{RawConfig, Wire, raw_watcher};
-use crate::relay::{Feed, Relayed};
 use crate::index::types::{
     Arrival, Change, JobInfo, ObjKey, PodInfo, RangesInfo, ServiceInfo, SliceInfo, Update,
 };
 use crate::metrics::{EventLabels, Metrics, PROGRESS_EVERY, ResourceLabels, RestartLabels};
+use crate::relay::{Feed, Relayed};
 
 /// How the first list is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

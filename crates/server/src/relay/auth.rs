@@ -135,9 +135,12 @@ pub async fn request_token(
     Ok(done.status.map(|s| s.token).unwrap_or_default())
 }
 
-/// A kubeconfig naming the relay at `server` with `token`.
-pub fn kubeconfig(server: &str, token: &str) -> String {
+/// A kubeconfig naming the relay at `server` (trusting `ca_pem`) with
+/// `token`.
+pub fn kubeconfig(server: &str, ca_pem: &str, token: &str) -> String {
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: podns-relay\n  cluster:\n    server: {server}\nusers:\n- name: podns-node\n  user:\n    token: {token}\ncontexts:\n- name: podns-relay\n  context:\n    cluster: podns-relay\n    user: podns-node\ncurrent-context: podns-relay\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: podns-relay\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: podns-node\n  user:\n    token: {token}\ncontexts:\n- name: podns-relay\n  context:\n    cluster: podns-relay\n    user: podns-node\ncurrent-context: podns-relay\n"
     )
 }

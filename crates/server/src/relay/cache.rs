@@ -98,7 +98,8 @@ impl Change {
     /// every subscriber.
     pub fn frame(&self, kind: Kind, wire: Wire, ty: EvType) -> Bytes {
         let slot = &self.frames[wire as usize][ty.idx()];
-        slot.get_or_init(|| frame(kind, wire, ty, &self.obj)).clone()
+        slot.get_or_init(|| frame(kind, wire, ty, &self.obj))
+            .clone()
     }
 }
 
@@ -273,14 +274,7 @@ impl Cache {
         self.notify.send_replace(now);
     }
 
-    fn push(
-        &self,
-        g: &mut Inner,
-        rv: u64,
-        ty: EvType,
-        obj: Arc<Item>,
-        prev: Option<Arc<Item>>,
-    ) {
+    fn push(&self, g: &mut Inner, rv: u64, ty: EvType, obj: Arc<Item>, prev: Option<Arc<Item>>) {
         let at = Instant::now();
         // Positions only grow: a version older than the cache (an object
         // relisted after a newer change of another) takes the cache's.
@@ -382,6 +376,10 @@ mod tests {
         assert_eq!(upto, 3);
         let a = cs[0].frame(Kind::Pod, Wire::Protobuf, EvType::Modified);
         let b = cs[0].frame(Kind::Pod, Wire::Protobuf, EvType::Modified);
-        assert_eq!(a.as_ptr(), b.as_ptr(), "the same bytes for every subscriber");
+        assert_eq!(
+            a.as_ptr(),
+            b.as_ptr(),
+            "the same bytes for every subscriber"
+        );
     }
 }

@@ -23,10 +23,10 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
+use podns_kapi::Kind;
 use podns_kapi::pbenc::{self, Media};
 use podns_kapi::selector::{Field, FieldSelector, LabelSelector};
 use podns_kapi::watch::{EvType, bookmark_line, event_line};
-use podns_kapi::Kind;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth::{Auth, Denied};
 use super::cache::{self, After, Cache, Item, Wire};
+use super::tls::Tls;
 use super::{Relay, RelayConfig};
 
 /// How long a watch from a version the relay has not reached waits for it.
@@ -53,6 +54,7 @@ struct Server {
 /// Serve the relay on `listener` until `shutdown`.
 pub async fn run(
     listener: TcpListener,
+    tls: Tls,
     relay: Arc<Relay>,
     auth: Auth,
     cfg: &RelayConfig,
@@ -64,16 +66,40 @@ pub async fn run(
         bookmark_every: cfg.bookmark_every,
         shutdown: shutdown.clone(),
     });
-    let app = axum::Router::new()
-        .fallback(handle)
-        .with_state(server);
-    if let Err(error) = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-    {
-        tracing::error!(%error, "relay server failed");
+    let app = axum::Router::new().fallback(handle).with_state(server);
+    loop {
+        let (stream, _) = tokio::select! {
+            () = shutdown.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(error) => {
+                    // Out of descriptors: wait rather than spin.
+                    tracing::warn!(%error, "relay accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let (acceptor, app) = (tls.acceptor.clone(), app.clone());
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await
+            else {
+                return;
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::select! {
+                _ = conn => {}
+                () = stop.cancelled() => {}
+            }
+        });
     }
 }
+
+/// How long a client gets to finish its TLS handshake.
+const HANDSHAKE: Duration = Duration::from_secs(10);
 
 /// An error as the API server answers it: a `Status`.
 #[derive(Debug)]
@@ -105,7 +131,10 @@ impl ApiError {
     }
 
     fn response(&self) -> Response {
-        json_response(self.code, serde_json::to_vec(&self.status()).unwrap_or_default())
+        json_response(
+            self.code,
+            serde_json::to_vec(&self.status()).unwrap_or_default(),
+        )
     }
 }
 
@@ -176,7 +205,11 @@ async fn serve(s: &Arc<Server>, req: Request) -> Result<Response, ApiError> {
         .and_then(|v| v.to_str().ok());
     if let Err(denied) = s.auth.check(authorization).await {
         let (code, reason, message) = match denied {
-            Denied::NoToken => (401, "Unauthorized", "Unauthorized: no bearer token".to_owned()),
+            Denied::NoToken => (
+                401,
+                "Unauthorized",
+                "Unauthorized: no bearer token".to_owned(),
+            ),
             Denied::Invalid(why) => (401, "Unauthorized", format!("Unauthorized: {why}")),
             Denied::Unavailable(why) => (
                 503,
@@ -188,15 +221,28 @@ async fn serve(s: &Arc<Server>, req: Request) -> Result<Response, ApiError> {
     }
     match path.trim_end_matches('/') {
         "/version" => return Ok(value_response(&version())),
-        "/api" => return Ok(value_response(&json!({"kind": "APIVersions", "versions": ["v1"]}))),
+        "/api" => {
+            return Ok(value_response(
+                &json!({"kind": "APIVersions", "versions": ["v1"]}),
+            ));
+        }
         "/apis" => return Ok(value_response(&api_groups())),
-        "/api/v1" => return Ok(value_response(&resources("v1", &[Kind::Pod, Kind::Service]))),
+        "/api/v1" => {
+            return Ok(value_response(&resources(
+                "v1",
+                &[Kind::Pod, Kind::Service],
+            )));
+        }
         "/apis/batch" => return Ok(value_response(&batch_group())),
         "/apis/batch/v1" => return Ok(value_response(&resources("batch/v1", &[Kind::Job]))),
         _ => {}
     }
     let target = parse_target(&path).ok_or_else(|| {
-        ApiError::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
+        ApiError::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
     })?;
     let query: HashMap<String, String> =
         serde_urlencoded::from_str(req.uri().query().unwrap_or(""))
@@ -206,7 +252,11 @@ async fn serve(s: &Arc<Server>, req: Request) -> Result<Response, ApiError> {
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok());
     let media = pbenc::negotiate(accept, true).ok_or_else(|| {
-        ApiError::new(406, "NotAcceptable", "only application/json and application/vnd.kubernetes.protobuf are served")
+        ApiError::new(
+            406,
+            "NotAcceptable",
+            "only application/json and application/vnd.kubernetes.protobuf are served",
+        )
     })?;
     let wire = match media {
         Media::Json => Wire::Json,
@@ -236,9 +286,7 @@ async fn serve(s: &Arc<Server>, req: Request) -> Result<Response, ApiError> {
         })?;
         return Ok(object_response(target.kind, item, wire));
     }
-    let watching = query
-        .get("watch")
-        .is_some_and(|v| v == "true" || v == "1");
+    let watching = query.get("watch").is_some_and(|v| v == "true" || v == "1");
     if watching {
         watch(s, cache, filter, &query, wire).await
     } else {
@@ -255,14 +303,18 @@ struct Filter {
 
 impl Filter {
     fn new(t: &Target, q: &HashMap<String, String>) -> Result<Self, ApiError> {
-        let bad = |e: podns_kapi::selector::SelectorError| ApiError::new(400, "BadRequest", e.to_string());
-        let labels = LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str)).map_err(bad)?;
+        let bad = |e: podns_kapi::selector::SelectorError| {
+            ApiError::new(400, "BadRequest", e.to_string())
+        };
+        let labels =
+            LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str)).map_err(bad)?;
         let allowed: &[Field] = match t.kind {
             Kind::Pod => &[Field::Name, Field::Namespace, Field::NodeName],
             _ => &[Field::Name, Field::Namespace],
         };
         let fields =
-            FieldSelector::parse(q.get("fieldSelector").map_or("", String::as_str), allowed).map_err(bad)?;
+            FieldSelector::parse(q.get("fieldSelector").map_or("", String::as_str), allowed)
+                .map_err(bad)?;
         Ok(Self {
             ns: t.ns.clone(),
             labels,
@@ -356,13 +408,19 @@ async fn watch(
     let invalid = |m: &str| ApiError::new(422, "Invalid", m.to_owned());
     if send_initial.is_some() {
         if rvm.map(String::as_str) != Some("NotOlderThan") {
-            return Err(invalid("resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"));
+            return Err(invalid(
+                "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
         }
         if !bookmarks {
-            return Err(invalid("allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true"));
+            return Err(invalid(
+                "allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true",
+            ));
         }
     } else if rvm.is_some() {
-        return Err(invalid("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"));
+        return Err(invalid(
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ));
     }
     let timeout = match q.get("timeoutSeconds") {
         Some(v) => Some(Duration::from_secs(v.parse().map_err(|_| {
@@ -380,11 +438,17 @@ async fn watch(
         let mut changes = cache.subscribe();
         let deadline = Instant::now() + FUTURE_WAIT;
         while cache.rv() < want {
-            if tokio::time::timeout_at(deadline, changes.changed()).await.is_err() {
+            if tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .is_err()
+            {
                 return Err(ApiError::new(
                     504,
                     "Timeout",
-                    format!("Too large resource version: {want}, current: {}", cache.rv()),
+                    format!(
+                        "Too large resource version: {want}, current: {}",
+                        cache.rv()
+                    ),
                 ));
             }
         }
@@ -470,7 +534,10 @@ impl Subscriber {
             _ => {
                 let (rv, items) = self.cache.snapshot(|o| self.filter.matches(o));
                 for o in items {
-                    if !self.send(cache::frame(kind, self.wire, EvType::Added, &o)).await {
+                    if !self
+                        .send(cache::frame(kind, self.wire, EvType::Added, &o))
+                        .await
+                    {
                         return;
                     }
                 }
@@ -572,7 +639,10 @@ mod tests {
     #[test]
     fn paths_name_the_relayed_kinds_only() {
         let t = parse_target("/api/v1/namespaces/ml/pods").unwrap();
-        assert_eq!((t.kind, t.ns.as_deref(), t.name), (Kind::Pod, Some("ml"), None));
+        assert_eq!(
+            (t.kind, t.ns.as_deref(), t.name),
+            (Kind::Pod, Some("ml"), None)
+        );
         let t = parse_target("/apis/batch/v1/namespaces/ml/jobs/j").unwrap();
         assert_eq!((t.kind, t.name.as_deref()), (Kind::Job, Some("j")));
         assert!(parse_target("/api/v1/services").is_some());

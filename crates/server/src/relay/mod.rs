@@ -20,6 +20,7 @@ pub mod auth;
 pub mod cache;
 pub mod http;
 pub mod objects;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -51,6 +52,11 @@ pub struct RelayConfig {
     /// The ServiceAccount (namespace, name) whose token that kubeconfig
     /// carries.
     pub kubeconfig_account: (String, String),
+    /// Certificate and key (PEM files); none: self-signed.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// The CA clients should trust, for the kubeconfig written.
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl RelayConfig {
@@ -61,6 +67,9 @@ impl RelayConfig {
             bookmark_every: Duration::from_secs(60),
             kubeconfig_out: None,
             kubeconfig_account: ("default".into(), "podns-node".into()),
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
         }
     }
 }

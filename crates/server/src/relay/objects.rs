@@ -106,7 +106,11 @@ impl Relayed for SlimPod {
                     .map(|p| {
                         let mut o = Map::new();
                         put(&mut o, "name", s(&p.name));
-                        put(&mut o, "containerPort", p.container_port.get().map(|n| json!(n)));
+                        put(
+                            &mut o,
+                            "containerPort",
+                            p.container_port.get().map(|n| json!(n)),
+                        );
                         put(&mut o, "protocol", s(&p.protocol));
                         Value::Object(o)
                     })
