@@ -217,6 +217,15 @@ impl Forwarder {
         let reply = tokio::time::timeout(self.timeout, exchange).await.ok()??;
         (reply_id(&reply) == Some(id) && answers(&reply, question)).then_some(reply)
     }
+
+    #[cfg(test)]
+    fn pending(&self) -> usize {
+        [&self.v4, &self.v6]
+            .into_iter()
+            .flatten()
+            .map(|udp| udp.lock().len())
+            .sum()
+    }
 }
 
 impl Drop for Forwarder {
@@ -393,4 +402,409 @@ fn answers(reply: &[u8], question: &[u8]) -> bool {
     u16::from_be_bytes([reply[4], reply[5]]) != 0
         && got[..name].eq_ignore_ascii_case(&question[..name])
         && got[name..] == question[name..]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+    use std::time::Instant;
+
+    use hickory_proto::op::{Message, MessageType, OpCode, Query};
+    use hickory_proto::rr::rdata::A;
+    use hickory_proto::rr::{Name, RData, Record, RecordType};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// How long any one forward may take before a test calls it hung.
+    const HUNG: Duration = Duration::from_secs(10);
+    const TRY: Duration = Duration::from_millis(300);
+
+    /// How the fake upstream answers over UDP.
+    #[derive(Clone, Copy)]
+    enum Mode {
+        /// One answer: AA, an A record.
+        Answer,
+        /// The answer with TC=1 and no records.
+        Truncated,
+        /// The answer with the name upper-cased, as a 0x20-minded server
+        /// might.
+        Shouted,
+        /// A reply from the wrong source, one with the wrong ID and one
+        /// with the wrong question (all with the address `SPOOF`), then the
+        /// true answer.
+        Spoofed,
+        /// Only the three spoofed replies.
+        SpoofOnly,
+        /// Wait for this many queries, then answer them last first, so that
+        /// replies cross.
+        Reversed(usize),
+    }
+
+    const SPOOF: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 66);
+
+    /// A fake podns upstream on loopback, UDP and TCP on one port. Over TCP
+    /// it always answers with `LARGE` records, more than 512 bytes.
+    struct Fake {
+        addr: SocketAddr,
+        /// Every true answer it sent, in order.
+        sent: Arc<Mutex<Vec<Vec<u8>>>>,
+    }
+
+    const LARGE: usize = 40;
+
+    impl Fake {
+        async fn start(mode: Mode) -> Self {
+            let (udp, tcp) = bind_pair().await;
+            let addr = udp.local_addr().unwrap();
+            let sent = Arc::<Mutex<Vec<Vec<u8>>>>::default();
+            tokio::spawn(serve_udp(udp, mode, Arc::clone(&sent)));
+            tokio::spawn(serve_tcp(tcp, Arc::clone(&sent)));
+            Self { addr, sent }
+        }
+
+        fn sent(&self) -> Vec<Vec<u8>> {
+            self.sent.lock().unwrap().clone()
+        }
+    }
+
+    /// A UDP socket and a TCP listener on the same loopback port: the
+    /// forwarder asks both at one address.
+    async fn bind_pair() -> (UdpSocket, TcpListener) {
+        for _ in 0..100 {
+            let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            if let Ok(tcp) = TcpListener::bind(udp.local_addr().unwrap()).await {
+                return (udp, tcp);
+            }
+        }
+        panic!("no loopback port free for both UDP and TCP");
+    }
+
+    /// The fake's answer to `query`: AA, `records` A records (192.0.2.i)
+    /// or one `SPOOF` record, the query's ID and question.
+    fn answer(query: &[u8], records: usize, truncated: bool, spoof: bool) -> Vec<u8> {
+        let q = Message::from_vec(query).unwrap();
+        let mut m = Message::response(q.metadata.id, OpCode::Query);
+        m.metadata.authoritative = true;
+        m.metadata.truncation = truncated;
+        m.metadata.recursion_desired = q.metadata.recursion_desired;
+        m.add_queries(q.queries.clone());
+        let name = q.queries[0].name().clone();
+        for i in 0..records {
+            let ip = if spoof {
+                SPOOF
+            } else {
+                Ipv4Addr::new(192, 0, 2, i as u8)
+            };
+            m.add_answer(Record::from_rdata(name.clone(), 60, RData::A(A(ip))));
+        }
+        m.to_vec().unwrap()
+    }
+
+    async fn serve_udp(socket: UdpSocket, mode: Mode, sent: Arc<Mutex<Vec<Vec<u8>>>>) {
+        let other = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let mut queued = Vec::new();
+        let mut buf = vec![0u8; MAX_UDP];
+        loop {
+            let (len, from) = socket.recv_from(&mut buf).await.unwrap();
+            let query = buf[..len].to_vec();
+            let mut replies = Vec::new();
+            match mode {
+                Mode::Answer => replies.push(answer(&query, 1, false, false)),
+                Mode::Truncated => replies.push(answer(&query, 0, true, false)),
+                Mode::Shouted => {
+                    let mut reply = answer(&query, 1, false, false);
+                    let end = question_end(&reply).unwrap();
+                    reply[HEADER..end - 4].make_ascii_uppercase();
+                    replies.push(reply);
+                }
+                Mode::Spoofed | Mode::SpoofOnly => {
+                    let spoof = answer(&query, 1, false, true);
+                    other.send_to(&spoof, from).await.unwrap();
+                    let mut wrong_id = spoof.clone();
+                    wrong_id[1] ^= 1;
+                    socket.send_to(&wrong_id, from).await.unwrap();
+                    let mut other_name = Message::from_vec(&query).unwrap();
+                    other_name.queries[0].set_name(Name::from_ascii("other.example.").unwrap());
+                    let wrong_question = answer(&other_name.to_vec().unwrap(), 1, false, true);
+                    socket.send_to(&wrong_question, from).await.unwrap();
+                    if matches!(mode, Mode::Spoofed) {
+                        replies.push(answer(&query, 1, false, false));
+                    }
+                }
+                Mode::Reversed(n) => {
+                    queued.push((query, from));
+                    if queued.len() == n {
+                        for (query, from) in queued.drain(..).rev() {
+                            let reply = answer(&query, 1, false, false);
+                            socket.send_to(&reply, from).await.unwrap();
+                            sent.lock().unwrap().push(reply);
+                        }
+                    }
+                }
+            }
+            for reply in replies {
+                socket.send_to(&reply, from).await.unwrap();
+                sent.lock().unwrap().push(reply);
+            }
+        }
+    }
+
+    async fn serve_tcp(listener: TcpListener, sent: Arc<Mutex<Vec<Vec<u8>>>>) {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let sent = Arc::clone(&sent);
+            tokio::spawn(async move {
+                while let Ok(len) = stream.read_u16().await {
+                    let mut query = vec![0; usize::from(len)];
+                    stream.read_exact(&mut query).await.unwrap();
+                    let reply = answer(&query, LARGE, false, false);
+                    let len = u16::try_from(reply.len()).unwrap().to_be_bytes();
+                    stream
+                        .write_all(&[&len[..], &reply].concat())
+                        .await
+                        .unwrap();
+                    sent.lock().unwrap().push(reply);
+                }
+            });
+        }
+    }
+
+    fn query(id: u16, name: &str) -> Vec<u8> {
+        let mut m = Message::new(id, MessageType::Query, OpCode::Query);
+        m.metadata.recursion_desired = true;
+        m.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+        m.to_vec().unwrap()
+    }
+
+    async fn forward(f: &Forwarder, query: &[u8], tcp: bool) -> Option<Vec<u8>> {
+        tokio::time::timeout(HUNG, f.forward(query, tcp))
+            .await
+            .expect("forward hung")
+    }
+
+    /// `got` is `sent` with the ID `id`.
+    fn assert_same_but_id(got: &[u8], sent: &[u8], id: u16) {
+        assert_eq!(got[..2], id.to_be_bytes());
+        assert_eq!(got[2..], sent[2..]);
+    }
+
+    const NAME: &str = "web-0.web.default.svc.cluster.local.";
+
+    #[tokio::test]
+    async fn the_reply_is_the_upstreams_with_the_clients_id() {
+        let up = Fake::start(Mode::Answer).await;
+        let f = Forwarder::new(vec![up.addr], TRY).await.unwrap();
+        let got = forward(&f, &query(0xBEEF, NAME), false).await.unwrap();
+        let sent = up.sent();
+        assert_eq!(sent.len(), 1);
+        assert_same_but_id(&got, &sent[0], 0xBEEF);
+        let m = Message::from_vec(&got).unwrap();
+        assert!(m.metadata.authoritative);
+        assert_eq!(m.answers.len(), 1);
+        assert_eq!(f.stats(), (1, 1, 0));
+        assert_eq!(f.pending(), 0);
+    }
+
+    #[tokio::test]
+    async fn spoofed_replies_are_ignored_for_the_true_one() {
+        let up = Fake::start(Mode::Spoofed).await;
+        let f = Forwarder::new(vec![up.addr], TRY).await.unwrap();
+        let got = forward(&f, &query(7, NAME), false).await.unwrap();
+        assert_same_but_id(&got, &up.sent()[0], 7);
+        let m = Message::from_vec(&got).unwrap();
+        assert_eq!(m.answers[0].data, RData::A(A::new(192, 0, 2, 0)));
+    }
+
+    #[tokio::test]
+    async fn spoofed_replies_alone_are_no_answer() {
+        let up = Fake::start(Mode::SpoofOnly).await;
+        let f = Forwarder::new(vec![up.addr], TRY).await.unwrap();
+        assert_eq!(forward(&f, &query(7, NAME), false).await, None);
+        assert_eq!(f.stats(), (1, 0, 1));
+        assert_eq!(f.pending(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_question_may_come_back_in_another_case() {
+        let up = Fake::start(Mode::Shouted).await;
+        let f = Forwarder::new(vec![up.addr], TRY).await.unwrap();
+        let got = forward(&f, &query(9, NAME), false).await.unwrap();
+        assert_same_but_id(&got, &up.sent()[0], 9);
+    }
+
+    #[tokio::test]
+    async fn a_dead_first_upstream_falls_over_to_the_second() {
+        // Bound, so nothing answers with an ICMP error: only the timeout
+        // tells it is dead.
+        let dead = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let up = Fake::start(Mode::Answer).await;
+        let f = Forwarder::new(vec![dead.local_addr().unwrap(), up.addr], TRY)
+            .await
+            .unwrap();
+        let start = Instant::now();
+        let got = forward(&f, &query(1, NAME), false).await.unwrap();
+        assert!(start.elapsed() < 2 * TRY, "took {:?}", start.elapsed());
+        assert_same_but_id(&got, &up.sent()[0], 1);
+        // The second query starts at the upstream that answered.
+        let start = Instant::now();
+        let got = forward(&f, &query(2, NAME), false).await.unwrap();
+        assert!(start.elapsed() < TRY, "took {:?}", start.elapsed());
+        assert_same_but_id(&got, &up.sent()[1], 2);
+        assert_eq!(f.stats(), (2, 2, 0));
+    }
+
+    #[tokio::test]
+    async fn no_upstream_is_none() {
+        let none = Forwarder::new(Vec::new(), TRY).await.unwrap();
+        assert_eq!(forward(&none, &query(1, NAME), false).await, None);
+        assert_eq!(forward(&none, &query(1, NAME), true).await, None);
+
+        let dead = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let f = Forwarder::new(vec![dead.local_addr().unwrap()], TRY)
+            .await
+            .unwrap();
+        let start = Instant::now();
+        assert_eq!(forward(&f, &query(1, NAME), false).await, None);
+        assert!(start.elapsed() >= TRY);
+        // Nothing listens on TCP there: refused at once.
+        assert_eq!(forward(&f, &query(1, NAME), true).await, None);
+        assert_eq!(f.stats(), (2, 0, 2));
+        assert_eq!(f.pending(), 0);
+    }
+
+    #[tokio::test]
+    async fn tc_passes_through_over_udp() {
+        let up = Fake::start(Mode::Truncated).await;
+        let f = Forwarder::new(vec![up.addr], TRY).await.unwrap();
+        let got = forward(&f, &query(3, NAME), false).await.unwrap();
+        assert_same_but_id(&got, &up.sent()[0], 3);
+        assert!(Message::from_vec(&got).unwrap().metadata.truncation);
+    }
+
+    #[tokio::test]
+    async fn tcp_gets_a_large_answer_whole() {
+        let up = Fake::start(Mode::Truncated).await;
+        let f = Forwarder::new(vec![up.addr], TRY).await.unwrap();
+        let got = forward(&f, &query(4, NAME), true).await.unwrap();
+        assert!(got.len() > 512, "{} bytes", got.len());
+        assert_same_but_id(&got, &up.sent()[0], 4);
+        let m = Message::from_vec(&got).unwrap();
+        assert!(!m.metadata.truncation);
+        assert_eq!(m.answers.len(), LARGE);
+    }
+
+    #[tokio::test]
+    async fn concurrent_forwards_get_their_own_answers() {
+        const N: u16 = 100;
+        let up = Fake::start(Mode::Reversed(usize::from(N))).await;
+        let f = Forwarder::new(vec![up.addr], Duration::from_secs(5))
+            .await
+            .unwrap();
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..N {
+            let f = Arc::clone(&f);
+            tasks.spawn(async move {
+                let name = format!("q{i}.example.");
+                // All with one client ID, as many clients may pick the same.
+                let got = forward(&f, &query(0x1234, &name), false).await.unwrap();
+                let m = Message::from_vec(&got).unwrap();
+                assert_eq!(m.metadata.id, 0x1234);
+                assert_eq!(m.queries[0].name().to_ascii(), name);
+                assert_eq!(m.answers[0].name.to_ascii(), name);
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
+        }
+        assert_eq!(f.stats(), (100, 100, 0));
+        assert_eq!(f.pending(), 0);
+    }
+
+    #[tokio::test]
+    async fn malformed_queries_are_none() {
+        let up = Fake::start(Mode::Answer).await;
+        let f = Forwarder::new(vec![up.addr], TRY).await.unwrap();
+        let good = query(5, NAME);
+        let no_question = {
+            let mut q = good[..HEADER].to_vec();
+            q[5] = 0;
+            q
+        };
+        let pointer = {
+            let mut q = good[..HEADER].to_vec();
+            q.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1]);
+            q
+        };
+        let long_name = {
+            let mut q = good[..HEADER].to_vec();
+            for _ in 0..5 {
+                q.push(63);
+                q.extend_from_slice(&[b'a'; 63]);
+            }
+            q.extend_from_slice(&[0, 0, 1, 0, 1]);
+            q
+        };
+        for bad in [
+            &[][..],
+            &good[..11],
+            &good[..HEADER],
+            &no_question[..],
+            &good[..good.len() - 1],
+            &pointer[..],
+            &long_name[..],
+        ] {
+            let start = Instant::now();
+            assert_eq!(forward(&f, bad, false).await, None);
+            assert_eq!(forward(&f, bad, true).await, None);
+            assert!(start.elapsed() < TRY);
+        }
+        assert!(up.sent().is_empty());
+        assert_eq!(f.stats(), (14, 0, 14));
+    }
+
+    #[tokio::test]
+    async fn past_the_cap_a_query_fails_at_once() {
+        let dead = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let f = Forwarder::with_limit(vec![dead.local_addr().unwrap()], HUNG / 2, 1)
+            .await
+            .unwrap();
+        let waiting = tokio::spawn({
+            let f = Arc::clone(&f);
+            async move { f.forward(&query(1, NAME), false).await }
+        });
+        let deadline = Instant::now() + HUNG;
+        while f.pending() == 0 {
+            assert!(Instant::now() < deadline, "the first query never went out");
+            tokio::task::yield_now().await;
+        }
+        let start = Instant::now();
+        assert_eq!(forward(&f, &query(2, NAME), false).await, None);
+        assert!(start.elapsed() < TRY);
+        // A query given up by its caller frees its ID and its place.
+        waiting.abort();
+        let _ = waiting.await;
+        assert_eq!(f.pending(), 0);
+        assert_eq!(f.in_flight.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn question_end_and_answers() {
+        let q = query(1, "a.b.");
+        let end = question_end(&q).unwrap();
+        assert_eq!(end, HEADER + 5 + 4);
+        let mut reply = answer(&q, 1, false, false);
+        assert!(answers(&reply, &q[HEADER..end]));
+        assert!(!answers(&reply[..end - 1], &q[HEADER..end]));
+        // Type 65 (HTTPS) asked, type 97 answered: 'A' and 'a' to an
+        // ASCII-blind comparison, not to this one.
+        let mut https = q.clone();
+        https[end - 3] = 0x41;
+        reply[end - 3] = 0x61;
+        assert!(!answers(&reply, &https[HEADER..end]));
+        reply[end - 3] = 0x41;
+        assert!(answers(&reply, &https[HEADER..end]));
+        // A query is no reply.
+        assert_eq!(reply_id(&q), None);
+    }
 }
