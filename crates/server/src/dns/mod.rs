@@ -10,6 +10,7 @@ pub mod answer;
 pub mod buffers;
 mod datagrams;
 mod fast;
+pub mod forward;
 #[cfg(target_os = "linux")]
 mod mmsg;
 pub mod resolve;
