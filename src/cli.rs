@@ -16,6 +16,7 @@ use podns_server::index::{Duplicates, Hostnames, Policy, Publish};
 use podns_server::k8s::watch::StreamingList;
 use podns_server::k8s::wire::Wire;
 use podns_server::relay::RelayConfig;
+use podns_server::relay::node::NodeConfig;
 use podns_server::serve::ServeConfig;
 use podns_server::zonefile::ZonefileConfig;
 
@@ -39,7 +40,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Serve DNS for a cluster (kubeconfig or in-cluster config).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run the Kubernetes API simulator on loopback (plain HTTP).
     #[cfg(feature = "sim")]
     Sim(podns_sim::SimArgs),
@@ -283,6 +284,23 @@ pub struct ServeArgs {
     /// The CA that --relay-kubeconfig-out tells clients to trust (default: the certificate itself).
     #[arg(long, env = "PODNS_RELAY_TLS_CA")]
     pub relay_tls_ca: Option<std::path::PathBuf>,
+    /// Be a node instance: watch the relay this kubeconfig names (its CA, a ServiceAccount token), never the API server, holding only the namespaces of this node's pods; other names are forwarded to the relays' DNS.
+    #[arg(long, env = "PODNS_RELAY_KUBECONFIG", requires = "node", conflicts_with_all = ["relay_listen", "kubeconfig"])]
+    pub relay_kubeconfig: Option<std::path::PathBuf>,
+    /// This node's name (a node instance; the DaemonSet passes spec.nodeName).
+    #[arg(long, env = "PODNS_NODE", requires = "relay_kubeconfig")]
+    pub node: Option<String>,
+    /// The relays' DNS addresses (repeatable; default: the relay kubeconfig's server host, port 53).
+    #[arg(
+        long,
+        env = "PODNS_RELAY_DNS",
+        value_delimiter = ',',
+        requires = "relay_kubeconfig"
+    )]
+    pub relay_dns: Vec<SocketAddr>,
+    /// How long a namespace stays in a node instance's scope after its last pod left the node (a gang restart recreates its pods).
+    #[arg(long, env = "PODNS_SCOPE_LINGER", default_value = "5m")]
+    pub scope_linger: Secs,
     /// The ServiceAccount (NAMESPACE/NAME) whose token --relay-kubeconfig-out writes.
     #[arg(long, env = "PODNS_RELAY_KUBECONFIG_ACCOUNT", default_value = "default/podns-node", value_parser = account)]
     pub relay_kubeconfig_account: (String, String),
@@ -322,7 +340,10 @@ impl ServeArgs {
             consistent_list: self.consistent_list,
             streaming_list: self.streaming_list,
             wire: shared.wire,
-            kubeconfig: shared.kubeconfig.clone(),
+            kubeconfig: self
+                .relay_kubeconfig
+                .clone()
+                .or_else(|| shared.kubeconfig.clone()),
             context: shared.context.clone(),
             shutdown_grace: self.shutdown_grace.0,
             tcp: TcpLimits {
@@ -332,6 +353,11 @@ impl ServeArgs {
             },
             rrl: self.rrl,
             admin_debug: self.admin_debug,
+            node: self.node.clone().map(|node| NodeConfig {
+                node,
+                relay_dns: self.relay_dns.clone(),
+                linger: self.scope_linger.0,
+            }),
             relay: self.relay_listen.map(|listen| RelayConfig {
                 history: self.relay_history.0,
                 kubeconfig_out: self.relay_kubeconfig_out.clone(),

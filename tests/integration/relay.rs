@@ -457,3 +457,146 @@ async fn kubectl_gets_and_watches_the_relay() {
     let _ = child.wait();
     assert!(found, "kubectl get --watch saw the new pod: {lines:?}");
 }
+
+/// Ask `addr` the same question (the same bytes, the same ID) over UDP.
+async fn same_question(addr: std::net::SocketAddr, msg: &hickory_proto::op::Message) -> Vec<u8> {
+    udp(addr, msg).await.to_vec().unwrap()
+}
+
+fn forwarded(m: &podns_server::metrics::Metrics, result: &'static str) -> u64 {
+    m.forwarded
+        .get_or_create(&podns_server::metrics::ResultLabels { result })
+        .get()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchanged() {
+    use hickory_proto::rr::RecordType;
+    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
+    // The simulator fills nodes 8 pods at a time: `far` takes the first
+    // node, `train` the next.
+    create_job(&env.client, "other", "far", 8, "indexed-job").await;
+    create_job(&env.client, "ml", "train", 4, "indexed-job").await;
+    let relay = relay_client(&kubeconfig).await;
+    wait_for("12 pods with IPs through the relay", T, || async {
+        pods_with_ip(&relay, "ml").await.len() == 4
+            && pods_with_ip(&relay, "other").await.len() == 8
+    })
+    .await;
+    let node_of = |pods: &[Pod]| -> Vec<String> {
+        pods.iter()
+            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+            .collect()
+    };
+    let node = node_of(&pods_with_ip(&relay, "ml").await)[0].clone();
+    assert!(
+        !node_of(&pods_with_ip(&relay, "other").await).contains(&node),
+        "no pod of `other` on {node}"
+    );
+
+    // The node instance: the relay's kubeconfig, its node, the relay's DNS.
+    let flags = [
+        format!("--relay-kubeconfig={}", kubeconfig.display()),
+        format!("--node={node}"),
+        format!("--relay-dns={}", env.dns),
+        "--scope-linger=0s".to_string(),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let args = serve_args(&flags);
+    let listeners =
+        podns_server::serve::Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen)
+            .unwrap();
+    let client = relay_client(&kubeconfig).await;
+    let n = podns_server::serve::start(&args, client, listeners, env.shutdown.clone());
+    let (table, metrics, dns) = (n.table.clone(), n.metrics.clone(), n.dns_addr);
+    wait_for("`ml` in the node's scope", T, || {
+        let t = table.clone();
+        async move { t.scope() == vec!["ml".to_string()] }
+    })
+    .await;
+
+    // In scope: answered from the node's own index, byte for byte the
+    // relay's answer.
+    let q = |name: &str, t| query_msg(&fqdn(name), t, Some(1232));
+    for (name, t) in [
+        ("train-0.train.ml.svc", RecordType::A),
+        ("train.ml.svc", RecordType::A),
+        ("3.train.ml.rank", RecordType::A),
+    ] {
+        let msg = q(name, t);
+        let before = forwarded(&metrics, "answered");
+        let here = same_question(dns, &msg).await;
+        assert_eq!(
+            forwarded(&metrics, "answered"),
+            before,
+            "{name}: answered here"
+        );
+        assert_eq!(
+            here,
+            same_question(env.dns, &msg).await,
+            "{name}: the relay's answer"
+        );
+        assert!(!udp(dns, &msg).await.answers.is_empty(), "{name}");
+    }
+    // Out of scope, and reverse names: the relays' answers, unchanged.
+    let far_ip = pods_with_ip(&relay, "other").await[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .pod_ip
+        .clone()
+        .unwrap();
+    let rev = far_ip.split('.').rev().collect::<Vec<_>>().join(".") + ".in-addr.arpa.";
+    for msg in [
+        q("far-0.far.other.svc", RecordType::A),
+        q("nope.other.svc", RecordType::A),
+        q("far.other.rank", RecordType::TXT),
+        query_msg(&rev, RecordType::PTR, None),
+    ] {
+        let before = forwarded(&metrics, "answered");
+        let here = same_question(dns, &msg).await;
+        assert_eq!(
+            forwarded(&metrics, "answered"),
+            before + 1,
+            "forwarded: {msg}"
+        );
+        assert_eq!(here, same_question(env.dns, &msg).await, "unchanged: {msg}");
+    }
+    // Over TCP too.
+    let msg = q("far-1.far.other.svc", RecordType::A);
+    assert_eq!(
+        tcp(dns, &msg).await.to_vec().unwrap(),
+        tcp(env.dns, &msg).await.to_vec().unwrap()
+    );
+
+    // A pod of a new namespace lands on the node: its namespace comes into
+    // scope; when it leaves, out again, and its names are forwarded.
+    let mut late = pod_json("late", "solo", json!({"app": "solo"}));
+    late["spec"]["nodeName"] = json!(node);
+    late["spec"]["hostname"] = json!("solo");
+    late["spec"]["subdomain"] = json!("solo");
+    create_pod(&env.client, late).await;
+    wait_for("`late` in the node's scope", T, || {
+        let t = table.clone();
+        async move { t.scope().contains(&"late".to_string()) }
+    })
+    .await;
+    let msg = q("late.pod", RecordType::SOA);
+    let before = forwarded(&metrics, "answered");
+    same_question(dns, &msg).await;
+    assert_eq!(forwarded(&metrics, "answered"), before, "late is held");
+    Api::<Pod>::namespaced(env.client.clone(), "late")
+        .delete("solo", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    wait_for("`late` out of the node's scope", T, || {
+        let t = table.clone();
+        async move { !t.scope().contains(&"late".to_string()) }
+    })
+    .await;
+    let msg = q("solo.solo.late.svc", RecordType::A);
+    let before = forwarded(&metrics, "answered");
+    let here = same_question(dns, &msg).await;
+    assert_eq!(forwarded(&metrics, "answered"), before + 1);
+    assert_eq!(here, same_question(env.dns, &msg).await);
+}

@@ -54,6 +54,15 @@ pub const WATCH_SKIPPED: &str = "podns_watch_skipped_objects";
 pub const WATCH_SYNCED: &str = "podns_watch_synced";
 /// Time from a watch event's arrival to the index answering it, in seconds.
 pub const PROPAGATION: &str = "podns_propagation_seconds";
+/// A node instance's questions sent to the relays, by result (`answered`,
+/// or `failed`: no relay answered, SERVFAIL sent).
+pub const DNS_FORWARDED: &str = "podns_dns_forwarded";
+/// The namespaces a node instance holds whole (its pods' namespaces).
+pub const NODE_SCOPE_NAMESPACES: &str = "podns_node_scope_namespaces";
+/// Watches served by the relay now.
+pub const RELAY_WATCHES: &str = "podns_relay_watches";
+/// Bytes of watch events the relay sent.
+pub const RELAY_SENT_BYTES: &str = "podns_relay_watch_sent_bytes";
 /// Gangs (Jobs and JobSets) in the rank view.
 pub const RANK_JOBS: &str = "podns_rank_jobs";
 /// From the earliest creation of a generation's pods to every rank of it published, in seconds.
@@ -82,6 +91,11 @@ pub struct RequestLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabels {
     pub action: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -132,6 +146,10 @@ pub struct Metrics {
     pub propagation: Histogram,
     pub rank_jobs: Gauge<i64, AtomicI64>,
     pub gang_complete: Histogram,
+    pub forwarded: Family<ResultLabels, Counter>,
+    pub node_scope_namespaces: Gauge<i64, AtomicI64>,
+    pub relay_watches: Gauge<i64, AtomicI64>,
+    pub relay_sent_bytes: Counter,
     registry: Arc<Registry>,
 }
 
@@ -171,6 +189,13 @@ impl Metrics {
         ]);
 
         let rank_jobs = Gauge::<i64, AtomicI64>::default();
+        let forwarded = Family::<ResultLabels, Counter>::default();
+        for result in ["answered", "failed"] {
+            let _ = forwarded.get_or_create(&ResultLabels { result });
+        }
+        let node_scope_namespaces = Gauge::<i64, AtomicI64>::default();
+        let relay_watches = Gauge::<i64, AtomicI64>::default();
+        let relay_sent_bytes = Counter::default();
         // 0.5 s … 30 min: pod start-up to a whole gang resolvable.
         let gang_complete = Histogram::new([
             0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
@@ -273,9 +298,33 @@ impl Metrics {
             "Earliest pod creation of a generation to every rank published",
             gang_complete.clone(),
         );
+        registry.register(
+            DNS_FORWARDED,
+            "Questions a node instance sent to the relays, by result",
+            forwarded.clone(),
+        );
+        registry.register(
+            NODE_SCOPE_NAMESPACES,
+            "Namespaces a node instance holds whole",
+            node_scope_namespaces.clone(),
+        );
+        registry.register(
+            RELAY_WATCHES,
+            "Watches the relay serves now",
+            relay_watches.clone(),
+        );
+        registry.register(
+            RELAY_SENT_BYTES,
+            "Bytes of watch events the relay sent",
+            relay_sent_bytes.clone(),
+        );
         Self {
             rank_jobs,
             gang_complete,
+            forwarded,
+            node_scope_namespaces,
+            relay_watches,
+            relay_sent_bytes,
             requests,
             responses,
             request_duration,

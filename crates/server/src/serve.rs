@@ -11,10 +11,11 @@ use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::admin::{self, Health};
 use crate::dns::Zone;
-use crate::dns::answer::{AnswerConfig, Answerer};
+use crate::dns::answer::{AnswerConfig, Answerer, Forwarding};
 use crate::dns::buffers::{self, Granted, UdpBuffers};
 use crate::dns::rrl::Rrl;
 use crate::dns::server;
@@ -24,8 +25,9 @@ use crate::index::{Policy, SyncNeeds, Table, Writer};
 use crate::k8s::watch::StreamingList;
 use crate::k8s::watch::{self, WatchConfig};
 use crate::k8s::wire::Wire;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ResultLabels};
 use crate::relay::auth::Auth;
+use crate::relay::node::NodeConfig;
 use crate::relay::{Relay, RelayConfig};
 
 /// Everything `podns serve` needs; the CLI maps its flags into this.
@@ -79,6 +81,9 @@ pub struct ServeConfig {
     pub admin_debug: bool,
     /// Also serve the relay (`--relay-listen`).
     pub relay: Option<RelayConfig>,
+    /// Be a node instance (`--relay-kubeconfig`, `--node`): `kubeconfig`
+    /// names a relay, and only this node's pods' namespaces are held.
+    pub node: Option<NodeConfig>,
 }
 
 impl Default for ServeConfig {
@@ -111,6 +116,7 @@ impl Default for ServeConfig {
             rrl: None,
             admin_debug: false,
             relay: None,
+            node: None,
         }
     }
 }
@@ -281,6 +287,23 @@ pub fn validate(args: &ServeConfig) -> Result<(), ConfigError> {
     {
         return Err(ConfigError("--label-selector must not be empty".into()));
     }
+    if let Some(node) = &args.node {
+        if node.node.is_empty() {
+            return Err(ConfigError(
+                "--node must name this node (the DaemonSet passes spec.nodeName)".into(),
+            ));
+        }
+        if node.relay_dns.is_empty() {
+            return Err(ConfigError(
+                "a node instance needs the relays' DNS address (--relay-dns)".into(),
+            ));
+        }
+        if args.relay.is_some() {
+            return Err(ConfigError(
+                "--relay-listen and --node: a node instance reads a relay, it is not one".into(),
+            ));
+        }
+    }
     if let Some(relay) = &args.relay {
         if relay.tls_cert.is_some() != relay.tls_key.is_some() {
             return Err(ConfigError(
@@ -352,25 +375,36 @@ pub fn start(
         });
     }
 
+    let node = args.node.is_some();
     let wcfg = WatchConfig {
         namespaces: args.namespaces.clone(),
         label_selector: args.label_selector.clone(),
         consistent_list: args.consistent_list,
         streaming: args.streaming_list,
         jobs: args.policy.rank_view,
-        endpoint_slices: args.endpoint_slices,
+        // A relay serves Pods, Services and Jobs; a node instance forwards
+        // what needs more (reverse names).
+        endpoint_slices: args.endpoint_slices && !node,
         wire: args.wire,
-        ranges: args.reverse_cidrs.is_empty(),
+        ranges: args.reverse_cidrs.is_empty() && !node,
         relay,
     };
-    let needs = SyncNeeds {
-        pod_scopes: watch::pod_scopes(&wcfg),
-        service_scopes: watch::service_scopes(&wcfg),
-        job_scopes: watch::job_scopes(&wcfg),
-        slice_scopes: watch::slice_scopes(&wcfg),
+    let needs = if node {
+        // Scopes come and go; the node's own pod list makes it ready.
+        table.set_node_scope();
+        SyncNeeds::default()
+    } else {
+        SyncNeeds {
+            pod_scopes: watch::pod_scopes(&wcfg),
+            service_scopes: watch::service_scopes(&wcfg),
+            job_scopes: watch::job_scopes(&wcfg),
+            slice_scopes: watch::slice_scopes(&wcfg),
+        }
     };
     let mut writer = Writer::new(table.clone(), args.policy, metrics.clone(), needs);
-    if wcfg.ranges {
+    if node {
+        // Every reverse name is forwarded: none is owned here.
+    } else if wcfg.ranges {
         writer = writer.with_ranges();
     } else {
         let given = ReverseZones::given(args.reverse_cidrs.iter().copied());
@@ -388,16 +422,52 @@ pub fn start(
     }
     let (tx, rx) = mpsc::channel(4096);
     tasks.spawn_blocking(move || writer.run_blocking(rx));
-    watch::spawn_watchers(
-        client,
-        &wcfg,
-        tx,
-        metrics.clone(),
-        &mut tasks,
-        shutdown.clone(),
-    );
-
-    let answerer = Arc::new(Answerer::new(table.clone(), answer_config(args)));
+    let mut answerer = Answerer::new(table.clone(), answer_config(args));
+    match &args.node {
+        Some(cfg) => {
+            match crate::dns::forward::Forwarder::new(cfg.relay_dns.clone(), FORWARD_TIMEOUT) {
+                Ok(forwarder) => {
+                    let result = |result| {
+                        metrics
+                            .forwarded
+                            .get_or_create(&ResultLabels { result })
+                            .clone()
+                    };
+                    answerer = answerer.with_forwarding(Forwarding {
+                        forwarder,
+                        runtime: tokio::runtime::Handle::current(),
+                        answered: result("answered"),
+                        failed: result("failed"),
+                    });
+                }
+                Err(error) => {
+                    tracing::error!(%error, "cannot forward to the relays: out-of-scope names get SERVFAIL")
+                }
+            }
+            let span = tracing::info_span!("node", node = %cfg.node);
+            tasks.spawn(
+                crate::relay::node::run(
+                    client,
+                    cfg.clone(),
+                    wcfg,
+                    tx,
+                    table.clone(),
+                    metrics.clone(),
+                    shutdown.clone(),
+                )
+                .instrument(span),
+            );
+        }
+        None => watch::spawn_watchers(
+            client,
+            &wcfg,
+            tx,
+            metrics.clone(),
+            &mut tasks,
+            shutdown.clone(),
+        ),
+    }
+    let answerer = Arc::new(answerer);
     let explainer = args.admin_debug.then(|| admin::explain::Explainer {
         answerer: answerer.clone(),
         writer: explain_tx,
@@ -478,7 +548,12 @@ impl Running {
     }
 }
 
-pub async fn run(args: ServeConfig) -> anyhow::Result<()> {
+pub async fn run(mut args: ServeConfig) -> anyhow::Result<()> {
+    if let Some(node) = &mut args.node
+        && node.relay_dns.is_empty()
+    {
+        node.relay_dns = relay_dns_default(args.kubeconfig.as_deref()).await?;
+    }
     validate(&args)?;
     let listeners = Listeners::bind_with(
         args.dns_listen,
@@ -504,6 +579,33 @@ pub async fn run(args: ServeConfig) -> anyhow::Result<()> {
         .await;
     Ok(())
 }
+
+/// The relays' DNS when `--relay-dns` is not given: the relay kubeconfig's
+/// server host (the relay Service), port 53.
+async fn relay_dns_default(
+    kubeconfig: Option<&std::path::Path>,
+) -> Result<Vec<SocketAddr>, ConfigError> {
+    let config = crate::config::kube_config(kubeconfig, None).await?;
+    let host = config
+        .cluster_url
+        .host()
+        .unwrap_or("")
+        .trim_matches(['[', ']'])
+        .to_owned();
+    let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 53))
+        .await
+        .map(|a| a.collect())
+        .unwrap_or_default();
+    if found.is_empty() {
+        return Err(ConfigError(format!(
+            "cannot find the relays' DNS from the relay kubeconfig's server {host:?}: pass --relay-dns"
+        )));
+    }
+    Ok(found)
+}
+
+/// How long a node instance waits for one relay before asking the next.
+const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(700);
 
 /// Write the kubeconfig node instances on this machine use to reach the
 /// relay: its address and a token for `account` from a TokenRequest.

@@ -40,6 +40,9 @@ pub struct Reply {
     pub rcode: ResponseCode,
     pub qtype: Option<RecordType>,
     pub truncated: bool,
+    /// Not answered here: a node instance forwards it ([`Answerer::forwarded`]);
+    /// `bytes` is empty.
+    pub forward: bool,
 }
 
 /// What the server counts about a reply written into its buffer.
@@ -48,12 +51,27 @@ pub struct ReplyMeta {
     pub rcode: ResponseCode,
     pub qtype: Option<RecordType>,
     pub truncated: bool,
+    /// Not answered here: the buffer was not written; a node instance
+    /// forwards the question ([`Answerer::forward_udp`]).
+    pub forward: bool,
 }
 
 /// Answers questions from the index. Cheap to share behind an `Arc`.
 pub struct Answerer {
     table: Arc<Table>,
     rules: Rules,
+    /// A node instance's way to the relays.
+    forwarding: Option<Forwarding>,
+}
+
+/// Where a node instance sends the questions it does not hold.
+pub struct Forwarding {
+    pub forwarder: Arc<super::forward::Forwarder>,
+    /// The runtime a blocking UDP loop hands forwarded questions to.
+    pub runtime: tokio::runtime::Handle,
+    /// `podns_forwarded_total{result}`.
+    pub answered: prometheus_client::metrics::counter::Counter,
+    pub failed: prometheus_client::metrics::counter::Counter,
 }
 
 impl Answerer {
@@ -61,7 +79,51 @@ impl Answerer {
         Self {
             table,
             rules: Rules::new(cfg),
+            forwarding: None,
         }
+    }
+
+    /// A node instance's answerer: what it does not hold goes to the relays.
+    pub fn with_forwarding(mut self, forwarding: Forwarding) -> Self {
+        self.forwarding = Some(forwarding);
+        self
+    }
+
+    /// The relays' answer to a question this node instance does not hold,
+    /// unchanged but for the client's ID; SERVFAIL when none answers.
+    pub async fn forwarded(&self, query: &[u8], tcp: bool) -> Option<Vec<u8>> {
+        if let Some(f) = &self.forwarding {
+            if let Some(reply) = f.forwarder.forward(query, tcp).await {
+                f.answered.inc();
+                return Some(reply);
+            }
+            f.failed.inc();
+        }
+        servfail(query)
+    }
+
+    /// [`Self::forwarded`] from a blocking UDP loop: on the runtime, the
+    /// reply sent on `socket` to `src` when it comes.
+    pub fn forward_udp(
+        self: &Arc<Self>,
+        query: Vec<u8>,
+        src: std::net::SocketAddr,
+        socket: Arc<std::net::UdpSocket>,
+    ) {
+        let Some(f) = &self.forwarding else {
+            if let Some(reply) = servfail(&query) {
+                let _ = socket.send_to(&reply, src);
+            }
+            return;
+        };
+        let me = self.clone();
+        f.runtime.spawn(async move {
+            if let Some(reply) = me.forwarded(&query, false).await {
+                // A UDP send does not block but for a full buffer; the
+                // reply is dropped then, as any reply would be.
+                let _ = socket.send_to(&reply, src);
+            }
+        });
     }
 
     pub fn table(&self) -> &Arc<Table> {
@@ -82,11 +144,15 @@ impl Answerer {
     pub fn handle(&self, bytes: &[u8], transport: Transport) -> Option<Reply> {
         let mut out = Vec::new();
         let meta = self.handle_into(bytes, transport, &mut out)?;
+        if meta.forward {
+            out.clear();
+        }
         Some(Reply {
             bytes: out,
             rcode: meta.rcode,
             qtype: meta.qtype,
             truncated: meta.truncated,
+            forward: meta.forward,
         })
     }
 
@@ -117,6 +183,7 @@ impl Answerer {
             rcode: reply.rcode,
             qtype: reply.qtype,
             truncated: reply.truncated,
+            forward: reply.forward,
         })
     }
 
@@ -209,6 +276,15 @@ pub fn udp_limit(req: &Message) -> u16 {
 /// Encode; a reply that does not fit the plan's limit is encoded again in
 /// the plan's TC=1 shape ([`Plan::truncate`]).
 fn encode(req: &Message, mut plan: Plan<'_>, qtype: Option<RecordType>) -> Option<Reply> {
+    if plan.forward {
+        return Some(Reply {
+            bytes: Vec::new(),
+            rcode: plan.rcode,
+            qtype,
+            truncated: false,
+            forward: true,
+        });
+    }
     let mut bytes = message(req, &plan).to_vec().ok()?;
     if bytes.len() > plan.limit {
         plan.truncate();
@@ -219,7 +295,15 @@ fn encode(req: &Message, mut plan: Plan<'_>, qtype: Option<RecordType>) -> Optio
         rcode: plan.rcode,
         qtype,
         truncated: plan.tc,
+        forward: false,
     })
+}
+
+/// SERVFAIL for a query no relay answered: the question echoed, no AA.
+fn servfail(query: &[u8]) -> Option<Vec<u8>> {
+    let req = Message::from_vec(query).ok()?;
+    let plan = Plan::new(ResponseCode::ServFail, None, usize::MAX);
+    message(&req, &plan).to_vec().ok()
 }
 
 /// The plan as a response to `req` (its id, opcode, RD, CD and question).
@@ -339,6 +423,7 @@ fn formerr_for_garbage(bytes: &[u8]) -> Option<Reply> {
         rcode: ResponseCode::FormErr,
         qtype: None,
         truncated: false,
+        forward: false,
     })
 }
 

@@ -92,6 +92,15 @@ pub(super) fn answer<'a>(
         udp,
     };
     let mut plan = rules.resolve(table, &req);
+    if plan.forward {
+        // A node instance's question for the relays: nothing is written.
+        return Fast::Done(ReplyMeta {
+            rcode: plan.rcode,
+            qtype: Some(RecordType::from(q.qtype)),
+            truncated: false,
+            forward: true,
+        });
+    }
     if !fits_shape(&plan) {
         return Fast::Plan(plan);
     }
@@ -110,6 +119,7 @@ pub(super) fn answer<'a>(
         rcode: plan.rcode,
         qtype: Some(RecordType::from(q.qtype)),
         truncated: plan.tc,
+        forward: false,
     })
 }
 

@@ -80,11 +80,11 @@ struct Waiter {
 
 impl Forwarder {
     /// A forwarder to these upstreams (tried in order, starting from the one that answered last), each try waiting `timeout`.
-    pub async fn new(upstreams: Vec<SocketAddr>, timeout: Duration) -> io::Result<Arc<Self>> {
-        Self::with_limit(upstreams, timeout, MAX_PENDING).await
+    pub fn new(upstreams: Vec<SocketAddr>, timeout: Duration) -> io::Result<Arc<Self>> {
+        Self::with_limit(upstreams, timeout, MAX_PENDING)
     }
 
-    async fn with_limit(
+    fn with_limit(
         upstreams: Vec<SocketAddr>,
         timeout: Duration,
         max_pending: usize,
@@ -92,8 +92,8 @@ impl Forwarder {
         // `register` finds a free ID quickly only while few of the 65 536
         // are taken.
         let max_pending = max_pending.min(MAX_PENDING);
-        let v4 = Udp::bind(&upstreams, false).await?;
-        let v6 = Udp::bind(&upstreams, true).await?;
+        let v4 = Udp::bind(&upstreams, false)?;
+        let v6 = Udp::bind(&upstreams, true)?;
         let receivers = [&v4, &v6]
             .into_iter()
             .flatten()
@@ -252,7 +252,7 @@ impl Udp {
     /// One socket for the upstreams of one family, or none if there are
     /// none. Loopback upstreams (tests, a relay on the same host) get a
     /// loopback socket, so nothing listens beyond the host for no reason.
-    async fn bind(upstreams: &[SocketAddr], v6: bool) -> io::Result<Option<Arc<Self>>> {
+    fn bind(upstreams: &[SocketAddr], v6: bool) -> io::Result<Option<Arc<Self>>> {
         let mut family = upstreams.iter().filter(|a| a.is_ipv6() == v6).peekable();
         if family.peek().is_none() {
             return Ok(None);
@@ -264,7 +264,9 @@ impl Udp {
             (true, true) => Ipv6Addr::LOCALHOST.into(),
             (true, false) => Ipv6Addr::UNSPECIFIED.into(),
         };
-        let socket = UdpSocket::bind((ip, 0)).await?;
+        let socket = std::net::UdpSocket::bind((ip, 0))?;
+        socket.set_nonblocking(true)?;
+        let socket = UdpSocket::from_std(socket)?;
         Ok(Some(Arc::new(Self {
             socket,
             pending: Mutex::default(),
@@ -594,7 +596,7 @@ mod tests {
     #[tokio::test]
     async fn the_reply_is_the_upstreams_with_the_clients_id() {
         let up = Fake::start(Mode::Answer).await;
-        let f = Forwarder::new(vec![up.addr], TRY).await.unwrap();
+        let f = Forwarder::new(vec![up.addr], TRY).unwrap();
         let got = forward(&f, &query(0xBEEF, NAME), false).await.unwrap();
         let sent = up.sent();
         assert_eq!(sent.len(), 1);
@@ -609,7 +611,7 @@ mod tests {
     #[tokio::test]
     async fn spoofed_replies_are_ignored_for_the_true_one() {
         let up = Fake::start(Mode::Spoofed).await;
-        let f = Forwarder::new(vec![up.addr], TRY).await.unwrap();
+        let f = Forwarder::new(vec![up.addr], TRY).unwrap();
         let got = forward(&f, &query(7, NAME), false).await.unwrap();
         assert_same_but_id(&got, &up.sent()[0], 7);
         let m = Message::from_vec(&got).unwrap();
@@ -619,7 +621,7 @@ mod tests {
     #[tokio::test]
     async fn spoofed_replies_alone_are_no_answer() {
         let up = Fake::start(Mode::SpoofOnly).await;
-        let f = Forwarder::new(vec![up.addr], TRY).await.unwrap();
+        let f = Forwarder::new(vec![up.addr], TRY).unwrap();
         assert_eq!(forward(&f, &query(7, NAME), false).await, None);
         assert_eq!(f.stats(), (1, 0, 1));
         assert_eq!(f.pending(), 0);
@@ -628,7 +630,7 @@ mod tests {
     #[tokio::test]
     async fn the_question_may_come_back_in_another_case() {
         let up = Fake::start(Mode::Shouted).await;
-        let f = Forwarder::new(vec![up.addr], TRY).await.unwrap();
+        let f = Forwarder::new(vec![up.addr], TRY).unwrap();
         let got = forward(&f, &query(9, NAME), false).await.unwrap();
         assert_same_but_id(&got, &up.sent()[0], 9);
     }
@@ -639,9 +641,7 @@ mod tests {
         // tells it is dead.
         let dead = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let up = Fake::start(Mode::Answer).await;
-        let f = Forwarder::new(vec![dead.local_addr().unwrap(), up.addr], TRY)
-            .await
-            .unwrap();
+        let f = Forwarder::new(vec![dead.local_addr().unwrap(), up.addr], TRY).unwrap();
         let start = Instant::now();
         let got = forward(&f, &query(1, NAME), false).await.unwrap();
         assert!(start.elapsed() < 2 * TRY, "took {:?}", start.elapsed());
@@ -656,14 +656,12 @@ mod tests {
 
     #[tokio::test]
     async fn no_upstream_is_none() {
-        let none = Forwarder::new(Vec::new(), TRY).await.unwrap();
+        let none = Forwarder::new(Vec::new(), TRY).unwrap();
         assert_eq!(forward(&none, &query(1, NAME), false).await, None);
         assert_eq!(forward(&none, &query(1, NAME), true).await, None);
 
         let dead = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let f = Forwarder::new(vec![dead.local_addr().unwrap()], TRY)
-            .await
-            .unwrap();
+        let f = Forwarder::new(vec![dead.local_addr().unwrap()], TRY).unwrap();
         let start = Instant::now();
         assert_eq!(forward(&f, &query(1, NAME), false).await, None);
         assert!(start.elapsed() >= TRY);
@@ -676,7 +674,7 @@ mod tests {
     #[tokio::test]
     async fn tc_passes_through_over_udp() {
         let up = Fake::start(Mode::Truncated).await;
-        let f = Forwarder::new(vec![up.addr], TRY).await.unwrap();
+        let f = Forwarder::new(vec![up.addr], TRY).unwrap();
         let got = forward(&f, &query(3, NAME), false).await.unwrap();
         assert_same_but_id(&got, &up.sent()[0], 3);
         assert!(Message::from_vec(&got).unwrap().metadata.truncation);
@@ -685,7 +683,7 @@ mod tests {
     #[tokio::test]
     async fn tcp_gets_a_large_answer_whole() {
         let up = Fake::start(Mode::Truncated).await;
-        let f = Forwarder::new(vec![up.addr], TRY).await.unwrap();
+        let f = Forwarder::new(vec![up.addr], TRY).unwrap();
         let got = forward(&f, &query(4, NAME), true).await.unwrap();
         assert!(got.len() > 512, "{} bytes", got.len());
         assert_same_but_id(&got, &up.sent()[0], 4);
@@ -698,9 +696,7 @@ mod tests {
     async fn concurrent_forwards_get_their_own_answers() {
         const N: u16 = 100;
         let up = Fake::start(Mode::Reversed(usize::from(N))).await;
-        let f = Forwarder::new(vec![up.addr], Duration::from_secs(5))
-            .await
-            .unwrap();
+        let f = Forwarder::new(vec![up.addr], Duration::from_secs(5)).unwrap();
         let mut tasks = tokio::task::JoinSet::new();
         for i in 0..N {
             let f = Arc::clone(&f);
@@ -724,7 +720,7 @@ mod tests {
     #[tokio::test]
     async fn malformed_queries_are_none() {
         let up = Fake::start(Mode::Answer).await;
-        let f = Forwarder::new(vec![up.addr], TRY).await.unwrap();
+        let f = Forwarder::new(vec![up.addr], TRY).unwrap();
         let good = query(5, NAME);
         let no_question = {
             let mut q = good[..HEADER].to_vec();
@@ -766,9 +762,7 @@ mod tests {
     #[tokio::test]
     async fn past_the_cap_a_query_fails_at_once() {
         let dead = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let f = Forwarder::with_limit(vec![dead.local_addr().unwrap()], HUNG / 2, 1)
-            .await
-            .unwrap();
+        let f = Forwarder::with_limit(vec![dead.local_addr().unwrap()], HUNG / 2, 1).unwrap();
         let waiting = tokio::spawn({
             let f = Arc::clone(&f);
             async move { f.forward(&query(1, NAME), false).await }

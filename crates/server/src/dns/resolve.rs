@@ -26,7 +26,7 @@ use hickory_proto::op::{OpCode, ResponseCode};
 use hickory_proto::rr::{DNSClass, Name, RecordType};
 use smallvec::SmallVec;
 
-use crate::index::names::{self, Place, QName};
+use crate::index::names::{self, Holder, Place, QName};
 use crate::index::{Lookup, Rrs, Table};
 
 /// The largest UDP payload podns sends, whatever the client offers: the
@@ -115,6 +115,10 @@ pub struct Plan<'a> {
     pub additional: Vec<Records<'a>>,
     /// The most the reply may take (UDP: the clamped payload size).
     pub limit: usize,
+    /// A node instance does not hold this name's data: the question goes
+    /// to the relays and their answer back unchanged; nothing else here
+    /// is used.
+    pub forward: bool,
 }
 
 /// podns's OPT: version 0, its own payload size, the client's DO bit
@@ -182,7 +186,7 @@ pub struct Soa<'a> {
 }
 
 impl<'a> Plan<'a> {
-    fn new(rcode: ResponseCode, opt: Option<ReplyEdns>, limit: usize) -> Self {
+    pub(crate) fn new(rcode: ResponseCode, opt: Option<ReplyEdns>, limit: usize) -> Self {
         Self {
             rcode,
             aa: false,
@@ -193,6 +197,7 @@ impl<'a> Plan<'a> {
             authority: None,
             additional: Vec::new(),
             limit,
+            forward: false,
         }
     }
 
@@ -217,6 +222,22 @@ impl<'a> Plan<'a> {
     fn negative(&mut self, rcode: ResponseCode, soa: Records<'a>) {
         self.rcode = rcode;
         self.authority = Some(soa);
+    }
+}
+
+/// Whether a node instance holds the data `place`'s answer depends on:
+/// names of no namespace always, a namespace's names once it is in scope,
+/// reverse names and names no rule makes never (any pod may be behind
+/// them).
+fn held(table: &Table, place: &Place<'_>) -> bool {
+    match place {
+        Place::Forward { rel, .. } => match QName::parse(rel).holder() {
+            Holder::Zone => true,
+            Holder::Namespace(ns) => table.in_scope(ns),
+            Holder::Anyone => false,
+        },
+        Place::Reverse(_) => false,
+        Place::Outside => true,
     }
 }
 
@@ -332,6 +353,10 @@ impl Rules {
             plan.rcode = ResponseCode::Refused;
             return plan;
         }
+        if table.is_node_scoped() && !held(table, &place) {
+            plan.forward = true;
+            return plan;
+        }
         // A reverse name is ours only inside a zone the table owns (the
         // cluster's ranges); any other is someone else's: REFUSED, so a
         // resolver asks its next server. Before the first lists nothing is
@@ -366,6 +391,7 @@ impl Rules {
 
     /// Where a question's name (lower case, no trailing dot) falls: in
     /// the most specific served zone, in a reverse tree, or outside.
+    /// Where `name` sits: in a served zone, a reverse tree, or outside.
     pub fn place<'n>(&self, name: &'n str) -> Place<'n> {
         let zones = self
             .by_len

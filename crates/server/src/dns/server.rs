@@ -264,6 +264,9 @@ fn run_udp_with(
     if let Err(error) = super::mmsg::enable_drop_count(&socket) {
         tracing::warn!(%error, "udp drops on this socket will not be counted");
     }
+    // Forwarded replies (a node instance's) leave from this socket too,
+    // sent by the runtime when the relays answer.
+    let reply_socket = socket.try_clone().ok().map(Arc::new);
     let cap = batch.capacity();
     let mut outs: Vec<Vec<u8>> = (0..cap).map(|_| Vec::with_capacity(512)).collect();
     let mut ready: Vec<(usize, SocketAddr)> = Vec::with_capacity(cap);
@@ -297,6 +300,12 @@ fn run_udp_with(
             let Some(meta) = answerer.handle_into(query, Transport::Udp, out) else {
                 continue;
             };
+            if meta.forward {
+                if let Some(socket) = &reply_socket {
+                    answerer.forward_udp(query.to_vec(), src, socket.clone());
+                }
+                continue;
+            }
             counters.count(&meta, Transport::Udp, started);
             if rate_limited(rrl.as_deref(), &mut counters, out, src) {
                 ready.push((i, src));
@@ -438,14 +447,23 @@ async fn serve_tcp_conn(
             rcode: reply.rcode,
             qtype: reply.qtype,
             truncated: reply.truncated,
+            forward: reply.forward,
         };
-        counters.count(&meta, Transport::Tcp, started);
-        let Ok(len) = u16::try_from(reply.bytes.len()) else {
+        let reply_bytes = if meta.forward {
+            match answerer.forwarded(&buf, true).await {
+                Some(bytes) => bytes,
+                None => continue,
+            }
+        } else {
+            counters.count(&meta, Transport::Tcp, started);
+            reply.bytes
+        };
+        let Ok(len) = u16::try_from(reply_bytes.len()) else {
             continue; // cannot happen: TCP answers are built within 65535
         };
-        let mut out = Vec::with_capacity(2 + reply.bytes.len());
+        let mut out = Vec::with_capacity(2 + reply_bytes.len());
         out.extend_from_slice(&len.to_be_bytes());
-        out.extend_from_slice(&reply.bytes);
+        out.extend_from_slice(&reply_bytes);
         match tokio::time::timeout(limits.idle_timeout, stream.write_all(&out)).await {
             Ok(r) => r?,
             Err(_) => return Ok(()), // the client does not read: close

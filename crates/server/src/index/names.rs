@@ -239,7 +239,38 @@ pub enum QName<'a> {
     Other,
 }
 
+/// Whose data a name's answer depends on, for a node instance deciding
+/// what it answers itself ([`QName::holder`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holder<'a> {
+    /// No object's: the apex, the reserved names, the tops of the trees.
+    Zone,
+    /// The objects of this namespace.
+    Namespace(&'a str),
+    /// Any object's: reverse names (any pod's address) and names no rule
+    /// makes.
+    Anyone,
+}
+
 impl<'a> QName<'a> {
+    /// Whose data the answer for this name depends on.
+    pub fn holder(&self) -> Holder<'a> {
+        match *self {
+            QName::Apex | QName::Reserved(_) | QName::Tree(_) => Holder::Zone,
+            QName::Namespace(_, ns)
+            | QName::Service { ns, .. }
+            | QName::Host { ns, .. }
+            | QName::Port { ns, .. }
+            | QName::Pod { ns, .. } => Holder::Namespace(ns),
+            // `<i>.<job>.<ns>`, `leader.<job>.<ns>`, `<job>.<ns>`: the
+            // namespace is the last label (a Job's name may hold dots).
+            QName::Gang { whole, .. } => {
+                Holder::Namespace(whole.rsplit('.').next().unwrap_or(whole))
+            }
+            QName::ReverseApex(_) | QName::Reverse(_) | QName::Other => Holder::Anyone,
+        }
+    }
+
     pub fn parse(key: &'a str) -> Self {
         if key.is_empty() {
             return QName::Apex;

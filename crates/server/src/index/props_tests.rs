@@ -288,7 +288,8 @@ impl Model {
             Update::Job(_)
             | Update::Slice(_)
             | Update::NodeRanges(_)
-            | Update::ServiceRanges(_) => {}
+            | Update::ServiceRanges(_)
+            | Update::Unscope(_) => {}
         }
     }
 

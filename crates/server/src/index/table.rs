@@ -16,6 +16,7 @@
 //! not stored as strings either: the question is parsed into the gang and
 //! the number, and the address is kept in the gang's pages by number.
 
+use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -662,9 +663,58 @@ pub struct Table {
     /// The reverse zones podns owns, swapped whole when they change (see
     /// [`super::reverse`]); every reverse name until `serve` sets them.
     reverse: ArcSwap<ReverseZones>,
+    /// A node instance's scope: the namespaces it holds whole (listed from
+    /// the relay); every other name is forwarded. `None`: not a node
+    /// instance, the index holds everything it answers for.
+    scope: arc_swap::ArcSwapOption<HashSet<Box<str>>>,
 }
 
 impl Table {
+    /// Make this the index of a node instance: nothing in scope yet.
+    pub fn set_node_scope(&self) {
+        self.scope.store(Some(Arc::new(HashSet::new())));
+    }
+
+    /// Whether this is a node instance's index.
+    pub fn is_node_scoped(&self) -> bool {
+        self.scope.load().is_some()
+    }
+
+    /// Whether the names of namespace `ns` are answered from this index
+    /// (always, except on a node instance, for the namespaces it holds).
+    pub fn in_scope(&self, ns: &str) -> bool {
+        self.scope.load().as_ref().is_none_or(|s| s.contains(ns))
+    }
+
+    /// The namespaces in a node instance's scope.
+    pub fn scope(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .scope
+            .load()
+            .as_ref()
+            .map(|s| s.iter().map(|n| n.to_string()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// Add or drop a namespace of a node instance's scope (the writer).
+    pub(crate) fn set_in_scope(&self, ns: &str, on: bool) {
+        let Some(now) = self.scope.load_full() else {
+            return;
+        };
+        if now.contains(ns) == on {
+            return;
+        }
+        let mut next = (*now).clone();
+        if on {
+            next.insert(ns.into());
+        } else {
+            next.remove(ns);
+        }
+        self.scope.store(Some(Arc::new(next)));
+    }
+
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
     }

@@ -244,6 +244,9 @@ pub enum Update {
     NodeRanges(Change<RangesInfo>),
     /// ServiceCIDRs' ranges (only without `--reverse-cidr`).
     ServiceRanges(Change<RangesInfo>),
+    /// A namespace left a node instance's scope: its watches have stopped,
+    /// and its objects go.
+    Unscope(String),
 }
 
 /// An update and the moment its watch event arrived, so the writer can

@@ -32,11 +32,14 @@ pub enum Denied {
     Unavailable(String),
 }
 
+/// Accepted as this user, or refused for this reason.
+type Verdict = Result<String, String>;
+
 /// Token checks against the API server, cached.
 pub struct Auth {
     client: kube::Client,
-    /// Token → (accepted as this user, or refused; until).
-    cache: Mutex<HashMap<String, (Result<String, String>, Instant)>>,
+    /// Token → what the API server said, until when it stands.
+    cache: Mutex<HashMap<String, (Verdict, Instant)>>,
 }
 
 impl Auth {

@@ -19,6 +19,7 @@
 pub mod auth;
 pub mod cache;
 pub mod http;
+pub mod node;
 pub mod objects;
 pub mod tls;
 

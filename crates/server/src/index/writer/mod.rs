@@ -288,6 +288,19 @@ impl Writer {
                 self.retain_slices(namespace.as_deref(), keys.iter());
                 self.listed(Kind::Slices, namespace);
             }
+            Update::Unscope(ns) => {
+                let none = std::iter::empty();
+                self.retain_pods(Some(&ns), none);
+                self.retain_services(Some(&ns), std::iter::empty());
+                self.retain_jobs(Some(&ns), std::iter::empty());
+                let scope = Some(ns);
+                self.pod_resets.remove(&scope);
+                self.service_resets.remove(&scope);
+                self.job_resets.remove(&scope);
+                self.table
+                    .set_in_scope(scope.as_deref().unwrap_or(""), false);
+                self.flush();
+            }
             Update::NodeRanges(change) => {
                 if self.ranges.stage(ranges::Source::Nodes, change) {
                     self.listed(Kind::Ranges, None);
@@ -307,13 +320,26 @@ impl Writer {
         self.listed_since_release = true;
         self.flush();
         match kind {
-            Kind::Pods => self.pod_resets.insert(namespace),
-            Kind::Services => self.service_resets.insert(namespace),
-            Kind::Jobs => self.job_resets.insert(namespace),
-            Kind::Slices => self.slice_resets.insert(namespace),
+            Kind::Pods => self.pod_resets.insert(namespace.clone()),
+            Kind::Services => self.service_resets.insert(namespace.clone()),
+            Kind::Jobs => self.job_resets.insert(namespace.clone()),
+            Kind::Slices => self.slice_resets.insert(namespace.clone()),
             Kind::Ranges => true,
         };
         self.update_synced();
+        // A node instance answers a namespace from here once all its
+        // watches have listed; until then its names are forwarded.
+        if let Some(ns) = namespace.as_deref()
+            && self.table.is_node_scoped()
+        {
+            let scope = Some(ns.to_owned());
+            let whole = self.pod_resets.contains(&scope)
+                && self.service_resets.contains(&scope)
+                && (!self.policy.rank_view || self.job_resets.contains(&scope));
+            if whole {
+                self.table.set_in_scope(ns, true);
+            }
+        }
     }
 
     /// Rebuild every name touched since the last flush, then publish gauges.
