@@ -63,6 +63,9 @@ pub const NODE_SCOPE_NAMESPACES: &str = "podns_node_scope_namespaces";
 pub const RELAY_WATCHES: &str = "podns_relay_watches";
 /// Bytes of watch events the relay sent.
 pub const RELAY_SENT_BYTES: &str = "podns_relay_watch_sent_bytes";
+/// Watch events the relay encoded (once per change, wire and event type,
+/// whatever the number of watches it goes to).
+pub const RELAY_ENCODED: &str = "podns_relay_events_encoded";
 /// Gangs (Jobs and JobSets) in the rank view.
 pub const RANK_JOBS: &str = "podns_rank_jobs";
 /// From the earliest creation of a generation's pods to every rank of it published, in seconds.
@@ -150,6 +153,7 @@ pub struct Metrics {
     pub node_scope_namespaces: Gauge<i64, AtomicI64>,
     pub relay_watches: Gauge<i64, AtomicI64>,
     pub relay_sent_bytes: Counter,
+    pub relay_encoded: Counter,
     registry: Arc<Registry>,
 }
 
@@ -196,6 +200,7 @@ impl Metrics {
         let node_scope_namespaces = Gauge::<i64, AtomicI64>::default();
         let relay_watches = Gauge::<i64, AtomicI64>::default();
         let relay_sent_bytes = Counter::default();
+        let relay_encoded = Counter::default();
         // 0.5 s … 30 min: pod start-up to a whole gang resolvable.
         let gang_complete = Histogram::new([
             0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
@@ -318,7 +323,13 @@ impl Metrics {
             "Bytes of watch events the relay sent",
             relay_sent_bytes.clone(),
         );
+        registry.register(
+            RELAY_ENCODED,
+            "Watch events the relay encoded (once per change, wire and type)",
+            relay_encoded.clone(),
+        );
         Self {
+            relay_encoded,
             rank_jobs,
             gang_complete,
             forwarded,

@@ -370,8 +370,9 @@ pub fn start(
             ));
         }
         let (relay, stop) = (relay.clone(), shutdown.clone());
+        let m = metrics.clone();
         tasks.spawn(async move {
-            crate::relay::http::run(listener, tls, relay, auth, &cfg, stop).await
+            crate::relay::http::run(listener, tls, relay, auth, &cfg, m, stop).await
         });
     }
 

@@ -37,6 +37,7 @@ use super::auth::{Auth, Denied};
 use super::cache::{self, After, Cache, Item, Wire};
 use super::tls::Tls;
 use super::{Relay, RelayConfig};
+use crate::metrics::Metrics;
 
 /// How long a watch from a version the relay has not reached waits for it.
 const FUTURE_WAIT: Duration = Duration::from_secs(3);
@@ -47,6 +48,7 @@ const BATCH: usize = 1024;
 struct Server {
     relay: Arc<Relay>,
     auth: Auth,
+    metrics: Metrics,
     bookmark_every: Duration,
     shutdown: CancellationToken,
 }
@@ -58,11 +60,13 @@ pub async fn run(
     relay: Arc<Relay>,
     auth: Auth,
     cfg: &RelayConfig,
+    metrics: Metrics,
     shutdown: CancellationToken,
 ) {
     let server = Arc::new(Server {
         relay,
         auth,
+        metrics,
         bookmark_every: cfg.bookmark_every,
         shutdown: shutdown.clone(),
     });
@@ -466,6 +470,7 @@ async fn watch(
         deadline: timeout.map(|d| Instant::now() + d),
         every: s.bookmark_every,
         shutdown: s.shutdown.clone(),
+        metrics: s.metrics.clone(),
         tx,
     };
     tokio::spawn(sub.run());
@@ -494,12 +499,18 @@ struct Subscriber {
     deadline: Option<Instant>,
     every: Duration,
     shutdown: CancellationToken,
+    metrics: Metrics,
     tx: mpsc::Sender<Result<Bytes, Infallible>>,
 }
 
 impl Subscriber {
     async fn send(&self, b: Bytes) -> bool {
-        self.tx.send(Ok(b)).await.is_ok()
+        let n = b.len() as u64;
+        let sent = self.tx.send(Ok(b)).await.is_ok();
+        if sent {
+            self.metrics.relay_sent_bytes.inc_by(n);
+        }
+        sent
     }
 
     fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
@@ -527,6 +538,12 @@ impl Subscriber {
     }
 
     async fn run(self) {
+        self.metrics.relay_watches.inc();
+        self.stream().await;
+        self.metrics.relay_watches.dec();
+    }
+
+    async fn stream(&self) {
         let kind = self.cache.kind;
         let mut changes = self.cache.subscribe();
         let mut cursor = match self.start {
@@ -561,7 +578,9 @@ impl Subscriber {
                         let before = c.prev.as_ref().is_some_and(|p| self.filter.matches(p));
                         let now = self.filter.matches(&c.obj);
                         if let Some(ty) = c.ty.seen(before, now)
-                            && !self.send(c.frame(kind, self.wire, ty)).await
+                            && !self
+                                .send(c.frame(kind, self.wire, ty, &self.metrics.relay_encoded))
+                                .await
                         {
                             return;
                         }
