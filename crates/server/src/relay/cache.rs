@@ -95,11 +95,20 @@ pub struct Change {
 
 impl Change {
     /// This change as an event of type `ty` on `wire`, encoded once for
-    /// every subscriber.
-    pub fn frame(&self, kind: Kind, wire: Wire, ty: EvType) -> Bytes {
+    /// every subscriber (`encoded` counts the encodings).
+    pub fn frame(
+        &self,
+        kind: Kind,
+        wire: Wire,
+        ty: EvType,
+        encoded: &prometheus_client::metrics::counter::Counter,
+    ) -> Bytes {
         let slot = &self.frames[wire as usize][ty.idx()];
-        slot.get_or_init(|| frame(kind, wire, ty, &self.obj))
-            .clone()
+        slot.get_or_init(|| {
+            encoded.inc();
+            frame(kind, wire, ty, &self.obj)
+        })
+        .clone()
     }
 }
 
@@ -374,8 +383,10 @@ mod tests {
             panic!("resumable")
         };
         assert_eq!(upto, 3);
-        let a = cs[0].frame(Kind::Pod, Wire::Protobuf, EvType::Modified);
-        let b = cs[0].frame(Kind::Pod, Wire::Protobuf, EvType::Modified);
+        let encoded = Default::default();
+        let a = cs[0].frame(Kind::Pod, Wire::Protobuf, EvType::Modified, &encoded);
+        let b = cs[0].frame(Kind::Pod, Wire::Protobuf, EvType::Modified, &encoded);
+        assert_eq!(encoded.get(), 1);
         assert_eq!(
             a.as_ptr(),
             b.as_ptr(),
