@@ -66,6 +66,8 @@ pub const RELAY_SENT_BYTES: &str = "podns_relay_watch_sent_bytes";
 /// Watch events the relay encoded (once per change, wire and event type,
 /// whatever the number of watches it goes to).
 pub const RELAY_ENCODED: &str = "podns_relay_events_encoded";
+/// Watch events the relay sent (changes; initial events and bookmarks apart).
+pub const RELAY_SENT: &str = "podns_relay_events_sent";
 /// Gangs (Jobs and JobSets) in the rank view.
 pub const RANK_JOBS: &str = "podns_rank_jobs";
 /// From the earliest creation of a generation's pods to every rank of it published, in seconds.
@@ -154,6 +156,7 @@ pub struct Metrics {
     pub relay_watches: Gauge<i64, AtomicI64>,
     pub relay_sent_bytes: Counter,
     pub relay_encoded: Counter,
+    pub relay_sent: Counter,
     registry: Arc<Registry>,
 }
 
@@ -201,6 +204,7 @@ impl Metrics {
         let relay_watches = Gauge::<i64, AtomicI64>::default();
         let relay_sent_bytes = Counter::default();
         let relay_encoded = Counter::default();
+        let relay_sent = Counter::default();
         // 0.5 s … 30 min: pod start-up to a whole gang resolvable.
         let gang_complete = Histogram::new([
             0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
@@ -328,8 +332,14 @@ impl Metrics {
             "Watch events the relay encoded (once per change, wire and type)",
             relay_encoded.clone(),
         );
+        registry.register(
+            RELAY_SENT,
+            "Watch events the relay sent (changes only)",
+            relay_sent.clone(),
+        );
         Self {
             relay_encoded,
+            relay_sent,
             rank_jobs,
             gang_complete,
             forwarded,

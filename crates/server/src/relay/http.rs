@@ -577,12 +577,12 @@ impl Subscriber {
                     for c in batch {
                         let before = c.prev.as_ref().is_some_and(|p| self.filter.matches(p));
                         let now = self.filter.matches(&c.obj);
-                        if let Some(ty) = c.ty.seen(before, now)
-                            && !self
-                                .send(c.frame(kind, self.wire, ty, &self.metrics.relay_encoded))
-                                .await
-                        {
-                            return;
+                        if let Some(ty) = c.ty.seen(before, now) {
+                            let frame = c.frame(kind, self.wire, ty, &self.metrics.relay_encoded);
+                            if !self.send(frame).await {
+                                return;
+                            }
+                            self.metrics.relay_sent.inc();
                         }
                     }
                     cursor = upto;

@@ -133,10 +133,16 @@ impl Relayed for SlimPod {
         let ips: Vec<Value> = items(&self.status.pod_ips)
             .filter_map(|p| s(&p.ip).map(|ip| json!({"ip": ip})))
             .collect();
-        if !ips.is_empty() {
+        // `podIPs` only when it says more than `podIP` (dual-stack): the
+        // API keeps `podIP == podIPs[0]`.
+        let just_pod_ip =
+            ips.len() == 1 && ips[0]["ip"].as_str() == self.status.pod_ip.get().map(String::as_str);
+        if !ips.is_empty() && !just_pod_ip {
             status.insert("podIPs".into(), Value::Array(ips));
         }
+        // Of the conditions, DNS reads Ready only.
         let conditions: Vec<Value> = items(&self.status.conditions)
+            .filter(|c| c.type_.get().is_some_and(|t| t == "Ready"))
             .map(|c| {
                 let mut o = Map::new();
                 put(&mut o, "type", s(&c.type_));

@@ -1,0 +1,515 @@
+//! The relay's fan-out: one relay (`podns serve --relay-listen`) over
+//! `podns sim` with JOBS x RANKS pods, pod churn at CHURN replacements a
+//! second, SUBS watch subscribers (this program: real watches over TLS
+//! with a ServiceAccount token, each following one node's pods in Protobuf,
+//! counting bytes and events) and NODES real node instances
+//! (`podns serve --relay-kubeconfig --node`).
+//!
+//! Measured, one run:
+//! - the API server's watches (the simulator's count): the relay's, however
+//!   many node instances and subscribers;
+//! - relay CPU (its process, utime + stime) per second of churn, and per
+//!   1,000 pod mutations;
+//! - relay memory per subscriber (RSS with the subscribers open, less RSS
+//!   before, over SUBS);
+//! - bytes per in-scope pod event per subscriber (bytes received / events
+//!   received, bookmarks apart) and events encoded by the relay against
+//!   events delivered (each change encoded once);
+//! - propagation: a pod created on a node instance's node until that node
+//!   instance answers its name, p50/p99, without churn and with it;
+//! - node instances' RSS.
+//!
+//! Run: `cargo bench --bench relay_fanout` (release build of `podns`).
+//! Knobs (env): JOBS (100), RANKS (1000), SUBS (2000), NODES (20),
+//! CHURN (250 replacements/s, each a delete, a create and the kubelet's
+//! status writes), DUR (20 s), PROBES (100). Loopback only; every loop is
+//! bounded in count and time.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::{Message, MessageType, OpCode, Query};
+use hickory_proto::rr::{Name, RecordType};
+use http_body_util::BodyExt;
+
+const PODNS: &str = env!("CARGO_BIN_EXE_podns");
+
+fn knob(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A child process killed on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(args: &[&str], log: &Path) -> Proc {
+    let out = std::fs::File::create(log).unwrap();
+    let child = Command::new(PODNS)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(out)
+        .spawn()
+        .expect("podns starts");
+    Proc(child)
+}
+
+fn wait_for_line(log: &Path, needle: &str, limit: Duration) -> String {
+    let end = Instant::now() + limit;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.contains(needle)) {
+            return line.to_string();
+        }
+        assert!(Instant::now() < end, "{needle:?} not in {}", log.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The address after `needle` in a log line (`listening dns udp 127.0.0.1:1234 ...`).
+fn addr_in(line: &str, needle: &str) -> SocketAddr {
+    let rest = &line[line.find(needle).unwrap() + needle.len()..];
+    rest.split_whitespace()
+        .next()
+        .unwrap()
+        .trim_end_matches(',')
+        .parse()
+        .unwrap()
+}
+
+/// utime + stime of a process, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(") ").map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / hz
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn client_from(kubeconfig: &Path) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+async fn sim_json(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> serde_json::Value {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(body.as_bytes().to_vec())
+        .unwrap();
+    let text = client.request_text(req).await.unwrap();
+    serde_json::from_str(&text).unwrap_or_default()
+}
+
+/// What the subscribers received.
+#[derive(Default)]
+struct Received {
+    bytes: AtomicU64,
+    events: AtomicU64,
+    bookmarks: AtomicU64,
+    open: AtomicU64,
+}
+
+/// One subscriber: a Protobuf watch of `node`'s pods from `rv`, counting
+/// the frames (4-byte length, then the event) until `until`.
+async fn subscribe(
+    client: kube::Client,
+    node: String,
+    rv: String,
+    got: Arc<Received>,
+    until: Instant,
+) {
+    let uri = format!(
+        "/api/v1/pods?watch=true&allowWatchBookmarks=true&resourceVersion={rv}&fieldSelector=spec.nodeName%3D{node}"
+    );
+    let req = http::Request::builder()
+        .uri(uri)
+        .header("accept", "application/vnd.kubernetes.protobuf;stream=watch")
+        .body(Vec::new())
+        .unwrap();
+    let Ok(res) = client.send(req.map(kube::client::Body::from)).await else {
+        return;
+    };
+    got.open.fetch_add(1, Ordering::Relaxed);
+    let mut body = res.into_body();
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let frame = tokio::select! {
+            f = body.frame() => f,
+            () = tokio::time::sleep_until(until.into()) => break,
+        };
+        let Some(Ok(frame)) = frame else { break };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        got.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        buf.extend_from_slice(&data);
+        while buf.len() >= 4 {
+            let n = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+            if buf.len() < 4 + n {
+                break;
+            }
+            // The event type is the first field of the WatchEvent.
+            let ev = &buf[4..4 + n];
+            if ev.windows(8).take(16).any(|w| w == b"BOOKMARK") {
+                got.bookmarks.fetch_add(1, Ordering::Relaxed);
+            } else {
+                got.events.fetch_add(1, Ordering::Relaxed);
+            }
+            buf.drain(..4 + n);
+        }
+    }
+}
+
+fn query(name: &str) -> Vec<u8> {
+    let mut m = Message::new(fastrand_id(), MessageType::Query, OpCode::Query);
+    m.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+    m.to_vec().unwrap()
+}
+
+fn fastrand_id() -> u16 {
+    (Instant::now().elapsed().subsec_nanos() ^ std::process::id()) as u16
+}
+
+/// Whether `dns` answers `name` with an address.
+fn answers(sock: &UdpSocket, dns: SocketAddr, name: &str) -> bool {
+    let q = query(name);
+    if sock.send_to(&q, dns).is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 1500];
+    match sock.recv(&mut buf) {
+        Ok(n) => Message::from_vec(&buf[..n]).is_ok_and(|m| !m.answers.is_empty()),
+        Err(_) => false,
+    }
+}
+
+/// Create `probes` pods on `node` (under the headless Service `svc` of
+/// `ns`) one after another, each timed from its create to `dns` answering
+/// its name; the p50 and p99 in ms.
+async fn propagation(
+    sim: &kube::Client,
+    dns: SocketAddr,
+    node: &str,
+    ns: &str,
+    svc: &str,
+    tag: &str,
+    probes: u64,
+) -> (f64, f64) {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut ms = Vec::new();
+    for i in 0..probes {
+        let host = format!("probe-{tag}-{i}");
+        let body = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": host, "namespace": ns},
+            "spec": {"nodeName": node, "hostname": host, "subdomain": svc,
+                     "containers": [{"name": "main", "image": "probe"}]},
+        });
+        let name = format!("{host}.{svc}.{ns}.svc.cluster.local.");
+        let start = Instant::now();
+        sim_json(
+            sim,
+            "POST",
+            &format!("/api/v1/namespaces/{ns}/pods"),
+            &body.to_string(),
+        )
+        .await;
+        let deadline = start + Duration::from_secs(10);
+        while !answers(&sock, dns, &name) && Instant::now() < deadline {}
+        ms.push(start.elapsed().as_secs_f64() * 1000.0);
+    }
+    ms.sort_by(f64::total_cmp);
+    let at = |q: f64| ms[((ms.len() as f64 - 1.0) * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+fn metric(admin: SocketAddr, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(admin) else {
+        return 0.0;
+    };
+    let _ = write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let (jobs, ranks) = (knob("JOBS", 100), knob("RANKS", 1000));
+    let (subs, nodes) = (knob("SUBS", 2000), knob("NODES", 20));
+    let (churn, dur, probes) = (knob("CHURN", 250), knob("DUR", 20), knob("PROBES", 100));
+    let dir = tempfile::tempdir().unwrap();
+    let d = |f: &str| -> PathBuf { dir.path().join(f) };
+    println!(
+        "relay fan-out: {jobs} x {ranks} pods, {subs} subscribers, {nodes} node instances, churn {churn}/s for {dur} s"
+    );
+
+    let sim_log = d("sim.log");
+    let (jobs_s, ranks_s) = (jobs.to_string(), ranks.to_string());
+    let _sim = spawn(
+        &[
+            "sim",
+            "--listen",
+            "127.0.0.1:0",
+            "--kubelet",
+            "--lean-pods",
+            "--jobs",
+            &jobs_s,
+            "--ranks",
+            &ranks_s,
+            "--namespaces",
+            &jobs_s,
+            "--history",
+            "2000000",
+            "--kubeconfig-out",
+            d("k.yaml").to_str().unwrap(),
+        ],
+        &sim_log,
+    );
+    wait_for_line(&sim_log, "simulator ready", Duration::from_secs(600));
+    let sim = client_from(&d("k.yaml")).await;
+
+    let relay_log = d("relay.log");
+    let relay = spawn(
+        &[
+            "serve",
+            "--kubeconfig",
+            d("k.yaml").to_str().unwrap(),
+            "--dns-listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--udp-sockets",
+            "1",
+            "--relay-listen",
+            "127.0.0.1:0",
+            "--relay-kubeconfig-out",
+            d("rk.yaml").to_str().unwrap(),
+        ],
+        &relay_log,
+    );
+    let relay_pid = relay.0.id();
+    let relay_dns = addr_in(
+        &wait_for_line(&relay_log, "listening dns udp ", Duration::from_secs(60)),
+        "listening dns udp ",
+    );
+    let relay_admin = addr_in(
+        &wait_for_line(&relay_log, "listening admin http ", Duration::from_secs(60)),
+        "listening admin http ",
+    );
+    wait_for_line(&relay_log, "index synced", Duration::from_secs(600));
+    wait_for_line(
+        &relay_log,
+        "relay kubeconfig written",
+        Duration::from_secs(60),
+    );
+    let rk = d("rk.yaml");
+    let relay_client = client_from(&rk).await;
+    let stats = sim_json(&sim, "GET", "/sim/stats", "").await;
+    println!(
+        "API server watches with the relay alone: {}",
+        stats["open_watches"]
+    );
+    let rss_before = rss_kib(relay_pid);
+
+    // Node instances, each on a node of its own.
+    let mut node_procs = Vec::new();
+    let mut node_dns = Vec::new();
+    for i in 0..nodes {
+        let log = d(&format!("node-{i}.log"));
+        let node = format!("gpu-node-{i:05}");
+        let p = spawn(
+            &[
+                "serve",
+                "--relay-kubeconfig",
+                rk.to_str().unwrap(),
+                "--node",
+                &node,
+                "--relay-dns",
+                &relay_dns.to_string(),
+                "--dns-listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--udp-sockets",
+                "1",
+            ],
+            &log,
+        );
+        node_dns.push((node, log, p.0.id()));
+        node_procs.push(p);
+    }
+    let mut node_addrs = Vec::new();
+    for (node, log, pid) in &node_dns {
+        let dns = addr_in(
+            &wait_for_line(log, "listening dns udp ", Duration::from_secs(60)),
+            "listening dns udp ",
+        );
+        wait_for_line(log, "namespace in scope", Duration::from_secs(120));
+        node_addrs.push((node.clone(), dns, *pid));
+    }
+
+    // The subscribers, from the relay's current version.
+    let rv = sim_json(
+        &relay_client,
+        "GET",
+        "/api/v1/namespaces/team-0/services",
+        "",
+    )
+    .await["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("0")
+        .to_string();
+    let got = Arc::new(Received::default());
+    let until = Instant::now() + Duration::from_secs(dur + 30);
+    let per_node = 8;
+    let node_count = (jobs * ranks).div_ceil(per_node).max(1);
+    let mut tasks = Vec::new();
+    for i in 0..subs {
+        let node = format!("gpu-node-{:05}", (nodes + i) % node_count);
+        tasks.push(tokio::spawn(subscribe(
+            relay_client.clone(),
+            node,
+            rv.clone(),
+            got.clone(),
+            until,
+        )));
+    }
+    let t0 = Instant::now();
+    while got.open.load(Ordering::Relaxed) < subs && t0.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_subs = rss_kib(relay_pid);
+    let stats = sim_json(&sim, "GET", "/sim/stats", "").await;
+    println!(
+        "subscribers open: {} of {subs}; API server watches: {} (with {nodes} node instances and {subs} subscribers on the relay)",
+        got.open.load(Ordering::Relaxed),
+        stats["open_watches"]
+    );
+    println!(
+        "relay RSS: {} KiB before, {} KiB with the subscribers: {:.1} KiB per subscriber",
+        rss_before,
+        rss_subs,
+        (rss_subs.saturating_sub(rss_before)) as f64 / subs as f64
+    );
+
+    // Propagation without churn.
+    let (node, dns, _) = node_addrs[0].clone();
+    let (p50, p99) = propagation(&sim, dns, &node, "team-0", "train-0", "idle", probes).await;
+    println!(
+        "propagation to a node instance, no churn: p50 {p50:.1} ms, p99 {p99:.1} ms ({probes} pods)"
+    );
+
+    // Churn.
+    let m0 = sim_json(&sim, "GET", "/sim/stats", "").await["pod_mutations"]
+        .as_u64()
+        .unwrap_or(0);
+    let (b0, e0) = (
+        got.bytes.load(Ordering::Relaxed),
+        got.events.load(Ordering::Relaxed),
+    );
+    let enc0 = metric(relay_admin, "podns_relay_events_encoded_total");
+    let sent0 = metric(relay_admin, "podns_relay_events_sent_total");
+    let c0 = cpu_seconds(relay_pid);
+    let w0 = Instant::now();
+    sim_json(
+        &sim,
+        "POST",
+        "/sim/churn",
+        &format!("{{\"rate\": {churn}, \"seconds\": {dur}}}"),
+    )
+    .await;
+    let (p50c, p99c) = propagation(&sim, dns, &node, "team-0", "train-0", "churn", probes).await;
+    let left = Duration::from_secs(dur).saturating_sub(w0.elapsed());
+    tokio::time::sleep(left + Duration::from_secs(2)).await;
+    let secs = w0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(relay_pid) - c0;
+    let m1 = sim_json(&sim, "GET", "/sim/stats", "").await["pod_mutations"]
+        .as_u64()
+        .unwrap_or(0);
+    let (b1, e1) = (
+        got.bytes.load(Ordering::Relaxed),
+        got.events.load(Ordering::Relaxed),
+    );
+    let enc1 = metric(relay_admin, "podns_relay_events_encoded_total");
+    let sent1 = metric(relay_admin, "podns_relay_events_sent_total");
+    let mutations = m1 - m0;
+    println!(
+        "propagation to a node instance under churn: p50 {p50c:.1} ms, p99 {p99c:.1} ms ({probes} pods)"
+    );
+    println!(
+        "churn: {mutations} pod mutations in {secs:.1} s ({:.0}/s); relay CPU {:.2} s = {:.0}% of a core, {:.1} CPU-ms per 1,000 mutations",
+        mutations as f64 / secs,
+        cpu,
+        100.0 * cpu / secs,
+        1000.0 * cpu / (mutations.max(1) as f64 / 1000.0)
+    );
+    println!(
+        "subscribers got {} events, {} bytes: {:.0} B per in-scope pod event; the relay encoded {} events and sent {} to all its watches ({:.1} sends per encoding)",
+        e1 - e0,
+        b1 - b0,
+        (b1 - b0) as f64 / (e1 - e0).max(1) as f64,
+        enc1 - enc0,
+        sent1 - sent0,
+        (sent1 - sent0) / (enc1 - enc0).max(1.0)
+    );
+    println!("bookmarks: {}", got.bookmarks.load(Ordering::Relaxed));
+    let mut rss: HashMap<String, u64> = HashMap::new();
+    for (node, _, pid) in &node_addrs {
+        rss.insert(node.clone(), rss_kib(*pid));
+    }
+    let mut v: Vec<u64> = rss.values().copied().collect();
+    v.sort();
+    println!(
+        "node instances' RSS: min {} KiB, median {} KiB, max {} KiB; relay RSS at the end {} KiB",
+        v[0],
+        v[v.len() / 2],
+        v[v.len() - 1],
+        rss_kib(relay_pid)
+    );
+    for t in tasks {
+        t.abort();
+    }
+    drop(node_procs);
+}
