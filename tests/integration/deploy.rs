@@ -384,7 +384,7 @@ fn helm_chart_renders_and_validates_in_both_modes() {
         };
         schema_validate(&format!("helm-{mode}"), &text);
         if mode == "daemonset" {
-            check_daemonset(&docs);
+            check_chart_daemonset(&docs);
         } else {
             check_forward_target(&docs);
         }
@@ -511,23 +511,91 @@ fn daemonset_renders_and_validates() {
     sample_pod_waits(&sample);
 }
 
-/// The DaemonSet mode, however rendered.
-fn check_daemonset(docs: &[Value]) {
+/// The node-local DaemonSet, however rendered.
+fn check_node_local(docs: &[Value]) -> Vec<String> {
     let ds = one(docs, "DaemonSet");
     let pod = &ds["spec"]["template"];
-    common(docs, pod, 9154, true);
     let spec = &pod["spec"];
     assert_eq!(spec["priorityClassName"], "system-node-critical");
     assert_eq!(spec["hostNetwork"], true);
     assert_eq!(spec["dnsPolicy"], "ClusterFirstWithHostNet");
     let args = strs_in_order(&spec["containers"][0]["args"]);
     assert!(args.contains(&"--dns-listen=169.254.20.11:53".to_string()));
-    assert!(kind(docs, "Deployment").is_empty());
     let ns = one(docs, "Namespace");
     assert_eq!(
         ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "privileged",
         "hostNetwork is outside baseline"
     );
+    args
+}
+
+/// The chart's DaemonSet mode: every node watches the whole cluster (the
+/// chart has no relays yet).
+fn check_chart_daemonset(docs: &[Value]) {
+    let ds = one(docs, "DaemonSet");
+    common(docs, &ds["spec"]["template"], 9154, true);
+    check_node_local(docs);
+    assert!(kind(docs, "Deployment").is_empty());
+}
+
+/// The kustomize DaemonSet mode: relays (the forward-target replicas with
+/// --relay-listen) and node instances that read them, parsed by podns's own
+/// CLI, with no RBAC on the API server for the node instances.
+fn check_daemonset(docs: &[Value]) {
+    let args = check_node_local(docs);
+    let mut argv = vec!["podns".to_string()];
+    argv.extend(args.iter().map(|a| {
+        a.replace("$(NODE_NAME)", "node-1")
+            .replace("$(POD_IP)", "10.0.0.1")
+    }));
+    let parsed = Podns::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let podns::cli::Command::Serve(serve) = parsed.command else {
+        panic!("the DaemonSet runs podns serve: {argv:?}");
+    };
+    let cfg = serve.config();
+    let node = cfg.node.expect("a node instance");
+    assert_eq!(node.node, "node-1");
+    assert_eq!(
+        cfg.kubeconfig.as_deref(),
+        Some(std::path::Path::new("/etc/podns/relay/kubeconfig"))
+    );
+    let ds = one(docs, "DaemonSet");
+    let sa = ds["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .unwrap();
+    assert_eq!(sa, "podns-node");
+    for b in kind(docs, "ClusterRoleBinding")
+        .into_iter()
+        .chain(kind(docs, "RoleBinding"))
+    {
+        for subject in b["subjects"].as_array().unwrap() {
+            assert_ne!(subject["name"], sa, "node instances need no RBAC");
+        }
+    }
+    // The relays: the forward-target Deployment serving --relay-listen
+    // over TLS from the Secret, and allowed TokenReviews.
+    let dep = one(docs, "Deployment");
+    let relay_args = strs_in_order(&dep["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(relay_args.contains(&"--relay-listen=0.0.0.0:6443".to_string()));
+    assert!(
+        relay_args
+            .iter()
+            .any(|a| a.starts_with("--relay-tls-cert="))
+    );
+    let roles = kind(docs, "ClusterRole");
+    assert!(roles.iter().any(|r| {
+        r["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|rule| rule["resources"][0] == "tokenreviews" && rule["verbs"][0] == "create")
+    }));
+    let kc = one(docs, "ConfigMap")["data"]["kubeconfig"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(kc.contains("server: https://podns.podns.svc:6443"), "{kc}");
+    assert!(kc.contains("tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token"));
 }
 
 /// The sample training pod sends its lookups to the node-local address.

@@ -260,9 +260,15 @@ impl FieldSelector {
 
     /// The name a `metadata.name=X` term pins, so a get can replace a scan.
     pub fn pinned_name(&self) -> Option<&str> {
+        self.pinned(Field::Name)
+    }
+
+    /// The value an `f=X` term pins: only objects with it match, so a
+    /// server can index the watchers by it (`spec.nodeName`).
+    pub fn pinned(&self, field: Field) -> Option<&str> {
         self.terms
             .iter()
-            .find(|(f, eq, _)| *f == Field::Name && *eq)
+            .find(|(f, eq, _)| *f == field && *eq)
             .map(|(_, _, v)| v.as_str())
     }
 }

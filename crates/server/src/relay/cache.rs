@@ -10,13 +10,13 @@
 //! behind the history's start gets 410 Gone, as from the API server.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use podns_kapi::watch::{EvType, event_line};
 use podns_kapi::{Kind, pbenc};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 /// One relayed object, encoded once in both wires.
 #[derive(Debug)]
@@ -142,6 +142,28 @@ pub struct Cache {
     /// Changes are kept at least this long.
     keep: Duration,
     notify: watch::Sender<u64>,
+    /// Watchers to wake on a change, indexed by the node their selector
+    /// pins (as kube-apiserver's watch cache indexes watchers): a pod's
+    /// change wakes its node's watchers and the unindexed ones, not every
+    /// node's.
+    watchers: Mutex<Watchers>,
+}
+
+#[derive(Default)]
+struct Watchers {
+    by_node: HashMap<String, Vec<Weak<Notify>>>,
+    all: Vec<Weak<Notify>>,
+}
+
+/// Wake the live watchers of `list`, forgetting the gone ones.
+fn wake(list: &mut Vec<Weak<Notify>>) {
+    list.retain(|w| match w.upgrade() {
+        Some(n) => {
+            n.notify_one();
+            true
+        }
+        None => false,
+    });
 }
 
 /// What a resume point finds in the history.
@@ -165,6 +187,7 @@ impl Cache {
             }),
             keep,
             notify: watch::channel(0).0,
+            watchers: Mutex::new(Watchers::default()),
         })
     }
 
@@ -174,6 +197,53 @@ impl Cache {
 
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.notify.subscribe()
+    }
+
+    /// A watcher to wake when a change may concern it: every change, or
+    /// with `node`, only changes of objects on that node (before or after).
+    /// It stays registered while the returned handle lives.
+    pub fn watcher(&self, node: Option<&str>) -> Arc<Notify> {
+        let n = Arc::new(Notify::new());
+        let mut w = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
+        match node {
+            Some(node) => {
+                let list = w.by_node.entry(node.to_owned()).or_default();
+                list.retain(|x| x.strong_count() > 0);
+                list.push(Arc::downgrade(&n));
+            }
+            None => {
+                w.all.retain(|x| x.strong_count() > 0);
+                w.all.push(Arc::downgrade(&n));
+            }
+        }
+        n
+    }
+
+    /// Wake the watchers a change of objects on these nodes concerns.
+    fn wake(&self, nodes: [&str; 2]) {
+        let mut w = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
+        wake(&mut w.all);
+        for node in nodes {
+            if let Some(list) = w.by_node.get_mut(node) {
+                wake(list);
+                if list.is_empty() {
+                    w.by_node.remove(node);
+                }
+            }
+            if nodes[0] == nodes[1] {
+                break;
+            }
+        }
+    }
+
+    /// Wake every watcher (a relist may change anything).
+    fn wake_all(&self) {
+        let mut w = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
+        wake(&mut w.all);
+        for list in w.by_node.values_mut() {
+            wake(list);
+        }
+        w.by_node.retain(|_, l| !l.is_empty());
     }
 
     pub fn rv(&self) -> u64 {
@@ -281,6 +351,7 @@ impl Cache {
         let now = g.rv;
         drop(g);
         self.notify.send_replace(now);
+        self.wake_all();
     }
 
     fn push(&self, g: &mut Inner, rv: u64, ty: EvType, obj: Arc<Item>, prev: Option<Arc<Item>>) {
@@ -306,6 +377,9 @@ impl Cache {
         }
         if g.synced {
             self.notify.send_replace(rv);
+            let c = g.history.back().expect("just pushed");
+            let before = c.prev.as_ref().map_or("", |p| p.node_name.as_str());
+            self.wake([c.obj.node_name.as_str(), before]);
         }
     }
 

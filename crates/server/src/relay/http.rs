@@ -545,7 +545,9 @@ impl Subscriber {
 
     async fn stream(&self) {
         let kind = self.cache.kind;
-        let mut changes = self.cache.subscribe();
+        // Woken only by changes that may concern this watch.
+        let node = self.filter.fields.pinned(Field::NodeName);
+        let changes = self.cache.watcher(node);
         let mut cursor = match self.start {
             Some(rv) if !self.initial => rv,
             _ => {
@@ -566,7 +568,6 @@ impl Subscriber {
         };
         let mut next_bookmark = Instant::now() + self.every;
         loop {
-            changes.borrow_and_update();
             match self.cache.after(cursor, BATCH) {
                 After::Expired { oldest } => {
                     self.send(self.gone(cursor, oldest)).await;
@@ -593,7 +594,7 @@ impl Subscriber {
             }
             let deadline = self.deadline;
             tokio::select! {
-                r = changes.changed() => if r.is_err() { return },
+                () = changes.notified() => {}
                 () = tokio::time::sleep_until(next_bookmark), if self.bookmarks => {
                     if !self.send(self.bookmark(cursor, false)).await {
                         return;
