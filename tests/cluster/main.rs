@@ -21,6 +21,7 @@
 mod faults;
 mod rbac;
 mod records;
+mod relay;
 mod reverse;
 mod sim_vs_real;
 mod slices;

@@ -90,7 +90,7 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("kubectl {}: {e}", args.join(" ")))
     }
 
-    fn try_kubectl_at(
+    pub fn try_kubectl_at(
         &self,
         kubeconfig: &Path,
         args: &[&str],
@@ -235,6 +235,15 @@ impl Podns {
     /// `podns serve` against `kubeconfig` on loopback port 0, with `extra`
     /// flags; returns once it logged its addresses (not yet ready).
     pub fn start(kubeconfig: &Path, extra: &[&str]) -> Podns {
+        let kubeconfig = format!("--kubeconfig={}", kubeconfig.display());
+        let mut args = vec![kubeconfig.as_str()];
+        args.extend_from_slice(extra);
+        Podns::serve(&args)
+    }
+
+    /// `podns serve` on loopback port 0 with exactly these flags (a node
+    /// instance names its relay kubeconfig instead of `--kubeconfig`).
+    pub fn serve(flags: &[&str]) -> Podns {
         let mut child = Command::new(BIN)
             .args([
                 "serve",
@@ -242,8 +251,7 @@ impl Podns {
                 "--admin-listen=127.0.0.1:0",
                 "--udp-sockets=1",
             ])
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .args(extra)
+            .args(flags)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())

@@ -698,13 +698,14 @@ impl Table {
         v
     }
 
-    /// Add or drop a namespace of a node instance's scope (the writer).
-    pub(crate) fn set_in_scope(&self, ns: &str, on: bool) {
+    /// Add or drop a namespace of a node instance's scope (the writer);
+    /// the number of namespaces in scope after.
+    pub(crate) fn set_in_scope(&self, ns: &str, on: bool) -> usize {
         let Some(now) = self.scope.load_full() else {
-            return;
+            return 0;
         };
         if now.contains(ns) == on {
-            return;
+            return now.len();
         }
         let mut next = (*now).clone();
         if on {
@@ -712,7 +713,9 @@ impl Table {
         } else {
             next.remove(ns);
         }
+        let n = next.len();
         self.scope.store(Some(Arc::new(next)));
+        n
     }
 
     pub fn new() -> Arc<Self> {

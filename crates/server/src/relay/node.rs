@@ -202,7 +202,4 @@ async fn rescope(
             return;
         }
     }
-    metrics
-        .node_scope_namespaces
-        .set(i64::try_from(scope.len()).unwrap_or(i64::MAX));
 }

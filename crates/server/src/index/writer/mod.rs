@@ -337,7 +337,8 @@ impl Writer {
                 && self.service_resets.contains(&scope)
                 && (!self.policy.rank_view || self.job_resets.contains(&scope));
             if whole {
-                self.table.set_in_scope(ns, true);
+                let held = self.table.set_in_scope(ns, true);
+                self.metrics.node_scope_namespaces.set(held as i64);
             }
         }
     }

@@ -1,0 +1,150 @@
+//! The relay with the real API server upstream: kubectl reads it with a
+//! token the real API server issued (checked by a real TokenReview), a
+//! garbage token gets 401, and a node instance on a real (kwok) node holds
+//! its pods' namespace and forwards the rest, byte for byte.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::time::Duration;
+
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
+use hickory_proto::rr::{Name, RecordType};
+
+use crate::records::workload;
+use crate::support::*;
+
+/// The reply bytes of `server` to exactly these query bytes.
+fn raw(server: SocketAddr, query: &[u8]) -> Vec<u8> {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut buf = vec![0u8; 65535];
+    for _ in 0..6 {
+        sock.send_to(query, server).unwrap();
+        if let Ok(n) = sock.recv(&mut buf) {
+            return buf[..n].to_vec();
+        }
+    }
+    panic!("no answer from {server}");
+}
+
+fn query(name: &str, id: u16) -> Vec<u8> {
+    let mut m = Message::new(id, MessageType::Query, OpCode::Query);
+    m.add_query(Query::query(
+        Name::from_ascii(fqdn(name)).unwrap(),
+        RecordType::A,
+    ));
+    let mut edns = Edns::new();
+    edns.set_max_payload(1232);
+    m.set_edns(edns);
+    m.to_vec().unwrap()
+}
+
+#[test]
+fn the_relay_serves_kubectl_and_a_node_instance_from_the_real_api_server() {
+    let Some(c) = cluster() else { return };
+    let _g = shared();
+    let held = c.namespace("relay");
+    let held = held.name.as_str();
+    // A namespace with a Service and no pod: never in a node's scope.
+    let away = c.namespace("relayx");
+    let away = away.name.as_str();
+    c.apply(&workload(held, 2));
+    c.apply(&format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: api, namespace: {away}}}\nspec:\n  ports: [{{port: 80}}]\n"
+    ));
+    let train = c.pod_ips(held, "app=train", 2);
+    c.kubectl(&["create", "serviceaccount", "podns-node", "-n", held]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let rk = dir.path().join("relay.yaml");
+    let relay = Podns::ready(
+        &c.kubeconfig,
+        &[
+            "--relay-listen=127.0.0.1:0",
+            &format!("--relay-kubeconfig-out={}", rk.display()),
+            &format!("--relay-kubeconfig-account={held}/podns-node"),
+        ],
+    );
+    wait_for("the relay kubeconfig", secs(30), || {
+        rk.exists().then_some(())
+    });
+
+    // kubectl, with the token the real API server issued (TokenRequest),
+    // which the relay checked with a real TokenReview.
+    let yaml = c.kubectl_at(&rk, &["get", "pods", "-n", held, "-o", "yaml"], None);
+    for (name, ip) in &train {
+        assert!(yaml.contains(&format!("name: {name}")), "{yaml}");
+        assert!(yaml.contains(&format!("podIP: {ip}")), "{yaml}");
+    }
+    assert!(!yaml.contains("managedFields"), "slim objects");
+    // The API server's own resourceVersions.
+    let rv = |kc: &std::path::Path| {
+        c.kubectl_at(
+            kc,
+            &[
+                "get",
+                "pod",
+                "train-0",
+                "-n",
+                held,
+                "-o",
+                "jsonpath={.metadata.resourceVersion}",
+            ],
+            None,
+        )
+    };
+    wait_for(
+        "the relay at the API server's version of train-0",
+        secs(30),
+        || (rv(&rk) == rv(&c.kubeconfig)).then_some(()),
+    );
+    // A token the API server never issued: 401.
+    let bad = dir.path().join("bad.yaml");
+    let text = std::fs::read_to_string(&rk).unwrap();
+    let token = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .unwrap();
+    std::fs::write(&bad, text.replace(token, "not-a-token")).unwrap();
+    let err = c.try_kubectl_at(&bad, &["get", "pods", "-n", held], None);
+    assert!(
+        err.as_ref()
+            .is_err_and(|e| e.contains("Unauthorized") || e.contains("provide credentials")),
+        "{err:?}"
+    );
+
+    // A node instance on train-0's node.
+    let node = c.kubectl(&[
+        "get",
+        "pod",
+        "train-0",
+        "-n",
+        held,
+        "-o",
+        "jsonpath={.spec.nodeName}",
+    ]);
+    let node = node.trim();
+    let n = Podns::serve(&[
+        &format!("--relay-kubeconfig={}", rk.display()),
+        &format!("--node={node}"),
+        &format!("--relay-dns={}", relay.dns),
+    ]);
+    n.wait_ready(secs(60));
+    wait_for("the namespace in the node's scope", secs(60), || {
+        (n.metric("podns_node_scope_namespaces") >= 1.0).then_some(())
+    });
+    let forwarded = || n.metric("podns_dns_forwarded_total{result=\"answered\"}");
+    // Held: answered by the node instance itself, as the relay answers it.
+    let q = query(&format!("train-0.train.{held}.svc"), 0x1234);
+    let before = forwarded();
+    let here = raw(n.dns, &q);
+    assert_eq!(forwarded(), before, "held, not forwarded");
+    assert_eq!(here, raw(relay.dns, &q));
+    assert!(Message::from_vec(&here).unwrap().answers.len() == 1);
+    // Not held: the relay's answer, unchanged.
+    let q = query(&format!("api.{away}.svc"), 0x4321);
+    let here = raw(n.dns, &q);
+    assert_eq!(forwarded(), before + 1.0, "forwarded");
+    assert_eq!(here, raw(relay.dns, &q));
+    assert!(Message::from_vec(&here).unwrap().answers.len() == 1);
+}
