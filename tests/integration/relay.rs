@@ -602,3 +602,173 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
     assert_eq!(forwarded(&metrics, "answered"), before + 1);
     assert_eq!(here, same_question(env.dns, &msg).await);
 }
+
+/// A TCP proxy on loopback to whichever relay `target` names now, as the
+/// relay Service would be; connections to a relay that stopped end with it.
+async fn proxy(
+    target: std::sync::Arc<std::sync::Mutex<std::net::SocketAddr>>,
+) -> std::net::SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = l.accept().await {
+            let to = *target.lock().unwrap();
+            tokio::spawn(async move {
+                if let Ok(mut out) = tokio::net::TcpStream::connect(to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn relists(m: &podns_server::metrics::Metrics) -> u64 {
+    ["pods", "services", "jobs"]
+        .into_iter()
+        .map(|resource| {
+            m.watch_events
+                .get_or_create(&podns_server::metrics::EventLabels {
+                    resource,
+                    event: "init",
+                })
+                .get()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_instance_fails_over_to_another_relay_without_a_relist() {
+    let env = env(&["--kubelet"], &[]).await;
+    create_job(&env.client, "ml", "train", 4, "indexed-job").await;
+    // Two relays with one certificate, as replicas behind a Service.
+    let dir = tempfile::tempdir().unwrap();
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    let mut relays = Vec::new();
+    for name in ["a", "b"] {
+        let flags = [
+            "--relay-listen=127.0.0.1:0".to_string(),
+            format!("--relay-tls-cert={}", cert.display()),
+            format!("--relay-tls-key={}", key.display()),
+            format!(
+                "--relay-kubeconfig-out={}",
+                dir.path().join(format!("{name}.yaml")).display()
+            ),
+        ];
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let args = serve_args(&flags);
+        let listeners = podns_server::serve::Listeners::bind(
+            args.dns_listen,
+            args.udp_sockets,
+            args.admin_listen,
+        )
+        .unwrap()
+        .bind_relay(args.relay.as_ref().unwrap())
+        .unwrap();
+        let stop = env.shutdown.child_token();
+        let r = podns_server::serve::start(&args, env.client.clone(), listeners, stop.clone());
+        relays.push((r, stop));
+    }
+    let a_yaml = dir.path().join("a.yaml");
+    wait_for("the relays' kubeconfigs", T, || {
+        let (a, b) = (a_yaml.clone(), dir.path().join("b.yaml"));
+        async move { a.exists() && b.exists() }
+    })
+    .await;
+    let target = std::sync::Arc::new(std::sync::Mutex::new(relays[0].0.relay_addr.unwrap()));
+    let front = proxy(target.clone()).await;
+    // The node instance's kubeconfig names the "Service" (the proxy).
+    let text = std::fs::read_to_string(&a_yaml).unwrap();
+    let kc = dir.path().join("node.yaml");
+    std::fs::write(
+        &kc,
+        text.replace(
+            &relays[0].0.relay_addr.unwrap().to_string(),
+            &front.to_string(),
+        ),
+    )
+    .unwrap();
+    let relay = relay_client(&kc).await;
+    wait_for("4 pods with IPs through the relay", T, || async {
+        pods_with_ip(&relay, "ml").await.len() == 4
+    })
+    .await;
+    let node = pods_with_ip(&relay, "ml").await[0]
+        .spec
+        .as_ref()
+        .unwrap()
+        .node_name
+        .clone()
+        .unwrap();
+    let dns = format!(
+        "--relay-dns={},{}",
+        relays[0].0.dns_addr, relays[1].0.dns_addr
+    );
+    let flags = [
+        format!("--relay-kubeconfig={}", kc.display()),
+        format!("--node={node}"),
+        dns,
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let args = serve_args(&flags);
+    let listeners =
+        podns_server::serve::Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen)
+            .unwrap();
+    let n = podns_server::serve::start(&args, relay.clone(), listeners, env.shutdown.clone());
+    let (table, metrics, dns) = (n.table.clone(), n.metrics.clone(), n.dns_addr);
+    wait_for("`ml` held by the node instance", T, || {
+        let t = table.clone();
+        async move { t.scope() == vec!["ml".to_string()] }
+    })
+    .await;
+    let listed = relists(&metrics);
+    let forwarded_before = forwarded(&metrics, "answered");
+
+    // Relay a goes; the "Service" sends new connections to b.
+    *target.lock().unwrap() = relays[1].0.relay_addr.unwrap();
+    relays[0].1.cancel();
+    let gone = std::time::Instant::now();
+    // A pod created after the failover, on the node: answered by the node
+    // instance itself, through relay b.
+    let mut late = pod_json("ml", "late", json!({"app": "late"}));
+    late["spec"]["nodeName"] = json!(node);
+    late["spec"]["hostname"] = json!("late");
+    late["spec"]["subdomain"] = json!("train");
+    create_pod(&env.client, late).await;
+    let name = "late.train.ml.svc";
+    wait_for("the new pod answered by the node instance", T, || async {
+        !ask(dns, name, hickory_proto::rr::RecordType::A)
+            .await
+            .answers
+            .is_empty()
+    })
+    .await;
+    let back = gone.elapsed();
+    eprintln!("failover: a pod created after relay a stopped answered in {back:?}");
+    assert!(back < Duration::from_secs(2), "back in {back:?}");
+    assert_eq!(
+        relists(&metrics),
+        listed,
+        "resumed by resourceVersion, no relist"
+    );
+    assert_eq!(
+        forwarded(&metrics, "answered"),
+        forwarded_before,
+        "answered from the node's own index, not forwarded"
+    );
+    assert_eq!(table.scope(), vec!["ml".to_string()]);
+    // Every rank still answers right.
+    for i in 0..4 {
+        let name = format!("train-{i}.train.ml.svc");
+        assert!(
+            !ask(dns, &name, hickory_proto::rr::RecordType::A)
+                .await
+                .answers
+                .is_empty(),
+            "{name}"
+        );
+    }
+}
