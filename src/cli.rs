@@ -290,7 +290,7 @@ pub struct ServeArgs {
     /// This node's name (a node instance; the DaemonSet passes spec.nodeName).
     #[arg(long, env = "PODNS_NODE", requires = "relay_kubeconfig")]
     pub node: Option<String>,
-    /// The relays' DNS addresses (repeatable; default: the relay kubeconfig's server host, port 53).
+    /// The relays' DNS addresses (repeatable; default: the address the relay kubeconfig names, which --relay-kubeconfig-out writes, else its server host, port 53).
     #[arg(
         long,
         env = "PODNS_RELAY_DNS",

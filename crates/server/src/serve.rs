@@ -364,7 +364,7 @@ pub fn start(
             tasks.spawn(write_relay_kubeconfig(
                 client.clone(),
                 path.clone(),
-                addr,
+                (addr, dns_addr),
                 tls.ca_pem.clone(),
                 cfg.kubeconfig_account.clone(),
             ));
@@ -581,11 +581,35 @@ pub async fn run(mut args: ServeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The relays' DNS when `--relay-dns` is not given: the relay kubeconfig's
-/// server host (the relay Service), port 53.
+/// The relays' DNS when `--relay-dns` is not given: the address the relay
+/// kubeconfig's cluster names in its extension (`--relay-kubeconfig-out`
+/// writes it), else the kubeconfig's server host (the relay Service), port
+/// 53.
 async fn relay_dns_default(
     kubeconfig: Option<&std::path::Path>,
 ) -> Result<Vec<SocketAddr>, ConfigError> {
+    if let Some(path) = kubeconfig
+        && let Ok(kc) = kube::config::Kubeconfig::read_from(path)
+    {
+        let current = kc.current_context.clone().unwrap_or_default();
+        let cluster = kc
+            .contexts
+            .iter()
+            .find(|c| c.name == current)
+            .and_then(|c| c.context.as_ref())
+            .map(|c| c.cluster.clone());
+        let named = kc
+            .clusters
+            .iter()
+            .filter(|c| cluster.as_ref().is_none_or(|name| *name == c.name))
+            .filter_map(|c| c.cluster.as_ref()?.extensions.as_ref())
+            .flatten()
+            .find(|e| e.name == crate::relay::auth::DNS_EXTENSION)
+            .and_then(|e| e.extension.as_str()?.parse::<SocketAddr>().ok());
+        if let Some(addr) = named {
+            return Ok(vec![addr]);
+        }
+    }
     let config = crate::config::kube_config(kubeconfig, None).await?;
     let host = config
         .cluster_url
@@ -613,7 +637,7 @@ const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(70
 async fn write_relay_kubeconfig(
     client: kube::Client,
     path: std::path::PathBuf,
-    addr: SocketAddr,
+    (addr, dns): (SocketAddr, SocketAddr),
     ca_pem: String,
     (namespace, account): (String, String),
 ) {
@@ -630,7 +654,7 @@ async fn write_relay_kubeconfig(
             }
         }
     };
-    let text = crate::relay::auth::kubeconfig(&format!("https://{addr}"), &ca_pem, &token);
+    let text = crate::relay::auth::kubeconfig(&format!("https://{addr}"), &ca_pem, &token, dns);
     // Written whole, then renamed: a reader never sees half of it.
     let tmp = path.with_extension("tmp");
     match std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
@@ -659,5 +683,22 @@ pub async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod relay_dns_tests {
+    use super::*;
+
+    /// A node instance finds the relays' DNS in the kubeconfig the relay
+    /// wrote, with no `--relay-dns`.
+    #[tokio::test]
+    async fn the_relay_kubeconfig_names_the_relays_dns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay.yaml");
+        let dns: SocketAddr = "127.0.0.1:1053".parse().unwrap();
+        let text = crate::relay::auth::kubeconfig("https://127.0.0.1:6444", "ca", "tok", dns);
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(relay_dns_default(Some(&path)).await.unwrap(), vec![dns]);
     }
 }

@@ -138,12 +138,16 @@ pub async fn request_token(
     Ok(done.status.map(|s| s.token).unwrap_or_default())
 }
 
+/// The kubeconfig extension (on the cluster entry) naming the relays' DNS
+/// address, which a node instance forwards to unless `--relay-dns` says.
+pub const DNS_EXTENSION: &str = "dns.podns.io/relay-dns";
+
 /// A kubeconfig naming the relay at `server` (trusting `ca_pem`) with
-/// `token`.
-pub fn kubeconfig(server: &str, ca_pem: &str, token: &str) -> String {
+/// `token`, and the relay's DNS address ([`DNS_EXTENSION`]).
+pub fn kubeconfig(server: &str, ca_pem: &str, token: &str, dns: std::net::SocketAddr) -> String {
     use base64::Engine;
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: podns-relay\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: podns-node\n  user:\n    token: {token}\ncontexts:\n- name: podns-relay\n  context:\n    cluster: podns-relay\n    user: podns-node\ncurrent-context: podns-relay\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: podns-relay\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n    extensions:\n    - name: {DNS_EXTENSION}\n      extension: \"{dns}\"\nusers:\n- name: podns-node\n  user:\n    token: {token}\ncontexts:\n- name: podns-relay\n  context:\n    cluster: podns-relay\n    user: podns-node\ncurrent-context: podns-relay\n"
     )
 }
