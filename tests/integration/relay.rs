@@ -564,6 +564,56 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
         );
         assert_eq!(here, same_question(env.dns, &msg).await, "unchanged: {msg}");
     }
+    // A headless Service without a selector in the held namespace: its
+    // addresses are in an EndpointSlice, which the relay does not serve, so
+    // the node instance forwards its names.
+    create_service(
+        &env.client,
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "db", "namespace": "ml"},
+               "spec": {"clusterIP": "None", "ports": [{"name": "pg", "port": 5432}]}}),
+    )
+    .await;
+    let slice = json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "db-1", "namespace": "ml",
+                     "labels": {"kubernetes.io/service-name": "db"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.9.9.9"], "hostname": "db-0"}],
+        "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}]
+    });
+    Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(env.client.clone(), "ml")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(slice).unwrap(),
+        )
+        .await
+        .unwrap();
+    wait_resolves(env.dns, "db.ml.svc", T).await;
+    for msg in [
+        q("db.ml.svc", RecordType::A),
+        q("db-0.db.ml.svc", RecordType::A),
+    ] {
+        let m = msg.clone();
+        wait_for(
+            "the node instance to forward the Service without a selector",
+            T,
+            || {
+                let m = m.clone();
+                async move { !udp(dns, &m).await.answers.is_empty() }
+            },
+        )
+        .await;
+        let before = forwarded(&metrics, "answered");
+        let here = same_question(dns, &msg).await;
+        assert_eq!(
+            forwarded(&metrics, "answered"),
+            before + 1,
+            "forwarded: {msg}"
+        );
+        assert_eq!(here, same_question(env.dns, &msg).await, "unchanged: {msg}");
+    }
+
     // Over TCP too.
     let msg = q("far-1.far.other.svc", RecordType::A);
     assert_eq!(

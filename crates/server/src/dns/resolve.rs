@@ -226,16 +226,28 @@ impl<'a> Plan<'a> {
 }
 
 /// Whether a node instance holds the data `place`'s answer depends on:
-/// names of no namespace always, a namespace's names once it is in scope,
-/// reverse names and names no rule makes never (any pod may be behind
-/// them).
+/// names of no namespace always, a namespace's names once it is in scope
+/// (but those of a headless Service without a selector), reverse names and
+/// names no rule makes never (any pod may be behind them).
 fn held(table: &Table, place: &Place<'_>) -> bool {
     match place {
-        Place::Forward { rel, .. } => match QName::parse(rel).holder() {
-            Holder::Zone => true,
-            Holder::Namespace(ns) => table.in_scope(ns),
-            Holder::Anyone => false,
-        },
+        Place::Forward { rel, .. } => {
+            let q = QName::parse(rel);
+            match q.holder() {
+                Holder::Zone => true,
+                Holder::Namespace(ns) => {
+                    // A headless Service without a selector answers from
+                    // EndpointSlices, which a node instance does not hold.
+                    let svc = match q {
+                        QName::Service { svc, .. } | QName::Port { svc, .. } => Some(svc),
+                        QName::Host { sub, .. } => Some(sub),
+                        _ => None,
+                    };
+                    table.in_scope(ns) && !svc.is_some_and(|svc| table.is_unheld(ns, svc))
+                }
+                Holder::Anyone => false,
+            }
+        }
         Place::Reverse(_) => false,
         Place::Outside => true,
     }

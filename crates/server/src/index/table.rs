@@ -667,6 +667,10 @@ pub struct Table {
     /// the relay); every other name is forwarded. `None`: not a node
     /// instance, the index holds everything it answers for.
     scope: arc_swap::ArcSwapOption<HashSet<Box<str>>>,
+    /// On a node instance: headless Services without a selector, by
+    /// namespace. Their addresses come from EndpointSlices, which the
+    /// relay does not serve, so their names are forwarded even in scope.
+    unheld: DashMap<Box<str>, Vec<Box<str>>>,
 }
 
 impl Table {
@@ -696,6 +700,32 @@ impl Table {
             .unwrap_or_default();
         v.sort();
         v
+    }
+
+    /// Whether a node instance forwards the names of Service `svc` of `ns`
+    /// although `ns` is in scope (a headless Service without a selector).
+    pub fn is_unheld(&self, ns: &str, svc: &str) -> bool {
+        self.unheld
+            .get(ns)
+            .is_some_and(|names| names.iter().any(|n| &**n == svc))
+    }
+
+    /// Mark or unmark a Service as [`Self::is_unheld`] (the writer).
+    pub(crate) fn set_unheld(&self, ns: &str, svc: &str, on: bool) {
+        if on {
+            let mut names = self.unheld.entry(ns.into()).or_default();
+            if !names.iter().any(|n| &**n == svc) {
+                names.push(svc.into());
+            }
+        } else {
+            let empty = self.unheld.get_mut(ns).is_some_and(|mut names| {
+                names.retain(|n| &**n != svc);
+                names.is_empty()
+            });
+            if empty {
+                self.unheld.remove(ns);
+            }
+        }
     }
 
     /// Add or drop a namespace of a node instance's scope (the writer);

@@ -76,6 +76,10 @@ impl Writer {
 
     pub(super) fn link_service(&mut self, svc: ServiceInfo) {
         let key = svc.key.clone();
+        if self.table.is_node_scoped() {
+            let unheld = matches!(svc.kind, ServiceKind::Headless) && svc.selector.is_none();
+            self.table.set_unheld(&key.namespace, &key.name, unheld);
+        }
         self.stale_sets.insert(key.clone());
         let ns = key.namespace.clone();
         if let Some(anchor) = anchor(&svc) {
@@ -115,6 +119,9 @@ impl Writer {
         let Some(svc) = self.services.remove(key) else {
             return;
         };
+        if self.table.is_node_scoped() {
+            self.table.set_unheld(&key.namespace, &key.name, false);
+        }
         self.sets.remove(key);
         self.stale_sets.insert(key.clone());
         if let Some(anchor) = anchor(&svc)
