@@ -56,6 +56,34 @@ async fn relay_client(kubeconfig: &Path) -> kube::Client {
     kube::Client::try_from(config).unwrap()
 }
 
+/// Another podns on loopback with these flags (a relay, a node instance),
+/// reading the API through `client`, stopped with `stop`.
+fn start_podns(
+    flags: &[String],
+    client: kube::Client,
+    stop: tokio_util::sync::CancellationToken,
+) -> podns_server::serve::Running {
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let args = serve_args(&flags);
+    let mut listeners =
+        podns_server::serve::Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen)
+            .unwrap();
+    if let Some(relay) = &args.relay {
+        listeners = listeners.bind_relay(relay).unwrap();
+    }
+    podns_server::serve::start(&args, client, listeners, stop)
+}
+
+/// Wait until a node instance holds exactly `namespaces`.
+async fn wait_held(table: &std::sync::Arc<podns_server::index::Table>, namespaces: &[&str]) {
+    let want: Vec<String> = namespaces.iter().map(|n| n.to_string()).collect();
+    wait_for(&format!("{want:?} held by the node instance"), T, || {
+        let (t, want) = (table.clone(), want.clone());
+        async move { t.scope() == want }
+    })
+    .await;
+}
+
 /// The pods of `ns` with an IP, through `client`.
 async fn pods_with_ip(client: &kube::Client, ns: &str) -> Vec<Pod> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -305,14 +333,7 @@ async fn a_watch_resumes_on_another_relay_without_a_relist() {
         "--relay-kubeconfig-out={}",
         dir.path().join("second.yaml").display()
     ));
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let args = serve_args(&flags);
-    let listeners =
-        podns_server::serve::Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen)
-            .unwrap()
-            .bind_relay(args.relay.as_ref().unwrap())
-            .unwrap();
-    let _b = podns_server::serve::start(&args, env.client.clone(), listeners, env.shutdown.clone());
+    let _b = start_podns(&flags, env.client.clone(), env.shutdown.clone());
     let second = dir.path().join("second.yaml");
     wait_for("the second relay's kubeconfig", T, || {
         let p = second.clone();
@@ -503,19 +524,10 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
         format!("--relay-dns={}", env.dns),
         "--scope-linger=0s".to_string(),
     ];
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let args = serve_args(&flags);
-    let listeners =
-        podns_server::serve::Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen)
-            .unwrap();
     let client = relay_client(&kubeconfig).await;
-    let n = podns_server::serve::start(&args, client, listeners, env.shutdown.clone());
+    let n = start_podns(&flags, client, env.shutdown.clone());
     let (table, metrics, dns) = (n.table.clone(), n.metrics.clone(), n.dns_addr);
-    wait_for("`ml` in the node's scope", T, || {
-        let t = table.clone();
-        async move { t.scope() == vec!["ml".to_string()] }
-    })
-    .await;
+    wait_held(&table, &["ml"]).await;
 
     // In scope: answered from the node's own index, byte for byte the
     // relay's answer.
@@ -628,11 +640,7 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
     late["spec"]["hostname"] = json!("solo");
     late["spec"]["subdomain"] = json!("solo");
     create_pod(&env.client, late).await;
-    wait_for("`late` in the node's scope", T, || {
-        let t = table.clone();
-        async move { t.scope().contains(&"late".to_string()) }
-    })
-    .await;
+    wait_held(&table, &["late", "ml"]).await;
     let msg = q("late.pod", RecordType::SOA);
     let before = forwarded(&metrics, "answered");
     same_question(dns, &msg).await;
@@ -641,11 +649,7 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
         .delete("solo", &DeleteParams::default().grace_period(0))
         .await
         .unwrap();
-    wait_for("`late` out of the node's scope", T, || {
-        let t = table.clone();
-        async move { !t.scope().contains(&"late".to_string()) }
-    })
-    .await;
+    wait_held(&table, &["ml"]).await;
     let msg = q("solo.solo.late.svc", RecordType::A);
     let before = forwarded(&metrics, "answered");
     let here = same_question(dns, &msg).await;
@@ -708,18 +712,8 @@ async fn a_node_instance_fails_over_to_another_relay_without_a_relist() {
                 dir.path().join(format!("{name}.yaml")).display()
             ),
         ];
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        let args = serve_args(&flags);
-        let listeners = podns_server::serve::Listeners::bind(
-            args.dns_listen,
-            args.udp_sockets,
-            args.admin_listen,
-        )
-        .unwrap()
-        .bind_relay(args.relay.as_ref().unwrap())
-        .unwrap();
         let stop = env.shutdown.child_token();
-        let r = podns_server::serve::start(&args, env.client.clone(), listeners, stop.clone());
+        let r = start_podns(&flags, env.client.clone(), stop.clone());
         relays.push((r, stop));
     }
     let a_yaml = dir.path().join("a.yaml");
@@ -762,18 +756,9 @@ async fn a_node_instance_fails_over_to_another_relay_without_a_relist() {
         format!("--node={node}"),
         dns,
     ];
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let args = serve_args(&flags);
-    let listeners =
-        podns_server::serve::Listeners::bind(args.dns_listen, args.udp_sockets, args.admin_listen)
-            .unwrap();
-    let n = podns_server::serve::start(&args, relay.clone(), listeners, env.shutdown.clone());
+    let n = start_podns(&flags, relay.clone(), env.shutdown.clone());
     let (table, metrics, dns) = (n.table.clone(), n.metrics.clone(), n.dns_addr);
-    wait_for("`ml` held by the node instance", T, || {
-        let t = table.clone();
-        async move { t.scope() == vec!["ml".to_string()] }
-    })
-    .await;
+    wait_held(&table, &["ml"]).await;
     let listed = relists(&metrics);
     let forwarded_before = forwarded(&metrics, "answered");
 

@@ -27,6 +27,7 @@ use super::pbenc::{self, Media};
 use super::selector::{FieldSelector, LabelSelector};
 use super::store::{ApiError, EvType, Filter, Kind, Obj, decode_continue, event_line};
 use super::table;
+use podns_kapi::watch::{ParamError, WatchParams};
 
 type Query = HashMap<String, String>;
 
@@ -688,43 +689,12 @@ fn watch_start(
     // A Table watch is JSON whatever else the client accepts.
     let media = if table { Media::Json } else { media };
     let f = filter(t, q)?;
-    let bookmarks = truthy(q, "allowWatchBookmarks");
-    let send_initial = q.get("sendInitialEvents").map(|s| s == "true" || s == "1");
-    let rv = q.get("resourceVersion").filter(|s| !s.is_empty()).cloned();
-    let rvm = q
-        .get("resourceVersionMatch")
-        .filter(|s| !s.is_empty())
-        .cloned();
-    let invalid = |m: &str| ApiError::invalid(t.kind, "", m.to_string());
-    if send_initial.is_some() {
+    let params = WatchParams::parse(|k| q.get(k).map(String::as_str)).map_err(|e| match e {
         // As the apiserver validates streaming lists (KEP-3157).
-        if rvm.as_deref() != Some("NotOlderThan") {
-            return Err(invalid(
-                "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-            ));
-        }
-        if !bookmarks {
-            return Err(invalid(
-                "allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true",
-            ));
-        }
-    } else if rvm.is_some() {
-        return Err(invalid(
-            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
-        ));
-    }
-    let timeout = match q.get("timeoutSeconds") {
-        Some(s) => {
-            Some(Duration::from_secs(s.parse().map_err(|_| {
-                ApiError::bad_request("invalid timeoutSeconds")
-            })?))
-        }
-        None => None,
-    };
-    let start_rv = match rv.as_deref() {
-        None | Some("0") => None,
-        Some(v) => Some(parse_rv(v)?),
-    };
+        ParamError::Invalid(m) => ApiError::invalid(t.kind, "", m.to_string()),
+        ParamError::BadRequest(m) => ApiError::bad_request(m),
+    })?;
+    let start_rv = params.start;
     if let Some(want) = start_rv {
         let cur = sim.store.current_rv();
         if want > cur {
@@ -733,12 +703,6 @@ fn watch_start(
             return Err(too_large(want, cur));
         }
     }
-    // Synthetic ADDED events: for an unset/"0" rv, unless sendInitialEvents
-    // says otherwise; for any rv with sendInitialEvents=true.
-    let initial = match send_initial {
-        Some(b) => b,
-        None => start_rv.is_none(),
-    };
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     let w = WatchTask {
         table,
@@ -746,11 +710,11 @@ fn watch_start(
         sim: sim.clone(),
         kind: t.kind,
         filter: f,
-        bookmarks,
-        initial,
-        initial_end_bookmark: send_initial == Some(true),
+        bookmarks: params.bookmarks,
+        initial: params.initial(),
+        initial_end_bookmark: params.initial_end(),
         start_rv,
-        deadline: timeout.map(|d| Instant::now() + d),
+        deadline: params.timeout.map(|d| Instant::now() + d),
         tx,
     };
     sim.stats.open_watches.fetch_add(1, Ordering::Relaxed);

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use podns_kapi::Kind;
 use podns_kapi::pbenc::{self, Media};
 use podns_kapi::selector::{Field, FieldSelector, LabelSelector};
-use podns_kapi::watch::{EvType, bookmark_line, event_line};
+use podns_kapi::watch::{EvType, ParamError, WatchParams, bookmark_line, event_line};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -388,16 +388,6 @@ fn list(cache: &Cache, filter: &Filter, wire: Wire) -> Response {
     r
 }
 
-fn parse_rv(s: &str) -> Result<u64, ApiError> {
-    s.parse().map_err(|_| {
-        ApiError::new(
-            400,
-            "BadRequest",
-            format!("invalid resource version \"{s}\""),
-        )
-    })
-}
-
 async fn watch(
     s: &Arc<Server>,
     cache: Arc<Cache>,
@@ -405,37 +395,11 @@ async fn watch(
     q: &HashMap<String, String>,
     wire: Wire,
 ) -> Result<Response, ApiError> {
-    let truthy = |k: &str| q.get(k).is_some_and(|v| v == "true" || v == "1");
-    let bookmarks = truthy("allowWatchBookmarks");
-    let send_initial = q.get("sendInitialEvents").map(|v| v == "true" || v == "1");
-    let rvm = q.get("resourceVersionMatch").filter(|v| !v.is_empty());
-    let invalid = |m: &str| ApiError::new(422, "Invalid", m.to_owned());
-    if send_initial.is_some() {
-        if rvm.map(String::as_str) != Some("NotOlderThan") {
-            return Err(invalid(
-                "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-            ));
-        }
-        if !bookmarks {
-            return Err(invalid(
-                "allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true",
-            ));
-        }
-    } else if rvm.is_some() {
-        return Err(invalid(
-            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
-        ));
-    }
-    let timeout = match q.get("timeoutSeconds") {
-        Some(v) => Some(Duration::from_secs(v.parse().map_err(|_| {
-            ApiError::new(400, "BadRequest", "invalid timeoutSeconds")
-        })?)),
-        None => None,
-    };
-    let start = match q.get("resourceVersion").map(String::as_str) {
-        None | Some("") | Some("0") => None,
-        Some(v) => Some(parse_rv(v)?),
-    };
+    let params = WatchParams::parse(|k| q.get(k).map(String::as_str)).map_err(|e| match e {
+        ParamError::Invalid(m) => ApiError::new(422, "Invalid", m),
+        ParamError::BadRequest(m) => ApiError::new(400, "BadRequest", m),
+    })?;
+    let start = params.start;
     if let Some(want) = start {
         // Another relay may be ahead of this one: wait a little, as the
         // API server's watch cache waits for etcd.
@@ -457,17 +421,17 @@ async fn watch(
             }
         }
     }
-    let initial = send_initial.unwrap_or(start.is_none());
+
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(16);
     let sub = Subscriber {
         cache,
         filter,
         wire,
-        bookmarks,
-        initial,
-        initial_end: send_initial == Some(true),
+        bookmarks: params.bookmarks,
+        initial: params.initial(),
+        initial_end: params.initial_end(),
         start,
-        deadline: timeout.map(|d| Instant::now() + d),
+        deadline: params.timeout.map(|d| Instant::now() + d),
         every: s.bookmark_every,
         shutdown: s.shutdown.clone(),
         metrics: s.metrics.clone(),
