@@ -667,6 +667,9 @@ pub struct Table {
     /// the relay); every other name is forwarded. `None`: not a node
     /// instance, the index holds everything it answers for.
     scope: arc_swap::ArcSwapOption<HashSet<Box<str>>>,
+    /// Whether `scope` is set: what every query asks first, one plain load
+    /// (an `ArcSwap` load is not free on the DNS path).
+    node_scoped: AtomicBool,
     /// On a node instance: headless Services without a selector, by
     /// namespace. Their addresses come from EndpointSlices, which the
     /// relay does not serve, so their names are forwarded even in scope.
@@ -677,11 +680,12 @@ impl Table {
     /// Make this the index of a node instance: nothing in scope yet.
     pub fn set_node_scope(&self) {
         self.scope.store(Some(Arc::new(HashSet::new())));
+        self.node_scoped.store(true, Ordering::Release);
     }
 
     /// Whether this is a node instance's index.
     pub fn is_node_scoped(&self) -> bool {
-        self.scope.load().is_some()
+        self.node_scoped.load(Ordering::Relaxed)
     }
 
     /// Whether the names of namespace `ns` are answered from this index
