@@ -6,7 +6,8 @@
 //! - [`selector`]: `labelSelector` and `fieldSelector`, parsed and matched
 //!   as kube-apiserver does.
 //! - [`pbenc`]: the Protobuf encoder, its envelope and list/watch framing.
-//! - [`watch`]: JSON watch lines and what a selector sees of a change.
+//! - [`watch`]: watch parameters validated as the API server does, JSON
+//!   watch lines, and what a selector sees of a change.
 
 pub mod kind;
 pub mod pbenc;
