@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::runtime::watcher;
 use podns_server::k8s::convert;
@@ -107,8 +108,9 @@ async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
         pods_with_ip(&relay, "ml").await.len() == 4
     })
     .await;
-    // The same objects as the API server's, slimmed: identity,
-    // resourceVersion, placement, addresses and labels kept; the rest gone.
+    // The same objects as the API server's, slimmed: name,
+    // resourceVersion, placement, addresses and the labels a node reads
+    // kept; the rest gone.
     let from_sim: Vec<Pod> = Api::<Pod>::namespaced(env.client.clone(), "ml")
         .list(&ListParams::default())
         .await
@@ -121,8 +123,20 @@ async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
             .iter()
             .find(|s| s.metadata.name.as_deref() == Some(name))
             .expect("the pod is the API server's");
-        assert_eq!(p.metadata.uid, s.metadata.uid, "{name}");
-        assert_eq!(p.metadata.labels, s.metadata.labels, "{name}");
+        assert_eq!(p.metadata.resource_version, s.metadata.resource_version);
+        assert!(p.metadata.uid.is_none(), "{name}: no uid");
+        let (pl, sl) = (p.labels(), s.labels());
+        for (k, v) in pl {
+            assert_eq!(sl.get(k), Some(v), "{name}: {k} is the pod's");
+        }
+        for k in podns_server::index::writer::RANK_LABELS {
+            assert_eq!(pl.get(*k), sl.get(*k), "{name}: {k} is served");
+        }
+        assert!(sl.contains_key("controller-uid"));
+        assert!(
+            !pl.contains_key("controller-uid"),
+            "{name}: nothing selects on it"
+        );
         let (ps, ss) = (p.spec.as_ref().unwrap(), s.spec.as_ref().unwrap());
         assert_eq!(ps.hostname, ss.hostname);
         assert_eq!(ps.subdomain, ss.subdomain);
@@ -219,6 +233,21 @@ async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
     }
 }
 
+/// A pod as the relay serves it where no Service selects on more than the
+/// rank view's and the operators' labels: no uid, those labels only, no
+/// annotation that repeats one.
+fn as_served(mut p: podns_server::index::types::PodInfo) -> podns_server::index::types::PodInfo {
+    use podns_server::index::writer::RANK_LABELS;
+    use podns_server::relay::labels::OPERATOR_SELECTORS;
+    p.uid.clear();
+    p.labels.retain(|(k, _)| {
+        RANK_LABELS.contains(&k.as_str()) || OPERATOR_SELECTORS.contains(&k.as_str())
+    });
+    let labels = p.labels.clone();
+    p.annotations.retain(|a| !labels.contains(a));
+    p
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn protobuf_and_json_lists_of_the_relay_decode_to_the_same_pods() {
     let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
@@ -255,14 +284,13 @@ async fn protobuf_and_json_lists_of_the_relay_decode_to_the_same_pods() {
                 let Some(d) = direct.iter().find(|d| d.metadata.name == p.metadata.name) else {
                     return Err(format!("{:?} not in the API server", p.metadata.name));
                 };
-                // What DNS reads: the pod converted, and its version.
-                let (cp, cd) = (convert::pod(p), convert::pod(d));
+                // What DNS reads: the pod converted (of its labels, those
+                // the relay serves), and its version.
+                let (cp, cd) = (convert::pod(p), convert::pod(d).map(as_served));
                 if cp.is_err() || cp.as_ref().ok() != cd.as_ref().ok() {
                     return Err(format!("{cp:?}\n!= {cd:?}"));
                 }
                 let same = p.metadata.resource_version == d.metadata.resource_version
-                    && p.metadata.uid == d.metadata.uid
-                    && p.meta == d.meta
                     && p.spec.node_name == d.spec.node_name;
                 if !same {
                     return Err(format!("{p:?}\n!= {d:?}"));
@@ -655,6 +683,115 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
     let here = same_question(dns, &msg).await;
     assert_eq!(forwarded(&metrics, "answered"), before + 1);
     assert_eq!(here, same_question(env.dns, &msg).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_selecting_on_a_label_not_served_yet_has_its_pods_served_anew() {
+    use hickory_proto::rr::RecordType;
+    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
+    create_job(&env.client, "ml", "train", 2, "indexed-job").await;
+    let relay = relay_client(&kubeconfig).await;
+    wait_for("the job's pods through the relay", T, || async {
+        pods_with_ip(&relay, "ml").await.len() == 2
+    })
+    .await;
+    let node = pods_with_ip(&relay, "ml").await[0]
+        .spec
+        .as_ref()
+        .unwrap()
+        .node_name
+        .clone()
+        .unwrap();
+    // Two pods labelled `tier: gpu`, which no Service selects on yet.
+    for name in ["g0", "g1"] {
+        let mut p = pod_json("ml", name, json!({"tier": "gpu", "team": "a"}));
+        p["spec"]["nodeName"] = json!(node);
+        create_pod(&env.client, p).await;
+    }
+    wait_for("both tier pods with IPs through the relay", T, || async {
+        pods_with_ip(&relay, "ml").await.len() == 4
+    })
+    .await;
+    let tier = |pods: Vec<Pod>| -> Vec<Option<String>> {
+        let mut t: Vec<_> = pods
+            .iter()
+            .filter(|p| p.name_any().starts_with('g'))
+            .map(|p| p.labels().get("tier").cloned())
+            .collect();
+        t.sort();
+        t
+    };
+    assert_eq!(
+        tier(pods_with_ip(&relay, "ml").await),
+        [None, None],
+        "not served"
+    );
+
+    // A node instance holding `ml`, and a plain watch of `ml` through the
+    // relay from where it is now.
+    let flags = [
+        format!("--relay-kubeconfig={}", kubeconfig.display()),
+        format!("--node={node}"),
+        format!("--relay-dns={}", env.dns),
+    ];
+    let n = start_podns(
+        &flags,
+        relay_client(&kubeconfig).await,
+        env.shutdown.clone(),
+    );
+    let (table, metrics, dns) = (n.table.clone(), n.metrics.clone(), n.dns_addr);
+    wait_held(&table, &["ml"]).await;
+    let rv = list_rv(&relay, "ml").await;
+    let mut events = Api::<Pod>::namespaced(relay.clone(), "ml")
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+
+    // A headless Service selecting on `tier`.
+    create_service(
+        &env.client,
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "gpus", "namespace": "ml"},
+               "spec": {"clusterIP": "None", "selector": {"tier": "gpu"}}}),
+    )
+    .await;
+    // The watch that holds the pods as served before is told to relist...
+    let next = tokio::time::timeout(T, events.try_next())
+        .await
+        .expect("an event")
+        .unwrap()
+        .expect("the stream is open");
+    match next {
+        WatchEvent::Error(e) => assert_eq!(e.code, 410, "{e:?}"),
+        other => panic!("expected 410, got {other:?}"),
+    }
+    // ...and a list now has `tier` (and still not `team`).
+    let pods = pods_with_ip(&relay, "ml").await;
+    assert_eq!(
+        tier(pods.clone()),
+        [Some("gpu".to_string()), Some("gpu".to_string())]
+    );
+    assert!(pods.iter().all(|p| !p.labels().contains_key("team")));
+    // The node instance relisted and answers the new Service itself, as
+    // the relay does.
+    let msg = query_msg(&fqdn("gpus.ml.svc"), RecordType::A, Some(1232));
+    let m = msg.clone();
+    wait_for("the node instance to answer gpus.ml.svc", T, || {
+        let m = m.clone();
+        async move { udp(dns, &m).await.answers.len() == 2 }
+    })
+    .await;
+    let before = forwarded(&metrics, "answered");
+    assert_eq!(
+        same_question(dns, &msg).await,
+        same_question(env.dns, &msg).await
+    );
+    assert_eq!(
+        forwarded(&metrics, "answered"),
+        before,
+        "answered on the node"
+    );
 }
 
 /// A TCP proxy on loopback to whichever relay `target` names now, as the

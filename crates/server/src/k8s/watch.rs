@@ -240,7 +240,7 @@ trait Watched:
     /// The kind the relay serves these as, if it does.
     const RELAYED: Option<podns_kapi::Kind> = None;
     /// The object as the relay serves it.
-    fn relayed(&self) -> Option<crate::relay::Item> {
+    fn relayed(&self) -> Option<crate::relay::Object> {
         None
     }
 }
@@ -258,7 +258,7 @@ impl Watched for SlimPod {
         Update::Pod(change)
     }
     const RELAYED: Option<podns_kapi::Kind> = Some(<Self as Relayed>::KIND);
-    fn relayed(&self) -> Option<crate::relay::Item> {
+    fn relayed(&self) -> Option<crate::relay::Object> {
         Relayed::relayed(self)
     }
 }
@@ -276,7 +276,7 @@ impl Watched for SlimService {
         Update::Service(change)
     }
     const RELAYED: Option<podns_kapi::Kind> = Some(<Self as Relayed>::KIND);
-    fn relayed(&self) -> Option<crate::relay::Item> {
+    fn relayed(&self) -> Option<crate::relay::Object> {
         Relayed::relayed(self)
     }
 }
@@ -295,7 +295,7 @@ impl Watched for SlimJob {
         Update::Job(change)
     }
     const RELAYED: Option<podns_kapi::Kind> = Some(<Self as Relayed>::KIND);
-    fn relayed(&self) -> Option<crate::relay::Item> {
+    fn relayed(&self) -> Option<crate::relay::Object> {
         Relayed::relayed(self)
     }
 }

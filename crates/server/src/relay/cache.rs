@@ -9,14 +9,27 @@
 //! holds back the feed or another subscriber. Only a subscriber that falls
 //! behind the history's start gets 410 Gone, as from the API server.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use podns_kapi::watch::{EvType, event_line};
 use podns_kapi::{Kind, pbenc};
+use serde_json::Value;
 use tokio::sync::{Notify, watch};
+
+/// An object as the relay serves it, before its labels are chosen and it
+/// is encoded.
+#[derive(Debug)]
+pub struct Object {
+    pub ns: String,
+    pub name: String,
+    /// The API server's resourceVersion of this version of the object.
+    pub rv: u64,
+    /// The object, with all its labels.
+    pub value: serde_json::Value,
+}
 
 /// One relayed object, encoded once in both wires.
 #[derive(Debug)]
@@ -25,6 +38,7 @@ pub struct Item {
     pub name: String,
     /// The API server's resourceVersion of this version of the object.
     pub rv: u64,
+    /// All its labels, served or not: selectors match on these.
     pub labels: BTreeMap<String, String>,
     /// `spec.nodeName` (Pods; empty otherwise).
     pub node_name: String,
@@ -37,8 +51,14 @@ pub struct Item {
 }
 
 impl Item {
-    pub fn new(kind: Kind, ns: String, name: String, rv: u64, json: Vec<u8>) -> Option<Self> {
-        let value: serde_json::Value = serde_json::from_slice(&json).ok()?;
+    /// `o` encoded with the labels `served` keeps.
+    pub fn new(kind: Kind, o: Object, served: &dyn Fn(&str) -> bool) -> Option<Self> {
+        let Object {
+            ns,
+            name,
+            rv,
+            mut value,
+        } = o;
         let labels = value["metadata"]["labels"]
             .as_object()
             .map(|m| {
@@ -47,7 +67,16 @@ impl Item {
                     .collect()
             })
             .unwrap_or_default();
+        if let Some(meta) = value["metadata"].as_object_mut()
+            && let Some(Value::Object(l)) = meta.get_mut("labels")
+        {
+            l.retain(|k, _| served(k));
+            if l.is_empty() {
+                meta.remove("labels");
+            }
+        }
         let node_name = value["spec"]["nodeName"].as_str().unwrap_or("").to_owned();
+        let json = serde_json::to_vec(&value).ok()?;
         let pb_item = pbenc::list_item(kind, &json).ok()?;
         Some(Self {
             ns,
@@ -59,6 +88,21 @@ impl Item {
             pb_item: Bytes::from(pb_item),
             pb_object: OnceLock::new(),
         })
+    }
+
+    /// This version again, with the labels `served` keeps now.
+    pub fn reserved(&self, kind: Kind, served: &dyn Fn(&str) -> bool) -> Option<Self> {
+        let mut value: Value = serde_json::from_slice(&self.json).ok()?;
+        if !self.labels.is_empty() {
+            value["metadata"]["labels"] = serde_json::json!(self.labels);
+        }
+        let o = Object {
+            ns: self.ns.clone(),
+            name: self.name.clone(),
+            rv: self.rv,
+            value,
+        };
+        Self::new(kind, o, served)
     }
 
     pub fn pb_object(&self, kind: Kind) -> Bytes {
@@ -133,6 +177,37 @@ struct Inner {
     oldest: u64,
     /// A first list has completed: until then the cache answers 503.
     synced: bool,
+    /// Namespaces whose objects were served anew ([`Cache::rekey`]), as
+    /// long as the history reaches back to them.
+    rekeys: VecDeque<Rekey>,
+    next_rekey: u64,
+}
+
+/// A namespace's objects served anew (with more labels): a watch that may
+/// hold them as served before must relist.
+#[derive(Debug)]
+struct Rekey {
+    id: u64,
+    /// The cache's position then: what a client got at or before it may be
+    /// served the old way.
+    rv: u64,
+    ns: String,
+    /// The nodes of the objects that changed.
+    nodes: HashSet<String>,
+    at: Instant,
+}
+
+/// How long after a rekey a resumed watch is told to relist whatever its
+/// position: another relay may have served it the old way at a later
+/// position, when that relay's watch of Services lagged its watch of Pods.
+const REKEY_GRACE: Duration = Duration::from_secs(10);
+
+/// What a list finds: the objects, the position they are at, and the
+/// rekeys they already reflect ([`Cache::stale`]).
+pub struct Snapshot {
+    pub rv: u64,
+    pub items: Vec<Arc<Item>>,
+    pub epoch: u64,
 }
 
 /// One kind's objects and history.
@@ -184,6 +259,8 @@ impl Cache {
                 rv: 0,
                 oldest: 0,
                 synced: false,
+                rekeys: VecDeque::new(),
+                next_rekey: 0,
             }),
             keep,
             notify: watch::channel(0).0,
@@ -264,10 +341,82 @@ impl Cache {
 
     /// The current objects (those `keep` selects) and the resourceVersion
     /// they are at.
-    pub fn snapshot(&self, keep: impl Fn(&Item) -> bool) -> (u64, Vec<Arc<Item>>) {
+    pub fn snapshot(&self, keep: impl Fn(&Item) -> bool) -> Snapshot {
         let g = self.lock();
         let items = g.objects.values().filter(|o| keep(o)).cloned().collect();
-        (g.rv, items)
+        Snapshot {
+            rv: g.rv,
+            items,
+            epoch: g.next_rekey,
+        }
+    }
+
+    /// Serve the objects of `ns` anew as `f` makes them (the same
+    /// versions, other labels), and record it so that the watches that
+    /// may hold them as served before end with 410 ([`Self::stale`]): the
+    /// change has no resourceVersion of its own, so no event could carry
+    /// it to every client, resumed ones included.
+    pub fn rekey(&self, ns: &str, f: impl Fn(&Item) -> Option<Item>) {
+        let mut g = self.lock();
+        let mut nodes = HashSet::new();
+        let mut changed = Vec::new();
+        let from = (ns.to_owned(), String::new());
+        for (k, old) in g.objects.range(from..).take_while(|(k, _)| k.0 == ns) {
+            if let Some(new) = f(old)
+                && new.json != old.json
+            {
+                nodes.insert(old.node_name.clone());
+                changed.push((k.clone(), Arc::new(new)));
+            }
+        }
+        if changed.is_empty() {
+            return; // served the same: nobody holds anything stale
+        }
+        for (k, new) in changed {
+            g.objects.insert(k, new);
+        }
+        let id = g.next_rekey;
+        g.next_rekey += 1;
+        let rv = g.rv;
+        g.rekeys.push_back(Rekey {
+            id,
+            rv,
+            ns: ns.to_owned(),
+            nodes,
+            at: Instant::now(),
+        });
+        drop(g);
+        self.wake_all();
+    }
+
+    /// The rekeys a client resuming from `rv` may not reflect (those at or
+    /// after it, and the recent ones): an epoch for [`Self::stale`].
+    pub fn epoch_at(&self, rv: u64) -> u64 {
+        let g = self.lock();
+        g.rekeys
+            .iter()
+            .find(|r| r.rv >= rv || r.at.elapsed() < REKEY_GRACE)
+            .map_or(g.next_rekey, |r| r.id)
+    }
+
+    /// Whether a watch that reflects the rekeys before `epoch` may hold
+    /// objects served before a later one that `covers` (namespace, nodes)
+    /// says concerns it; `epoch` moves past them.
+    pub fn stale(&self, epoch: &mut u64, covers: impl Fn(&str, &HashSet<String>) -> bool) -> bool {
+        let g = self.lock();
+        if *epoch == g.next_rekey {
+            return false;
+        }
+        // Rekeys older than the history are forgotten: a watch that has
+        // not looked since is told to relist.
+        let first = g.rekeys.front().map_or(g.next_rekey, |r| r.id);
+        let stale = *epoch < first
+            || g.rekeys
+                .iter()
+                .filter(|r| r.id >= *epoch)
+                .any(|r| covers(&r.ns, &r.nodes));
+        *epoch = g.next_rekey;
+        stale
     }
 
     /// Up to `max` changes after `rv`.
@@ -375,6 +524,9 @@ impl Cache {
             g.oldest = first.rv;
             g.history.pop_front();
         }
+        while g.rekeys.front().is_some_and(|r| r.rv < g.oldest) {
+            g.rekeys.pop_front();
+        }
         if g.synced {
             self.notify.send_replace(rv);
             let c = g.history.back().expect("just pushed");
@@ -397,21 +549,90 @@ impl Cache {
 mod tests {
     use super::*;
 
-    fn pod(name: &str, rv: u64, node: &str) -> Item {
-        let json = serde_json::json!({
+    fn pod_in(ns: &str, name: &str, rv: u64, node: &str, served: &dyn Fn(&str) -> bool) -> Item {
+        let value = serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "ml", "resourceVersion": rv.to_string(),
-                         "labels": {"app": "w"}},
+            "metadata": {"name": name, "namespace": ns, "resourceVersion": rv.to_string(),
+                         "labels": {"app": "w", "job-name": "j"}},
             "spec": {"nodeName": node, "containers": []},
         });
-        Item::new(
-            Kind::Pod,
-            "ml".into(),
-            name.into(),
+        let o = Object {
+            ns: ns.into(),
+            name: name.into(),
             rv,
-            serde_json::to_vec(&json).unwrap(),
-        )
-        .unwrap()
+            value,
+        };
+        Item::new(Kind::Pod, o, served).unwrap()
+    }
+
+    fn pod(name: &str, rv: u64, node: &str) -> Item {
+        pod_in("ml", name, rv, node, &|_| true)
+    }
+
+    fn served_labels(i: &Item) -> Vec<String> {
+        let v: Value = serde_json::from_slice(&i.json).unwrap();
+        v["metadata"]["labels"]
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn labels_not_served_still_select_and_can_be_served_later() {
+        let i = pod_in("ml", "a", 1, "n", &|k| k == "job-name");
+        assert_eq!(served_labels(&i), ["job-name"]);
+        assert_eq!(i.labels.len(), 2, "selectors match on every label");
+        let none = pod_in("ml", "a", 1, "n", &|_| false);
+        assert!(!String::from_utf8_lossy(&none.json).contains("labels"));
+        let again = i.reserved(Kind::Pod, &|_| true).unwrap();
+        assert_eq!(served_labels(&again), ["app", "job-name"]);
+        assert_eq!(again.rv, 1);
+        assert!(again.pb_item.len() > i.pb_item.len());
+    }
+
+    #[test]
+    fn a_rekey_makes_the_watches_that_hold_the_old_serving_relist() {
+        let few = |k: &str| k == "job-name";
+        let c = Cache::new(Kind::Pod, Duration::from_secs(600));
+        c.relisted(
+            None,
+            vec![
+                pod_in("ml", "a", 5, "n1", &few),
+                pod_in("other", "b", 6, "n2", &few),
+            ],
+            10,
+        );
+        let before = c.snapshot(|_| true);
+        let covers_ml = |ns: &str, _: &HashSet<String>| ns == "ml";
+        let covers_other = |ns: &str, _: &HashSet<String>| ns == "other";
+        let on_n2 = |_: &str, nodes: &HashSet<String>| nodes.contains("n2");
+        let mut e = before.epoch;
+        assert!(!c.stale(&mut e, covers_ml), "nothing rekeyed yet");
+
+        // Serving the same again is no rekey.
+        c.rekey("ml", |i| i.reserved(Kind::Pod, &few));
+        let mut e = before.epoch;
+        assert!(!c.stale(&mut e, covers_ml));
+
+        c.rekey("ml", |i| i.reserved(Kind::Pod, &|_| true));
+        let (mut e1, mut e2, mut e3) = (before.epoch, before.epoch, before.epoch);
+        assert!(c.stale(&mut e1, covers_ml), "a watch of ml relists");
+        assert!(!c.stale(&mut e1, covers_ml), "once");
+        assert!(!c.stale(&mut e2, covers_other), "other namespaces do not");
+        assert!(!c.stale(&mut e3, on_n2), "nor nodes without a changed pod");
+
+        let after = c.snapshot(|_| true);
+        let a = after.items.iter().find(|i| i.name == "a").unwrap();
+        assert_eq!(served_labels(a), ["app", "job-name"]);
+        let mut e = after.epoch;
+        assert!(!c.stale(&mut e, covers_ml), "a list after it is current");
+        // A resume from before it relists; so does one just after it
+        // (another relay may have served the old way later).
+        let mut e = c.epoch_at(9);
+        assert!(c.stale(&mut e, covers_ml));
+        let mut e = c.epoch_at(11);
+        assert!(c.stale(&mut e, covers_ml));
+        assert_eq!(types(&c, 10), vec![], "no event: nothing to resume from");
     }
 
     fn types(c: &Cache, after: u64) -> Vec<(u64, EvType, String)> {
@@ -441,8 +662,8 @@ mod tests {
             ]
         );
         assert_eq!(c.len(), 2);
-        let (rv, items) = c.snapshot(|i| i.node_name == "n1");
-        assert_eq!((rv, items.len()), (20, 1));
+        let snap = c.snapshot(|i| i.node_name == "n1");
+        assert_eq!((snap.rv, snap.items.len()), (20, 1));
     }
 
     #[test]

@@ -280,7 +280,9 @@ async fn serve(s: &Arc<Server>, req: Request) -> Result<Response, ApiError> {
     }
     let filter = Filter::new(&target, &query)?;
     if let Some(name) = &target.name {
-        let (_, items) = cache.snapshot(|i| i.name == *name && Some(&i.ns) == target.ns.as_ref());
+        let items = cache
+            .snapshot(|i| i.name == *name && Some(&i.ns) == target.ns.as_ref())
+            .items;
         let item = items.first().ok_or_else(|| {
             ApiError::new(
                 404,
@@ -326,6 +328,20 @@ impl Filter {
         })
     }
 
+    /// Whether a watch with this filter may hold objects of namespace
+    /// `ns` on these nodes.
+    fn holds(&self, ns: &str, nodes: &std::collections::HashSet<String>) -> bool {
+        let namespace = self
+            .ns
+            .as_deref()
+            .or_else(|| self.fields.pinned(Field::Namespace));
+        namespace.is_none_or(|n| n == ns)
+            && self
+                .fields
+                .pinned(Field::NodeName)
+                .is_none_or(|node| nodes.contains(node))
+    }
+
     fn matches(&self, o: &Item) -> bool {
         self.ns.as_ref().is_none_or(|ns| *ns == o.ns)
             && self.labels.matches(&o.labels)
@@ -350,7 +366,7 @@ fn object_response(kind: Kind, item: &Item, wire: Wire) -> Response {
 }
 
 fn list(cache: &Cache, filter: &Filter, wire: Wire) -> Response {
-    let (rv, items) = cache.snapshot(|o| filter.matches(o));
+    let cache::Snapshot { rv, items, .. } = cache.snapshot(|o| filter.matches(o));
     let kind = cache.kind;
     let (chunks, ct): (Vec<Bytes>, &str) = match wire {
         Wire::Json => {
@@ -512,10 +528,16 @@ impl Subscriber {
         // Woken only by changes that may concern this watch.
         let node = self.filter.fields.pinned(Field::NodeName);
         let changes = self.cache.watcher(node);
+        let mut epoch;
         let mut cursor = match self.start {
-            Some(rv) if !self.initial => rv,
+            Some(rv) if !self.initial => {
+                epoch = self.cache.epoch_at(rv);
+                rv
+            }
             _ => {
-                let (rv, items) = self.cache.snapshot(|o| self.filter.matches(o));
+                let snap = self.cache.snapshot(|o| self.filter.matches(o));
+                epoch = snap.epoch;
+                let (rv, items) = (snap.rv, snap.items);
                 for o in items {
                     if !self
                         .send(cache::frame(kind, self.wire, EvType::Added, &o))
@@ -532,6 +554,14 @@ impl Subscriber {
         };
         let mut next_bookmark = Instant::now() + self.every;
         loop {
+            if self
+                .cache
+                .stale(&mut epoch, |ns, nodes| self.filter.holds(ns, nodes))
+            {
+                // Served anew with more labels (`labels`): relist.
+                self.send(self.gone(cursor, cursor)).await;
+                return;
+            }
             match self.cache.after(cursor, BATCH) {
                 After::Expired { oldest } => {
                     self.send(self.gone(cursor, oldest)).await;

@@ -19,6 +19,7 @@
 pub mod auth;
 pub mod cache;
 pub mod http;
+pub mod labels;
 pub mod node;
 pub mod objects;
 pub mod tls;
@@ -33,7 +34,8 @@ use std::time::Duration;
 use kube::runtime::watcher::Event;
 use podns_kapi::Kind;
 
-pub use cache::{Cache, Item};
+pub use cache::{Cache, Item, Object};
+use labels::ServedLabels;
 pub use objects::Relayed;
 
 /// The kinds the relay serves.
@@ -78,6 +80,8 @@ impl RelayConfig {
 /// The relay's caches, one per kind.
 pub struct Relay {
     caches: HashMap<Kind, Arc<Cache>>,
+    /// The pod labels served.
+    labels: Arc<ServedLabels>,
     /// Namespaces the watches cover (empty: all).
     namespaces: Vec<String>,
 }
@@ -105,6 +109,7 @@ impl Relay {
                 .into_iter()
                 .map(|k| (k, Cache::new(k, history)))
                 .collect(),
+            labels: Arc::default(),
             namespaces,
         })
     }
@@ -117,9 +122,12 @@ impl Relay {
     pub fn feed(&self, kind: Kind, namespace: Option<String>) -> Option<Feed> {
         Some(Feed {
             cache: self.cache(kind)?.clone(),
+            pods: self.cache(Kind::Pod)?.clone(),
+            labels: self.labels.clone(),
             namespace,
             seen: Arc::new(AtomicU64::new(0)),
             listing: None,
+            generation: 0,
         })
     }
 
@@ -132,12 +140,17 @@ impl Relay {
 /// What one watch hands the relay: its events, as they arrive.
 pub struct Feed {
     cache: Arc<Cache>,
+    /// The Pods' cache, which a Service selecting on new labels rekeys.
+    pods: Arc<Cache>,
+    labels: Arc<ServedLabels>,
     namespace: Option<String>,
     /// The resourceVersion the watch would resume from, published by the
     /// watcher (a list's, for the end of a list).
     seen: Arc<AtomicU64>,
     /// A list in progress.
     listing: Option<Vec<Item>>,
+    /// The served labels' generation when it started.
+    generation: u64,
 }
 
 impl Feed {
@@ -145,31 +158,88 @@ impl Feed {
         self.seen.clone()
     }
 
-    /// One event of the watch; `item` is the object as the relay serves it.
+    /// One event of the watch; `object` is the object as the relay serves
+    /// it, before its labels are chosen.
     pub fn on_event<K: kube::Resource>(
         &mut self,
         event: &Event<K>,
-        item: impl Fn(&K) -> Option<Item>,
+        object: impl Fn(&K) -> Option<Object>,
     ) {
+        let kind = self.cache.kind;
         match event {
-            Event::Init => self.listing = Some(Vec::new()),
+            Event::Init => {
+                self.listing = Some(Vec::new());
+                self.generation = self.labels.read().generation();
+            }
             Event::InitApply(o) => {
-                if let Some(item) = item(o) {
+                if let Some(item) = object(o).and_then(|o| self.item(o)) {
                     self.listing.get_or_insert_with(Vec::new).push(item);
                 }
             }
             Event::InitDone => {
-                let items = self.listing.take().unwrap_or_default();
+                let mut items = self.listing.take().unwrap_or_default();
                 let rv = self.seen.load(Ordering::Acquire);
+                let served = self.labels.read();
+                if kind == Kind::Pod && served.generation() != self.generation {
+                    // Services widened what is served while this listed.
+                    let keep = |i: &Item| i.reserved(kind, &|k: &str| served.serves(&i.ns, k));
+                    items = items.iter().filter_map(keep).collect();
+                }
                 self.cache.relisted(self.namespace.as_deref(), items, rv);
             }
-            Event::Apply(o) => match item(o) {
-                Some(item) => self.cache.apply(item),
-                // Now malformed: withdrawn, as the index withdraws it.
-                None => self.delete(o),
-            },
+            Event::Apply(k) => {
+                let Some(o) = object(k) else {
+                    // Now malformed: withdrawn, as the index withdraws it.
+                    return self.delete(k);
+                };
+                self.widen_for(&o);
+                // Held until stored: a widening meanwhile waits, then
+                // serves this version anew with the rest.
+                let served = self.labels.read();
+                match self.item_with(o, &served) {
+                    Some(item) => self.cache.apply(item),
+                    None => {
+                        drop(served);
+                        self.delete(k);
+                    }
+                }
+            }
             Event::Delete(o) => self.delete(o),
         }
+    }
+
+    fn item(&self, o: Object) -> Option<Item> {
+        self.widen_for(&o);
+        let served = self.labels.read();
+        self.item_with(o, &served)
+    }
+
+    /// An object as served: a Pod with the labels served in its
+    /// namespace, anything else whole.
+    fn item_with(&self, o: Object, served: &labels::Served<'_>) -> Option<Item> {
+        let kind = self.cache.kind;
+        if kind == Kind::Pod {
+            let ns = o.ns.clone();
+            Item::new(kind, o, &|k: &str| served.serves(&ns, k))
+        } else {
+            Item::new(kind, o, &|_: &str| true)
+        }
+    }
+
+    /// A Service widens the pod labels served in its namespace with the
+    /// keys it selects on.
+    fn widen_for(&self, o: &Object) {
+        if self.cache.kind != Kind::Service {
+            return;
+        }
+        let Some(selector) = o.value["spec"]["selector"].as_object() else {
+            return;
+        };
+        let keys = selector.keys().map(String::as_str);
+        self.labels.select(&o.ns, keys, |served| {
+            self.pods
+                .rekey(&o.ns, |i| i.reserved(Kind::Pod, &|k: &str| served(k)));
+        });
     }
 
     fn delete<K: kube::Resource>(&self, o: &K) {

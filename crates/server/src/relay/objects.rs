@@ -8,7 +8,8 @@
 use podns_kapi::Kind;
 use serde_json::{Map, Value, json};
 
-use super::cache::Item;
+use super::cache::Object;
+use crate::index::writer::RANK_LABELS;
 use crate::k8s::slim::{
     IntOrStr, Loose, LooseStr, LooseVec, SlimJob, SlimMeta, SlimPod, SlimService,
 };
@@ -16,9 +17,10 @@ use crate::k8s::slim::{
 /// What the relay serves of an object it watches.
 pub trait Relayed {
     const KIND: Kind;
-    /// The object as the relay serves it; `None` for an object podns
-    /// itself skips as malformed (the watch logs it).
-    fn relayed(&self) -> Option<Item>;
+    /// The object as the relay serves it, with all its labels (the relay
+    /// chooses which it serves); `None` for an object podns itself skips
+    /// as malformed (the watch logs it).
+    fn relayed(&self) -> Option<Object>;
 }
 
 fn put(m: &mut Map<String, Value>, k: &str, v: Option<Value>) {
@@ -46,11 +48,18 @@ fn string_map(entries: &[(String, String)]) -> Option<Value> {
     })
 }
 
-fn metadata(m: &kube::api::ObjectMeta, sm: &SlimMeta) -> Value {
+/// Metadata; a pod's without its uid (nothing reads it, and it is 40 of
+/// the few hundred bytes of every event) and without annotations that
+/// repeat a label the rank view reads (the Job controller writes the
+/// completion index as both).
+fn metadata(kind: Kind, m: &kube::api::ObjectMeta, sm: &SlimMeta) -> Value {
+    let pod = kind == Kind::Pod;
     let mut o = Map::new();
     put(&mut o, "name", m.name.clone().map(Value::String));
     put(&mut o, "namespace", m.namespace.clone().map(Value::String));
-    put(&mut o, "uid", m.uid.clone().map(Value::String));
+    if !pod {
+        put(&mut o, "uid", m.uid.clone().map(Value::String));
+    }
     put(
         &mut o,
         "resourceVersion",
@@ -67,25 +76,33 @@ fn metadata(m: &kube::api::ObjectMeta, sm: &SlimMeta) -> Value {
         sm.deletion_timestamp.clone().map(Value::String),
     );
     put(&mut o, "labels", string_map(&sm.labels));
-    put(&mut o, "annotations", string_map(&sm.annotations));
+    let annotations: Vec<(String, String)> = sm
+        .annotations
+        .iter()
+        .filter(|(k, v)| {
+            !(pod
+                && RANK_LABELS.contains(&k.as_str())
+                && sm.labels.iter().any(|(lk, lv)| lk == k && lv == v))
+        })
+        .cloned()
+        .collect();
+    put(&mut o, "annotations", string_map(&annotations));
     Value::Object(o)
 }
 
-/// The identity and encoding every kind shares.
-fn item(kind: Kind, m: &kube::api::ObjectMeta, v: Value) -> Option<Item> {
-    let rv = m.resource_version.as_deref()?.parse().ok()?;
-    Item::new(
-        kind,
-        m.namespace.clone().unwrap_or_default(),
-        m.name.clone()?,
-        rv,
-        serde_json::to_vec(&v).ok()?,
-    )
+/// The identity every kind shares.
+fn object(m: &kube::api::ObjectMeta, value: Value) -> Option<Object> {
+    Some(Object {
+        ns: m.namespace.clone().unwrap_or_default(),
+        name: m.name.clone()?,
+        rv: m.resource_version.as_deref()?.parse().ok()?,
+        value,
+    })
 }
 
 impl Relayed for SlimPod {
     const KIND: Kind = Kind::Pod;
-    fn relayed(&self) -> Option<Item> {
+    fn relayed(&self) -> Option<Object> {
         if self.malformed.is_some() {
             return None;
         }
@@ -111,7 +128,10 @@ impl Relayed for SlimPod {
                             "containerPort",
                             p.container_port.get().map(|n| json!(n)),
                         );
-                        put(&mut o, "protocol", s(&p.protocol));
+                        // TCP is what an unset protocol means.
+                        if p.protocol.get().is_some_and(|p| p != "TCP") {
+                            put(&mut o, "protocol", s(&p.protocol));
+                        }
                         Value::Object(o)
                     })
                     .collect();
@@ -156,17 +176,17 @@ impl Relayed for SlimPod {
         let v = json!({
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": metadata(&self.metadata, &self.meta),
+            "metadata": metadata(Self::KIND, &self.metadata, &self.meta),
             "spec": spec,
             "status": status,
         });
-        item(Kind::Pod, &self.metadata, v)
+        object(&self.metadata, v)
     }
 }
 
 impl Relayed for SlimService {
     const KIND: Kind = Kind::Service;
-    fn relayed(&self) -> Option<Item> {
+    fn relayed(&self) -> Option<Object> {
         if self.malformed.is_some() {
             return None;
         }
@@ -212,16 +232,16 @@ impl Relayed for SlimService {
         let v = json!({
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": metadata(&self.metadata, &self.meta),
+            "metadata": metadata(Self::KIND, &self.metadata, &self.meta),
             "spec": spec,
         });
-        item(Kind::Service, &self.metadata, v)
+        object(&self.metadata, v)
     }
 }
 
 impl Relayed for SlimJob {
     const KIND: Kind = Kind::Job;
-    fn relayed(&self) -> Option<Item> {
+    fn relayed(&self) -> Option<Object> {
         if self.malformed.is_some() {
             return None;
         }
@@ -241,9 +261,9 @@ impl Relayed for SlimJob {
         let v = json!({
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": metadata(&self.metadata, &self.meta),
+            "metadata": metadata(Self::KIND, &self.metadata, &self.meta),
             "spec": spec,
         });
-        item(Kind::Job, &self.metadata, v)
+        object(&self.metadata, v)
     }
 }

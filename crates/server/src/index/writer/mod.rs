@@ -34,6 +34,7 @@ mod ranks;
 mod services;
 mod slices;
 
+pub use rank_view::RANK_LABELS;
 use rank_view::{Group, Ranks, group};
 
 use by_name::{ByIp, ByName};

@@ -18,6 +18,18 @@ pub const GLOBAL_INDEX: &str = "jobset.sigs.k8s.io/job-global-index";
 pub const RESTART_ATTEMPT: &str = "jobset.sigs.k8s.io/restart-attempt";
 pub const COORDINATOR: &str = "jobset.sigs.k8s.io/coordinator";
 
+/// Every pod label the rank view reads (a relay serves these whatever its
+/// Services select on).
+pub const RANK_LABELS: &[&str] = &[
+    JOB_NAME,
+    LEGACY_JOB_NAME,
+    COMPLETION_INDEX,
+    JOBSET_NAME,
+    GLOBAL_INDEX,
+    RESTART_ATTEMPT,
+    COORDINATOR,
+];
+
 /// A gang: a Job (`set == false`) or a JobSet (`set == true`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GroupKey {

@@ -1,0 +1,148 @@
+//! Which pod labels the relay serves: those a node instance reads, and no
+//! more. A training pod carries a dozen labels (two controller uids, app
+//! and chart labels) and nearly all of them are bytes on every one of its
+//! events to every node that holds its namespace; a node reads only the
+//! labels its Services select on and the rank view's.
+//!
+//! So a pod is served with the labels the rank view reads
+//! ([`RANK_LABELS`]), those the Services of training operators select on
+//! ([`OPERATOR_SELECTORS`], so that a gang whose Service is created after
+//! its pods costs nothing), and the keys any Service of its namespace has
+//! selected on since the relay started. A Service that brings a new key
+//! widens its namespace's set: the relay serves that namespace's pods anew
+//! and ends the watches that hold them as served before with 410 (the
+//! cache's `rekey`), because a change of served labels has no
+//! resourceVersion of its own and a client resuming from one would miss
+//! it. The set never narrows while the relay runs: narrowing would serve
+//! the same versions two ways for nothing.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{RwLock, RwLockReadGuard};
+
+use crate::index::writer::RANK_LABELS;
+
+/// Label keys the Services of training operators select on (Kubeflow's
+/// training operator and MPI operator, JobSet, LeaderWorkerSet, Volcano,
+/// KubeRay).
+pub const OPERATOR_SELECTORS: &[&str] = &[
+    "training.kubeflow.org/job-name",
+    "training.kubeflow.org/operator-name",
+    "training.kubeflow.org/replica-type",
+    "training.kubeflow.org/replica-index",
+    "training.kubeflow.org/job-role",
+    "jobset.sigs.k8s.io/replicatedjob-name",
+    "jobset.sigs.k8s.io/job-index",
+    "leaderworkerset.sigs.k8s.io/name",
+    "leaderworkerset.sigs.k8s.io/group-index",
+    "leaderworkerset.sigs.k8s.io/worker-index",
+    "volcano.sh/job-name",
+    "volcano.sh/job-namespace",
+    "volcano.sh/task-spec",
+    "volcano.sh/task-index",
+    "ray.io/cluster",
+    "ray.io/node-type",
+    "ray.io/identifier",
+];
+
+/// The label keys served, by namespace.
+#[derive(Debug, Default)]
+pub struct ServedLabels {
+    /// Keys Services have selected on, beyond the fixed ones.
+    selected: RwLock<HashMap<String, HashSet<String>>>,
+    /// How many times a set widened.
+    generation: AtomicU64,
+}
+
+/// The served keys, held while pods are encoded and stored, so a widening
+/// waits for them (and then serves them anew).
+pub struct Served<'a> {
+    guard: RwLockReadGuard<'a, HashMap<String, HashSet<String>>>,
+    generation: u64,
+}
+
+impl Served<'_> {
+    pub fn serves(&self, ns: &str, key: &str) -> bool {
+        fixed(key) || self.guard.get(ns).is_some_and(|k| k.contains(key))
+    }
+
+    /// Changes with every widening.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+fn fixed(key: &str) -> bool {
+    RANK_LABELS.contains(&key) || OPERATOR_SELECTORS.contains(&key)
+}
+
+impl ServedLabels {
+    /// The keys served, until the guard is dropped.
+    pub fn read(&self) -> Served<'_> {
+        let guard = self.selected.read().unwrap_or_else(|p| p.into_inner());
+        Served {
+            guard,
+            generation: self.generation.load(Ordering::Acquire),
+        }
+    }
+
+    /// A Service of `ns` selects on `keys`: if any is new, add them and
+    /// call `widened` (with the new set in force) before any pod is served
+    /// with it.
+    pub fn select<'k>(
+        &self,
+        ns: &str,
+        keys: impl IntoIterator<Item = &'k str>,
+        widened: impl FnOnce(&dyn Fn(&str) -> bool),
+    ) {
+        let new: Vec<&str> = {
+            let r = self.read();
+            keys.into_iter().filter(|k| !r.serves(ns, k)).collect()
+        };
+        if new.is_empty() {
+            return;
+        }
+        let mut w = self.selected.write().unwrap_or_else(|p| p.into_inner());
+        let set = w.entry(ns.to_owned()).or_default();
+        let mut grew = false;
+        for k in new {
+            grew |= set.insert(k.to_owned());
+        }
+        if grew {
+            self.generation.fetch_add(1, Ordering::AcqRel);
+            tracing::info!(namespace = %ns, keys = ?set, "relay serves more pod labels in this namespace");
+            let set = &*set;
+            widened(&|k: &str| fixed(k) || set.contains(k));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_and_operator_keys_always_others_once_selected() {
+        let s = ServedLabels::default();
+        assert!(
+            s.read()
+                .serves("ml", "batch.kubernetes.io/job-completion-index")
+        );
+        assert!(s.read().serves("ml", "jobset.sigs.k8s.io/jobset-name"));
+        assert!(s.read().serves("ml", "training.kubeflow.org/replica-type"));
+        assert!(!s.read().serves("ml", "app"));
+        assert!(!s.read().serves("ml", "controller-uid"));
+        let mut calls = 0;
+        s.select("ml", ["job-name"], |_| calls += 1);
+        assert_eq!(calls, 0, "a rank key is served already");
+        s.select("ml", ["app", "job-name"], |now| {
+            calls += 1;
+            assert!(now("app"));
+        });
+        assert_eq!(calls, 1);
+        assert!(s.read().serves("ml", "app"));
+        assert!(!s.read().serves("other", "app"), "per namespace");
+        s.select("ml", ["app"], |_| calls += 1);
+        assert_eq!(calls, 1, "once");
+    }
+}
