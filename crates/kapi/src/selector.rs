@@ -95,13 +95,18 @@ impl LabelSelector {
     }
 
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.matches_with(|k| labels.get(k).map(String::as_str))
+    }
+
+    /// Whether labels that `get` looks up by key match.
+    pub fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.reqs.iter().all(|r| {
-            let v = labels.get(&r.key);
+            let v = get(&r.key);
             match &r.op {
-                Op::Eq(x) => v == Some(x),
-                Op::NotEq(x) => v != Some(x),
-                Op::In(xs) => v.is_some_and(|v| xs.contains(v)),
-                Op::NotIn(xs) => v.is_none_or(|v| !xs.contains(v)),
+                Op::Eq(x) => v == Some(x.as_str()),
+                Op::NotEq(x) => v != Some(x.as_str()),
+                Op::In(xs) => v.is_some_and(|v| xs.iter().any(|x| x == v)),
+                Op::NotIn(xs) => v.is_none_or(|v| !xs.iter().any(|x| x == v)),
                 Op::Exists => v.is_some(),
                 Op::DoesNotExist => v.is_none(),
             }

@@ -19,6 +19,8 @@ use podns_kapi::{Kind, pbenc};
 use serde_json::Value;
 use tokio::sync::{Notify, watch};
 
+use super::labels::Labels;
+
 /// An object as the relay serves it, before its labels are chosen and it
 /// is encoded.
 #[derive(Debug)]
@@ -39,15 +41,13 @@ pub struct Item {
     /// The API server's resourceVersion of this version of the object.
     pub rv: u64,
     /// All its labels, served or not: selectors match on these.
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     /// `spec.nodeName` (Pods; empty otherwise).
     pub node_name: String,
     /// The object's JSON.
     pub json: Bytes,
     /// The object as one item of its kind's Protobuf list.
     pub pb_item: Bytes,
-    /// The enveloped Protobuf object, as a watch event carries it.
-    pb_object: OnceLock<Bytes>,
 }
 
 impl Item {
@@ -62,9 +62,10 @@ impl Item {
         let labels = value["metadata"]["labels"]
             .as_object()
             .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                    .collect()
+                Labels::new(
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))),
+                )
             })
             .unwrap_or_default();
         if let Some(meta) = value["metadata"].as_object_mut()
@@ -86,7 +87,6 @@ impl Item {
             node_name,
             json: Bytes::from(json),
             pb_item: Bytes::from(pb_item),
-            pb_object: OnceLock::new(),
         })
     }
 
@@ -94,7 +94,12 @@ impl Item {
     pub fn reserved(&self, kind: Kind, served: &dyn Fn(&str) -> bool) -> Option<Self> {
         let mut value: Value = serde_json::from_slice(&self.json).ok()?;
         if !self.labels.is_empty() {
-            value["metadata"]["labels"] = serde_json::json!(self.labels);
+            let all: serde_json::Map<String, Value> = self
+                .labels
+                .iter()
+                .map(|(k, v)| (k.to_owned(), Value::String(v.to_owned())))
+                .collect();
+            value["metadata"]["labels"] = Value::Object(all);
         }
         let o = Object {
             ns: self.ns.clone(),
@@ -105,13 +110,12 @@ impl Item {
         Self::new(kind, o, served)
     }
 
+    /// The enveloped Protobuf object, as a get answers it and a watch
+    /// event carries it (made on demand: a change's frames are kept, not
+    /// this).
     pub fn pb_object(&self, kind: Kind) -> Bytes {
-        self.pb_object
-            .get_or_init(|| {
-                let raw = pbenc::object(&self.pb_item).unwrap_or_default().to_vec();
-                Bytes::from(pbenc::envelope(kind.api_version(), kind.name(), raw))
-            })
-            .clone()
+        let raw = pbenc::object(&self.pb_item).unwrap_or_default().to_vec();
+        Bytes::from(pbenc::envelope(kind.api_version(), kind.name(), raw))
     }
 }
 
@@ -466,7 +470,6 @@ impl Cache {
             node_name: prev.node_name.clone(),
             json: prev.json.clone(),
             pb_item: prev.pb_item.clone(),
-            pb_object: OnceLock::new(),
         });
         let rv = gone.rv;
         self.push(&mut g, rv, EvType::Deleted, gone, Some(prev));
@@ -476,6 +479,26 @@ impl Cache {
     /// changed since is recorded as changes, as the API server's own cache
     /// would have sent them, so subscribers never relist.
     pub fn relisted(&self, namespace: Option<&str>, items: Vec<Item>, rv: u64) {
+        {
+            let mut g = self.lock();
+            if !g.synced && g.objects.is_empty() && g.history.is_empty() {
+                // The first list: no history before it. A watch from an
+                // older version gets 410 (changes since it, deletions
+                // included, are not known here) and relists.
+                for item in items {
+                    g.objects
+                        .insert((item.ns.clone(), item.name.clone()), Arc::new(item));
+                }
+                g.rv = g.rv.max(rv);
+                g.oldest = g.rv;
+                g.synced = true;
+                let now = g.rv;
+                drop(g);
+                self.notify.send_replace(now);
+                self.wake_all();
+                return;
+            }
+        }
         let mut seen: HashMap<(String, String), ()> = HashMap::with_capacity(items.len());
         let mut items = items;
         items.sort_by_key(|i| i.rv);
@@ -643,6 +666,17 @@ mod tests {
                 .collect(),
             After::Expired { .. } => panic!("expired"),
         }
+    }
+
+    #[test]
+    fn before_the_first_list_is_gone_it_keeps_no_history() {
+        let c = Cache::new(Kind::Pod, Duration::from_secs(600));
+        c.relisted(None, vec![pod("a", 5, "n1"), pod("b", 7, "n1")], 10);
+        // b's ADDED at 7 is not a change a watch from 6 could trust: a pod
+        // deleted at 8 would be missing from it.
+        assert!(matches!(c.after(6, 10), After::Expired { oldest: 10 }));
+        assert_eq!(types(&c, 10), vec![]);
+        assert_eq!(c.len(), 2);
     }
 
     #[test]

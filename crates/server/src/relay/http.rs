@@ -344,7 +344,7 @@ impl Filter {
 
     fn matches(&self, o: &Item) -> bool {
         self.ns.as_ref().is_none_or(|ns| *ns == o.ns)
-            && self.labels.matches(&o.labels)
+            && self.labels.matches_with(|k| o.labels.get(k))
             && self.fields.matches(|f| match f {
                 Field::Name => o.name.clone(),
                 Field::Namespace => o.ns.clone(),

@@ -18,7 +18,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use crate::index::writer::RANK_LABELS;
 
@@ -117,6 +117,72 @@ impl ServedLabels {
     }
 }
 
+/// An object's labels, all of them (selectors match on every label, served
+/// or not), in little memory: pairs sorted by key, each string shared with
+/// every other object that carries it. A million pods hold a few thousand
+/// distinct label strings, not sixteen million.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Labels(Box<[(Arc<str>, Arc<str>)]>);
+
+impl Labels {
+    pub fn new<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let mut strings = STRINGS.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<(Arc<str>, Arc<str>)> = pairs
+            .into_iter()
+            .map(|(k, val)| (strings.get(k), strings.get(val)))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        Self(v.into_boxed_slice())
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        let i = self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
+        Some(&self.0[i].1)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The label strings in use, shared.
+static STRINGS: Mutex<Strings> = Mutex::new(Strings {
+    set: None,
+    swept: 0,
+});
+
+struct Strings {
+    set: Option<HashSet<Arc<str>>>,
+    /// The set's size after the last sweep.
+    swept: usize,
+}
+
+impl Strings {
+    fn get(&mut self, s: &str) -> Arc<str> {
+        let set = self.set.get_or_insert_with(HashSet::new);
+        if let Some(a) = set.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        set.insert(a.clone());
+        // Forget the strings nobody holds any more, each time the set has
+        // doubled: amortized O(1) a string.
+        if set.len() > 2 * self.swept.max(1024) {
+            set.retain(|a| Arc::strong_count(a) > 1);
+            self.swept = set.len();
+        }
+        a
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,5 +210,16 @@ mod tests {
         assert!(!s.read().serves("other", "app"), "per namespace");
         s.select("ml", ["app"], |_| calls += 1);
         assert_eq!(calls, 1, "once");
+    }
+
+    #[test]
+    fn labels_are_looked_up_by_key_and_share_their_strings() {
+        let a = Labels::new([("job-name", "train"), ("app", "x")]);
+        let b = Labels::new([("app", "x")]);
+        assert_eq!(a.get("app"), Some("x"));
+        assert_eq!(a.get("job-name"), Some("train"));
+        assert_eq!(a.get("nope"), None);
+        assert_eq!(a.iter().next(), Some(("app", "x")), "sorted by key");
+        assert!(Arc::ptr_eq(&a.0[0].1, &b.0[0].1));
     }
 }
