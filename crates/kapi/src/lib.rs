@@ -6,12 +6,14 @@
 //! - [`selector`]: `labelSelector` and `fieldSelector`, parsed and matched
 //!   as kube-apiserver does.
 //! - [`pbenc`]: the Protobuf encoder, its envelope and list/watch framing.
+//! - [`status`]: errors as `Status` objects.
 //! - [`watch`]: watch parameters validated as the API server does, JSON
 //!   watch lines, and what a selector sees of a change.
 
 pub mod kind;
 pub mod pbenc;
 pub mod selector;
+pub mod status;
 pub mod watch;
 
 pub use kind::{KINDS, Kind};

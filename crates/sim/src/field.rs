@@ -141,37 +141,35 @@ impl std::fmt::Display for FieldError {
     }
 }
 
-impl ApiError {
-    /// `errors.NewInvalid(kind, name, errs)`: 422, reason `Invalid`, one
-    /// cause per error; the message lists each distinct error once, in
-    /// brackets when there are several.
-    pub fn invalid_fields(kind: Kind, name: &str, errs: &[FieldError]) -> ApiError {
-        let mut seen: Vec<String> = Vec::new();
-        for e in errs {
-            let m = e.to_string();
-            if !seen.contains(&m) {
-                seen.push(m);
-            }
+/// `errors.NewInvalid(kind, name, errs)`: 422, reason `Invalid`, one
+/// cause per error; the message lists each distinct error once, in
+/// brackets when there are several.
+pub fn invalid_fields(kind: Kind, name: &str, errs: &[FieldError]) -> ApiError {
+    let mut seen: Vec<String> = Vec::new();
+    for e in errs {
+        let m = e.to_string();
+        if !seen.contains(&m) {
+            seen.push(m);
         }
-        let agg = match seen.len() {
-            1 => seen.remove(0),
-            _ => format!("[{}]", seen.join(", ")),
-        };
-        let causes: Vec<Value> = errs
-            .iter()
-            .map(|e| json!({"reason": e.reason(), "message": e.body(), "field": e.field}))
-            .collect();
-        let mut details = json!({"name": name, "kind": kind.name(), "causes": causes});
-        if !kind.group().is_empty() {
-            details["group"] = kind.group().into();
-        }
-        ApiError::new(
-            422,
-            "Invalid",
-            format!("{} \"{name}\" is invalid: {agg}", kind.name()),
-        )
-        .with_details(details)
     }
+    let agg = match seen.len() {
+        1 => seen.remove(0),
+        _ => format!("[{}]", seen.join(", ")),
+    };
+    let causes: Vec<Value> = errs
+        .iter()
+        .map(|e| json!({"reason": e.reason(), "message": e.body(), "field": e.field}))
+        .collect();
+    let mut details = json!({"name": name, "kind": kind.name(), "causes": causes});
+    if !kind.group().is_empty() {
+        details["group"] = kind.group().into();
+    }
+    ApiError::new(
+        422,
+        "Invalid",
+        format!("{} \"{name}\" is invalid: {agg}", kind.name()),
+    )
+    .with_details(details)
 }
 
 #[cfg(test)]
@@ -226,12 +224,12 @@ mod tests {
     fn status_aggregates_and_lists_causes() {
         let a = FieldError::invalid("spec.a", BadValue::Null, "bad");
         let b = FieldError::duplicate("spec.b[1]", BadValue::Str("IPv4".into()));
-        let one = ApiError::invalid_fields(Kind::Service, "web", std::slice::from_ref(&a));
+        let one = invalid_fields(Kind::Service, "web", std::slice::from_ref(&a));
         assert_eq!(
             one.message,
             "Service \"web\" is invalid: spec.a: Invalid value: null: bad"
         );
-        let two = ApiError::invalid_fields(Kind::Service, "web", &[a.clone(), b, a]);
+        let two = invalid_fields(Kind::Service, "web", &[a.clone(), b, a]);
         assert_eq!(
             two.message,
             "Service \"web\" is invalid: [spec.a: Invalid value: null: bad, spec.b[1]: Duplicate value: \"IPv4\"]"

@@ -26,6 +26,7 @@ use bytes::Bytes;
 use podns_kapi::Kind;
 use podns_kapi::pbenc::{self, Media};
 use podns_kapi::selector::{Field, FieldSelector, LabelSelector};
+use podns_kapi::status::ApiError;
 use podns_kapi::watch::{EvType, ParamError, WatchParams, bookmark_line, event_line};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -105,41 +106,8 @@ pub async fn run(
 /// How long a client gets to finish its TLS handshake.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 
-/// An error as the API server answers it: a `Status`.
-#[derive(Debug)]
-struct ApiError {
-    code: u16,
-    reason: &'static str,
-    message: String,
-}
-
-impl ApiError {
-    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            reason,
-            message: message.into(),
-        }
-    }
-
-    fn status(&self) -> Value {
-        json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        })
-    }
-
-    fn response(&self) -> Response {
-        json_response(
-            self.code,
-            serde_json::to_vec(&self.status()).unwrap_or_default(),
-        )
-    }
+fn error_response(e: &ApiError) -> Response {
+    json_response(e.code, serde_json::to_vec(&e.status()).unwrap_or_default())
 }
 
 fn json_response(code: u16, body: impl Into<Bytes>) -> Response {
@@ -159,7 +127,7 @@ fn value_response(v: &Value) -> Response {
 async fn handle(State(s): State<Arc<Server>>, req: Request) -> Response {
     match serve(&s, req).await {
         Ok(r) => r,
-        Err(e) => e.response(),
+        Err(e) => error_response(&e),
     }
 }
 

@@ -106,7 +106,7 @@ enum Fail {
 impl Fail {
     fn into_api(self, name: &str) -> ApiError {
         match self {
-            Fail::Fields(errs) => ApiError::invalid_fields(Kind::Service, name, &errs),
+            Fail::Fields(errs) => crate::field::invalid_fields(Kind::Service, name, &errs),
             Fail::Internal(msg) => ApiError::new(
                 500,
                 "InternalError",
@@ -170,7 +170,7 @@ impl ServiceNet {
         let errs = validate_service(&s);
         if !errs.is_empty() {
             self.release_all(&allocated);
-            return Err(ApiError::invalid_fields(Kind::Service, name, &errs));
+            return Err(crate::field::invalid_fields(Kind::Service, name, &errs));
         }
         s.write(spec);
         Ok(())
@@ -192,7 +192,7 @@ impl ServiceNet {
         errs.extend(upgrade_downgrade_families(&old, &s));
         errs.extend(validate_service(&s));
         if !errs.is_empty() {
-            return Err(ApiError::invalid_fields(Kind::Service, name, &errs));
+            return Err(crate::field::invalid_fields(Kind::Service, name, &errs));
         }
         // beginUpdate: init families, then allocate or release.
         self.init_families(&mut s, Some(&old))
