@@ -48,27 +48,41 @@ pub const OPERATOR_SELECTORS: &[&str] = &[
 /// The label keys served, by namespace.
 #[derive(Debug, Default)]
 pub struct ServedLabels {
-    /// Keys Services have selected on, beyond the fixed ones.
-    selected: RwLock<HashMap<String, HashSet<String>>>,
+    /// Keys Services have selected on, beyond the fixed ones, and the
+    /// generation of their last widening.
+    selected: RwLock<HashMap<String, Selected>>,
     /// How many times a set widened.
     generation: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Selected {
+    keys: HashSet<String>,
+    generation: u64,
 }
 
 /// The served keys, held while pods are encoded and stored, so a widening
 /// waits for them (and then serves them anew).
 pub struct Served<'a> {
-    guard: RwLockReadGuard<'a, HashMap<String, HashSet<String>>>,
+    guard: RwLockReadGuard<'a, HashMap<String, Selected>>,
     generation: u64,
 }
 
 impl Served<'_> {
     pub fn serves(&self, ns: &str, key: &str) -> bool {
-        fixed(key) || self.guard.get(ns).is_some_and(|k| k.contains(key))
+        fixed(key) || self.guard.get(ns).is_some_and(|s| s.keys.contains(key))
     }
 
     /// Changes with every widening.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// Whether `ns` widened after `generation`.
+    pub fn widened_since(&self, ns: &str, generation: u64) -> bool {
+        self.guard
+            .get(ns)
+            .is_some_and(|s| s.generation > generation)
     }
 }
 
@@ -103,15 +117,15 @@ impl ServedLabels {
             return;
         }
         let mut w = self.selected.write().unwrap_or_else(|p| p.into_inner());
-        let set = w.entry(ns.to_owned()).or_default();
+        let sel = w.entry(ns.to_owned()).or_default();
         let mut grew = false;
         for k in new {
-            grew |= set.insert(k.to_owned());
+            grew |= sel.keys.insert(k.to_owned());
         }
         if grew {
-            self.generation.fetch_add(1, Ordering::AcqRel);
-            tracing::info!(namespace = %ns, keys = ?set, "relay serves more pod labels in this namespace");
-            let set = &*set;
+            sel.generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+            tracing::info!(namespace = %ns, keys = ?sel.keys, "relay serves more pod labels in this namespace");
+            let set = &sel.keys;
             widened(&|k: &str| fixed(k) || set.contains(k));
         }
     }
@@ -210,6 +224,10 @@ mod tests {
         assert!(!s.read().serves("other", "app"), "per namespace");
         s.select("ml", ["app"], |_| calls += 1);
         assert_eq!(calls, 1, "once");
+        let r = s.read();
+        assert!(r.widened_since("ml", 0));
+        assert!(!r.widened_since("ml", r.generation()));
+        assert!(!r.widened_since("other", 0));
     }
 
     #[test]

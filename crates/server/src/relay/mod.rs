@@ -181,9 +181,17 @@ impl Feed {
                 let rv = self.seen.load(Ordering::Acquire);
                 let served = self.labels.read();
                 if kind == Kind::Pod && served.generation() != self.generation {
-                    // Services widened what is served while this listed.
-                    let keep = |i: &Item| i.reserved(kind, &|k: &str| served.serves(&i.ns, k));
-                    items = items.iter().filter_map(keep).collect();
+                    // Services widened what is served in some namespaces
+                    // while this listed: serve their pods anew.
+                    let since = self.generation;
+                    for i in &mut items {
+                        if served.widened_since(&i.ns, since)
+                            && let Some(again) =
+                                i.reserved(kind, &|k: &str| served.serves(&i.ns, k))
+                        {
+                            *i = again;
+                        }
+                    }
                 }
                 self.cache.relisted(self.namespace.as_deref(), items, rv);
             }
@@ -253,5 +261,60 @@ impl Feed {
             self.cache
                 .delete(m.namespace.as_deref().unwrap_or(""), name, rv);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{Pod, Service};
+    use serde_json::json;
+
+    use super::*;
+
+    fn object<K: serde::Serialize + kube::Resource>(o: &K) -> Option<Object> {
+        let m = o.meta();
+        Some(Object {
+            ns: m.namespace.clone()?,
+            name: m.name.clone()?,
+            rv: m.resource_version.as_deref()?.parse().ok()?,
+            value: serde_json::to_value(o).ok()?,
+        })
+    }
+
+    fn served(relay: &Relay, name: &str) -> Vec<String> {
+        let snap = relay.cache(Kind::Pod).unwrap().snapshot(|i| i.name == name);
+        let v: serde_json::Value = serde_json::from_slice(&snap.items[0].json).unwrap();
+        v["metadata"]["labels"]
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_service_widening_while_pods_list_has_them_served_with_its_key() {
+        let relay = Relay::new(Duration::from_secs(600), vec![]);
+        let mut pods = relay.feed(Kind::Pod, None).unwrap();
+        let mut services = relay.feed(Kind::Service, None).unwrap();
+        let pod = |ns: &str, name: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": ns, "resourceVersion": "5",
+                             "labels": {"tier": "gpu", "job-name": "j"}},
+                "spec": {"containers": []},
+            }))
+            .unwrap()
+        };
+        pods.on_event(&Event::<Pod>::Init, object);
+        pods.on_event(&Event::InitApply(pod("ml", "a")), object);
+        pods.on_event(&Event::InitApply(pod("other", "b")), object);
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "gpus", "namespace": "ml", "resourceVersion": "6"},
+            "spec": {"clusterIP": "None", "selector": {"tier": "gpu"}},
+        }))
+        .unwrap();
+        services.on_event(&Event::Apply(svc), object);
+        pods.seen().store(7, Ordering::Release);
+        pods.on_event(&Event::<Pod>::InitDone, object);
+        assert_eq!(served(&relay, "a"), ["job-name", "tier"]);
+        assert_eq!(served(&relay, "b"), ["job-name"], "another namespace");
     }
 }
