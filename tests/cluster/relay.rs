@@ -147,4 +147,43 @@ fn the_relay_serves_kubectl_and_a_node_instance_from_the_real_api_server() {
     assert_eq!(forwarded(), before + 1.0, "forwarded");
     assert_eq!(here, raw(relay.dns, &q));
     assert!(Message::from_vec(&here).unwrap().answers.len() == 1);
+
+    // A label no Service selects on is not served; a Service that selects
+    // on it has the relay serve it, and the node instance (told to relist
+    // its namespace) answers the new Service itself.
+    c.kubectl(&["label", "pod", "train-0", "-n", held, "tier=gpu"]);
+    let tier = || {
+        c.kubectl_at(
+            &rk,
+            &[
+                "get",
+                "pod",
+                "train-0",
+                "-n",
+                held,
+                "-o",
+                "jsonpath={.metadata.labels.tier}",
+            ],
+            None,
+        )
+    };
+    wait_for(
+        "the relay at the API server's version of train-0",
+        secs(30),
+        || (rv(&rk) == rv(&c.kubeconfig)).then_some(()),
+    );
+    assert_eq!(tier().trim(), "", "not served while nothing selects on it");
+    c.apply(&format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: gpus, namespace: {held}}}\nspec:\n  clusterIP: None\n  publishNotReadyAddresses: true\n  selector: {{tier: gpu}}\n"
+    ));
+    wait_for("tier served", secs(30), || {
+        (tier().trim() == "gpu").then_some(())
+    });
+    let q = query(&format!("gpus.{held}.svc"), 0x2468);
+    wait_for("the node instance to answer gpus", secs(30), || {
+        (Message::from_vec(&raw(n.dns, &q)).unwrap().answers.len() == 1).then_some(())
+    });
+    let before = forwarded();
+    assert_eq!(raw(n.dns, &q), raw(relay.dns, &q));
+    assert_eq!(forwarded(), before, "held, not forwarded");
 }
