@@ -529,13 +529,188 @@ fn check_node_local(docs: &[Value]) -> Vec<String> {
     args
 }
 
-/// The chart's DaemonSet mode: every node watches the whole cluster (the
-/// chart has no relays yet).
+/// The chart's DaemonSet mode: the overlay's two tiers under the same names
+/// (release `podns` in namespace `podns`), so the overlay's checks; then
+/// the relays as the forward-target mode's Deployment, and the wiring
+/// between the tiers that the chart templates from its values.
 fn check_chart_daemonset(docs: &[Value]) {
+    check_daemonset(docs);
+    // The relay tier alone (the node tier's objects and the TokenReview
+    // grant set aside) has the forward-target mode's RBAC, identity,
+    // metrics and container, with its relay flags parsing and validating.
+    let relays: Vec<Value> = docs.iter().filter(|d| !node_tier(d)).cloned().collect();
+    let dep = one(&relays, "Deployment");
+    common(&relays, &dep["spec"]["template"], 9153, false);
+    check_chart_relay_wiring(docs);
+}
+
+/// The objects the chart's daemonset mode adds to the forward-target ones.
+fn node_tier(d: &Value) -> bool {
+    let name = d["metadata"]["name"].as_str().unwrap_or_default();
+    match d["kind"].as_str().unwrap_or_default() {
+        "DaemonSet" | "ConfigMap" => true,
+        "ClusterRole" | "ClusterRoleBinding" => name == "podns-relay",
+        "ServiceAccount" => name == "podns-node",
+        _ => false,
+    }
+}
+
+/// The container's volume mounted at `path`: the volume's definition.
+fn volume_at<'a>(pod: &'a Value, path: &str) -> &'a Value {
+    let c = &pod["spec"]["containers"][0];
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("volumeMounts: {c:?}"))
+        .iter()
+        .find(|m| m["mountPath"] == path)
+        .unwrap_or_else(|| panic!("a volume at {path}"));
+    assert_eq!(mount["readOnly"], true, "{path} read-only");
+    pod["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap_or_else(|| panic!("the volume {}", mount["name"]))
+}
+
+/// What ties the chart's tiers together: one Secret, the relay port, the
+/// kubeconfig's paths and the TokenReview grant's subject.
+fn check_chart_relay_wiring(docs: &[Value]) {
+    let dep = one(docs, "Deployment");
+    let relay_pod = &dep["spec"]["template"];
+    let relay_c = &relay_pod["spec"]["containers"][0];
+    let relay_args = strs_in_order(&relay_c["args"]);
+    let flag = |name: &str| {
+        relay_args
+            .iter()
+            .find_map(|a| a.strip_prefix(&format!("--{name}=")))
+            .unwrap_or_else(|| panic!("--{name}: {relay_args:?}"))
+            .to_string()
+    };
+
+    // The relays serve the Secret's certificate, mounted from it.
+    let (cert, key) = (flag("relay-tls-cert"), flag("relay-tls-key"));
+    let dir = Path::new(&cert).parent().unwrap();
+    assert_eq!(Path::new(&key).parent().unwrap(), dir);
+    let tls = volume_at(relay_pod, dir.to_str().unwrap());
+    let secret = tls["secret"]["secretName"].as_str().unwrap();
+    assert_eq!(secret, "podns-relay-tls");
+    assert_eq!(Path::new(&cert).file_name().unwrap(), "tls.crt");
+    assert_eq!(Path::new(&key).file_name().unwrap(), "tls.key");
+
+    // The relay port: the flag, the container port, the Service's port.
+    let listen: std::net::SocketAddr = flag("relay-listen").parse().unwrap();
+    let cport = relay_c["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "relay")
+        .expect("a relay container port");
+    assert_eq!(cport["containerPort"].as_u64(), Some(listen.port().into()));
+    let svc = kind(docs, "Service")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == "podns")
+        .expect("the podns Service");
+    let sport = svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "relay")
+        .expect("a relay Service port");
+    assert_eq!(sport["port"].as_u64(), Some(6443));
+    assert_eq!(sport["targetPort"], "relay");
+    // The Service still answers DNS on 53 (node instances forward there).
+    for proto in ["UDP", "TCP"] {
+        assert!(
+            svc["spec"]["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["port"].as_u64() == Some(53) && p["protocol"] == proto),
+            "DNS on 53/{proto}"
+        );
+    }
+    // PDB selects the relays.
+    let pdb = one(docs, "PodDisruptionBudget");
+    for (k, v) in pdb["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(&relay_pod["metadata"]["labels"][k], v);
+    }
+
+    // The TokenReview grant goes to the relays' ServiceAccount.
+    let grant = kind(docs, "ClusterRoleBinding")
+        .into_iter()
+        .find(|b| b["roleRef"]["name"] == "podns-relay")
+        .expect("the podns-relay binding");
+    assert_eq!(grant["roleRef"]["kind"], "ClusterRole");
+    let subjects = grant["subjects"].as_array().unwrap();
+    assert_eq!(subjects.len(), 1, "{subjects:?}");
+    assert_eq!(subjects[0]["kind"], "ServiceAccount");
+    assert_eq!(subjects[0]["name"], relay_pod["spec"]["serviceAccountName"]);
+    assert_eq!(subjects[0]["namespace"], "podns");
+    let role = kind(docs, "ClusterRole")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == "podns-relay")
+        .expect("the podns-relay ClusterRole");
+    let rules = role["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 1, "only TokenReviews: {rules:?}");
+    assert_eq!(strs(&rules[0]["apiGroups"]), ["authentication.k8s.io"]);
+    assert_eq!(strs(&rules[0]["resources"]), ["tokenreviews"]);
+    assert_eq!(strs(&rules[0]["verbs"]), ["create"]);
+    let node_sa = kind(docs, "ServiceAccount")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == "podns-node")
+        .expect("the podns-node ServiceAccount");
+    assert_eq!(node_sa["metadata"]["namespace"], "podns");
+
+    // Node instances: their own node's name, a token to show the relays,
+    // and /etc/podns/relay holding the ConfigMap's kubeconfig beside the
+    // Secret's ca.crt, the paths the kubeconfig names.
     let ds = one(docs, "DaemonSet");
-    common(docs, &ds["spec"]["template"], 9154, true);
-    check_node_local(docs);
-    assert!(kind(docs, "Deployment").is_empty());
+    let node_pod = &ds["spec"]["template"];
+    assert!(
+        node_pod["spec"]
+            .get("automountServiceAccountToken")
+            .is_none_or(|a| *a == true),
+        "node instances need their token"
+    );
+    let node_c = &node_pod["spec"]["containers"][0];
+    let node_name = node_c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "NODE_NAME")
+        .expect("NODE_NAME env");
+    assert_eq!(
+        node_name["valueFrom"]["fieldRef"]["fieldPath"],
+        "spec.nodeName"
+    );
+    let relay_vol = volume_at(node_pod, "/etc/podns/relay");
+    let sources = relay_vol["projected"]["sources"].as_array().unwrap();
+    let cm = one(docs, "ConfigMap");
+    assert!(
+        sources
+            .iter()
+            .any(|s| s["configMap"]["name"] == cm["metadata"]["name"]
+                && s["configMap"].get("items").is_none()),
+        "the kubeconfig ConfigMap, whole: {sources:?}"
+    );
+    let ca = sources
+        .iter()
+        .find(|s| s["secret"]["name"] == secret)
+        .unwrap_or_else(|| panic!("the Secret {secret}: {sources:?}"));
+    assert_eq!(ca["secret"]["items"][0]["key"], "ca.crt");
+    assert_eq!(ca["secret"]["items"][0]["path"], "ca.crt");
+    assert_eq!(cm["metadata"]["namespace"], "podns");
+    let kc: Value = serde_saphyr::from_str(cm["data"]["kubeconfig"].as_str().unwrap()).unwrap();
+    let cluster = &kc["clusters"][0]["cluster"];
+    assert_eq!(cluster["server"], "https://podns.podns.svc:6443");
+    assert_eq!(cluster["certificate-authority"], "/etc/podns/relay/ca.crt");
+    assert_eq!(kc["current-context"], kc["contexts"][0]["name"]);
+    assert_eq!(
+        kc["contexts"][0]["context"]["cluster"],
+        kc["clusters"][0]["name"]
+    );
+    assert_eq!(kc["contexts"][0]["context"]["user"], kc["users"][0]["name"]);
 }
 
 /// The kustomize DaemonSet mode: relays (the forward-target replicas with

@@ -25,11 +25,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if eq .Values.mode "daemonset" -}}node-local{{- else -}}forward-target{{- end -}}
 {{- end -}}
 
+{{/* The metrics Service's port (its targetPort is the pods' named port). */}}
 {{- define "podns.adminPort" -}}
 {{- if eq .Values.mode "daemonset" -}}{{ .Values.daemonset.adminPort }}{{- else -}}{{ .Values.forwardTarget.adminPort }}{{- end -}}
 {{- end -}}
 
-{{/* `podns serve` flags shared by both modes. */}}
+{{/* `podns serve` flags every workload shares (in daemonset mode the relays
+and the node instances alike, so both answer the same). */}}
 {{- define "podns.serveArgs" -}}
 - --zone={{ join "," .Values.zones }}
 - --publish={{ .Values.publish }}
@@ -58,19 +60,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end }}
 {{- end -}}
 
-{{/* The podns container's parts both modes share. */}}
+{{/* The podns container's parts every workload shares (its env is
+podns.env's, plus what the workload adds). */}}
 {{- define "podns.containerCommon" -}}
 image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
 imagePullPolicy: {{ .Values.image.pullPolicy }}
-env:
-  # ns.dns.<zone> answers with the pod's own address (forward-target); the
-  # admin server listens on it (daemonset, the node's IP).
-  - name: POD_IP
-    valueFrom:
-      fieldRef:
-        fieldPath: status.podIP
-  - name: PODNS_LOG_FORMAT
-    value: {{ .Values.logFormat }}
 readinessProbe:
   httpGet:
     path: /readyz
@@ -84,15 +78,32 @@ livenessProbe:
   initialDelaySeconds: 5
   periodSeconds: 10
   failureThreshold: 3
-resources:
-  {{- toYaml .Values.resources | nindent 2 }}
 {{- end -}}
 
+{{/* The podns container's env entries every workload has. */}}
+{{- define "podns.env" -}}
+# ns.dns.<zone> answers with the pod's own address (forward-target); the
+# admin server listens on it (daemonset, the node's IP).
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: PODNS_LOG_FORMAT
+  value: {{ .Values.logFormat }}
+{{- end -}}
+
+{{/* Pod annotations; called with (dict "root" $ "port" ADMIN_PORT). */}}
 {{- define "podns.podAnnotations" -}}
 prometheus.io/scrape: "true"
-prometheus.io/port: {{ include "podns.adminPort" . | quote }}
+prometheus.io/port: {{ .port | quote }}
 prometheus.io/path: /metrics
-{{- with .Values.podAnnotations }}
+{{- with .root.Values.podAnnotations }}
 {{ toYaml . }}
 {{- end }}
+{{- end -}}
+
+{{/* The relays' Service address, which their certificate must name:
+<fullname>.<namespace>.svc. */}}
+{{- define "podns.relayHost" -}}
+{{- printf "%s.%s.svc" (include "podns.fullname" .) .Release.Namespace -}}
 {{- end -}}
