@@ -289,7 +289,8 @@ impl Model {
             | Update::Slice(_)
             | Update::NodeRanges(_)
             | Update::ServiceRanges(_)
-            | Update::Unscope(_) => {}
+            | Update::Unscope(_)
+            | Update::Relisting { .. } => {}
         }
     }
 

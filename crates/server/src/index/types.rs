@@ -247,6 +247,14 @@ pub enum Update {
     /// A namespace left a node instance's scope: its watches have stopped,
     /// and its objects go.
     Unscope(String),
+    /// A watch of one namespace (`resource`: "pods", "services", "jobs")
+    /// lists again after a 410: until that list is in, a node instance
+    /// forwards the namespace's names rather than answer from what may be
+    /// stale (the relay serves more labels, say).
+    Relisting {
+        resource: &'static str,
+        namespace: String,
+    },
 }
 
 /// An update and the moment its watch event arrived, so the writer can

@@ -447,7 +447,15 @@ impl<K: Watched> Mapper<K> {
                 self.count("init");
                 self.progress = None;
                 self.buffer = Some(self.new_listing());
-                None
+                // A relist of one namespace: a node instance stops
+                // answering it until the list is in.
+                match (&self.namespace, self.listed_once) {
+                    (Some(ns), true) => Some(Update::Relisting {
+                        resource: K::RESOURCE,
+                        namespace: ns.clone(),
+                    }),
+                    _ => None,
+                }
             }
             Event::InitApply(obj) => {
                 self.count("init_apply");

@@ -159,6 +159,9 @@ pub struct Writer {
     service_resets: HashSet<Option<String>>,
     job_resets: HashSet<Option<String>>,
     slice_resets: HashSet<Option<String>>,
+    /// A node instance's watches relisting, by (resource, namespace): their
+    /// namespaces are out of scope until the lists are in.
+    relisting: HashSet<(&'static str, String)>,
     /// `podns explain` requests, answered between batches (`--admin-debug`).
     explain_rx: Option<findings::ExplainReceiver>,
     /// A list was applied since [`RELEASE_MEMORY`] last ran.
@@ -210,6 +213,7 @@ impl Writer {
             service_resets: HashSet::default(),
             job_resets: HashSet::default(),
             slice_resets: HashSet::default(),
+            relisting: HashSet::default(),
             explain_rx: None,
             listed_since_release: false,
             ranges: ranges::Ranges::default(),
@@ -298,9 +302,21 @@ impl Writer {
                 self.pod_resets.remove(&scope);
                 self.service_resets.remove(&scope);
                 self.job_resets.remove(&scope);
-                self.table
-                    .set_in_scope(scope.as_deref().unwrap_or(""), false);
+                let ns = scope.unwrap_or_default();
+                self.relisting.retain(|(_, n)| *n != ns);
+                let held = self.table.set_in_scope(&ns, false);
+                self.metrics.node_scope_namespaces.set(held as i64);
                 self.flush();
+            }
+            Update::Relisting {
+                resource,
+                namespace,
+            } => {
+                if self.table.is_node_scoped() {
+                    let held = self.table.set_in_scope(&namespace, false);
+                    self.metrics.node_scope_namespaces.set(held as i64);
+                    self.relisting.insert((resource, namespace));
+                }
             }
             Update::NodeRanges(change) => {
                 if self.ranges.stage(ranges::Source::Nodes, change) {
@@ -333,8 +349,16 @@ impl Writer {
         if let Some(ns) = namespace.as_deref()
             && self.table.is_node_scoped()
         {
+            let resource = match kind {
+                Kind::Pods => "pods",
+                Kind::Services => "services",
+                Kind::Jobs => "jobs",
+                Kind::Slices | Kind::Ranges => "",
+            };
+            self.relisting.remove(&(resource, ns.to_owned()));
             let scope = Some(ns.to_owned());
-            let whole = self.pod_resets.contains(&scope)
+            let whole = !self.relisting.iter().any(|(_, n)| n == ns)
+                && self.pod_resets.contains(&scope)
                 && self.service_resets.contains(&scope)
                 && (!self.policy.rank_view || self.job_resets.contains(&scope));
             if whole {
@@ -646,5 +670,62 @@ mod strs_tests {
         w.apply(Update::Pod(Change::Delete(ObjKey::new("ml", "a"))));
         assert_eq!(w.table().lookup("10-0-0-1.ml.ml.svc"), Lookup::Missing);
         assert_eq!(w.strs.len(), 0);
+    }
+}
+
+#[cfg(test)]
+mod scope_tests {
+    use super::*;
+
+    #[test]
+    fn a_relisting_namespace_is_out_of_a_node_instances_scope_until_listed() {
+        let table = Table::new();
+        table.set_node_scope();
+        let needs = SyncNeeds {
+            pod_scopes: 1,
+            service_scopes: 1,
+            job_scopes: 1,
+            slice_scopes: 0,
+        };
+        let mut w = Writer::new(table.clone(), Policy::default(), Metrics::new(), needs);
+        let ns = || Some("ml".to_string());
+        let all = |w: &mut Writer| {
+            w.apply(Update::Pod(Change::Reset {
+                namespace: ns(),
+                items: vec![],
+            }));
+            w.apply(Update::Service(Change::Reset {
+                namespace: ns(),
+                items: vec![],
+            }));
+            w.apply(Update::Job(Change::Reset {
+                namespace: ns(),
+                items: vec![],
+            }));
+        };
+        all(&mut w);
+        assert!(table.in_scope("ml"));
+        w.apply(Update::Relisting {
+            resource: "pods",
+            namespace: "ml".into(),
+        });
+        assert!(!table.in_scope("ml"), "forwarded while its pods relist");
+        w.apply(Update::Service(Change::Reset {
+            namespace: ns(),
+            items: vec![],
+        }));
+        assert!(!table.in_scope("ml"), "the pods are still listing");
+        w.apply(Update::Pod(Change::Reset {
+            namespace: ns(),
+            items: vec![],
+        }));
+        assert!(table.in_scope("ml"));
+        w.apply(Update::Relisting {
+            resource: "jobs",
+            namespace: "ml".into(),
+        });
+        w.apply(Update::Unscope("ml".into()));
+        all(&mut w);
+        assert!(table.in_scope("ml"), "scoped anew, nothing left relisting");
     }
 }
