@@ -298,11 +298,10 @@ impl Writer {
                 self.retain_pods(Some(&ns), none);
                 self.retain_services(Some(&ns), std::iter::empty());
                 self.retain_jobs(Some(&ns), std::iter::empty());
-                let scope = Some(ns);
+                let scope = Some(ns.clone());
                 self.pod_resets.remove(&scope);
                 self.service_resets.remove(&scope);
                 self.job_resets.remove(&scope);
-                let ns = scope.unwrap_or_default();
                 self.relisting.retain(|(_, n)| *n != ns);
                 let held = self.table.set_in_scope(&ns, false);
                 self.metrics.node_scope_namespaces.set(held as i64);
