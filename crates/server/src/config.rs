@@ -79,14 +79,16 @@ pub async fn kube_config(
 /// Ask the API server its version once, so that an address that does not
 /// answer is named in the log: the watch loop's retries say only
 /// `client error (Connect)`.
-pub async fn probe_api(client: kube::Client, url: http::Uri) {
+/// `what` names the server: "the Kubernetes API", or for a node instance
+/// "the relay".
+pub async fn probe_api(client: kube::Client, url: http::Uri, what: &'static str) {
     let wait = std::time::Duration::from_secs(10);
     match tokio::time::timeout(wait, client.apiserver_version()).await {
         Ok(Ok(_)) => {}
         Ok(Err(error)) => {
-            tracing::error!(%error, "cannot reach the Kubernetes API at {url}; retrying")
+            tracing::error!(%error, "cannot reach {what} at {url}; retrying")
         }
-        Err(_) => tracing::error!("no answer from the Kubernetes API at {url} in 10s; retrying"),
+        Err(_) => tracing::error!("no answer from {what} at {url} in 10s; retrying"),
     }
 }
 

@@ -571,7 +571,11 @@ pub async fn run(mut args: ServeConfig) -> anyhow::Result<()> {
         crate::config::kube_config(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
     let url = config.cluster_url.clone();
     let client = kube::Client::try_from(config).context("failed to build the Kubernetes client")?;
-    tokio::spawn(crate::config::probe_api(client.clone(), url));
+    let what = match args.node {
+        Some(_) => "the relay",
+        None => "the Kubernetes API",
+    };
+    tokio::spawn(crate::config::probe_api(client.clone(), url, what));
     let shutdown = CancellationToken::new();
     let running = start(&args, client, listeners, shutdown.clone());
     wait_for_signal().await;

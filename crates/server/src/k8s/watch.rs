@@ -704,8 +704,14 @@ impl<K: Watched> Watch<K> {
                     // The watcher never ends; if it did, start a new one.
                     None => break false,
                     Some(Ok(event)) => {
-                        relist_backoff.reset();
-                        resume_backoff.reset();
+                        // `Init` comes before the list is asked for: it
+                        // proves nothing answered. Resetting on it kept
+                        // the backoff at its first step all through an
+                        // outage (each watch retrying about once a second).
+                        if !matches!(event, Event::Init) {
+                            relist_backoff.reset();
+                            resume_backoff.reset();
+                        }
                         match event {
                             Event::Init => resumable = false,
                             Event::InitDone => resumable = true,

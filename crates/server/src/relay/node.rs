@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -66,13 +66,20 @@ pub async fn run(
 ) {
     let api: Api<Pod> = Api::all(client.clone());
     let selector = format!("spec.nodeName={}", cfg.node);
+    // Without `Init`, which the watcher sends before it asks for a list:
+    // the backoff resets on every item, and on `Init` it would never grow
+    // while the relays are down (every node retrying about once a second).
     let mut pods = watcher::watcher(api, watcher::Config::default().fields(&selector))
+        .try_filter(|e| std::future::ready(!matches!(e, Event::Init)))
         .default_backoff()
         .boxed();
     // Pods on this node: (namespace, name).
     let mut here: HashSet<(String, String)> = HashSet::new();
     let mut listing: Option<HashSet<(String, String)>> = None;
     let mut scope: HashMap<String, InScope> = HashMap::new();
+    // Failures of this watch in a row: the first is logged, the rest only
+    // at debug level until it works again.
+    let mut failing = 0u32;
     let mut tick = tokio::time::interval(
         Duration::from_secs(5).min(cfg.linger.max(Duration::from_millis(100))),
     );
@@ -83,12 +90,23 @@ pub async fn run(
             next = pods.next() => match next {
                 None => break,
                 Some(Err(error)) => {
-                    tracing::warn!(%error, node = %cfg.node, "watch of this node's pods failed; retrying");
+                    if failing == 0 {
+                        tracing::warn!(%error, "watch of this node's pods on the relay failed; retrying (logged again once it works)");
+                    } else {
+                        tracing::debug!(%error, failing, "watch of this node's pods still failing");
+                    }
+                    failing += 1;
+                    // The watcher lists again from the start.
+                    listing = None;
                     false
                 }
                 Some(Ok(event)) => {
+                    if failing > 0 {
+                        tracing::info!(failures = failing, "watch of this node's pods on the relay works again");
+                        failing = 0;
+                    }
                     match event {
-                        Event::Init => listing = Some(HashSet::new()),
+                        Event::Init => {}
                         Event::InitApply(p) => {
                             if let Some(k) = key(&p) {
                                 listing.get_or_insert_with(HashSet::new).insert(k);
