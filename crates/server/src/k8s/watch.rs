@@ -704,10 +704,10 @@ impl<K: Watched> Watch<K> {
                     // The watcher never ends; if it did, start a new one.
                     None => break false,
                     Some(Ok(event)) => {
-                        // `Init` comes before the list is asked for: it
-                        // proves nothing answered. Resetting on it kept
-                        // the backoff at its first step all through an
-                        // outage (each watch retrying about once a second).
+                        // kube-runtime's watcher (`--wire json`) sends
+                        // `Init` before it asks for the list: it proves
+                        // nothing answered. Resetting on it kept the
+                        // backoff at its first step all through an outage.
                         if !matches!(event, Event::Init) {
                             relist_backoff.reset();
                             resume_backoff.reset();
