@@ -605,8 +605,8 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
         assert_eq!(here, same_question(env.dns, &msg).await, "unchanged: {msg}");
     }
     // A headless Service without a selector in the held namespace: its
-    // addresses are in an EndpointSlice, which the relay does not serve, so
-    // the node instance forwards its names.
+    // addresses are in an EndpointSlice, which the relay serves too, so the
+    // node instance answers its names itself.
     create_service(
         &env.client,
         json!({"apiVersion": "v1", "kind": "Service",
@@ -636,7 +636,7 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
     ] {
         let m = msg.clone();
         wait_for(
-            "the node instance to forward the Service without a selector",
+            "the node instance to answer the Service without a selector",
             T,
             || {
                 let m = m.clone();
@@ -646,13 +646,26 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
         .await;
         let before = forwarded(&metrics, "answered");
         let here = same_question(dns, &msg).await;
+        assert_eq!(forwarded(&metrics, "answered"), before, "held: {msg}");
         assert_eq!(
-            forwarded(&metrics, "answered"),
-            before + 1,
-            "forwarded: {msg}"
+            here,
+            same_question(env.dns, &msg).await,
+            "the relay's: {msg}"
         );
-        assert_eq!(here, same_question(env.dns, &msg).await, "unchanged: {msg}");
     }
+    // The relay serves the slice as the API server's discovery group.
+    let slices: Vec<_> =
+        Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(relay.clone(), "ml")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+    assert_eq!(
+        slices.len(),
+        1,
+        "only slices of Services without a selector"
+    );
+    assert_eq!(slices[0].endpoints[0].addresses, ["10.9.9.9"]);
 
     // Over TCP too.
     let msg = q("far-1.far.other.svc", RecordType::A);

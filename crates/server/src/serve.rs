@@ -383,9 +383,9 @@ pub fn start(
         consistent_list: args.consistent_list,
         streaming: args.streaming_list,
         jobs: args.policy.rank_view,
-        // A relay serves Pods, Services and Jobs; a node instance forwards
-        // what needs more (reverse names).
-        endpoint_slices: args.endpoint_slices && !node,
+        // A node instance watches EndpointSlices only if its relay serves
+        // them (`relay::node` asks it); reverse names it forwards.
+        endpoint_slices: args.endpoint_slices,
         wire: args.wire,
         ranges: args.reverse_cidrs.is_empty() && !node,
         relay,

@@ -237,7 +237,8 @@ fn held(table: &Table, place: &Place<'_>) -> bool {
                 Holder::Zone => true,
                 Holder::Namespace(ns) => {
                     // A headless Service without a selector answers from
-                    // EndpointSlices, which a node instance does not hold.
+                    // EndpointSlices, which a node instance does not hold
+                    // when its relay serves none.
                     let svc = match q {
                         QName::Service { svc, .. } | QName::Port { svc, .. } => Some(svc),
                         QName::Host { sub, .. } => Some(sub),

@@ -671,9 +671,11 @@ pub struct Table {
     /// (an `ArcSwap` load is not free on the DNS path).
     node_scoped: AtomicBool,
     /// On a node instance: headless Services without a selector, by
-    /// namespace. Their addresses come from EndpointSlices, which the
-    /// relay does not serve, so their names are forwarded even in scope.
+    /// namespace, when the relay does not serve EndpointSlices (one from
+    /// before it did): their names are forwarded even in scope.
     unheld: DashMap<Box<str>, Vec<Box<str>>>,
+    /// A node instance whose relay serves EndpointSlices holds them too.
+    slices_held: AtomicBool,
 }
 
 impl Table {
@@ -706,8 +708,19 @@ impl Table {
         v
     }
 
+    /// A node instance holds EndpointSlices (its relay serves them): set
+    /// before the first namespace comes into scope.
+    pub fn set_slices_held(&self, on: bool) {
+        self.slices_held.store(on, Ordering::Release);
+    }
+
+    pub fn slices_held(&self) -> bool {
+        self.slices_held.load(Ordering::Acquire)
+    }
+
     /// Whether a node instance forwards the names of Service `svc` of `ns`
-    /// although `ns` is in scope (a headless Service without a selector).
+    /// although `ns` is in scope (a headless Service without a selector,
+    /// from a relay that serves no EndpointSlices).
     pub fn is_unheld(&self, ns: &str, svc: &str) -> bool {
         self.unheld
             .get(ns)

@@ -315,6 +315,10 @@ impl Watched for SlimEndpointSlice {
     fn update(change: Change<SliceInfo>) -> Update {
         Update::Slice(change)
     }
+    const RELAYED: Option<podns_kapi::Kind> = Some(<Self as Relayed>::KIND);
+    fn relayed(&self) -> Option<crate::relay::Object> {
+        Relayed::relayed(self)
+    }
 }
 
 /// Without Nodes or ServiceCIDRs, their ranges are not owned: reverse

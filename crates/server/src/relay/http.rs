@@ -9,7 +9,8 @@
 //!   `k8s.io/initial-events-end` bookmark, `timeoutSeconds`; 410 Gone past
 //!   the history, and for a version the relay has not reached yet, a wait
 //!   of up to 3 s and then 504, as kube-apiserver's watch cache does.
-//! - Discovery (`/api`, `/apis`, `/api/v1`, `/apis/batch/v1`, `/version`)
+//! - Discovery (`/api`, `/apis`, `/api/v1`, `/apis/batch/v1`,
+//!   `/apis/discovery.k8s.io/v1`, `/version`)
 //!   enough for kubectl.
 //! - Any other verb: 405. No valid ServiceAccount token: 401.
 
@@ -143,6 +144,7 @@ fn parse_target(path: &str) -> Option<Target> {
     let rest = match segs.as_slice() {
         ["api", "v1", rest @ ..] => (rest, ""),
         ["apis", "batch", "v1", rest @ ..] => (rest, "batch"),
+        ["apis", "discovery.k8s.io", "v1", rest @ ..] => (rest, "discovery.k8s.io"),
         _ => return None,
     };
     let (rest, group) = rest;
@@ -207,6 +209,13 @@ async fn serve(s: &Arc<Server>, req: Request) -> Result<Response, ApiError> {
         }
         "/apis/batch" => return Ok(value_response(&batch_group())),
         "/apis/batch/v1" => return Ok(value_response(&resources("batch/v1", &[Kind::Job]))),
+        "/apis/discovery.k8s.io" => return Ok(value_response(&discovery_group())),
+        "/apis/discovery.k8s.io/v1" => {
+            return Ok(value_response(&resources(
+                "discovery.k8s.io/v1",
+                &[Kind::EndpointSlice],
+            )));
+        }
         _ => {}
     }
     let target = parse_target(&path).ok_or_else(|| {
@@ -593,8 +602,16 @@ fn batch_group() -> Value {
     })
 }
 
+fn discovery_group() -> Value {
+    json!({
+        "kind": "APIGroup", "apiVersion": "v1", "name": "discovery.k8s.io",
+        "versions": [{"groupVersion": "discovery.k8s.io/v1", "version": "v1"}],
+        "preferredVersion": {"groupVersion": "discovery.k8s.io/v1", "version": "v1"},
+    })
+}
+
 fn api_groups() -> Value {
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [batch_group()]})
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [batch_group(), discovery_group()]})
 }
 
 /// The resources of one group version, read-only.

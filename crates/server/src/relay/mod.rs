@@ -1,5 +1,6 @@
 //! The relay (`podns serve --relay-listen`): a read-only Kubernetes API of
-//! slim Pods, Services and Jobs, served from what this podns already
+//! slim Pods, Services, Jobs and the EndpointSlices of Services without a
+//! selector, served from what this podns already
 //! watches, so that node instances watch a few relays instead of every
 //! node watching the API server.
 //!
@@ -38,8 +39,9 @@ pub use cache::{Cache, Item, Object};
 use labels::ServedLabels;
 pub use objects::Relayed;
 
-/// The kinds the relay serves.
-pub const KINDS: [Kind; 3] = [Kind::Pod, Kind::Service, Kind::Job];
+/// The kinds the relay serves. EndpointSlices only as podns watches them:
+/// those of Services without a selector (`k8s::watch::USER_SLICES`).
+pub const KINDS: [Kind; 4] = [Kind::Pod, Kind::Service, Kind::Job, Kind::EndpointSlice];
 
 /// `--relay-*` flags.
 #[derive(Clone, Debug, PartialEq, Eq)]

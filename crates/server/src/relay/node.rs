@@ -4,7 +4,8 @@
 //!
 //! It follows the pods on its node (`fieldSelector=spec.nodeName=NAME`);
 //! their namespaces are its scope. For each namespace in scope it runs the
-//! same watches `podns serve` runs for `--namespace` (Pods, Services, Jobs),
+//! same watches `podns serve` runs for `--namespace` (Pods, Services, Jobs,
+//! and EndpointSlices if the relay serves them),
 //! against the relay, so a rank resolves its whole gang and its Services
 //! from the node. A namespace whose last pod left the node stays for
 //! [`LINGER`] (a gang restart deletes and recreates its pods: no relist
@@ -64,6 +65,18 @@ pub async fn run(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) {
+    // Whether the relay serves EndpointSlices (one from before it did
+    // does not): if it does, Services without a selector are held here
+    // too; if not, their names are forwarded.
+    let Some(slices) = relay_serves_slices(&client, &shutdown).await else {
+        return;
+    };
+    let slices = slices && wcfg.endpoint_slices;
+    table.set_slices_held(slices);
+    let wcfg = WatchConfig {
+        endpoint_slices: slices,
+        ..wcfg
+    };
     let api: Api<Pod> = Api::all(client.clone());
     let selector = format!("spec.nodeName={}", cfg.node);
     // Without `Init`, which the watcher sends before it asks for a list:
@@ -142,6 +155,31 @@ pub async fn run(
     for (_, mut s) in scope.drain() {
         s.stop.cancel();
         s.tasks.shutdown().await;
+    }
+}
+
+/// Ask the relay whether it serves EndpointSlices, until it answers;
+/// `None` on shutdown.
+async fn relay_serves_slices(client: &kube::Client, shutdown: &CancellationToken) -> Option<bool> {
+    let mut wait = Duration::from_millis(500);
+    loop {
+        match client.list_api_group_resources("discovery.k8s.io/v1").await {
+            Ok(list) => return Some(list.resources.iter().any(|r| r.name == "endpointslices")),
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                tracing::info!(
+                    "the relay serves no EndpointSlices: names of Services without a selector are forwarded"
+                );
+                return Some(false);
+            }
+            Err(error) => {
+                tracing::debug!(%error, "asking the relay what it serves; retrying");
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return None,
+            () = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(Duration::from_secs(30));
     }
 }
 

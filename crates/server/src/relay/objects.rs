@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use super::cache::Object;
 use crate::index::writer::RANK_LABELS;
 use crate::k8s::slim::{
-    IntOrStr, Loose, LooseStr, LooseVec, SlimJob, SlimMeta, SlimPod, SlimService,
+    IntOrStr, Loose, LooseStr, LooseVec, SlimEndpointSlice, SlimJob, SlimMeta, SlimPod, SlimService,
 };
 
 /// What the relay serves of an object it watches.
@@ -264,6 +264,54 @@ impl Relayed for SlimJob {
             "metadata": metadata(Self::KIND, &self.metadata, &self.meta),
             "spec": spec,
         });
+        object(&self.metadata, v)
+    }
+}
+
+impl Relayed for SlimEndpointSlice {
+    const KIND: Kind = Kind::EndpointSlice;
+    fn relayed(&self) -> Option<Object> {
+        if self.malformed.is_some() {
+            return None;
+        }
+        let endpoints: Vec<Value> = items(&self.endpoints)
+            .map(|e| {
+                let mut o = Map::new();
+                let addresses: Vec<Value> = items(&e.addresses).map(|a| json!(a)).collect();
+                o.insert("addresses".into(), Value::Array(addresses));
+                if let Some(c) = e.conditions.get() {
+                    let mut conditions = Map::new();
+                    put(&mut conditions, "ready", c.ready.get().map(|b| json!(b)));
+                    put(
+                        &mut conditions,
+                        "terminating",
+                        c.terminating.get().map(|b| json!(b)),
+                    );
+                    o.insert("conditions".into(), Value::Object(conditions));
+                }
+                put(&mut o, "hostname", s(&e.hostname));
+                Value::Object(o)
+            })
+            .collect();
+        let ports: Vec<Value> = items(&self.ports)
+            .map(|p| {
+                let mut o = Map::new();
+                put(&mut o, "name", s(&p.name));
+                put(&mut o, "port", p.port.get().map(|n| json!(n)));
+                put(&mut o, "protocol", s(&p.protocol));
+                Value::Object(o)
+            })
+            .collect();
+        let mut v = json!({
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": metadata(Self::KIND, &self.metadata, &self.meta),
+            "endpoints": endpoints,
+        });
+        put(v.as_object_mut()?, "addressType", s(&self.address_type));
+        if !ports.is_empty() {
+            v["ports"] = Value::Array(ports);
+        }
         object(&self.metadata, v)
     }
 }

@@ -298,10 +298,12 @@ impl Writer {
                 self.retain_pods(Some(&ns), none);
                 self.retain_services(Some(&ns), std::iter::empty());
                 self.retain_jobs(Some(&ns), std::iter::empty());
+                self.retain_slices(Some(&ns), std::iter::empty());
                 let scope = Some(ns.clone());
                 self.pod_resets.remove(&scope);
                 self.service_resets.remove(&scope);
                 self.job_resets.remove(&scope);
+                self.slice_resets.remove(&scope);
                 self.relisting.retain(|(_, n)| *n != ns);
                 let held = self.table.set_in_scope(&ns, false);
                 self.metrics.node_scope_namespaces.set(held as i64);
@@ -352,14 +354,16 @@ impl Writer {
                 Kind::Pods => "pods",
                 Kind::Services => "services",
                 Kind::Jobs => "jobs",
-                Kind::Slices | Kind::Ranges => "",
+                Kind::Slices => "endpointslices",
+                Kind::Ranges => "",
             };
             self.relisting.remove(&(resource, ns.to_owned()));
             let scope = Some(ns.to_owned());
             let whole = !self.relisting.iter().any(|(_, n)| n == ns)
                 && self.pod_resets.contains(&scope)
                 && self.service_resets.contains(&scope)
-                && (!self.policy.rank_view || self.job_resets.contains(&scope));
+                && (!self.policy.rank_view || self.job_resets.contains(&scope))
+                && (!self.table.slices_held() || self.slice_resets.contains(&scope));
             if whole {
                 let held = self.table.set_in_scope(ns, true);
                 self.metrics.node_scope_namespaces.set(held as i64);
@@ -726,5 +730,58 @@ mod scope_tests {
         w.apply(Update::Unscope("ml".into()));
         all(&mut w);
         assert!(table.in_scope("ml"), "scoped anew, nothing left relisting");
+    }
+
+    fn node_writer(slices: bool) -> (Arc<Table>, Writer) {
+        let table = Table::new();
+        table.set_node_scope();
+        table.set_slices_held(slices);
+        let w = Writer::new(
+            table.clone(),
+            Policy::default(),
+            Metrics::new(),
+            SyncNeeds::default(),
+        );
+        (table, w)
+    }
+
+    fn list_all(w: &mut Writer, slices: bool) {
+        let ns = || Some("ml".to_string());
+        let svc = crate::index::testing::selectorless("ml", "db");
+        w.apply(Update::Pod(Change::Reset {
+            namespace: ns(),
+            items: vec![],
+        }));
+        w.apply(Update::Service(Change::Reset {
+            namespace: ns(),
+            items: vec![svc],
+        }));
+        w.apply(Update::Job(Change::Reset {
+            namespace: ns(),
+            items: vec![],
+        }));
+        if slices {
+            w.apply(Update::Slice(Change::Reset {
+                namespace: ns(),
+                items: vec![],
+            }));
+        }
+    }
+
+    #[test]
+    fn services_without_a_selector_are_held_when_the_relay_serves_slices() {
+        // A relay that serves EndpointSlices: the node holds them, and the
+        // namespace only once its slices are listed too.
+        let (table, mut w) = node_writer(true);
+        list_all(&mut w, false);
+        assert!(!table.in_scope("ml"), "slices not listed yet");
+        list_all(&mut w, true);
+        assert!(table.in_scope("ml"));
+        assert!(!table.is_unheld("ml", "db"));
+        // One from before: their names are forwarded.
+        let (table, mut w) = node_writer(false);
+        list_all(&mut w, false);
+        assert!(table.in_scope("ml"));
+        assert!(table.is_unheld("ml", "db"));
     }
 }

@@ -77,7 +77,9 @@ impl Writer {
     pub(super) fn link_service(&mut self, svc: ServiceInfo) {
         let key = svc.key.clone();
         if self.table.is_node_scoped() {
-            let unheld = matches!(svc.kind, ServiceKind::Headless) && svc.selector.is_none();
+            let unheld = matches!(svc.kind, ServiceKind::Headless)
+                && svc.selector.is_none()
+                && !self.table.slices_held();
             self.table.set_unheld(&key.namespace, &key.name, unheld);
         }
         self.stale_sets.insert(key.clone());
