@@ -787,12 +787,16 @@ async fn a_service_selecting_on_a_label_not_served_yet_has_its_pods_served_anew(
     );
     assert!(pods.iter().all(|p| !p.labels().contains_key("team")));
     // The node instance relisted and answers the new Service itself, as
-    // the relay does.
+    // the relay does (while it relists, it forwards the namespace's names:
+    // the relay's answer, counted as forwarded).
     let msg = query_msg(&fqdn("gpus.ml.svc"), RecordType::A, Some(1232));
     let m = msg.clone();
-    wait_for("the node instance to answer gpus.ml.svc", T, || {
-        let m = m.clone();
-        async move { udp(dns, &m).await.answers.len() == 2 }
+    wait_for("the node instance to answer gpus.ml.svc itself", T, || {
+        let (m, metrics) = (m.clone(), metrics.clone());
+        async move {
+            let before = forwarded(&metrics, "answered");
+            udp(dns, &m).await.answers.len() == 2 && forwarded(&metrics, "answered") == before
+        }
     })
     .await;
     let before = forwarded(&metrics, "answered");
