@@ -108,9 +108,10 @@ async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
         pods_with_ip(&relay, "ml").await.len() == 4
     })
     .await;
-    // The same objects as the API server's, slimmed: name,
-    // resourceVersion, placement, addresses and the labels a node reads
-    // kept; the rest gone.
+    // The same objects as the API server's, slimmed: name, placement,
+    // addresses and the labels a node reads kept; the rest gone. (A status
+    // may change between the two lists: resourceVersions are compared,
+    // once they settle, in the wires test below.)
     let from_sim: Vec<Pod> = Api::<Pod>::namespaced(env.client.clone(), "ml")
         .list(&ListParams::default())
         .await
@@ -123,7 +124,6 @@ async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
             .iter()
             .find(|s| s.metadata.name.as_deref() == Some(name))
             .expect("the pod is the API server's");
-        assert_eq!(p.metadata.resource_version, s.metadata.resource_version);
         assert!(p.metadata.uid.is_none(), "{name}: no uid");
         let (pl, sl) = (p.labels(), s.labels());
         for (k, v) in pl {
