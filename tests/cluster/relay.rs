@@ -77,22 +77,17 @@ fn the_relay_serves_kubectl_and_a_node_instance_from_the_real_api_server() {
         assert!(yaml.contains(&format!("podIP: {ip}")), "{yaml}");
     }
     assert!(!yaml.contains("managedFields"), "slim objects");
-    // The API server's own resourceVersions.
-    let rv = |kc: &std::path::Path| {
+    // A field of train-0, through the API server or the relay.
+    let train_0 = |kc: &std::path::Path, path: &str| {
+        let jsonpath = format!("jsonpath={{{path}}}");
         c.kubectl_at(
             kc,
-            &[
-                "get",
-                "pod",
-                "train-0",
-                "-n",
-                held,
-                "-o",
-                "jsonpath={.metadata.resourceVersion}",
-            ],
+            &["get", "pod", "train-0", "-n", held, "-o", &jsonpath],
             None,
         )
     };
+    // The API server's own resourceVersions.
+    let rv = |kc: &std::path::Path| train_0(kc, ".metadata.resourceVersion");
     wait_for(
         "the relay at the API server's version of train-0",
         secs(30),
@@ -152,21 +147,7 @@ fn the_relay_serves_kubectl_and_a_node_instance_from_the_real_api_server() {
     // on it has the relay serve it, and the node instance (told to relist
     // its namespace) answers the new Service itself.
     c.kubectl(&["label", "pod", "train-0", "-n", held, "tier=gpu"]);
-    let tier = || {
-        c.kubectl_at(
-            &rk,
-            &[
-                "get",
-                "pod",
-                "train-0",
-                "-n",
-                held,
-                "-o",
-                "jsonpath={.metadata.labels.tier}",
-            ],
-            None,
-        )
-    };
+    let tier = || train_0(&rk, ".metadata.labels.tier");
     wait_for(
         "the relay at the API server's version of train-0",
         secs(30),

@@ -99,6 +99,22 @@ async fn pods_with_ip(client: &kube::Client, ns: &str) -> Vec<Pod> {
         .unwrap_or_default()
 }
 
+/// Wait for `n` pods of `ns` with IPs through `relay`; the node of the
+/// first.
+async fn node_of_pods(relay: &kube::Client, ns: &str, n: usize) -> String {
+    wait_for(
+        &format!("{n} pods of {ns} with IPs through the relay"),
+        T,
+        || async { pods_with_ip(relay, ns).await.len() == n },
+    )
+    .await;
+    pods_with_ip(relay, ns).await[0]
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("scheduled")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
     let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
@@ -704,17 +720,7 @@ async fn a_service_selecting_on_a_label_not_served_yet_has_its_pods_served_anew(
     let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
     create_job(&env.client, "ml", "train", 2, "indexed-job").await;
     let relay = relay_client(&kubeconfig).await;
-    wait_for("the job's pods through the relay", T, || async {
-        pods_with_ip(&relay, "ml").await.len() == 2
-    })
-    .await;
-    let node = pods_with_ip(&relay, "ml").await[0]
-        .spec
-        .as_ref()
-        .unwrap()
-        .node_name
-        .clone()
-        .unwrap();
+    let node = node_of_pods(&relay, "ml", 2).await;
     // Two pods labelled `tier: gpu`, which no Service selects on yet.
     for name in ["g0", "g1"] {
         let mut p = pod_json("ml", name, json!({"tier": "gpu", "team": "a"}));
@@ -899,17 +905,7 @@ async fn a_node_instance_fails_over_to_another_relay_without_a_relist() {
     )
     .unwrap();
     let relay = relay_client(&kc).await;
-    wait_for("4 pods with IPs through the relay", T, || async {
-        pods_with_ip(&relay, "ml").await.len() == 4
-    })
-    .await;
-    let node = pods_with_ip(&relay, "ml").await[0]
-        .spec
-        .as_ref()
-        .unwrap()
-        .node_name
-        .clone()
-        .unwrap();
+    let node = node_of_pods(&relay, "ml", 4).await;
     let dns = format!(
         "--relay-dns={},{}",
         relays[0].0.dns_addr, relays[1].0.dns_addr

@@ -48,6 +48,15 @@ fn string_map(entries: &[(String, String)]) -> Option<Value> {
     })
 }
 
+/// A Service's or an EndpointSlice's port: name, number, protocol.
+fn named_port(name: &LooseStr, port: &Loose<i64>, protocol: &LooseStr) -> Map<String, Value> {
+    let mut o = Map::new();
+    put(&mut o, "name", s(name));
+    put(&mut o, "port", port.get().map(|n| json!(n)));
+    put(&mut o, "protocol", s(protocol));
+    o
+}
+
 /// Metadata; a pod's without its uid (nothing reads it, and it is 40 of
 /// the few hundred bytes of every event) and without annotations that
 /// repeat a label the rank view reads (the Job controller writes the
@@ -205,10 +214,7 @@ impl Relayed for SlimService {
         );
         let ports: Vec<Value> = items(&sp.ports)
             .map(|p| {
-                let mut o = Map::new();
-                put(&mut o, "name", s(&p.name));
-                put(&mut o, "port", p.port.get().map(|n| json!(n)));
-                put(&mut o, "protocol", s(&p.protocol));
+                let mut o = named_port(&p.name, &p.port, &p.protocol);
                 put(
                     &mut o,
                     "targetPort",
@@ -294,13 +300,7 @@ impl Relayed for SlimEndpointSlice {
             })
             .collect();
         let ports: Vec<Value> = items(&self.ports)
-            .map(|p| {
-                let mut o = Map::new();
-                put(&mut o, "name", s(&p.name));
-                put(&mut o, "port", p.port.get().map(|n| json!(n)));
-                put(&mut o, "protocol", s(&p.protocol));
-                Value::Object(o)
-            })
+            .map(|p| Value::Object(named_port(&p.name, &p.port, &p.protocol)))
             .collect();
         let mut v = json!({
             "apiVersion": "discovery.k8s.io/v1",
