@@ -44,18 +44,26 @@ pub struct Batch {
     addrs: [libc::sockaddr_storage; BATCH],
     control: [[u64; CONTROL_WORDS]; BATCH],
     dropped: Option<u32>,
+    /// Batched receives in a row that found a lone datagram.
+    lone: u8,
     /// Receives left that ask for one datagram only.
     quiet: u8,
 }
 
-/// After a batched receive that found a lone datagram, this many receives
-/// ask for one datagram only, then one asks for a batch again. Below a
-/// few tens of thousands of queries a second each query arrives alone,
-/// and a `recvmmsg` for [`BATCH`] pays a second, empty receive for each
-/// (and 32 headers to set up): at a quarter of capacity that was most of
-/// what podns's receive cost beyond a plain `recvfrom`. A burst waits in
-/// the socket buffer for at most this many single receives.
+/// Once [`LONE_IN_A_ROW`] batched receives in a row found a lone datagram,
+/// this many receives ask for one datagram only, then one asks for a
+/// batch again. Below a few tens of thousands of queries a second each
+/// query arrives alone, and a `recvmmsg` for [`BATCH`] pays a second,
+/// empty receive for each (and 32 headers to set up): at a quarter of
+/// capacity that was most of what podns's receive cost beyond a plain
+/// `recvfrom`. A burst waits in the socket buffer for at most this many
+/// single receives.
 const QUIET_RECEIVES: u8 = 8;
+
+/// Batched receives in a row with a lone datagram before the quiet mode:
+/// at half capacity batches of one and of several alternate, and single
+/// receives there cost more calls than they save.
+const LONE_IN_A_ROW: u8 = 4;
 
 impl Default for Batch {
     fn default() -> Self {
@@ -67,6 +75,7 @@ impl Default for Batch {
             addrs: unsafe { zeroed() },
             control: [[0; CONTROL_WORDS]; BATCH],
             dropped: None,
+            lone: 0,
             quiet: 0,
         }
     }
@@ -141,7 +150,12 @@ impl Datagrams for Batch {
             return self.recv_up_to::<1>(socket);
         }
         let n = self.recv_up_to::<BATCH>(socket)?;
-        if n == 1 {
+        self.lone = if n == 1 {
+            self.lone.saturating_add(1)
+        } else {
+            0
+        };
+        if self.lone >= LONE_IN_A_ROW {
             self.quiet = QUIET_RECEIVES;
         }
         Ok(n)
@@ -383,7 +397,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lone_datagram_makes_the_next_receives_single_until_a_batch_is_asked_again() {
+    fn lone_datagrams_in_a_row_make_the_next_receives_single_until_a_batch_is_asked_again() {
         let server = UdpSocket::bind("127.0.0.1:0").unwrap();
         server
             .set_read_timeout(Some(Duration::from_secs(5)))
@@ -391,9 +405,11 @@ mod tests {
         let to = server.local_addr().unwrap();
         let client = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut batch = Batch::default();
-        // A quiet socket: the batched receive finds one datagram.
-        client.send_to(&[0], to).unwrap();
-        assert_eq!(batch.recv(&server).unwrap(), 1);
+        // A quiet socket: batched receives find one datagram each.
+        for _ in 0..LONE_IN_A_ROW {
+            client.send_to(&[0], to).unwrap();
+            assert_eq!(batch.recv(&server).unwrap(), 1);
+        }
         // Then a burst: the next receives take one datagram each...
         let burst = usize::from(QUIET_RECEIVES) + 10;
         for j in 1..=burst {
