@@ -44,26 +44,7 @@ pub struct Batch {
     addrs: [libc::sockaddr_storage; BATCH],
     control: [[u64; CONTROL_WORDS]; BATCH],
     dropped: Option<u32>,
-    /// Batched receives in a row that found a lone datagram.
-    lone: u8,
-    /// Receives left that ask for one datagram only.
-    quiet: u8,
 }
-
-/// Once [`LONE_IN_A_ROW`] batched receives in a row found a lone datagram,
-/// this many receives ask for one datagram only, then one asks for a
-/// batch again. Below a few tens of thousands of queries a second each
-/// query arrives alone, and a `recvmmsg` for [`BATCH`] pays a second,
-/// empty receive for each (and 32 headers to set up): at a quarter of
-/// capacity that was most of what podns's receive cost beyond a plain
-/// `recvfrom`. A burst waits in the socket buffer for at most this many
-/// single receives.
-const QUIET_RECEIVES: u8 = 8;
-
-/// Batched receives in a row with a lone datagram before the quiet mode:
-/// at half capacity batches of one and of several alternate, and single
-/// receives there cost more calls than they save.
-const LONE_IN_A_ROW: u8 = 4;
 
 impl Default for Batch {
     fn default() -> Self {
@@ -75,19 +56,22 @@ impl Default for Batch {
             addrs: unsafe { zeroed() },
             control: [[0; CONTROL_WORDS]; BATCH],
             dropped: None,
-            lone: 0,
-            quiet: 0,
         }
     }
 }
 
-impl Batch {
-    /// One `recvmmsg` for up to `N` datagrams (`N` ≤ [`BATCH`]).
-    fn recv_up_to<const N: usize>(&mut self, socket: &UdpSocket) -> io::Result<usize> {
-        const { assert!(N <= BATCH) };
+impl Datagrams for Batch {
+    fn capacity(&self) -> usize {
+        BATCH
+    }
+
+    /// Block until at least one datagram arrives (or the socket's read
+    /// timeout passes), then take whatever else is queued, up to [`BATCH`].
+    /// Returns how many were received.
+    fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
         // SAFETY: iovec and mmsghdr are plain old data; zeroed is valid.
-        let mut iov: [libc::iovec; N] = unsafe { zeroed() };
-        let mut hdrs: [libc::mmsghdr; N] = unsafe { zeroed() };
+        let mut iov: [libc::iovec; BATCH] = unsafe { zeroed() };
+        let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
         for (i, (chunk, (v, h))) in self
             .bufs
             .chunks_mut(MAX_QUERY)
@@ -113,7 +97,7 @@ impl Batch {
             libc::recvmmsg(
                 socket.as_raw_fd(),
                 hdrs.as_mut_ptr(),
-                N as libc::c_uint,
+                BATCH as libc::c_uint,
                 libc::MSG_WAITFORONE,
                 std::ptr::null_mut(),
             )
@@ -121,7 +105,7 @@ impl Batch {
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
-        let n = (n as usize).min(N);
+        let n = (n as usize).min(BATCH);
         for (len, h) in self.lens.iter_mut().zip(&hdrs).take(n) {
             *len = (h.msg_len as usize).min(MAX_QUERY);
         }
@@ -130,33 +114,6 @@ impl Batch {
         // The kernel attaches it only once the total is above 0.
         if let Some(d) = hdrs[..n].iter().rev().find_map(|h| drop_count(&h.msg_hdr)) {
             self.dropped = Some(d);
-        }
-        Ok(n)
-    }
-}
-
-impl Datagrams for Batch {
-    fn capacity(&self) -> usize {
-        BATCH
-    }
-
-    /// Block until at least one datagram arrives (or the socket's read
-    /// timeout passes), then take whatever else is queued, up to [`BATCH`];
-    /// while the socket is quiet, take one (see [`QUIET_RECEIVES`]).
-    /// Returns how many were received.
-    fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
-        if self.quiet > 0 {
-            self.quiet -= 1;
-            return self.recv_up_to::<1>(socket);
-        }
-        let n = self.recv_up_to::<BATCH>(socket)?;
-        self.lone = if n == 1 {
-            self.lone.saturating_add(1)
-        } else {
-            0
-        };
-        if self.lone >= LONE_IN_A_ROW {
-            self.quiet = QUIET_RECEIVES;
         }
         Ok(n)
     }
@@ -179,21 +136,6 @@ impl Datagrams for Batch {
     /// allows. A datagram the kernel refuses (unreachable, no buffer) is
     /// skipped, as a failed `send_to` would be; returns how many went out.
     fn send(&mut self, socket: &UdpSocket, msgs: &[(&[u8], SocketAddr)]) -> usize {
-        // A lone reply (every reply below a few tens of thousands of
-        // queries a second) goes out with one `sendto`: no address list
-        // to allocate, no headers to set up.
-        if let [(bytes, to)] = msgs {
-            loop {
-                match socket.send_to(bytes, to) {
-                    Ok(_) => return 1,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(error) => {
-                        tracing::debug!(%error, %to, "udp send failed");
-                        return 0;
-                    }
-                }
-            }
-        }
         let mut sent = 0;
         for chunk in msgs.chunks(BATCH) {
             let addrs: Vec<socket2::SockAddr> = chunk
@@ -394,48 +336,6 @@ mod tests {
                 assert_eq!(&buf[..n], &[i as u8, j]);
             }
         }
-    }
-
-    #[test]
-    fn lone_datagrams_in_a_row_make_the_next_receives_single_until_a_batch_is_asked_again() {
-        let server = UdpSocket::bind("127.0.0.1:0").unwrap();
-        server
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        let to = server.local_addr().unwrap();
-        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut batch = Batch::default();
-        // A quiet socket: batched receives find one datagram each.
-        for _ in 0..LONE_IN_A_ROW {
-            client.send_to(&[0], to).unwrap();
-            assert_eq!(batch.recv(&server).unwrap(), 1);
-        }
-        // Then a burst: the next receives take one datagram each...
-        let burst = usize::from(QUIET_RECEIVES) + 10;
-        for j in 1..=burst {
-            client.send_to(&[j as u8], to).unwrap();
-        }
-        let mut seen = Vec::new();
-        for _ in 0..QUIET_RECEIVES {
-            assert_eq!(batch.recv(&server).unwrap(), 1);
-            seen.push(batch.get(0).0[0]);
-        }
-        // ...until one asks for a batch again and takes the rest at once.
-        let n = batch.recv(&server).unwrap();
-        assert_eq!(n, burst - usize::from(QUIET_RECEIVES));
-        seen.extend((0..n).map(|i| batch.get(i).0[0]));
-        assert_eq!(seen, (1..=burst as u8).collect::<Vec<_>>());
-        // A lone reply goes out with one call, as a batch would.
-        assert_eq!(
-            batch.send(&server, &[(&[7][..], client.local_addr().unwrap())]),
-            1
-        );
-        client
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        let mut buf = [0u8; 4];
-        assert_eq!(client.recv(&mut buf).unwrap(), 1);
-        assert_eq!(buf[0], 7);
     }
 
     #[test]

@@ -311,19 +311,9 @@ fn run_udp_with(
                 ready.push((i, src));
             }
         }
-        match ready[..] {
-            [] => {}
-            // The common case below a few tens of thousands of queries a
-            // second: no list to allocate.
-            [(i, src)] => {
-                batch.send(&socket, &[(&outs[i][..], src)]);
-            }
-            _ => {
-                let msgs: Vec<(&[u8], SocketAddr)> =
-                    ready.iter().map(|&(i, src)| (&outs[i][..], src)).collect();
-                batch.send(&socket, &msgs);
-            }
-        }
+        let msgs: Vec<(&[u8], SocketAddr)> =
+            ready.iter().map(|&(i, src)| (&outs[i][..], src)).collect();
+        batch.send(&socket, &msgs);
         // A reply that grew a buffer past a normal size (a TC=1 set, a big
         // SRV answer) gives the memory back.
         for out in outs.iter_mut().take(n) {
