@@ -541,12 +541,14 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
     use hickory_proto::rr::RecordType;
     let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
     // The simulator fills nodes 8 pods at a time: `far` takes the first
-    // node, `train` the next.
+    // node, `train` the next, `eval` (another gang of the same namespace)
+    // the one after.
     create_job(&env.client, "other", "far", 8, "indexed-job").await;
-    create_job(&env.client, "ml", "train", 4, "indexed-job").await;
+    create_job(&env.client, "ml", "train", 8, "indexed-job").await;
+    create_job(&env.client, "ml", "eval", 4, "indexed-job").await;
     let relay = relay_client(&kubeconfig).await;
-    wait_for("12 pods with IPs through the relay", T, || async {
-        pods_with_ip(&relay, "ml").await.len() == 4
+    wait_for("20 pods with IPs through the relay", T, || async {
+        pods_with_ip(&relay, "ml").await.len() == 12
             && pods_with_ip(&relay, "other").await.len() == 8
     })
     .await;
@@ -555,10 +557,27 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
             .filter_map(|p| p.spec.as_ref()?.node_name.clone())
             .collect()
     };
-    let node = node_of(&pods_with_ip(&relay, "ml").await)[0].clone();
+    let ml = pods_with_ip(&relay, "ml").await;
+    let gang = |g: &str| -> Vec<Pod> {
+        ml.iter()
+            .filter(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("batch.kubernetes.io/job-name"))
+                    .is_some_and(|n| n == g)
+            })
+            .cloned()
+            .collect()
+    };
+    let node = node_of(&gang("train"))[0].clone();
     assert!(
         !node_of(&pods_with_ip(&relay, "other").await).contains(&node),
         "no pod of `other` on {node}"
+    );
+    assert!(
+        !node_of(&gang("eval")).contains(&node),
+        "no pod of `eval` on {node}"
     );
 
     // The node instance: the relay's kubeconfig, its node, the relay's DNS.
@@ -572,6 +591,8 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
     let n = start_podns(&flags, client, env.shutdown.clone());
     let (table, metrics, dns) = (n.table.clone(), n.metrics.clone(), n.dns_addr);
     wait_held(&table, &["ml"]).await;
+    // Every pod here is of gang `train`: `ml` is held in part.
+    assert!(table.is_partial("ml"));
 
     // In scope: answered from the node's own index, byte for byte the
     // relay's answer.
@@ -610,6 +631,10 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
         q("nope.other.svc", RecordType::A),
         q("far.other.rank", RecordType::TXT),
         query_msg(&rev, RecordType::PTR, None),
+        // Another gang of the held namespace: its pods are not here.
+        q("eval-0.eval.ml.svc", RecordType::A),
+        q("eval.ml.svc", RecordType::A),
+        q("2.eval.ml.rank", RecordType::A),
     ] {
         let before = forwarded(&metrics, "answered");
         let here = same_question(dns, &msg).await;
@@ -689,6 +714,41 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
         tcp(dns, &msg).await.to_vec().unwrap(),
         tcp(env.dns, &msg).await.to_vec().unwrap()
     );
+
+    // A pod of gang `eval` lands on the node: `eval` is held too, and its
+    // names are answered here.
+    let mut guest = pod_json(
+        "ml",
+        "eval-guest",
+        json!({"batch.kubernetes.io/job-name": "eval", "job-name": "eval"}),
+    );
+    guest["spec"]["nodeName"] = json!(node);
+    create_pod(&env.client, guest).await;
+    wait_for("gang eval held on the node", T, || async {
+        table.in_scope("ml") && table.is_partial("ml") && !table.is_unheld("ml", "eval")
+    })
+    .await;
+    for msg in [
+        q("eval.ml.svc", RecordType::A),
+        q("2.eval.ml.rank", RecordType::A),
+    ] {
+        let m = msg.clone();
+        wait_for("the node instance to answer gang eval itself", T, || {
+            let m = m.clone();
+            let metrics = metrics.clone();
+            async move {
+                let before = forwarded(&metrics, "answered");
+                let answered = !udp(dns, &m).await.answers.is_empty();
+                answered && forwarded(&metrics, "answered") == before
+            }
+        })
+        .await;
+        assert_eq!(
+            same_question(dns, &msg).await,
+            same_question(env.dns, &msg).await,
+            "the relay's: {msg}"
+        );
+    }
 
     // A pod of a new namespace lands on the node: its namespace comes into
     // scope; when it leaves, out again, and its names are forwarded.
@@ -919,7 +979,6 @@ async fn a_node_instance_fails_over_to_another_relay_without_a_relist() {
     let (table, metrics, dns) = (n.table.clone(), n.metrics.clone(), n.dns_addr);
     wait_held(&table, &["ml"]).await;
     let listed = relists(&metrics);
-    let forwarded_before = forwarded(&metrics, "answered");
 
     // Relay a goes; the "Service" sends new connections to b.
     *target.lock().unwrap() = relays[1].0.relay_addr.unwrap();
@@ -927,17 +986,28 @@ async fn a_node_instance_fails_over_to_another_relay_without_a_relist() {
     let gone = std::time::Instant::now();
     // A pod created after the failover, on the node: answered by the node
     // instance itself, through relay b.
-    let mut late = pod_json("ml", "late", json!({"app": "late"}));
+    // (Of gang `train`, whose pods are here already: the node's gangs,
+    // and so its watches, stay as they are.)
+    let mut late = pod_json(
+        "ml",
+        "late",
+        json!({"batch.kubernetes.io/job-name": "train", "job-name": "train"}),
+    );
     late["spec"]["nodeName"] = json!(node);
     late["spec"]["hostname"] = json!("late");
     late["spec"]["subdomain"] = json!("train");
     create_pod(&env.client, late).await;
     let name = "late.train.ml.svc";
+    // Until the node has the pod, its name is forwarded (the namespace is
+    // held in part: a name not found may be another gang's); the wait is
+    // for the node's own answer.
     wait_for("the new pod answered by the node instance", T, || async {
-        !ask(dns, name, hickory_proto::rr::RecordType::A)
+        let before = forwarded(&metrics, "answered");
+        let found = !ask(dns, name, hickory_proto::rr::RecordType::A)
             .await
             .answers
-            .is_empty()
+            .is_empty();
+        found && forwarded(&metrics, "answered") == before
     })
     .await;
     let back = gone.elapsed();
@@ -948,12 +1018,8 @@ async fn a_node_instance_fails_over_to_another_relay_without_a_relist() {
         listed,
         "resumed by resourceVersion, no relist"
     );
-    assert_eq!(
-        forwarded(&metrics, "answered"),
-        forwarded_before,
-        "answered from the node's own index, not forwarded"
-    );
     assert_eq!(table.scope(), vec!["ml".to_string()]);
+    let forwarded_before = forwarded(&metrics, "answered");
     // Every rank still answers right.
     for i in 0..4 {
         let name = format!("train-{i}.train.ml.svc");
@@ -965,4 +1031,9 @@ async fn a_node_instance_fails_over_to_another_relay_without_a_relist() {
             "{name}"
         );
     }
+    assert_eq!(
+        forwarded(&metrics, "answered"),
+        forwarded_before,
+        "answered from the node's own index, not forwarded"
+    );
 }

@@ -1504,3 +1504,112 @@ fn fast_path_takes_options_and_refuses_what_it_does_not_know() {
         assert_eq!(fast, general);
     }
 }
+
+/// A node instance holding namespace `ml` in part: the pods of gang
+/// `train` (what the relay sends for `job-name in (train)`), and every
+/// Service and Job.
+fn partly_held() -> World {
+    let table = Table::new();
+    table.set_node_scope();
+    let policy = Policy {
+        rank_view: true,
+        ..Policy::default()
+    };
+    let writer = Writer::new(table.clone(), policy, Metrics::new(), SyncNeeds::default());
+    let mut w = World::over(writer, AnswerConfig::default());
+    let key = "batch.kubernetes.io/job-name";
+    w.apply(Update::Partial {
+        namespace: "ml".into(),
+        gangs: Some(crate::index::GangSelector {
+            key: key.into(),
+            values: ["train".to_string()].into(),
+        }),
+    });
+    let by_gang = |name: &str| ServiceInfo {
+        selector: Some(vec![(key.into(), name.into())]),
+        ..headless("ml", name, "")
+    };
+    let ns = || Some("ml".to_string());
+    w.apply(Update::Pod(Change::Reset {
+        namespace: ns(),
+        items: vec![
+            rank_pod("ml", "train", 0, "10.0.0.1"),
+            rank_pod("ml", "train", 1, "10.0.0.2"),
+        ],
+    }));
+    w.apply(Update::Service(Change::Reset {
+        namespace: ns(),
+        items: vec![
+            by_gang("train"),
+            by_gang("eval"),
+            cluster_ip("ml", "api", "10.96.0.9"),
+        ],
+    }));
+    w.apply(Update::Job(Change::Reset {
+        namespace: ns(),
+        items: vec![job("ml", "train", 2, None), job("ml", "eval", 2, None)],
+    }));
+    table.set_synced(true);
+    w
+}
+
+/// Whether the node instance forwards the question.
+fn forwards(w: &World, name: &str) -> bool {
+    let bytes = query(name, RecordType::A).to_vec().unwrap();
+    let mut out = Vec::new();
+    w.answerer
+        .handle_into(&bytes, Transport::Udp, &mut out)
+        .expect("a reply or a forward")
+        .forward
+}
+
+#[test]
+fn a_namespace_held_in_part_answers_what_it_finds_and_forwards_what_another_gang_may_own() {
+    let mut w = partly_held();
+    let table = w.writer.table().clone();
+    assert!(table.in_scope("ml") && table.is_partial("ml"));
+    // Found among the held gang's pods, or wholly held (every Service is
+    // here; a headless Service that selects only held gangs): answered.
+    for name in [
+        "train-0.train.ml.svc.cluster.local.",
+        "1.train.ml.rank.cluster.local.",
+        "10-0-0-1.ml.pod.cluster.local.",
+        "train.ml.svc.cluster.local.",
+        "api.ml.svc.cluster.local.",
+        "nope.ml.svc.cluster.local.",
+    ] {
+        assert!(!forwards(&w, name), "answered here: {name}");
+    }
+    assert_eq!(
+        ips(&w.ask("train.ml.svc.cluster.local.", RecordType::A)),
+        [ip("10.0.0.1"), ip("10.0.0.2")]
+    );
+    // What another gang's pods may own: forwarded.
+    for name in [
+        "eval.ml.svc.cluster.local.",
+        "eval-0.eval.ml.svc.cluster.local.",
+        "0.eval.ml.rank.cluster.local.",
+        "train-7.train.ml.svc.cluster.local.",
+        "10-0-0-9.ml.pod.cluster.local.",
+    ] {
+        assert!(forwards(&w, name), "forwarded: {name}");
+    }
+    // Held whole again: the other gang's Service is answered here too.
+    w.apply(Update::Partial {
+        namespace: "ml".into(),
+        gangs: None,
+    });
+    assert!(!table.is_partial("ml"));
+    assert!(!forwards(&w, "eval.ml.svc.cluster.local."));
+    assert!(!forwards(&w, "train-7.train.ml.svc.cluster.local."));
+    // Out of scope, the mark goes with it.
+    w.apply(Update::Partial {
+        namespace: "ml".into(),
+        gangs: Some(crate::index::GangSelector {
+            key: "job-name".into(),
+            values: ["train".to_string()].into(),
+        }),
+    });
+    w.apply(Update::Unscope("ml".into()));
+    assert!(!table.is_partial("ml"));
+}

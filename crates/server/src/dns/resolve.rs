@@ -225,17 +225,34 @@ impl<'a> Plan<'a> {
     }
 }
 
+/// Whether a node instance answers a question itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Held {
+    /// It holds all the data the answer depends on.
+    Yes,
+    /// Only if the answer has records: a pod's own name in a namespace
+    /// held in part, which another gang's pod may own when it is not here.
+    IfFound,
+    /// It forwards the question.
+    No,
+}
+
 /// Whether a node instance holds the data `place`'s answer depends on:
 /// names of no namespace always, a namespace's names once it is in scope
-/// (but those of a headless Service without a selector), reverse names and
-/// names no rule makes never (any pod may be behind them).
-fn held(table: &Table, place: &Place<'_>) -> bool {
+/// (but those of a headless Service without a selector, or, in a
+/// namespace held in part, one that does not keep to the held gangs; and
+/// there a pod's own name only when it is found), reverse names and names
+/// no rule makes never (any pod may be behind them).
+fn held(table: &Table, place: &Place<'_>) -> Held {
     match place {
         Place::Forward { rel, .. } => {
             let q = QName::parse(rel);
             match q.holder() {
-                Holder::Zone => true,
+                Holder::Zone => Held::Yes,
                 Holder::Namespace(ns) => {
+                    if !table.in_scope(ns) {
+                        return Held::No;
+                    }
                     // A headless Service without a selector answers from
                     // EndpointSlices, which a node instance does not hold
                     // when its relay serves none.
@@ -244,13 +261,24 @@ fn held(table: &Table, place: &Place<'_>) -> bool {
                         QName::Host { sub, .. } => Some(sub),
                         _ => None,
                     };
-                    table.in_scope(ns) && !svc.is_some_and(|svc| table.is_unheld(ns, svc))
+                    let partial = table.is_partial(ns);
+                    match q {
+                        _ if svc.is_some_and(|svc| table.is_unheld(ns, svc)) => Held::No,
+                        // Every Service and Job of the namespace is here.
+                        QName::Service { .. } | QName::Port { .. } => Held::Yes,
+                        _ if !partial => Held::Yes,
+                        QName::Host { .. }
+                        | QName::Pod { .. }
+                        | QName::Gang { .. }
+                        | QName::Namespace(..) => Held::IfFound,
+                        _ => Held::No,
+                    }
                 }
-                Holder::Anyone => false,
+                Holder::Anyone => Held::No,
             }
         }
-        Place::Reverse(_) => false,
-        Place::Outside => true,
+        Place::Reverse(_) => Held::No,
+        Place::Outside => Held::Yes,
     }
 }
 
@@ -366,7 +394,12 @@ impl Rules {
             plan.rcode = ResponseCode::Refused;
             return plan;
         }
-        if table.is_node_scoped() && !held(table, &place) {
+        let held = if table.is_node_scoped() {
+            held(table, &place)
+        } else {
+            Held::Yes
+        };
+        if held == Held::No {
             plan.forward = true;
             return plan;
         }
@@ -398,6 +431,12 @@ impl Rules {
                 self.reverse(&mut plan, table, &q, name, apex)
             }
             Place::Outside => unreachable!("handled above"),
+        }
+        if held == Held::IfFound && (plan.rcode != ResponseCode::NoError || plan.answer.is_empty())
+        {
+            let mut forward = Plan::new(ResponseCode::NoError, opt, limit);
+            forward.forward = true;
+            return forward;
         }
         plan
     }

@@ -290,7 +290,8 @@ impl Model {
             | Update::NodeRanges(_)
             | Update::ServiceRanges(_)
             | Update::Unscope(_)
-            | Update::Relisting { .. } => {}
+            | Update::Relisting { .. }
+            | Update::Partial { .. } => {}
         }
     }
 

@@ -674,6 +674,8 @@ pub struct Table {
     /// namespace, when the relay does not serve EndpointSlices (one from
     /// before it did): their names are forwarded even in scope.
     unheld: DashMap<Box<str>, Vec<Box<str>>>,
+    /// Namespaces a node instance holds only in part (some gangs' pods).
+    partial: dashmap::DashSet<Box<str>>,
     /// A node instance whose relay serves EndpointSlices holds them too.
     slices_held: AtomicBool,
 }
@@ -725,6 +727,22 @@ impl Table {
         self.unheld
             .get(ns)
             .is_some_and(|names| names.iter().any(|n| &**n == svc))
+    }
+
+    /// Whether a node instance holds only some gangs' pods of `ns`: then
+    /// only a name found among them is answered here (a missing one may
+    /// be another gang's), with the names of Services held whole.
+    pub fn is_partial(&self, ns: &str) -> bool {
+        !self.partial.is_empty() && self.partial.contains(ns)
+    }
+
+    /// Mark or unmark `ns` as [`Self::is_partial`] (the writer).
+    pub(crate) fn set_partial(&self, ns: &str, on: bool) {
+        if on {
+            self.partial.insert(ns.into());
+        } else {
+            self.partial.remove(ns);
+        }
     }
 
     /// Mark or unmark a Service as [`Self::is_unheld`] (the writer).

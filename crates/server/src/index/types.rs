@@ -255,6 +255,46 @@ pub enum Update {
         resource: &'static str,
         namespace: String,
     },
+    /// A node instance holds `namespace` only in part (`Some`): the pods
+    /// of the gangs its own pods belong to, by their shared label
+    /// ([`GangSelector`]), and every Service and Job; or whole again
+    /// (`None`). Sent before the namespace's watches list anew.
+    Partial {
+        namespace: String,
+        gangs: Option<GangSelector>,
+    },
+}
+
+/// The gangs a node instance holds of a namespace: the pods whose label
+/// `key` has one of `values`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GangSelector {
+    pub key: String,
+    pub values: std::collections::BTreeSet<String>,
+}
+
+impl GangSelector {
+    /// As a set-based label selector: `key in (a,b)`.
+    pub fn to_label_selector(&self) -> String {
+        let values: Vec<&str> = self.values.iter().map(String::as_str).collect();
+        format!("{} in ({})", self.key, values.join(","))
+    }
+
+    /// Whether a Service selector keeps to these gangs: it requires `key`
+    /// (or a label the same controller always sets to the same value) to
+    /// be one of `values`, so every pod it selects is held.
+    pub fn pins(&self, selector: &[(String, String)]) -> bool {
+        selector
+            .iter()
+            .any(|(k, v)| same_gang_label(k, &self.key) && self.values.contains(v))
+    }
+}
+
+/// The Job controller sets both labels to the Job's name on every pod.
+const JOB_NAME_LABELS: [&str; 2] = ["batch.kubernetes.io/job-name", "job-name"];
+
+fn same_gang_label(a: &str, b: &str) -> bool {
+    a == b || (JOB_NAME_LABELS.contains(&a) && JOB_NAME_LABELS.contains(&b))
 }
 
 /// An update and the moment its watch event arrived, so the writer can

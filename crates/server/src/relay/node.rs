@@ -7,7 +7,11 @@
 //! same watches `podns serve` runs for `--namespace` (Pods, Services, Jobs,
 //! and EndpointSlices if the relay serves them),
 //! against the relay, so a rank resolves its whole gang and its Services
-//! from the node. A namespace whose last pod left the node stays for
+//! from the node. When every pod of a namespace on the node belongs to a
+//! gang by the same label ([`GANG_KEYS`]: a JobSet, a Job, a training
+//! operator's job), only those gangs' pods are watched (`labelSelector=key
+//! in (...)`); the namespace is then held in part (`Update::Partial`) and
+//! its names that other gangs' pods may own are forwarded unless found. A namespace whose last pod left the node stays for
 //! [`LINGER`] (a gang restart deletes and recreates its pods: no relist
 //! storm), then its watches stop and its objects leave the index. Names
 //! outside the scope (and reverse names, which any pod may be behind) are
@@ -30,7 +34,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::index::Table;
-use crate::index::types::{Arrival, Update};
+use crate::index::types::{Arrival, GangSelector, Update};
 use crate::k8s::watch::{self, WatchConfig};
 use crate::metrics::Metrics;
 
@@ -48,12 +52,39 @@ pub struct NodeConfig {
     pub linger: Duration,
 }
 
-/// One namespace in scope: its watches, and since when it has no pod here.
+/// The labels that name a pod's gang, most encompassing first: a JobSet's
+/// pods also carry their child Job's name, and the JobSet is the gang.
+pub const GANG_KEYS: &[&str] = &[
+    "jobset.sigs.k8s.io/jobset-name",
+    "leaderworkerset.sigs.k8s.io/name",
+    "training.kubeflow.org/job-name",
+    "volcano.sh/job-name",
+    "ray.io/cluster",
+    "batch.kubernetes.io/job-name",
+    "job-name",
+];
+
+/// A pod's gang: its first label of [`GANG_KEYS`], as (key, value).
+fn gang_of(p: &Pod) -> Option<(&'static str, String)> {
+    let labels = p.metadata.labels.as_ref()?;
+    GANG_KEYS
+        .iter()
+        .find_map(|k| Some((*k, labels.get(*k)?.clone())))
+}
+
+/// One namespace in scope: its watches, since when it has no pod here,
+/// the gangs held when it is held in part, and since when each held gang
+/// has no pod here.
 struct InScope {
     stop: CancellationToken,
     tasks: JoinSet<()>,
     empty_since: Option<Instant>,
+    gangs: Option<GangSelector>,
+    gang_gone: HashMap<String, Instant>,
 }
+
+/// A pod on this node: its gang, if it has one.
+type Here = HashMap<(String, String), Option<(&'static str, String)>>;
 
 /// Follow this node's pods and keep the scope's watches running.
 pub async fn run(
@@ -86,9 +117,9 @@ pub async fn run(
         .try_filter(|e| std::future::ready(!matches!(e, Event::Init)))
         .default_backoff()
         .boxed();
-    // Pods on this node: (namespace, name).
-    let mut here: HashSet<(String, String)> = HashSet::new();
-    let mut listing: Option<HashSet<(String, String)>> = None;
+    // Pods on this node.
+    let mut here: Here = HashMap::new();
+    let mut listing: Option<Here> = None;
     let mut scope: HashMap<String, InScope> = HashMap::new();
     // Failures of this watch in a row: the first is logged, the rest only
     // at debug level until it works again.
@@ -122,7 +153,7 @@ pub async fn run(
                         Event::Init => {}
                         Event::InitApply(p) => {
                             if let Some(k) = key(&p) {
-                                listing.get_or_insert_with(HashSet::new).insert(k);
+                                listing.get_or_insert_with(HashMap::new).insert(k, gang_of(&p));
                             }
                         }
                         Event::InitDone => {
@@ -132,7 +163,7 @@ pub async fn run(
                         }
                         Event::Apply(p) => {
                             if let Some(k) = key(&p) {
-                                here.insert(k);
+                                here.insert(k, gang_of(&p));
                             }
                         }
                         Event::Delete(p) => {
@@ -187,11 +218,58 @@ fn key(p: &Pod) -> Option<(String, String)> {
     Some((p.metadata.namespace.clone()?, p.metadata.name.clone()?))
 }
 
-/// Start the watches of namespaces new to the scope; stop those of
-/// namespaces empty for longer than the linger, and drop their objects.
+/// The gangs to hold of namespace `ns`: those of its pods here, and those
+/// held already whose last pod left less than the linger ago (a gang
+/// restart deletes and recreates its pods); `None` (the whole namespace)
+/// when a pod here has no gang or the pods name their gangs by different
+/// labels.
+fn gangs_wanted(
+    here: &Here,
+    ns: &str,
+    held: Option<&InScope>,
+    linger: Duration,
+    now: Instant,
+) -> Option<GangSelector> {
+    let mut key = None;
+    let mut values = std::collections::BTreeSet::new();
+    for ((n, _), gang) in here {
+        if n != ns {
+            continue;
+        }
+        let (k, v) = gang.as_ref()?;
+        if key.is_some_and(|key| key != *k) {
+            return None;
+        }
+        key = Some(*k);
+        values.insert(v.clone());
+    }
+    let key = key?;
+    if let Some(GangSelector {
+        key: k,
+        values: old,
+    }) = held.and_then(|s| s.gangs.as_ref())
+        && k == key
+    {
+        let s = held?;
+        for v in old {
+            let gone = s.gang_gone.get(v).copied().unwrap_or(now);
+            if !values.contains(v) && now.duration_since(gone) < linger {
+                values.insert(v.clone());
+            }
+        }
+    }
+    Some(GangSelector {
+        key: key.to_owned(),
+        values,
+    })
+}
+
+/// Start the watches of namespaces new to the scope, restart those whose
+/// held gangs changed; stop those of namespaces empty for longer than the
+/// linger, and drop their objects.
 #[allow(clippy::too_many_arguments)]
 async fn rescope(
-    here: &HashSet<(String, String)>,
+    here: &Here,
     scope: &mut HashMap<String, InScope>,
     cfg: &NodeConfig,
     client: &kube::Client,
@@ -200,17 +278,73 @@ async fn rescope(
     metrics: &Metrics,
     shutdown: &CancellationToken,
 ) {
-    let wanted: HashSet<&str> = here.iter().map(|(ns, _)| ns.as_str()).collect();
+    let wanted: HashSet<&str> = here.keys().map(|(ns, _)| ns.as_str()).collect();
     let now = Instant::now();
     for ns in &wanted {
+        // Gangs only without a selector of the operator's own.
+        let gangs = if wcfg.label_selector.is_none() {
+            gangs_wanted(here, ns, scope.get(*ns), cfg.linger, now)
+        } else {
+            None
+        };
         match scope.get_mut(*ns) {
-            Some(s) => s.empty_since = None,
-            None => {
-                tracing::info!(namespace = %ns, "namespace in scope");
+            Some(s) if s.gangs == gangs => {
+                s.empty_since = None;
+                if let Some(g) = &gangs {
+                    for v in &g.values {
+                        let present = here.iter().any(|((n, _), gang)| {
+                            n == ns && gang.as_ref().is_some_and(|(_, x)| x == v)
+                        });
+                        if present {
+                            s.gang_gone.remove(v);
+                        } else {
+                            s.gang_gone.entry(v.clone()).or_insert(now);
+                        }
+                    }
+                }
+            }
+            held => {
+                // A gang kept for the linger keeps the moment it left.
+                let mut gang_gone = HashMap::new();
+                if let Some(s) = held {
+                    gang_gone = std::mem::take(&mut s.gang_gone);
+                    s.stop.cancel();
+                    // Every event the old watches sent is in the channel
+                    // before what follows.
+                    s.tasks.shutdown().await;
+                    tracing::info!(namespace = %ns, gangs = ?gangs.as_ref().map(GangSelector::to_label_selector), "held gangs changed");
+                    // Forwarded until the pods are listed anew.
+                    let relisting = Arrival {
+                        update: Update::Relisting {
+                            resource: "pods",
+                            namespace: ns.to_string(),
+                        },
+                        at: std::time::Instant::now(),
+                    };
+                    if tx.send(relisting).await.is_err() {
+                        return;
+                    }
+                } else {
+                    tracing::info!(namespace = %ns, gangs = ?gangs.as_ref().map(GangSelector::to_label_selector), "namespace in scope");
+                }
+                let partial = Arrival {
+                    update: Update::Partial {
+                        namespace: ns.to_string(),
+                        gangs: gangs.clone(),
+                    },
+                    at: std::time::Instant::now(),
+                };
+                if tx.send(partial).await.is_err() {
+                    return;
+                }
                 let stop = shutdown.child_token();
                 let mut tasks = JoinSet::new();
                 let one = WatchConfig {
                     namespaces: vec![ns.to_string()],
+                    label_selector: gangs
+                        .as_ref()
+                        .map(GangSelector::to_label_selector)
+                        .or_else(|| wcfg.label_selector.clone()),
                     ..wcfg.clone()
                 };
                 watch::spawn_watchers(
@@ -227,6 +361,8 @@ async fn rescope(
                         stop,
                         tasks,
                         empty_since: None,
+                        gangs,
+                        gang_gone,
                     },
                 );
             }
@@ -257,5 +393,104 @@ async fn rescope(
         if tx.send(unscope).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pod here in a test: namespace, name, gang.
+    type TestPod<'a> = (&'a str, &'a str, Option<(&'static str, &'a str)>);
+
+    fn here(pods: &[TestPod<'_>]) -> Here {
+        pods.iter()
+            .map(|(ns, name, gang)| {
+                (
+                    (ns.to_string(), name.to_string()),
+                    gang.map(|(k, v)| (k, v.to_string())),
+                )
+            })
+            .collect()
+    }
+
+    fn values(g: &GangSelector) -> Vec<&str> {
+        g.values.iter().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn a_namespace_is_held_by_gang_only_when_every_pod_here_names_one_by_the_same_label() {
+        let js = "jobset.sigs.k8s.io/jobset-name";
+        let job = "batch.kubernetes.io/job-name";
+        let now = Instant::now();
+        let linger = Duration::from_secs(60);
+        let h = here(&[
+            ("ml", "a-0", Some((js, "a"))),
+            ("ml", "b-0", Some((js, "b"))),
+            ("ml", "b-1", Some((js, "b"))),
+            ("web", "x", None),
+            ("mix", "j-0", Some((job, "j"))),
+            ("mix", "s-0", Some((js, "s"))),
+        ]);
+        let g = gangs_wanted(&h, "ml", None, linger, now).unwrap();
+        assert_eq!(g.key, js);
+        assert_eq!(values(&g), ["a", "b"]);
+        assert_eq!(
+            g.to_label_selector(),
+            "jobset.sigs.k8s.io/jobset-name in (a,b)"
+        );
+        assert!(g.pins(&[(js.into(), "b".into()), ("x".into(), "y".into())]));
+        assert!(!g.pins(&[(js.into(), "c".into())]));
+        assert!(!g.pins(&[(job.into(), "a".into())]));
+        let jobs = GangSelector {
+            key: job.into(),
+            values: ["j".to_string()].into(),
+        };
+        assert!(
+            jobs.pins(&[("job-name".into(), "j".into())]),
+            "the same label"
+        );
+        assert_eq!(gangs_wanted(&h, "web", None, linger, now), None, "no gang");
+        assert_eq!(
+            gangs_wanted(&h, "mix", None, linger, now),
+            None,
+            "two labels"
+        );
+
+        // Gang `a` leaves the node: it stays held for the linger.
+        let h = here(&[("ml", "b-0", Some((js, "b")))]);
+        let mut held = InScope {
+            stop: CancellationToken::new(),
+            tasks: JoinSet::new(),
+            empty_since: None,
+            gangs: Some(g),
+            gang_gone: HashMap::new(),
+        };
+        let kept = gangs_wanted(&h, "ml", Some(&held), linger, now).unwrap();
+        assert_eq!(values(&kept), ["a", "b"]);
+        held.gang_gone.insert("a".into(), now);
+        let later = now + linger;
+        let left = gangs_wanted(&h, "ml", Some(&held), linger, later).unwrap();
+        assert_eq!(values(&left), ["b"]);
+    }
+
+    #[test]
+    fn a_pods_gang_is_its_most_encompassing_label() {
+        let mut p = Pod::default();
+        assert_eq!(gang_of(&p), None);
+        p.metadata.labels = Some(
+            [
+                ("batch.kubernetes.io/job-name", "js-workers-0"),
+                ("jobset.sigs.k8s.io/jobset-name", "js"),
+                ("app", "x"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        );
+        assert_eq!(
+            gang_of(&p),
+            Some(("jobset.sigs.k8s.io/jobset-name", "js".to_string()))
+        );
     }
 }

@@ -162,6 +162,8 @@ pub struct Writer {
     /// A node instance's watches relisting, by (resource, namespace): their
     /// namespaces are out of scope until the lists are in.
     relisting: HashSet<(&'static str, String)>,
+    /// A node instance's namespaces held in part, and the gangs held.
+    partial: HashMap<String, GangSelector>,
     /// `podns explain` requests, answered between batches (`--admin-debug`).
     explain_rx: Option<findings::ExplainReceiver>,
     /// A list was applied since [`RELEASE_MEMORY`] last ran.
@@ -214,6 +216,7 @@ impl Writer {
             job_resets: HashSet::default(),
             slice_resets: HashSet::default(),
             relisting: HashSet::default(),
+            partial: HashMap::default(),
             explain_rx: None,
             listed_since_release: false,
             ranges: ranges::Ranges::default(),
@@ -305,6 +308,8 @@ impl Writer {
                 self.job_resets.remove(&scope);
                 self.slice_resets.remove(&scope);
                 self.relisting.retain(|(_, n)| *n != ns);
+                self.partial.remove(&ns);
+                self.table.set_partial(&ns, false);
                 let held = self.table.set_in_scope(&ns, false);
                 self.metrics.node_scope_namespaces.set(held as i64);
                 self.flush();
@@ -317,6 +322,26 @@ impl Writer {
                     let held = self.table.set_in_scope(&namespace, false);
                     self.metrics.node_scope_namespaces.set(held as i64);
                     self.relisting.insert((resource, namespace));
+                }
+            }
+            Update::Partial { namespace, gangs } => {
+                if self.table.is_node_scoped() {
+                    self.table.set_partial(&namespace, gangs.is_some());
+                    match gangs {
+                        Some(g) => self.partial.insert(namespace.clone(), g),
+                        None => self.partial.remove(&namespace),
+                    };
+                    // Which of its Services are held whole changes with the gangs.
+                    let keys: Vec<ObjKey> = self
+                        .services
+                        .keys()
+                        .filter(|k| k.namespace == namespace)
+                        .cloned()
+                        .collect();
+                    for k in keys {
+                        let unheld = self.services.get(&k).is_some_and(|s| self.is_unheld(s));
+                        self.table.set_unheld(&k.namespace, &k.name, unheld);
+                    }
                 }
             }
             Update::NodeRanges(change) => {

@@ -74,12 +74,28 @@ impl Writer {
         }
     }
 
+    /// Whether a node instance forwards this Service's names although its
+    /// namespace is in scope: a headless Service without a selector when
+    /// the relay serves no EndpointSlices, or, in a namespace held in part,
+    /// a headless Service whose selector does not keep to the held gangs
+    /// (its other pods are not here).
+    pub(super) fn is_unheld(&self, svc: &ServiceInfo) -> bool {
+        if !matches!(svc.kind, ServiceKind::Headless) {
+            return false;
+        }
+        match &svc.selector {
+            None => !self.table.slices_held(),
+            Some(selector) => self
+                .partial
+                .get(&svc.key.namespace)
+                .is_some_and(|gangs| !gangs.pins(selector)),
+        }
+    }
+
     pub(super) fn link_service(&mut self, svc: ServiceInfo) {
         let key = svc.key.clone();
         if self.table.is_node_scoped() {
-            let unheld = matches!(svc.kind, ServiceKind::Headless)
-                && svc.selector.is_none()
-                && !self.table.slices_held();
+            let unheld = self.is_unheld(&svc);
             self.table.set_unheld(&key.namespace, &key.name, unheld);
         }
         self.stale_sets.insert(key.clone());
