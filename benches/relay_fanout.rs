@@ -22,8 +22,10 @@
 //! Run: `cargo bench --bench relay_fanout` (release build of `podns`).
 //! Knobs (env): JOBS (100), RANKS (1000), SUBS (2000), NODES (20),
 //! CHURN (250 replacements/s, each a delete, a create and the kubelet's
-//! status writes), DUR (20 s), PROBES (100). Loopback only; every loop is
-//! bounded in count and time.
+//! status writes), DUR (20 s), PROBES (100), NAMESPACES (JOBS: a namespace
+//! per job; 1 puts every job in one namespace, where node instances hold
+//! their gangs only), PODNS_BIN (another build of podns to run, for a
+//! before/after). Loopback only; every loop is bounded in count and time.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -37,7 +39,10 @@ use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RecordType};
 use http_body_util::BodyExt;
 
-const PODNS: &str = env!("CARGO_BIN_EXE_podns");
+/// The podns to run: this build, or `PODNS_BIN`.
+fn podns() -> String {
+    std::env::var("PODNS_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_podns").to_string())
+}
 
 fn knob(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -58,7 +63,7 @@ impl Drop for Proc {
 
 fn spawn(args: &[&str], log: &Path) -> Proc {
     let out = std::fs::File::create(log).unwrap();
-    let child = Command::new(PODNS)
+    let child = Command::new(podns())
         .args(args)
         .stdout(Stdio::null())
         .stderr(out)
@@ -237,7 +242,9 @@ async fn propagation(
         let host = format!("probe-{tag}-{i}");
         let body = serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": host, "namespace": ns},
+            // Of gang `svc` (the Job's labels): the node's gangs stay.
+            "metadata": {"name": host, "namespace": ns,
+                         "labels": {"batch.kubernetes.io/job-name": svc, "job-name": svc}},
             "spec": {"nodeName": node, "hostname": host, "subdomain": svc,
                      "containers": [{"name": "main", "image": "probe"}]},
         });
@@ -286,6 +293,7 @@ async fn main() {
 
     let sim_log = d("sim.log");
     let (jobs_s, ranks_s) = (jobs.to_string(), ranks.to_string());
+    let namespaces = knob("NAMESPACES", jobs).to_string();
     let _sim = spawn(
         &[
             "sim",
@@ -298,7 +306,7 @@ async fn main() {
             "--ranks",
             &ranks_s,
             "--namespaces",
-            &jobs_s,
+            &namespaces,
             "--history",
             "2000000",
             "--kubeconfig-out",
