@@ -1,7 +1,8 @@
 //! The relay with the real API server upstream: kubectl reads it with a
 //! token the real API server issued (checked by a real TokenReview), a
 //! garbage token gets 401, and a node instance on a real (kwok) node holds
-//! its pods' namespace and forwards the rest, byte for byte.
+//! its pods' namespace (or, of a namespace of Indexed Jobs, its gangs) and
+//! forwards the rest, byte for byte.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
@@ -170,4 +171,94 @@ fn the_relay_serves_kubectl_and_a_node_instance_from_the_real_api_server() {
     let before = forwarded();
     assert_eq!(raw(n.dns, &q), raw(relay.dns, &q));
     assert_eq!(forwarded(), before, "held, not forwarded");
+}
+
+#[test]
+fn a_node_instance_holds_its_gangs_of_a_namespace_and_forwards_the_other_gangs() {
+    let Some(c) = cluster() else { return };
+    let _g = shared();
+    let ns = c.namespace("gangs");
+    let ns = ns.name.as_str();
+    // Two Indexed Jobs of one namespace, each with its headless Service,
+    // on two nodes.
+    let gang = |name: &str, node: &str| {
+        format!(
+            r#"
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  clusterIP: None
+  publishNotReadyAddresses: true
+  selector: {{job-name: {name}}}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  completions: 2
+  parallelism: 2
+  completionMode: Indexed
+  backoffLimit: 0
+  template:
+    spec:
+      subdomain: {name}
+      restartPolicy: Never
+      nodeSelector: {{kubernetes.io/hostname: {node}}}
+      containers: [{{name: trainer, image: fake}}]
+"#
+        )
+    };
+    c.apply(&gang("near", "kwok-node-1"));
+    c.apply(&gang("far", "kwok-node-2"));
+    c.pod_ips(ns, "job-name=near", 2);
+    c.pod_ips(ns, "job-name=far", 2);
+    c.kubectl(&["create", "serviceaccount", "podns-node", "-n", ns]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let rk = dir.path().join("relay.yaml");
+    let relay = Podns::ready(
+        &c.kubeconfig,
+        &[
+            "--relay-listen=127.0.0.1:0",
+            &format!("--relay-kubeconfig-out={}", rk.display()),
+            &format!("--relay-kubeconfig-account={ns}/podns-node"),
+        ],
+    );
+    wait_for("the relay kubeconfig", secs(30), || {
+        rk.exists().then_some(())
+    });
+    let n = Podns::serve(&[
+        &format!("--relay-kubeconfig={}", rk.display()),
+        "--node=kwok-node-1",
+        &format!("--relay-dns={}", relay.dns),
+    ]);
+    n.wait_ready(secs(60));
+    let forwarded = || n.metric("podns_dns_forwarded_total{result=\"answered\"}");
+    // Gang `near` (this node's): answered by the node instance itself.
+    for (i, name) in ["near-0.near", "near-1.near", "near"].iter().enumerate() {
+        let q = query(&format!("{name}.{ns}.svc"), 0x1100 + i as u16);
+        wait_for(
+            "the node instance to answer gang near itself",
+            secs(60),
+            || {
+                let before = forwarded();
+                let answers = Message::from_vec(&raw(n.dns, &q)).unwrap().answers.len();
+                (answers > 0 && forwarded() == before).then_some(())
+            },
+        );
+        assert_eq!(raw(n.dns, &q), raw(relay.dns, &q), "{name}");
+    }
+    // Gang `far` (another node's, same namespace): the relay's answer.
+    for (i, name) in ["far-0.far", "far"].iter().enumerate() {
+        let q = query(&format!("{name}.{ns}.svc"), 0x2200 + i as u16);
+        let before = forwarded();
+        let here = raw(n.dns, &q);
+        assert_eq!(forwarded(), before + 1.0, "forwarded: {name}");
+        assert_eq!(here, raw(relay.dns, &q), "{name}");
+        assert!(
+            !Message::from_vec(&here).unwrap().answers.is_empty(),
+            "{name}"
+        );
+    }
 }
