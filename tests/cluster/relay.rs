@@ -40,6 +40,26 @@ fn query(name: &str, id: u16) -> Vec<u8> {
     m.to_vec().unwrap()
 }
 
+/// A relay over the real API server, and the kubeconfig it writes in `dir`
+/// for node instances: a token of ServiceAccount `podns-node` of `ns`
+/// (made here).
+fn relay(c: &Cluster, ns: &str, dir: &std::path::Path) -> (Podns, std::path::PathBuf) {
+    c.kubectl(&["create", "serviceaccount", "podns-node", "-n", ns]);
+    let rk = dir.join("relay.yaml");
+    let relay = Podns::ready(
+        &c.kubeconfig,
+        &[
+            "--relay-listen=127.0.0.1:0",
+            &format!("--relay-kubeconfig-out={}", rk.display()),
+            &format!("--relay-kubeconfig-account={ns}/podns-node"),
+        ],
+    );
+    wait_for("the relay kubeconfig", secs(30), || {
+        rk.exists().then_some(())
+    });
+    (relay, rk)
+}
+
 #[test]
 fn the_relay_serves_kubectl_and_a_node_instance_from_the_real_api_server() {
     let Some(c) = cluster() else { return };
@@ -54,21 +74,8 @@ fn the_relay_serves_kubectl_and_a_node_instance_from_the_real_api_server() {
         "apiVersion: v1\nkind: Service\nmetadata: {{name: api, namespace: {away}}}\nspec:\n  ports: [{{port: 80}}]\n"
     ));
     let train = c.pod_ips(held, "app=train", 2);
-    c.kubectl(&["create", "serviceaccount", "podns-node", "-n", held]);
-
     let dir = tempfile::tempdir().unwrap();
-    let rk = dir.path().join("relay.yaml");
-    let relay = Podns::ready(
-        &c.kubeconfig,
-        &[
-            "--relay-listen=127.0.0.1:0",
-            &format!("--relay-kubeconfig-out={}", rk.display()),
-            &format!("--relay-kubeconfig-account={held}/podns-node"),
-        ],
-    );
-    wait_for("the relay kubeconfig", secs(30), || {
-        rk.exists().then_some(())
-    });
+    let (relay, rk) = relay(&c, held, dir.path());
 
     // kubectl, with the token the real API server issued (TokenRequest),
     // which the relay checked with a real TokenReview.
@@ -213,21 +220,8 @@ spec:
     c.apply(&gang("far", "kwok-node-2"));
     c.pod_ips(ns, "job-name=near", 2);
     c.pod_ips(ns, "job-name=far", 2);
-    c.kubectl(&["create", "serviceaccount", "podns-node", "-n", ns]);
-
     let dir = tempfile::tempdir().unwrap();
-    let rk = dir.path().join("relay.yaml");
-    let relay = Podns::ready(
-        &c.kubeconfig,
-        &[
-            "--relay-listen=127.0.0.1:0",
-            &format!("--relay-kubeconfig-out={}", rk.display()),
-            &format!("--relay-kubeconfig-account={ns}/podns-node"),
-        ],
-    );
-    wait_for("the relay kubeconfig", secs(30), || {
-        rk.exists().then_some(())
-    });
+    let (relay, rk) = relay(&c, ns, dir.path());
     let n = Podns::serve(&[
         &format!("--relay-kubeconfig={}", rk.display()),
         "--node=kwok-node-1",

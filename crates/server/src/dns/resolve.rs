@@ -261,12 +261,11 @@ fn held(table: &Table, place: &Place<'_>) -> Held {
                         QName::Host { sub, .. } => Some(sub),
                         _ => None,
                     };
-                    let partial = table.is_partial(ns);
                     match q {
                         _ if svc.is_some_and(|svc| table.is_unheld(ns, svc)) => Held::No,
                         // Every Service and Job of the namespace is here.
                         QName::Service { .. } | QName::Port { .. } => Held::Yes,
-                        _ if !partial => Held::Yes,
+                        _ if !table.is_partial(ns) => Held::Yes,
                         QName::Host { .. }
                         | QName::Pod { .. }
                         | QName::Gang { .. }

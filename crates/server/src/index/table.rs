@@ -733,7 +733,7 @@ impl Table {
     /// only a name found among them is answered here (a missing one may
     /// be another gang's), with the names of Services held whole.
     pub fn is_partial(&self, ns: &str) -> bool {
-        !self.partial.is_empty() && self.partial.contains(ns)
+        self.partial.contains(ns)
     }
 
     /// Mark or unmark `ns` as [`Self::is_partial`] (the writer).

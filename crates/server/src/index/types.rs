@@ -279,22 +279,6 @@ impl GangSelector {
         let values: Vec<&str> = self.values.iter().map(String::as_str).collect();
         format!("{} in ({})", self.key, values.join(","))
     }
-
-    /// Whether a Service selector keeps to these gangs: it requires `key`
-    /// (or a label the same controller always sets to the same value) to
-    /// be one of `values`, so every pod it selects is held.
-    pub fn pins(&self, selector: &[(String, String)]) -> bool {
-        selector
-            .iter()
-            .any(|(k, v)| same_gang_label(k, &self.key) && self.values.contains(v))
-    }
-}
-
-/// The Job controller sets both labels to the Job's name on every pod.
-const JOB_NAME_LABELS: [&str; 2] = ["batch.kubernetes.io/job-name", "job-name"];
-
-fn same_gang_label(a: &str, b: &str) -> bool {
-    a == b || (JOB_NAME_LABELS.contains(&a) && JOB_NAME_LABELS.contains(&b))
 }
 
 /// An update and the moment its watch event arrived, so the writer can

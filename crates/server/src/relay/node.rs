@@ -11,7 +11,8 @@
 //! gang by the same label ([`GANG_KEYS`]: a JobSet, a Job, a training
 //! operator's job), only those gangs' pods are watched (`labelSelector=key
 //! in (...)`); the namespace is then held in part (`Update::Partial`) and
-//! its names that other gangs' pods may own are forwarded unless found. A namespace whose last pod left the node stays for
+//! its names that other gangs' pods may own are forwarded unless found.
+//! A namespace whose last pod left the node stays for
 //! [`LINGER`] (a gang restart deletes and recreates its pods: no relist
 //! storm), then its watches stop and its objects leave the index. Names
 //! outside the scope (and reverse names, which any pod may be behind) are
@@ -35,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::index::Table;
 use crate::index::types::{Arrival, GangSelector, Update};
+use crate::index::writer::{JOB_NAME, JOBSET_NAME, LEGACY_JOB_NAME};
 use crate::k8s::watch::{self, WatchConfig};
 use crate::metrics::Metrics;
 
@@ -55,13 +57,13 @@ pub struct NodeConfig {
 /// The labels that name a pod's gang, most encompassing first: a JobSet's
 /// pods also carry their child Job's name, and the JobSet is the gang.
 pub const GANG_KEYS: &[&str] = &[
-    "jobset.sigs.k8s.io/jobset-name",
+    JOBSET_NAME,
     "leaderworkerset.sigs.k8s.io/name",
     "training.kubeflow.org/job-name",
     "volcano.sh/job-name",
     "ray.io/cluster",
-    "batch.kubernetes.io/job-name",
-    "job-name",
+    JOB_NAME,
+    LEGACY_JOB_NAME,
 ];
 
 /// A pod's gang: its first label of [`GANG_KEYS`], as (key, value).
@@ -218,18 +220,10 @@ fn key(p: &Pod) -> Option<(String, String)> {
     Some((p.metadata.namespace.clone()?, p.metadata.name.clone()?))
 }
 
-/// The gangs to hold of namespace `ns`: those of its pods here, and those
-/// held already whose last pod left less than the linger ago (a gang
-/// restart deletes and recreates its pods); `None` (the whole namespace)
-/// when a pod here has no gang or the pods name their gangs by different
-/// labels.
-fn gangs_wanted(
-    here: &Here,
-    ns: &str,
-    held: Option<&InScope>,
-    linger: Duration,
-    now: Instant,
-) -> Option<GangSelector> {
+/// The gangs of namespace `ns`'s pods here, by their one gang label;
+/// `None` (the whole namespace) when a pod here has no gang or the pods
+/// name their gangs by different labels.
+fn gangs_here(here: &Here, ns: &str) -> Option<GangSelector> {
     let mut key = None;
     let mut values = std::collections::BTreeSet::new();
     for ((n, _), gang) in here {
@@ -243,25 +237,43 @@ fn gangs_wanted(
         key = Some(*k);
         values.insert(v.clone());
     }
-    let key = key?;
-    if let Some(GangSelector {
-        key: k,
-        values: old,
-    }) = held.and_then(|s| s.gangs.as_ref())
-        && k == key
-    {
-        let s = held?;
-        for v in old {
-            let gone = s.gang_gone.get(v).copied().unwrap_or(now);
-            if !values.contains(v) && now.duration_since(gone) < linger {
-                values.insert(v.clone());
-            }
-        }
-    }
     Some(GangSelector {
-        key: key.to_owned(),
+        key: key?.to_owned(),
         values,
     })
+}
+
+impl InScope {
+    /// The gangs to hold now: those `here` (of [`gangs_here`]) and those
+    /// held already whose last pod left less than `linger` ago (a gang
+    /// restart deletes and recreates its pods). Notes when a held gang
+    /// left.
+    fn gangs_to_hold(
+        &mut self,
+        here: Option<GangSelector>,
+        linger: Duration,
+        now: Instant,
+    ) -> Option<GangSelector> {
+        let mut want = here?;
+        let present = want.values.clone();
+        if let Some(held) = &self.gangs
+            && held.key == want.key
+        {
+            for v in &held.values {
+                if want.values.contains(v) {
+                    continue;
+                }
+                let gone = *self.gang_gone.entry(v.clone()).or_insert(now);
+                if now.duration_since(gone) < linger {
+                    want.values.insert(v.clone());
+                }
+            }
+        }
+        // Only the gangs kept without a pod here have a moment they left.
+        self.gang_gone
+            .retain(|v, _| want.values.contains(v) && !present.contains(v));
+        Some(want)
+    }
 }
 
 /// Start the watches of namespaces new to the scope, restart those whose
@@ -282,27 +294,13 @@ async fn rescope(
     let now = Instant::now();
     for ns in &wanted {
         // Gangs only without a selector of the operator's own.
-        let gangs = if wcfg.label_selector.is_none() {
-            gangs_wanted(here, ns, scope.get(*ns), cfg.linger, now)
-        } else {
-            None
+        let gangs = match scope.get_mut(*ns) {
+            _ if wcfg.label_selector.is_some() => None,
+            Some(s) => s.gangs_to_hold(gangs_here(here, ns), cfg.linger, now),
+            None => gangs_here(here, ns),
         };
         match scope.get_mut(*ns) {
-            Some(s) if s.gangs == gangs => {
-                s.empty_since = None;
-                if let Some(g) = &gangs {
-                    for v in &g.values {
-                        let present = here.iter().any(|((n, _), gang)| {
-                            n == ns && gang.as_ref().is_some_and(|(_, x)| x == v)
-                        });
-                        if present {
-                            s.gang_gone.remove(v);
-                        } else {
-                            s.gang_gone.entry(v.clone()).or_insert(now);
-                        }
-                    }
-                }
-            }
+            Some(s) if s.gangs == gangs => s.empty_since = None,
             held => {
                 // A gang kept for the linger keeps the moment it left.
                 let mut gang_gone = HashMap::new();
@@ -399,6 +397,7 @@ async fn rescope(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::writer::pins;
 
     /// A pod here in a test: namespace, name, gang.
     type TestPod<'a> = (&'a str, &'a str, Option<(&'static str, &'a str)>);
@@ -412,6 +411,13 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    fn kept_both(key: &str) -> GangSelector {
+        GangSelector {
+            key: key.into(),
+            values: ["a".to_string(), "b".to_string()].into(),
+        }
     }
 
     fn values(g: &GangSelector) -> Vec<&str> {
@@ -432,30 +438,29 @@ mod tests {
             ("mix", "j-0", Some((job, "j"))),
             ("mix", "s-0", Some((js, "s"))),
         ]);
-        let g = gangs_wanted(&h, "ml", None, linger, now).unwrap();
+        let g = gangs_here(&h, "ml").unwrap();
         assert_eq!(g.key, js);
         assert_eq!(values(&g), ["a", "b"]);
         assert_eq!(
             g.to_label_selector(),
             "jobset.sigs.k8s.io/jobset-name in (a,b)"
         );
-        assert!(g.pins(&[(js.into(), "b".into()), ("x".into(), "y".into())]));
-        assert!(!g.pins(&[(js.into(), "c".into())]));
-        assert!(!g.pins(&[(job.into(), "a".into())]));
+        assert!(pins(
+            &g,
+            &[(js.into(), "b".into()), ("x".into(), "y".into())]
+        ));
+        assert!(!pins(&g, &[(js.into(), "c".into())]));
+        assert!(!pins(&g, &[(job.into(), "a".into())]));
         let jobs = GangSelector {
             key: job.into(),
             values: ["j".to_string()].into(),
         };
         assert!(
-            jobs.pins(&[("job-name".into(), "j".into())]),
+            pins(&jobs, &[("job-name".into(), "j".into())]),
             "the same label"
         );
-        assert_eq!(gangs_wanted(&h, "web", None, linger, now), None, "no gang");
-        assert_eq!(
-            gangs_wanted(&h, "mix", None, linger, now),
-            None,
-            "two labels"
-        );
+        assert_eq!(gangs_here(&h, "web"), None, "no gang");
+        assert_eq!(gangs_here(&h, "mix"), None, "two labels");
 
         // Gang `a` leaves the node: it stays held for the linger.
         let h = here(&[("ml", "b-0", Some((js, "b")))]);
@@ -466,12 +471,30 @@ mod tests {
             gangs: Some(g),
             gang_gone: HashMap::new(),
         };
-        let kept = gangs_wanted(&h, "ml", Some(&held), linger, now).unwrap();
+        let kept = held
+            .gangs_to_hold(gangs_here(&h, "ml"), linger, now)
+            .unwrap();
         assert_eq!(values(&kept), ["a", "b"]);
-        held.gang_gone.insert("a".into(), now);
-        let later = now + linger;
-        let left = gangs_wanted(&h, "ml", Some(&held), linger, later).unwrap();
+        held.gangs = Some(kept);
+        let later = now + linger / 2;
+        let kept = held
+            .gangs_to_hold(gangs_here(&h, "ml"), linger, later)
+            .unwrap();
+        assert_eq!(values(&kept), ["a", "b"], "left less than the linger ago");
+        let left = held
+            .gangs_to_hold(gangs_here(&h, "ml"), linger, now + linger)
+            .unwrap();
         assert_eq!(values(&left), ["b"]);
+        assert!(held.gang_gone.is_empty(), "nothing kept without a pod");
+        // A gang back before the linger ends starts a fresh one if it leaves again.
+        held.gangs = Some(kept_both(js));
+        held.gang_gone.insert("a".into(), now);
+        let h = here(&[
+            ("ml", "a-0", Some((js, "a"))),
+            ("ml", "b-0", Some((js, "b"))),
+        ]);
+        held.gangs_to_hold(gangs_here(&h, "ml"), linger, later);
+        assert!(held.gang_gone.is_empty(), "a is here again");
     }
 
     #[test]

@@ -34,8 +34,10 @@ mod ranks;
 mod services;
 mod slices;
 
-pub use rank_view::RANK_LABELS;
 use rank_view::{Group, Ranks, group};
+pub use rank_view::{JOB_NAME, JOBSET_NAME, LEGACY_JOB_NAME, RANK_LABELS};
+#[cfg(test)]
+pub(crate) use services::pins;
 
 use by_name::{ByIp, ByName};
 use headless::{HeadlessSet, PodId, SrvAdded};

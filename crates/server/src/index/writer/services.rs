@@ -88,7 +88,7 @@ impl Writer {
             Some(selector) => self
                 .partial
                 .get(&svc.key.namespace)
-                .is_some_and(|gangs| !gangs.pins(selector)),
+                .is_some_and(|gangs| !pins(gangs, selector)),
         }
     }
 
@@ -185,4 +185,16 @@ pub(super) fn selects(svc: &ServiceInfo, pod: &Pod) -> bool {
         Some(sel) if !sel.is_empty() => sel.iter().all(|(k, v)| pod.has_label(k, v)),
         _ => false,
     }
+}
+
+/// Whether a Service selector keeps to `gangs`: it requires their label
+/// (or one the same controller always sets to the same value: the Job
+/// controller sets both job-name labels) to be one of theirs, so every
+/// pod it selects is held.
+pub(crate) fn pins(gangs: &GangSelector, selector: &[(String, String)]) -> bool {
+    let job_name = |k: &str| k == JOB_NAME || k == LEGACY_JOB_NAME;
+    let same = |k: &str| k == gangs.key || (job_name(k) && job_name(&gangs.key));
+    selector
+        .iter()
+        .any(|(k, v)| same(k) && gangs.values.contains(v))
 }
