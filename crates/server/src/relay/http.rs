@@ -13,30 +13,30 @@
 //!   `/apis/discovery.k8s.io/v1`, `/version`)
 //!   enough for kubectl.
 //! - Any other verb: 405. No valid ServiceAccount token: 401.
+//!
+//! A connection is one task ([`super::conn`]); a watch runs in it and
+//! writes each batch of changes to it as one chunk.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
-use axum::response::Response;
 use bytes::Bytes;
+use http::{Method, StatusCode};
 use podns_kapi::Kind;
 use podns_kapi::pbenc::{self, Media};
 use podns_kapi::selector::{Field, FieldSelector, LabelSelector};
 use podns_kapi::status::ApiError;
 use podns_kapi::watch::{EvType, ParamError, WatchParams, bookmark_line, event_line};
 use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{Auth, Denied};
 use super::cache::{self, After, Cache, Item, Wire};
+use super::conn::{Conn, Head, Next, Stream};
 use super::tls::Tls;
 use super::{Relay, RelayConfig};
 use crate::metrics::Metrics;
@@ -46,6 +46,9 @@ const FUTURE_WAIT: Duration = Duration::from_secs(3);
 
 /// Changes read from the history at once per subscriber.
 const BATCH: usize = 1024;
+
+/// Initial events sent as one chunk, at most.
+const INITIAL_CHUNK: usize = 64 * 1024;
 
 struct Server {
     relay: Arc<Relay>,
@@ -72,7 +75,6 @@ pub async fn run(
         bookmark_every: cfg.bookmark_every,
         shutdown: shutdown.clone(),
     });
-    let app = axum::Router::new().fallback(handle).with_state(server);
     loop {
         let (stream, _) = tokio::select! {
             () = shutdown.cancelled() => return,
@@ -86,49 +88,75 @@ pub async fn run(
                 }
             },
         };
-        let (acceptor, app) = (tls.acceptor.clone(), app.clone());
-        let stop = shutdown.clone();
+        let (acceptor, server) = (tls.acceptor.clone(), server.clone());
         tokio::spawn(async move {
             let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await
             else {
                 return;
             };
-            let service = hyper_util::service::TowerToHyperService::new(app);
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            tokio::select! {
-                _ = conn => {}
-                () = stop.cancelled() => {}
-            }
+            connection(&server, stream).await;
         });
+    }
+}
+
+/// One client's requests, answered in turn until it or the relay closes.
+async fn connection<S: AsyncRead + AsyncWrite + Unpin>(s: &Arc<Server>, io: S) {
+    let mut conn = Conn::new(io, s.shutdown.clone());
+    loop {
+        let head = match conn.next().await {
+            Next::Head(head) => head,
+            Next::Closed => return,
+            Next::Refuse(code, why) => {
+                let e = ApiError::new(code.as_u16(), "BadRequest", why);
+                conn.refuse(code, &error_body(&e)).await;
+                return;
+            }
+        };
+        let keep = match serve(s, &head).await {
+            Ok(Reply::Body { content_type, body }) => {
+                conn.reply(&head, StatusCode::OK, content_type, &body).await
+            }
+            Ok(Reply::Watch(sub)) => match conn.stream(&head, sub.content_type()).await {
+                Some(mut out) => {
+                    sub.run(&mut out).await;
+                    out.finish().await
+                }
+                None => head.method == Method::HEAD,
+            },
+            Err(e) => {
+                let code =
+                    StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                let body = [Bytes::from(error_body(&e))];
+                conn.reply(&head, code, "application/json", &body).await
+            }
+        };
+        if !keep {
+            conn.close().await;
+            return;
+        }
     }
 }
 
 /// How long a client gets to finish its TLS handshake.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 
-fn error_response(e: &ApiError) -> Response {
-    json_response(e.code, serde_json::to_vec(&e.status()).unwrap_or_default())
+fn error_body(e: &ApiError) -> Vec<u8> {
+    serde_json::to_vec(&e.status()).unwrap_or_default()
 }
 
-fn json_response(code: u16, body: impl Into<Bytes>) -> Response {
-    let mut r = Response::new(Body::from(body.into()));
-    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
+/// A 200 answer: a body, or a watch to stream.
+enum Reply {
+    Body {
+        content_type: &'static str,
+        body: Vec<Bytes>,
+    },
+    Watch(Box<Subscriber>),
 }
 
-fn value_response(v: &Value) -> Response {
-    json_response(200, serde_json::to_vec(v).unwrap_or_default())
-}
-
-async fn handle(State(s): State<Arc<Server>>, req: Request) -> Response {
-    match serve(&s, req).await {
-        Ok(r) => r,
-        Err(e) => error_response(&e),
+fn value_response(v: &Value) -> Reply {
+    Reply::Body {
+        content_type: "application/json",
+        body: vec![Bytes::from(serde_json::to_vec(v).unwrap_or_default())],
     }
 }
 
@@ -161,23 +189,19 @@ fn parse_target(path: &str) -> Option<Target> {
     (kind.group() == group).then_some(Target { kind, ns, name })
 }
 
-async fn serve(s: &Arc<Server>, req: Request) -> Result<Response, ApiError> {
-    let path = req.uri().path().to_owned();
-    if req.method() != Method::GET && req.method() != Method::HEAD {
+async fn serve(s: &Arc<Server>, req: &Head) -> Result<Reply, ApiError> {
+    let path = req.uri.path();
+    if req.method != Method::GET && req.method != Method::HEAD {
         return Err(ApiError::new(
             405,
             "MethodNotAllowed",
             format!(
                 "the relay is read-only: {} is not allowed on {path}",
-                req.method()
+                req.method
             ),
         ));
     }
-    let authorization = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    if let Err(denied) = s.auth.check(authorization).await {
+    if let Err(denied) = s.auth.check(req.authorization.as_deref()).await {
         let (code, reason, message) = match denied {
             Denied::NoToken => (
                 401,
@@ -218,21 +242,16 @@ async fn serve(s: &Arc<Server>, req: Request) -> Result<Response, ApiError> {
         }
         _ => {}
     }
-    let target = parse_target(&path).ok_or_else(|| {
+    let target = parse_target(path).ok_or_else(|| {
         ApiError::new(
             404,
             "NotFound",
             format!("the server could not find the requested resource ({path})"),
         )
     })?;
-    let query: HashMap<String, String> =
-        serde_urlencoded::from_str(req.uri().query().unwrap_or(""))
-            .map_err(|e| ApiError::new(400, "BadRequest", format!("bad query: {e}")))?;
-    let accept = req
-        .headers()
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok());
-    let media = pbenc::negotiate(accept, true).ok_or_else(|| {
+    let query: HashMap<String, String> = serde_urlencoded::from_str(req.uri.query().unwrap_or(""))
+        .map_err(|e| ApiError::new(400, "BadRequest", format!("bad query: {e}")))?;
+    let media = pbenc::negotiate(req.accept.as_deref(), true).ok_or_else(|| {
         ApiError::new(
             406,
             "NotAcceptable",
@@ -331,21 +350,21 @@ impl Filter {
     }
 }
 
-fn object_response(kind: Kind, item: &Item, wire: Wire) -> Response {
-    let (body, ct) = match wire {
+fn object_response(kind: Kind, item: &Item, wire: Wire) -> Reply {
+    let (body, content_type) = match wire {
         Wire::Json => (item.json.clone(), "application/json"),
         Wire::Protobuf => (item.pb_object(kind), pbenc::PROTOBUF),
     };
-    let mut r = Response::new(Body::from(body));
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
-    r
+    Reply::Body {
+        content_type,
+        body: vec![body],
+    }
 }
 
-fn list(cache: &Cache, filter: &Filter, wire: Wire) -> Response {
+fn list(cache: &Cache, filter: &Filter, wire: Wire) -> Reply {
     let cache::Snapshot { rv, items, .. } = cache.snapshot(|o| filter.matches(o));
     let kind = cache.kind;
-    let (chunks, ct): (Vec<Bytes>, &str) = match wire {
+    let (body, content_type): (Vec<Bytes>, &str) = match wire {
         Wire::Json => {
             let mut head = format!(
                 "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{rv}\"}},\"items\":[",
@@ -374,11 +393,7 @@ fn list(cache: &Cache, filter: &Filter, wire: Wire) -> Response {
             (out, pbenc::PROTOBUF)
         }
     };
-    let stream = futures::stream::iter(chunks.into_iter().map(Ok::<_, Infallible>));
-    let mut r = Response::new(Body::from_stream(stream));
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
-    r
+    Reply::Body { content_type, body }
 }
 
 async fn watch(
@@ -387,7 +402,7 @@ async fn watch(
     filter: Filter,
     q: &HashMap<String, String>,
     wire: Wire,
-) -> Result<Response, ApiError> {
+) -> Result<Reply, ApiError> {
     let params = WatchParams::parse(|k| q.get(k).map(String::as_str)).map_err(|e| match e {
         ParamError::Invalid(m) => ApiError::new(422, "Invalid", m),
         ParamError::BadRequest(m) => ApiError::new(400, "BadRequest", m),
@@ -415,8 +430,7 @@ async fn watch(
         }
     }
 
-    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(16);
-    let sub = Subscriber {
+    Ok(Reply::Watch(Box::new(Subscriber {
         cache,
         filter,
         wire,
@@ -428,20 +442,7 @@ async fn watch(
         every: s.bookmark_every,
         shutdown: s.shutdown.clone(),
         metrics: s.metrics.clone(),
-        tx,
-    };
-    tokio::spawn(sub.run());
-    let mut r = Response::new(Body::from_stream(
-        tokio_stream::wrappers::ReceiverStream::new(rx),
-    ));
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(match wire {
-            Wire::Json => "application/json",
-            Wire::Protobuf => pbenc::PROTOBUF_WATCH,
-        }),
-    );
-    Ok(r)
+    })))
 }
 
 /// One watch: initial events if asked, then the history from its position.
@@ -457,15 +458,29 @@ struct Subscriber {
     every: Duration,
     shutdown: CancellationToken,
     metrics: Metrics,
-    tx: mpsc::Sender<Result<Bytes, Infallible>>,
 }
 
+/// Where a watch writes.
+type Out<'a, S> = Stream<'a, S>;
+
 impl Subscriber {
-    async fn send(&self, b: Bytes) -> bool {
-        let n = b.len() as u64;
-        let sent = self.tx.send(Ok(b)).await.is_ok();
+    fn content_type(&self) -> &'static str {
+        match self.wire {
+            Wire::Json => "application/json",
+            Wire::Protobuf => pbenc::PROTOBUF_WATCH,
+        }
+    }
+
+    /// Send `frames` as one chunk: false if the client is gone.
+    async fn send<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        out: &mut Out<'_, S>,
+        frames: &[Bytes],
+    ) -> bool {
+        let n: usize = frames.iter().map(Bytes::len).sum();
+        let sent = out.send(frames).await;
         if sent {
-            self.metrics.relay_sent_bytes.inc_by(n);
+            self.metrics.relay_sent_bytes.inc_by(n as u64);
         }
         sent
     }
@@ -494,13 +509,13 @@ impl Subscriber {
         }
     }
 
-    async fn run(self) {
+    async fn run<S: AsyncRead + AsyncWrite + Unpin>(self, out: &mut Out<'_, S>) {
         self.metrics.relay_watches.inc();
-        self.stream().await;
+        self.stream(out).await;
         self.metrics.relay_watches.dec();
     }
 
-    async fn stream(&self) {
+    async fn stream<S: AsyncRead + AsyncWrite + Unpin>(&self, out: &mut Out<'_, S>) {
         let kind = self.cache.kind;
         // Woken only by changes that may concern this watch.
         let node = self.filter.fields.pinned(Field::NodeName);
@@ -515,15 +530,22 @@ impl Subscriber {
                 let snap = self.cache.snapshot(|o| self.filter.matches(o));
                 epoch = snap.epoch;
                 let (rv, items) = (snap.rv, snap.items);
+                let (mut frames, mut size) = (Vec::new(), 0);
                 for o in items {
-                    if !self
-                        .send(cache::frame(kind, self.wire, EvType::Added, &o))
-                        .await
-                    {
-                        return;
+                    let frame = cache::frame(kind, self.wire, EvType::Added, &o);
+                    size += frame.len();
+                    frames.push(frame);
+                    if size >= INITIAL_CHUNK {
+                        if !self.send(out, &frames).await {
+                            return;
+                        }
+                        (frames, size) = (Vec::new(), 0);
                     }
                 }
-                if self.initial_end && !self.send(self.bookmark(rv, true)).await {
+                if self.initial_end {
+                    frames.push(self.bookmark(rv, true));
+                }
+                if !self.send(out, &frames).await {
                     return;
                 }
                 rv
@@ -536,27 +558,29 @@ impl Subscriber {
                 .stale(&mut epoch, |ns, nodes| self.filter.holds(ns, nodes))
             {
                 // Served anew with more labels (`labels`): relist.
-                self.send(self.gone(cursor, cursor)).await;
+                self.send(out, &[self.gone(cursor, cursor)]).await;
                 return;
             }
             match self.cache.after(cursor, BATCH) {
                 After::Expired { oldest } => {
-                    self.send(self.gone(cursor, oldest)).await;
+                    self.send(out, &[self.gone(cursor, oldest)]).await;
                     return;
                 }
                 After::Changes(batch, upto) => {
                     let full = batch.len() == BATCH;
-                    for c in batch {
-                        let before = c.prev.as_ref().is_some_and(|p| self.filter.matches(p));
-                        let now = self.filter.matches(&c.obj);
-                        if let Some(ty) = c.ty.seen(before, now) {
-                            let frame = c.frame(kind, self.wire, ty, &self.metrics.relay_encoded);
-                            if !self.send(frame).await {
-                                return;
-                            }
-                            self.metrics.relay_sent.inc();
-                        }
+                    let frames: Vec<Bytes> = batch
+                        .iter()
+                        .filter_map(|c| {
+                            let before = c.prev.as_ref().is_some_and(|p| self.filter.matches(p));
+                            let now = self.filter.matches(&c.obj);
+                            let ty = c.ty.seen(before, now)?;
+                            Some(c.frame(kind, self.wire, ty, &self.metrics.relay_encoded))
+                        })
+                        .collect();
+                    if !self.send(out, &frames).await {
+                        return;
                     }
+                    self.metrics.relay_sent.inc_by(frames.len() as u64);
                     cursor = upto;
                     if full {
                         continue;
@@ -567,14 +591,14 @@ impl Subscriber {
             tokio::select! {
                 () = changes.notified() => {}
                 () = tokio::time::sleep_until(next_bookmark), if self.bookmarks => {
-                    if !self.send(self.bookmark(cursor, false)).await {
+                    if !self.send(out, &[self.bookmark(cursor, false)]).await {
                         return;
                     }
                     next_bookmark = Instant::now() + self.every;
                 }
                 () = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => return,
                 () = self.shutdown.cancelled() => return,
-                () = self.tx.closed() => return,
+                () = out.closed() => return,
             }
         }
     }

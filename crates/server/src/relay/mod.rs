@@ -19,6 +19,7 @@
 
 pub mod auth;
 pub mod cache;
+pub mod conn;
 pub mod http;
 pub mod labels;
 pub mod node;
