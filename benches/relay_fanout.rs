@@ -10,8 +10,10 @@
 //!   many node instances and subscribers;
 //! - relay CPU (its process, utime + stime) per second of churn, and per
 //!   1,000 pod mutations;
-//! - relay memory per subscriber (RSS with the subscribers open, less RSS
-//!   before, over SUBS);
+//! - relay memory per subscriber: RSS with the subscribers open, less RSS
+//!   before, over SUBS; and what the second half of them added, over
+//!   SUBS/2 (the cost of one more on a relay already serving, apart from
+//!   what the allocator kept of the node instances' lists);
 //! - bytes per in-scope pod event per subscriber (bytes received / events
 //!   received, bookmarks apart) and events encoded by the relay against
 //!   events delivered (each change encoded once);
@@ -413,21 +415,32 @@ async fn main() {
     let per_node = 8;
     let node_count = (jobs * ranks).div_ceil(per_node).max(1);
     let mut tasks = Vec::new();
-    for i in 0..subs {
-        let node = format!("gpu-node-{:05}", (nodes + i) % node_count);
-        tasks.push(tokio::spawn(subscribe(
-            relay_client.clone(),
-            node,
-            rv.clone(),
-            got.clone(),
-            until,
-        )));
+    // Opened in two halves: the RSS the second half adds is the cost of a
+    // subscriber on a relay already serving watches, apart from what the
+    // allocator kept of the node instances' lists.
+    let half = subs / 2;
+    let rss_nodes = rss_kib(relay_pid);
+    let mut rss_half = rss_nodes;
+    for (from, to) in [(0, half), (half, subs)] {
+        for i in from..to {
+            let node = format!("gpu-node-{:05}", (nodes + i) % node_count);
+            tasks.push(tokio::spawn(subscribe(
+                relay_client.clone(),
+                node,
+                rv.clone(),
+                got.clone(),
+                until,
+            )));
+        }
+        let t0 = Instant::now();
+        while got.open.load(Ordering::Relaxed) < to && t0.elapsed() < Duration::from_secs(60) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        if to == half {
+            rss_half = rss_kib(relay_pid);
+        }
     }
-    let t0 = Instant::now();
-    while got.open.load(Ordering::Relaxed) < subs && t0.elapsed() < Duration::from_secs(60) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_subs = rss_kib(relay_pid);
     let stats = sim_json(&sim, "GET", "/sim/stats", "").await;
     println!(
@@ -440,6 +453,13 @@ async fn main() {
         rss_before,
         rss_subs,
         (rss_subs.saturating_sub(rss_before)) as f64 / subs as f64
+    );
+    println!(
+        "relay RSS with the node instances {} KiB, with {half} subscribers {} KiB, with {subs} {} KiB: {:.1} KiB per subscriber of the second half",
+        rss_nodes,
+        rss_half,
+        rss_subs,
+        (rss_subs.saturating_sub(rss_half)) as f64 / (subs - half).max(1) as f64
     );
 
     // Propagation without churn.
