@@ -256,3 +256,108 @@ spec:
         );
     }
 }
+
+/// `kubectl get <what> -n ns --watch -o name` against `kubeconfig`, its
+/// lines (one per event, the list's objects first) written to `out`.
+fn watch_lines(
+    c: &Cluster,
+    kubeconfig: &std::path::Path,
+    what: &str,
+    ns: &str,
+    out: &std::path::Path,
+) -> std::process::Child {
+    std::process::Command::new(&c.kubectl)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["get", what, "-n", ns, "--watch", "-o", "name"])
+        .stdout(std::fs::File::create(out).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl runs")
+}
+
+fn lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_job_controllers_status_writes_are_not_sent_through_the_relay() {
+    let Some(c) = cluster() else { return };
+    let _g = shared();
+    let ns = c.namespace("jobstat");
+    let ns = ns.name.as_str();
+    let dir = tempfile::tempdir().unwrap();
+    let (relay, rk) = relay(&c, ns, dir.path());
+    // A Job's watchers, through the API server and through the relay,
+    // from before the Job exists.
+    let (upstream, relayed) = (dir.path().join("api.txt"), dir.path().join("relay.txt"));
+    let mut watches = [
+        watch_lines(&c, &c.kubeconfig, "jobs", ns, &upstream),
+        watch_lines(&c, &rk, "jobs", ns, &relayed),
+    ];
+    c.apply(&format!(
+        r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: late, namespace: {ns}}}
+spec:
+  completions: 2
+  parallelism: 2
+  completionMode: Indexed
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{{name: trainer, image: fake}}]
+"#
+    ));
+    c.pod_ips(ns, "job-name=late", 2);
+    // The Job controller writes the Job's status as its pods start (active,
+    // ready, start time): each a new version from the API server.
+    let version = |kc: &std::path::Path| {
+        c.kubectl_at(
+            kc,
+            &[
+                "get",
+                "job",
+                "late",
+                "-n",
+                ns,
+                "-o",
+                "jsonpath={.metadata.resourceVersion}",
+            ],
+            None,
+        )
+    };
+    wait_for(
+        "the Job's status written twice and the relay at its version",
+        secs(60),
+        || {
+            let n = lines(&upstream).len();
+            (n >= 3 && version(&rk) == version(&c.kubeconfig)).then_some(n)
+        },
+    );
+    let unseen = relay.metric("podns_relay_changes_unseen_total");
+    for w in &mut watches {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    let (upstream, relayed) = (lines(&upstream), lines(&relayed));
+    println!(
+        "Job events: {} from the API server, {} through the relay; the relay's unseen changes: {unseen}",
+        upstream.len(),
+        relayed.len()
+    );
+    assert!(upstream.len() >= 3, "the API server sent: {upstream:?}");
+    // Through the relay, the Job's one event: it was created. Its status
+    // (which the relay does not serve) changed nothing a client sees.
+    assert_eq!(
+        relayed,
+        vec!["job.batch/late".to_string()],
+        "upstream: {upstream:?}"
+    );
+    assert!(unseen >= (upstream.len() - 1) as f64, "unseen: {unseen}");
+}

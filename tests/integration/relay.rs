@@ -416,6 +416,70 @@ async fn a_watch_resumes_on_another_relay_without_a_relist() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_the_relay_does_not_serve_is_not_sent_but_its_version_is_listed() {
+    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
+    let relay = relay_client(&kubeconfig).await;
+    ensure_ns(&env.client, "ml").await;
+    create_pod(&env.client, pod_json("ml", "w", json!({}))).await;
+    set_status(&env.client, "ml", "w", &["10.9.0.1"], true).await;
+    let api: Api<Pod> = Api::namespaced(relay.clone(), "ml");
+    wait_for("the pod with its IP through the relay", T, || async {
+        pods_with_ip(&relay, "ml").await.len() == 1
+    })
+    .await;
+    let rv = list_rv(&relay, "ml").await;
+    let mut events = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+
+    // A kubelet writes a container's restart: the API server has a new
+    // version; the relay's pod (no container statuses) is the same.
+    let upstream: Api<Pod> = Api::namespaced(env.client.clone(), "ml");
+    let restart = json!({"status": {"containerStatuses": [{
+        "name": "main", "image": "trainer", "imageID": "", "ready": true,
+        "restartCount": 1, "started": true, "state": {"running": {}}}]}});
+    let hidden = upstream
+        .patch_status(
+            "w",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&restart),
+        )
+        .await
+        .unwrap()
+        .resource_version()
+        .unwrap();
+    wait_for("the relay at the unseen version", T, || async {
+        api.get("w").await.ok().and_then(|p| p.resource_version()) == Some(hidden.clone())
+    })
+    .await;
+    let (_, text) = admin_get(env.admin, "/metrics").await;
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("podns_relay_changes_unseen_total ") && !l.ends_with(" 0")),
+        "counted: {text}"
+    );
+    // Then one it serves: the watch's next event is that one.
+    set_status(&env.client, "ml", "w", &["10.9.0.1"], false).await;
+    let next = tokio::time::timeout(T, events.try_next())
+        .await
+        .expect("an event")
+        .unwrap();
+    let Some(WatchEvent::Modified(p)) = next else {
+        panic!("expected the Ready change, got {next:?}");
+    };
+    assert_ne!(p.resource_version(), Some(hidden));
+    let ready = p.status.unwrap().conditions.unwrap_or_default();
+    assert!(
+        ready
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "False"),
+        "{ready:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_history_a_watch_gets_410() {
     let (env, _dir, kubeconfig) = env_with_relay(&["--relay-history=0s"]).await;
     let relay = relay_client(&kubeconfig).await;

@@ -68,6 +68,7 @@ pub const RELAY_SENT_BYTES: &str = "podns_relay_watch_sent_bytes";
 pub const RELAY_ENCODED: &str = "podns_relay_events_encoded";
 /// Watch events the relay sent (changes; initial events and bookmarks apart).
 pub const RELAY_SENT: &str = "podns_relay_events_sent";
+pub const RELAY_UNSEEN: &str = "podns_relay_changes_unseen";
 /// Gangs (Jobs and JobSets) in the rank view.
 pub const RANK_JOBS: &str = "podns_rank_jobs";
 /// From the earliest creation of a generation's pods to every rank of it published, in seconds.
@@ -157,6 +158,7 @@ pub struct Metrics {
     pub relay_sent_bytes: Counter,
     pub relay_encoded: Counter,
     pub relay_sent: Counter,
+    pub relay_unseen: Counter,
     registry: Arc<Registry>,
 }
 
@@ -205,6 +207,7 @@ impl Metrics {
         let relay_sent_bytes = Counter::default();
         let relay_encoded = Counter::default();
         let relay_sent = Counter::default();
+        let relay_unseen = Counter::default();
         // 0.5 s … 30 min: pod start-up to a whole gang resolvable.
         let gang_complete = Histogram::new([
             0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
@@ -337,9 +340,15 @@ impl Metrics {
             "Watch events the relay sent (changes only)",
             relay_sent.clone(),
         );
+        registry.register(
+            RELAY_UNSEEN,
+            "Changes the relay did not send: its object was the same but for the resourceVersion",
+            relay_unseen.clone(),
+        );
         Self {
             relay_encoded,
             relay_sent,
+            relay_unseen,
             rank_jobs,
             gang_complete,
             forwarded,

@@ -350,10 +350,10 @@ pub fn start(
     let dns_addr = listeners.dns_addr();
     let admin_addr = listeners.admin_addr();
     let mut tasks = JoinSet::new();
-    let relay = args
-        .relay
-        .as_ref()
-        .map(|r| Relay::new(r.history, args.namespaces.clone()));
+    let relay = args.relay.as_ref().map(|r| {
+        let unseen = metrics.relay_unseen.clone();
+        Relay::new(r.history, args.namespaces.clone(), unseen)
+    });
     let mut relay_addr = None;
     if let (Some(relay), Some(cfg), Some((listener, tls))) = (&relay, &args.relay, listeners.relay)
     {

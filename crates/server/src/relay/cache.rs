@@ -8,6 +8,13 @@
 //! slow one is held back by its own connection's flow control and never
 //! holds back the feed or another subscriber. Only a subscriber that falls
 //! behind the history's start gets 410 Gone, as from the API server.
+//!
+//! A change the served object cannot show (a status the relay does not
+//! serve: a Job's counts, a container's restarts, a condition other than
+//! Ready) moves the object and the cache's position but is no change in
+//! the history: sent, it would be the same object under a new
+//! resourceVersion, to every watch that holds it. A watch's bookmarks carry
+//! the position past it; a list or get shows the object's newest version.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -108,6 +115,24 @@ impl Item {
             value,
         };
         Self::new(kind, o, served)
+    }
+
+    /// Whether this version serves as `other` does, but for its
+    /// resourceVersion: the same served object, the same labels (served or
+    /// not: selectors match on all of them), on the same node.
+    pub fn serves_as(&self, other: &Item) -> bool {
+        fn around(json: &[u8], rv: u64) -> Option<(&[u8], &[u8])> {
+            let needle = format!("\"resourceVersion\":\"{rv}\"");
+            let at = json
+                .windows(needle.len())
+                .position(|w| w == needle.as_bytes())?;
+            Some((&json[..at], &json[at + needle.len()..]))
+        }
+        self.node_name == other.node_name
+            && self.labels == other.labels
+            && self.json.len() + other.rv.to_string().len()
+                == other.json.len() + self.rv.to_string().len()
+            && around(&self.json, self.rv).is_some_and(|a| Some(a) == around(&other.json, other.rv))
     }
 
     /// The enveloped Protobuf object, as a get answers it and a watch
@@ -221,6 +246,8 @@ pub struct Cache {
     /// Changes are kept at least this long.
     keep: Duration,
     notify: watch::Sender<u64>,
+    /// Changes not recorded because the served object did not change.
+    unseen: prometheus_client::metrics::counter::Counter,
     /// Watchers to wake on a change, indexed by the node their selector
     /// pins (as kube-apiserver's watch cache indexes watchers): a pod's
     /// change wakes its node's watchers and the unindexed ones, not every
@@ -254,7 +281,11 @@ pub enum After {
 }
 
 impl Cache {
-    pub fn new(kind: Kind, keep: Duration) -> Arc<Self> {
+    pub fn new(
+        kind: Kind,
+        keep: Duration,
+        unseen: prometheus_client::metrics::counter::Counter,
+    ) -> Arc<Self> {
         Arc::new(Self {
             kind,
             inner: Mutex::new(Inner {
@@ -268,6 +299,7 @@ impl Cache {
             }),
             keep,
             notify: watch::channel(0).0,
+            unseen,
             watchers: Mutex::new(Watchers::default()),
         })
     }
@@ -447,6 +479,20 @@ impl Cache {
         if prev.as_ref().is_some_and(|p| p.rv == item.rv) {
             return; // the same version again (a resumed watch)
         }
+        if let Some(p) = &prev
+            && item.serves_as(p)
+        {
+            // Nothing a client of the relay sees changed: only the
+            // position moves.
+            if item.rv > g.rv {
+                g.rv = item.rv;
+                if g.synced {
+                    self.notify.send_replace(g.rv);
+                }
+            }
+            self.unseen.inc();
+            return;
+        }
         let ty = if prev.is_some() {
             EvType::Modified
         } else {
@@ -616,7 +662,7 @@ mod tests {
     #[test]
     fn a_rekey_makes_the_watches_that_hold_the_old_serving_relist() {
         let few = |k: &str| k == "job-name";
-        let c = Cache::new(Kind::Pod, Duration::from_secs(600));
+        let c = Cache::new(Kind::Pod, Duration::from_secs(600), Default::default());
         c.relisted(
             None,
             vec![
@@ -670,7 +716,7 @@ mod tests {
 
     #[test]
     fn before_the_first_list_is_gone_it_keeps_no_history() {
-        let c = Cache::new(Kind::Pod, Duration::from_secs(600));
+        let c = Cache::new(Kind::Pod, Duration::from_secs(600), Default::default());
         c.relisted(None, vec![pod("a", 5, "n1"), pod("b", 7, "n1")], 10);
         // b's ADDED at 7 is not a change a watch from 6 could trust: a pod
         // deleted at 8 would be missing from it.
@@ -681,7 +727,7 @@ mod tests {
 
     #[test]
     fn a_relist_becomes_the_changes_it_implies() {
-        let c = Cache::new(Kind::Pod, Duration::from_secs(600));
+        let c = Cache::new(Kind::Pod, Duration::from_secs(600), Default::default());
         c.relisted(None, vec![pod("a", 5, "n1"), pod("b", 6, "n1")], 10);
         assert_eq!(c.rv(), 10);
         c.apply(pod("a", 12, "n2"));
@@ -701,12 +747,48 @@ mod tests {
     }
 
     #[test]
+    fn a_change_the_served_object_cannot_show_moves_the_position_only() {
+        let unseen = prometheus_client::metrics::counter::Counter::default();
+        let c = Cache::new(Kind::Pod, Duration::from_secs(600), unseen.clone());
+        c.relisted(None, vec![pod("a", 5, "n1")], 10);
+        // A status the relay does not serve changed (a container restarted):
+        // upstream, a new version; served, the same object.
+        c.apply(pod("a", 12, "n1"));
+        assert_eq!(types(&c, 10), vec![], "nothing to send");
+        assert_eq!((c.rv(), unseen.get()), (12, 1), "the position moved");
+        let snap = c.snapshot(|_| true);
+        assert_eq!(snap.items[0].rv, 12, "a list shows the newest version");
+        // Served with fewer labels: a change.
+        let hidden = |k: &str| k != "app";
+        c.apply(pod_in("ml", "a", 13, "n1", &hidden));
+        // A label not served changed: served the same, but selectors match
+        // on it, so a change.
+        let mut relabeled = pod_in("ml", "a", 14, "n1", &hidden);
+        relabeled.labels = Labels::new([("app", "x"), ("job-name", "j")]);
+        let mut again = pod_in("ml", "a", 15, "n1", &hidden);
+        again.labels = relabeled.labels.clone();
+        c.apply(relabeled);
+        c.apply(again);
+        // Another node: a change.
+        c.apply(pod_in("ml", "a", 16, "n2", &hidden));
+        assert_eq!(
+            types(&c, 12),
+            vec![
+                (13, EvType::Modified, "a".into()),
+                (14, EvType::Modified, "a".into()),
+                (16, EvType::Modified, "a".into()),
+            ]
+        );
+        assert_eq!((c.rv(), unseen.get()), (16, 2));
+    }
+
+    #[test]
     fn past_the_history_is_gone_and_frames_are_encoded_once() {
-        let c = Cache::new(Kind::Pod, Duration::ZERO);
+        let c = Cache::new(Kind::Pod, Duration::ZERO, Default::default());
         c.relisted(None, vec![], 1);
         c.apply(pod("a", 2, "n"));
         std::thread::sleep(Duration::from_millis(2));
-        c.apply(pod("a", 3, "n"));
+        c.apply(pod("a", 3, "m"));
         assert!(matches!(c.after(1, 10), After::Expired { oldest: 2 }));
         let After::Changes(cs, upto) = c.after(2, 10) else {
             panic!("resumable")

@@ -106,11 +106,16 @@ impl PartialEq for Relay {
 impl Eq for Relay {}
 
 impl Relay {
-    pub fn new(history: Duration, namespaces: Vec<String>) -> Arc<Self> {
+    /// `unseen` counts the changes no client could see (`cache`).
+    pub fn new(
+        history: Duration,
+        namespaces: Vec<String>,
+        unseen: prometheus_client::metrics::counter::Counter,
+    ) -> Arc<Self> {
         Arc::new(Self {
             caches: KINDS
                 .into_iter()
-                .map(|k| (k, Cache::new(k, history)))
+                .map(|k| (k, Cache::new(k, history, unseen.clone())))
                 .collect(),
             labels: Arc::default(),
             namespaces,
@@ -295,7 +300,7 @@ mod tests {
 
     #[test]
     fn a_service_widening_while_pods_list_has_them_served_with_its_key() {
-        let relay = Relay::new(Duration::from_secs(600), vec![]);
+        let relay = Relay::new(Duration::from_secs(600), vec![], Default::default());
         let mut pods = relay.feed(Kind::Pod, None).unwrap();
         let mut services = relay.feed(Kind::Service, None).unwrap();
         let pod = |ns: &str, name: &str| -> Pod {
