@@ -18,7 +18,8 @@
 //!   connection closes after them;
 //! - a request body (only writes carry one, and they are 405) is read and
 //!   discarded up to [`MAX_BODY`] by `Content-Length`; a chunked or longer
-//!   one closes the connection after the answer;
+//!   one, or one behind `Expect: 100-continue`, is not read and the
+//!   connection closes after the answer;
 //! - HTTP/1.0: no chunked framing, and the connection closes after the
 //!   answer;
 //! - `Date` on every answer, `Allow` on 405, `WWW-Authenticate` on 401;
@@ -99,6 +100,7 @@ fn parse(req: &httparse::Request<'_, '_>) -> Result<(Head, Body), (StatusCode, S
     let http10 = req.version == Some(0);
     let (mut authorization, mut accept, mut host) = (None, None, false);
     let (mut length, mut chunked, mut close) = (None::<usize>, false, http10);
+    let mut expect = false;
     for h in req.headers.iter() {
         let value = std::str::from_utf8(h.value).ok().map(str::trim);
         let name = h.name;
@@ -118,6 +120,10 @@ fn parse(req: &httparse::Request<'_, '_>) -> Result<(Head, Body), (StatusCode, S
             length = Some(n);
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
             chunked = true;
+        } else if name.eq_ignore_ascii_case("expect") {
+            // `100-continue`: the client waits before sending its body;
+            // the answer (405: only writes carry one) comes without it.
+            expect = true;
         } else if name.eq_ignore_ascii_case("connection") {
             let tokens = value.unwrap_or_default().split(',').map(str::trim);
             for t in tokens {
@@ -133,7 +139,7 @@ fn parse(req: &httparse::Request<'_, '_>) -> Result<(Head, Body), (StatusCode, S
     if chunked && length.is_some() {
         return Err(bad("both Content-Length and Transfer-Encoding".into()));
     }
-    let body = match (chunked, length) {
+    let body = match (chunked || expect, length) {
         (true, _) => Body::Unread,
         (false, None | Some(0)) => Body::None,
         (false, Some(n)) if n <= MAX_BODY => Body::Length(n),
@@ -525,6 +531,19 @@ mod tests {
         assert!(text.contains("\r\nAllow: GET, HEAD\r\n"), "{text}");
         assert!(text.contains("\r\nConnection: close\r\n"), "{text}");
         assert!(text.ends_with("\r\nContent-Length: 2\r\n\r\n{}"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_body_behind_expect_100_continue_is_not_awaited() {
+        let (mut c, mut client) = conn();
+        client
+            .write_all(b"PUT /api/v1/namespaces/ml/pods/p HTTP/1.1\r\nHost: r\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n")
+            .await
+            .unwrap();
+        let h = tokio::time::timeout(Duration::from_secs(5), head(&mut c))
+            .await
+            .expect("answered without the body");
+        assert!(h.close);
     }
 
     #[tokio::test]
