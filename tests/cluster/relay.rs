@@ -2,7 +2,10 @@
 //! token the real API server issued (checked by a real TokenReview), a
 //! garbage token gets 401, and a node instance on a real (kwok) node holds
 //! its pods' namespace (or, of a namespace of Indexed Jobs, its gangs) and
-//! forwards the rest, byte for byte.
+//! forwards the rest, byte for byte; a watch resumes on another relay from
+//! the API server's version, gets 410 past a relay's history, writes get
+//! 405; the Job controller's status writes, which the relay does not serve,
+//! are not sent.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
@@ -44,16 +47,30 @@ fn query(name: &str, id: u16) -> Vec<u8> {
 /// for node instances: a token of ServiceAccount `podns-node` of `ns`
 /// (made here).
 fn relay(c: &Cluster, ns: &str, dir: &std::path::Path) -> (Podns, std::path::PathBuf) {
-    c.kubectl(&["create", "serviceaccount", "podns-node", "-n", ns]);
-    let rk = dir.join("relay.yaml");
-    let relay = Podns::ready(
-        &c.kubeconfig,
-        &[
-            "--relay-listen=127.0.0.1:0",
-            &format!("--relay-kubeconfig-out={}", rk.display()),
-            &format!("--relay-kubeconfig-account={ns}/podns-node"),
-        ],
+    relay_with(c, ns, dir, &[])
+}
+
+/// [`relay`] with more flags; the ServiceAccount may exist already.
+fn relay_with(
+    c: &Cluster,
+    ns: &str,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> (Podns, std::path::PathBuf) {
+    let made = c.try_kubectl(&["create", "serviceaccount", "podns-node", "-n", ns], None);
+    assert!(
+        made.is_ok() || made.as_ref().is_err_and(|e| e.contains("already exists")),
+        "the node ServiceAccount: {made:?}"
     );
+    let rk = dir.join("relay.yaml");
+    let mut flags = vec![
+        "--relay-listen=127.0.0.1:0".to_string(),
+        format!("--relay-kubeconfig-out={}", rk.display()),
+        format!("--relay-kubeconfig-account={ns}/podns-node"),
+    ];
+    flags.extend(extra.iter().map(|f| f.to_string()));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let relay = Podns::ready(&c.kubeconfig, &flags);
     wait_for("the relay kubeconfig", secs(30), || {
         rk.exists().then_some(())
     });
@@ -360,4 +377,78 @@ spec:
         "upstream: {upstream:?}"
     );
     assert!(unseen >= (upstream.len() - 1) as f64, "unseen: {unseen}");
+}
+
+/// `kubectl get --raw PATH` through `kubeconfig`: the body, or stderr.
+fn raw_get(c: &Cluster, kubeconfig: &std::path::Path, path: &str) -> Result<String, String> {
+    c.try_kubectl_at(kubeconfig, &["get", "--raw", path], None)
+}
+
+#[test]
+fn a_watch_resumes_on_another_relay_by_the_api_servers_version_and_gets_410_past_the_history() {
+    let Some(c) = cluster() else { return };
+    let _g = shared();
+    let ns = c.namespace("resume");
+    let ns = ns.name.as_str();
+    let pod = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  containers: [{{name: c, image: fake}}]\n"
+        )
+    };
+    c.apply(&pod("first"));
+    let (dir_a, dir_b, dir_c) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let (_a, rk_a) = relay_with(&c, ns, dir_a.path(), &[]);
+    let (_b, rk_b) = relay_with(&c, ns, dir_b.path(), &[]);
+    let (_short, rk_short) = relay_with(&c, ns, dir_c.path(), &["--relay-history=0s"]);
+    let pods = format!("/api/v1/namespaces/{ns}/pods");
+    // A list from relay a: the API server's version.
+    let list: serde_json::Value =
+        serde_json::from_str(&raw_get(&c, &rk_a, &pods).unwrap()).unwrap();
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["metadata"]["name"] == "first"),
+        "{list}"
+    );
+    c.apply(&pod("late"));
+    c.kubectl(&["delete", "pod", "first", "-n", ns, "--wait=false"]);
+    // Resumed on relay b from relay a's version: what happened since, no
+    // 410, no relist. Go's HTTP client reads the chunked watch to its end.
+    let watch = format!("{pods}?watch=1&resourceVersion={rv}&timeoutSeconds=3");
+    let events = wait_for(
+        "relay b to send the pod created after the list",
+        secs(30),
+        || {
+            let out = raw_get(&c, &rk_b, &watch).unwrap();
+            out.contains("\"late\"").then_some(out)
+        },
+    );
+    assert!(events.contains("\"type\":\"ADDED\""), "{events}");
+    assert!(
+        !events.contains("Expired") && !events.contains("410"),
+        "{events}"
+    );
+    // Past the history (kept 0 s here): 410 Gone, as from the API server.
+    wait_for("relay short past the pod created", secs(30), || {
+        let out = raw_get(&c, &rk_short, &watch).ok()?;
+        (out.contains("\"code\":410") && out.contains("Expired")).then_some(())
+    });
+    // Writes: 405.
+    let err = c
+        .try_kubectl_at(&rk_a, &["delete", "pod", "late", "-n", ns], None)
+        .unwrap_err();
+    assert!(
+        err.contains("MethodNotAllowed") || err.contains("not allowed"),
+        "{err}"
+    );
 }
