@@ -26,8 +26,8 @@
 //! CHURN (250 replacements/s, each a delete, a create and the kubelet's
 //! status writes), DUR (20 s), PROBES (100), NAMESPACES (JOBS: a namespace
 //! per job; 1 puts every job in one namespace, where node instances hold
-//! their gangs only), PODNS_BIN (another build of podns to run, for a
-//! before/after). Loopback only; every loop is bounded in count and time.
+//! their gangs only), PODNS_BIN (another build of podns to run as relay and
+//! node instances, for a before/after; the simulator is this build's). Loopback only; every loop is bounded in count and time.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -64,8 +64,15 @@ impl Drop for Proc {
 }
 
 fn spawn(args: &[&str], log: &Path) -> Proc {
+    // The simulator is always this build's: a before/after varies the
+    // relay and node instances only, against the same API server.
+    let bin = if args.first() == Some(&"sim") {
+        env!("CARGO_BIN_EXE_podns").to_string()
+    } else {
+        podns()
+    };
     let out = std::fs::File::create(log).unwrap();
-    let child = Command::new(podns())
+    let child = Command::new(bin)
         .args(args)
         .stdout(Stdio::null())
         .stderr(out)

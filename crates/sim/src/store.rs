@@ -33,6 +33,8 @@ pub struct Obj {
     pub node_name: String,
     pub phase: String,
     pub has_ip: bool,
+    /// A Pod's Ready condition is True.
+    pub ready: bool,
     pub deleting: bool,
     /// The Protobuf form (one `…List` item), encoded on first use and
     /// shared by every list and watch that sends it.
@@ -86,6 +88,10 @@ impl Obj {
             node_name: s(&v["spec"]["nodeName"]),
             phase: s(&v["status"]["phase"]),
             has_ip: v["status"]["podIP"].as_str().is_some_and(|s| !s.is_empty()),
+            ready: v["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            }),
             deleting: !meta["deletionTimestamp"].is_null(),
             pb: OnceLock::new(),
         }

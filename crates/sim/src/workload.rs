@@ -131,6 +131,28 @@ enum Step {
     Run,
     Ready,
     FinishDelete,
+    /// The Job controller writes a Job's status (`name`) from its pods.
+    SyncJob,
+}
+
+/// How long the Job controller gathers its pods' changes before it writes
+/// a Job's status (kube-controller-manager's Job controller batches pod
+/// updates for a second).
+const JOB_SYNC_BATCH: Duration = Duration::from_secs(1);
+
+/// A Job's pods as its controller counts them, by pod uid.
+#[derive(Default)]
+struct JobPods {
+    pods: HashMap<String, PodCount>,
+    /// A status write is scheduled.
+    pending: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PodCount {
+    Active { ready: bool },
+    Terminating,
+    Finished,
 }
 
 #[derive(Debug)]
@@ -209,6 +231,8 @@ pub struct Workload {
     timers: mpsc::UnboundedSender<Timer>,
     ips: Mutex<IpState>,
     jobs: Mutex<HashMap<(String, String), JobInfo>>,
+    /// Pods of each Job (namespace, Job name), for its status.
+    job_pods: Mutex<HashMap<(String, String), JobPods>>,
     nodes: AtomicU64,
     pub churned: AtomicU64,
     /// Set while the start-up workload is created with `--kubelet` and no
@@ -226,6 +250,7 @@ struct IpState {
 
 impl Hooks for Workload {
     fn pod_written(&self, obj: &Arc<Obj>, ty: EvType) {
+        self.count_for_job(obj, ty);
         match ty {
             EvType::Added if self.kubelet && !obj.has_ip && !obj.deleting => {
                 self.schedule(self.kubelet_delay, Step::Run, obj);
@@ -265,6 +290,7 @@ impl Workload {
                 by_uid: HashMap::new(),
             }),
             jobs: Mutex::new(HashMap::new()),
+            job_pods: Mutex::new(HashMap::new()),
             nodes: AtomicU64::new(0),
             churned: AtomicU64::new(0),
             prerun: std::sync::atomic::AtomicBool::new(false),
@@ -273,6 +299,75 @@ impl Workload {
         store.set_hooks(w.clone());
         tokio::spawn(timer_loop(Arc::downgrade(&w), rx, shutdown));
         Ok(w)
+    }
+
+    /// The Job controller sees a pod of its Job change: the Job's status
+    /// is written within [`JOB_SYNC_BATCH`] if its counts moved.
+    fn count_for_job(&self, obj: &Obj, ty: EvType) {
+        let Some(job) = obj.labels.get("batch.kubernetes.io/job-name") else {
+            return;
+        };
+        let now = match ty {
+            EvType::Deleted => None,
+            _ if obj.deleting => Some(PodCount::Terminating),
+            _ if obj.phase == "Succeeded" || obj.phase == "Failed" => Some(PodCount::Finished),
+            _ => Some(PodCount::Active { ready: obj.ready }),
+        };
+        let mut jobs = self.job_pods.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (obj.ns.clone(), job.clone());
+        let j = jobs.entry(key).or_default();
+        let before = match now {
+            Some(c) => j.pods.insert(obj.uid.clone(), c),
+            None => j.pods.remove(&obj.uid),
+        };
+        if before == now || j.pending {
+            return;
+        }
+        j.pending = true;
+        let _ = self.timers.send(Timer {
+            at: Instant::now() + JOB_SYNC_BATCH,
+            step: Step::SyncJob,
+            ns: obj.ns.clone(),
+            name: job.clone(),
+            uid: String::new(),
+        });
+    }
+
+    /// Write Job `ns/name`'s status from its pods' counts, if they moved.
+    fn sync_job(&self, ns: &str, name: &str) {
+        let counts = {
+            let mut jobs = self.job_pods.lock().unwrap_or_else(|p| p.into_inner());
+            let key = (ns.to_owned(), name.to_owned());
+            let Some(j) = jobs.get_mut(&key) else { return };
+            j.pending = false;
+            let (mut active, mut ready, mut terminating) = (0u64, 0u64, 0u64);
+            for c in j.pods.values() {
+                match c {
+                    PodCount::Active { ready: r } => {
+                        active += 1;
+                        ready += u64::from(*r);
+                    }
+                    PodCount::Terminating => terminating += 1,
+                    PodCount::Finished => {}
+                }
+            }
+            if j.pods.is_empty() {
+                jobs.remove(&key);
+            }
+            (active, ready, terminating)
+        };
+        let (active, ready, terminating) = counts;
+        let _ = self.store.modify(Kind::Job, ns, name, None, |old| {
+            let s = &old["status"];
+            if s["active"] == active && s["ready"] == ready && s["terminating"] == terminating {
+                return Err(ApiError::new(0, "Skip", ""));
+            }
+            let mut v = old.clone();
+            v["status"]["active"] = active.into();
+            v["status"]["ready"] = ready.into();
+            v["status"]["terminating"] = terminating.into();
+            Ok(v)
+        });
     }
 
     fn schedule(&self, after: Duration, step: Step, obj: &Obj) {
@@ -306,6 +401,7 @@ impl Workload {
         let skip = || ApiError::new(0, "Skip", "");
         match t.step {
             Step::FinishDelete => self.store.finish_delete(&t.ns, &t.name, &t.uid),
+            Step::SyncJob => self.sync_job(&t.ns, &t.name),
             Step::Run => {
                 let res = self.store.modify(Kind::Pod, &t.ns, &t.name, None, |old| {
                     if old["metadata"]["uid"] != t.uid.as_str()
@@ -513,6 +609,7 @@ impl Workload {
                 node_name: node.clone(),
                 phase: if tpl.running { "Running" } else { "Pending" }.to_string(),
                 has_ip: tpl.running,
+                ready: tpl.running,
                 deleting: false,
                 pb: std::sync::OnceLock::new(),
             }

@@ -73,6 +73,15 @@ async fn kubelet_jobs_restart_and_churn() {
         assert!((5000..=9000).contains(&size), "running pod is {size} bytes");
         old_ips.push(p["status"]["podIP"].as_str().unwrap().to_string());
     }
+    // The Job controller's status counts the pods as they start and turn
+    // ready (written within a second of a change; `ready` is not there
+    // before the first write).
+    let job = "/apis/batch/v1/namespaces/ml/jobs/llm-workers-0";
+    eventually("the Job's status counting 4 ready pods", || async {
+        let j = get(addr, job).await.json();
+        (j["status"]["active"] == 4 && j["status"]["ready"] == 4).then_some(())
+    })
+    .await;
     // The start-up job.
     let l = get(
         addr,
@@ -89,6 +98,12 @@ async fn kubelet_jobs_restart_and_churn() {
         let l = get(addr, "/api/v1/namespaces/ml/pods").await.json();
         let items = l["items"].as_array().unwrap().clone();
         (items.len() == 4 && items.iter().all(ready)).then_some(items)
+    })
+    .await;
+    eventually("the Job's status counting the restarted pods", || async {
+        let j = get(addr, job).await.json();
+        let s = &j["status"];
+        (s["active"] == 4 && s["ready"] == 4 && s["terminating"] == 0).then_some(())
     })
     .await;
     let mut hosts: Vec<String> = new
