@@ -602,6 +602,27 @@ mod tests {
         assert!(text.ends_with("\r\n\r\n{}\n"), "{text:?}");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_client_and_one_that_reads_nothing_are_closed() {
+        let (mut c, _client) = conn();
+        let t0 = tokio::time::Instant::now();
+        assert!(matches!(c.next().await, Next::Closed));
+        assert_eq!(t0.elapsed(), IDLE);
+
+        // A watch to a client that never reads: the write gives up.
+        let (a, mut client) = duplex(1024);
+        let mut c = Conn::new(a, CancellationToken::new());
+        client
+            .write_all(b"GET /api/v1/pods?watch=1 HTTP/1.1\r\nHost: r\r\n\r\n")
+            .await
+            .unwrap();
+        let h = head(&mut c).await;
+        let mut s = c.stream(&h, "application/json").await.unwrap();
+        let t0 = tokio::time::Instant::now();
+        assert!(!s.send(&[Bytes::from(vec![b'x'; 64 * 1024])]).await);
+        assert_eq!(t0.elapsed(), WRITE_STALL);
+    }
+
     #[tokio::test]
     async fn a_stream_sees_the_client_close() {
         let (mut c, mut client) = conn();
