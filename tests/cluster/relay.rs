@@ -155,7 +155,18 @@ fn the_relay_serves_kubectl_and_a_node_instance_from_the_real_api_server() {
     });
     let forwarded = || n.metric("podns_dns_forwarded_total{result=\"answered\"}");
     // Held: answered by the node instance itself, as the relay answers it.
+    // The namespace is in scope before its lists are in; until then its
+    // names are forwarded (counted), so wait for the node's own answer.
     let q = query(&format!("train-0.train.{held}.svc"), 0x1234);
+    wait_for(
+        "the node instance to answer train-0 itself",
+        secs(60),
+        || {
+            let before = forwarded();
+            let answers = Message::from_vec(&raw(n.dns, &q)).unwrap().answers.len();
+            (answers == 1 && forwarded() == before).then_some(())
+        },
+    );
     let before = forwarded();
     let here = raw(n.dns, &q);
     assert_eq!(forwarded(), before, "held, not forwarded");
