@@ -43,6 +43,27 @@ fn query(name: &str, id: u16) -> Vec<u8> {
     m.to_vec().unwrap()
 }
 
+/// Wait until node instance `n` answers `q` itself (its forward counter
+/// unchanged) with a number of answers in `want`.
+fn own_answer(
+    what: &str,
+    n: &Podns,
+    q: &[u8],
+    want: impl std::ops::RangeBounds<usize>,
+    limit: Duration,
+) {
+    let forwarded = || n.metric("podns_dns_forwarded_total{result=\"answered\"}");
+    wait_for(
+        &format!("the node instance to answer {what} itself"),
+        limit,
+        || {
+            let before = forwarded();
+            let answers = Message::from_vec(&raw(n.dns, q)).unwrap().answers.len();
+            (want.contains(&answers) && forwarded() == before).then_some(())
+        },
+    );
+}
+
 /// A relay over the real API server, and the kubeconfig it writes in `dir`
 /// for node instances: a token of ServiceAccount `podns-node` of `ns`
 /// (made here).
@@ -158,15 +179,7 @@ fn the_relay_serves_kubectl_and_a_node_instance_from_the_real_api_server() {
     // The namespace is in scope before its lists are in; until then its
     // names are forwarded (counted), so wait for the node's own answer.
     let q = query(&format!("train-0.train.{held}.svc"), 0x1234);
-    wait_for(
-        "the node instance to answer train-0 itself",
-        secs(60),
-        || {
-            let before = forwarded();
-            let answers = Message::from_vec(&raw(n.dns, &q)).unwrap().answers.len();
-            (answers == 1 && forwarded() == before).then_some(())
-        },
-    );
+    own_answer("train-0", &n, &q, 1..=1, secs(60));
     let before = forwarded();
     let here = raw(n.dns, &q);
     assert_eq!(forwarded(), before, "held, not forwarded");
@@ -198,11 +211,7 @@ fn the_relay_serves_kubectl_and_a_node_instance_from_the_real_api_server() {
     });
     let q = query(&format!("gpus.{held}.svc"), 0x2468);
     // While it relists the namespace it forwards its names (counted).
-    wait_for("the node instance to answer gpus itself", secs(30), || {
-        let before = forwarded();
-        let answers = Message::from_vec(&raw(n.dns, &q)).unwrap().answers.len();
-        (answers == 1 && forwarded() == before).then_some(())
-    });
+    own_answer("gpus", &n, &q, 1..=1, secs(30));
     let before = forwarded();
     assert_eq!(raw(n.dns, &q), raw(relay.dns, &q));
     assert_eq!(forwarded(), before, "held, not forwarded");
@@ -260,15 +269,7 @@ spec:
     // Gang `near` (this node's): answered by the node instance itself.
     for (i, name) in ["near-0.near", "near-1.near", "near"].iter().enumerate() {
         let q = query(&format!("{name}.{ns}.svc"), 0x1100 + i as u16);
-        wait_for(
-            "the node instance to answer gang near itself",
-            secs(60),
-            || {
-                let before = forwarded();
-                let answers = Message::from_vec(&raw(n.dns, &q)).unwrap().answers.len();
-                (answers > 0 && forwarded() == before).then_some(())
-            },
-        );
+        own_answer(name, &n, &q, 1.., secs(60));
         assert_eq!(raw(n.dns, &q), raw(relay.dns, &q), "{name}");
     }
     // Gang `far` (another node's, same namespace): the relay's answer.

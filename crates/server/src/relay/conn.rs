@@ -26,7 +26,7 @@
 //! - a client idle for [`IDLE`] between requests, or taking [`HEAD_TIME`]
 //!   to send a head, or not reading a write for [`WRITE_STALL`], is closed.
 
-use std::fmt::Write as _;
+use std::io::Write as _;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -257,7 +257,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     ) -> bool {
         let len: usize = body.iter().map(Bytes::len).sum();
         let mut out = status_head(code, content_type, head.close).into_bytes();
-        let _ = write!(Lossless(&mut out), "Content-Length: {len}\r\n\r\n");
+        let _ = write!(out, "Content-Length: {len}\r\n\r\n");
         if head.method == Method::HEAD {
             return self.write(&out).await && !head.close;
         }
@@ -282,7 +282,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// Refuse an unreadable request; the connection then closes.
     pub async fn refuse(&mut self, code: StatusCode, body: &[u8]) {
         let mut out = status_head(code, "application/json", true).into_bytes();
-        let _ = write!(Lossless(&mut out), "Content-Length: {}\r\n\r\n", body.len());
+        let _ = write!(out, "Content-Length: {}\r\n\r\n", body.len());
         out.extend_from_slice(body);
         let _ = self.write(&out).await;
         let _ = self.io.shutdown().await;
@@ -311,16 +311,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// Close the connection (after a last answer).
     pub async fn close(mut self) {
         let _ = tokio::time::timeout(WRITE_STALL, self.io.shutdown()).await;
-    }
-}
-
-/// `fmt::Write` into a byte buffer.
-struct Lossless<'a>(&'a mut Vec<u8>);
-
-impl std::fmt::Write for Lossless<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
     }
 }
 
@@ -362,7 +352,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Stream<'_, S> {
         }
         let mut out = Vec::with_capacity(len + 12);
         if self.chunked {
-            let _ = write!(Lossless(&mut out), "{len:x}\r\n");
+            let _ = write!(out, "{len:x}\r\n");
         }
         for f in frames {
             out.extend_from_slice(f);
@@ -422,6 +412,18 @@ mod tests {
             Next::Refuse(code, _) => code,
             other => panic!("not refused: {other:?}"),
         }
+    }
+
+    /// A watch request in `version` ("1.1", "1.0"), read by `c`.
+    async fn watch_request(
+        c: &mut Conn<tokio::io::DuplexStream>,
+        client: &mut tokio::io::DuplexStream,
+        version: &str,
+    ) -> Head {
+        let host = if version == "1.0" { "" } else { "Host: r\r\n" };
+        let req = format!("GET /api/v1/pods?watch=1 HTTP/{version}\r\n{host}\r\n");
+        client.write_all(req.as_bytes()).await.unwrap();
+        head(c).await
     }
 
     async fn read_all(mut client: tokio::io::DuplexStream) -> String {
@@ -549,11 +551,7 @@ mod tests {
     #[tokio::test]
     async fn a_stream_is_chunked_ends_with_the_last_chunk_and_keeps_what_comes_meanwhile() {
         let (mut c, mut client) = conn();
-        client
-            .write_all(b"GET /api/v1/pods?watch=1 HTTP/1.1\r\nHost: r\r\n\r\n")
-            .await
-            .unwrap();
-        let h = head(&mut c).await;
+        let h = watch_request(&mut c, &mut client, "1.1").await;
         let mut s = c.stream(&h, "application/json").await.unwrap();
         assert!(
             s.send(&[
@@ -587,11 +585,7 @@ mod tests {
     #[tokio::test]
     async fn http_1_0_gets_no_chunks_and_a_close() {
         let (mut c, mut client) = conn();
-        client
-            .write_all(b"GET /api/v1/pods?watch=1 HTTP/1.0\r\n\r\n")
-            .await
-            .unwrap();
-        let h = head(&mut c).await;
+        let h = watch_request(&mut c, &mut client, "1.0").await;
         let mut s = c.stream(&h, "application/json").await.unwrap();
         assert!(s.send(&[Bytes::from_static(b"{}\n")]).await);
         assert!(!s.finish().await, "the connection closes");
@@ -612,11 +606,7 @@ mod tests {
         // A watch to a client that never reads: the write gives up.
         let (a, mut client) = duplex(1024);
         let mut c = Conn::new(a, CancellationToken::new());
-        client
-            .write_all(b"GET /api/v1/pods?watch=1 HTTP/1.1\r\nHost: r\r\n\r\n")
-            .await
-            .unwrap();
-        let h = head(&mut c).await;
+        let h = watch_request(&mut c, &mut client, "1.1").await;
         let mut s = c.stream(&h, "application/json").await.unwrap();
         let t0 = tokio::time::Instant::now();
         assert!(!s.send(&[Bytes::from(vec![b'x'; 64 * 1024])]).await);
@@ -626,11 +616,7 @@ mod tests {
     #[tokio::test]
     async fn a_stream_sees_the_client_close() {
         let (mut c, mut client) = conn();
-        client
-            .write_all(b"GET /api/v1/pods?watch=1 HTTP/1.1\r\nHost: r\r\n\r\n")
-            .await
-            .unwrap();
-        let h = head(&mut c).await;
+        let h = watch_request(&mut c, &mut client, "1.1").await;
         let mut s = c.stream(&h, "application/json").await.unwrap();
         drop(client);
         tokio::time::timeout(Duration::from_secs(5), s.closed())

@@ -460,9 +460,6 @@ struct Subscriber {
     metrics: Metrics,
 }
 
-/// Where a watch writes.
-type Out<'a, S> = Stream<'a, S>;
-
 impl Subscriber {
     fn content_type(&self) -> &'static str {
         match self.wire {
@@ -474,7 +471,7 @@ impl Subscriber {
     /// Send `frames` as one chunk: false if the client is gone.
     async fn send<S: AsyncRead + AsyncWrite + Unpin>(
         &self,
-        out: &mut Out<'_, S>,
+        out: &mut Stream<'_, S>,
         frames: &[Bytes],
     ) -> bool {
         let n: usize = frames.iter().map(Bytes::len).sum();
@@ -509,13 +506,13 @@ impl Subscriber {
         }
     }
 
-    async fn run<S: AsyncRead + AsyncWrite + Unpin>(self, out: &mut Out<'_, S>) {
+    async fn run<S: AsyncRead + AsyncWrite + Unpin>(self, out: &mut Stream<'_, S>) {
         self.metrics.relay_watches.inc();
         self.stream(out).await;
         self.metrics.relay_watches.dec();
     }
 
-    async fn stream<S: AsyncRead + AsyncWrite + Unpin>(&self, out: &mut Out<'_, S>) {
+    async fn stream<S: AsyncRead + AsyncWrite + Unpin>(&self, out: &mut Stream<'_, S>) {
         let kind = self.cache.kind;
         // Woken only by changes that may concern this watch.
         let node = self.filter.fields.pinned(Field::NodeName);
