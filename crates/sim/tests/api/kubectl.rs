@@ -117,13 +117,22 @@ async fn kubectl_describe_reads_protobuf() {
         ],
     );
 
+    // The Job controller writes `ready` within a second of its pods
+    // becoming Ready; describe prints it only once it is there.
+    eventually("the Job's status counting 2 ready pods", || async {
+        let j = get(sim.addr, "/apis/batch/v1/namespaces/default/jobs/train-0")
+            .await
+            .json();
+        (j["status"]["active"] == 2 && j["status"]["ready"] == 2).then_some(())
+    })
+    .await;
     let out = run(&["describe", "job", "train-0"]).await;
     has(
         &out,
         &[
             "Parallelism:        2",
             "Completion Mode:    Indexed",
-            "Pods Statuses:      2 Active / 0 Succeeded / 0 Failed",
+            "Pods Statuses:      2 Active (2 Ready) / 0 Succeeded / 0 Failed",
         ],
     );
 

@@ -343,10 +343,12 @@ pub struct Kubectl {
 }
 
 impl Kubectl {
-    /// kubectl for `sim`, or `None` when kubectl is not installed: the
-    /// test then skips, saying so, except under `CI=true`, where it fails.
+    /// kubectl for `sim` (the one first on PATH, where `.ci/run` puts the
+    /// pinned release's build), or `None` when kubectl is not installed:
+    /// the test then skips, saying so, except under `CI=true`, where it
+    /// fails.
     pub fn for_sim(sim: &Sim) -> Option<Kubectl> {
-        let bin = ["/usr/bin/kubectl", "kubectl"].into_iter().find(|c| {
+        let bin = ["kubectl", "/usr/bin/kubectl"].into_iter().find(|c| {
             std::process::Command::new(c)
                 .args(["version", "--client"])
                 .output()
