@@ -201,6 +201,80 @@ fn main() {
     }
     println!("(writer+table: the index once synced, input dropped; table: the name table alone)");
     churn();
+    relay_history();
+}
+
+/// The relay's memory for Pods: live bytes per object of its cache after a
+/// list, and per change of its history (the new version, the change, and
+/// its Protobuf event as subscribers are sent it), for the simulator's
+/// training pod. Each change is one a node sees (the pod's IP and
+/// readiness move), so none is skipped as unseen.
+fn relay_history() {
+    use podns_kapi::Kind;
+    use podns_server::k8s::slim::SlimPod;
+    use podns_server::relay::cache::{After, Cache, Item, Wire};
+    use podns_server::relay::labels::ServedLabels;
+    use podns_server::relay::objects::Relayed;
+    use prometheus_client::metrics::counter::Counter;
+    use std::time::Duration;
+
+    let (pods, versions) = (10_000usize, 10usize);
+    let template = podns_sim::workload::sample_job_pod(false);
+    let served = ServedLabels::default();
+    let item = |i: usize, v: usize, rv: u64| {
+        let mut p = template.clone();
+        p["metadata"]["name"] = format!("llama-70b-workers-0-{i}-x7k2p").into();
+        p["metadata"]["resourceVersion"] = rv.to_string().into();
+        let ip = format!("10.{}.{}.{}", v, i / 256, i % 256);
+        p["status"]["podIP"] = ip.clone().into();
+        p["status"]["podIPs"] = serde_json::json!([{ "ip": ip }]);
+        for c in p["status"]["conditions"].as_array_mut().unwrap() {
+            if c["type"] == "Ready" {
+                c["status"] = if v.is_multiple_of(2) { "True" } else { "False" }.into();
+            }
+        }
+        let slim: SlimPod = serde_json::from_value(p).expect("the sample pod decodes");
+        let o = slim.relayed().expect("the sample pod is relayed");
+        let r = served.read();
+        Item::new(Kind::Pod, o, &|k: &str| r.serves("team-a", k)).expect("encodes")
+    };
+
+    let base = live();
+    let cache = Cache::new(Kind::Pod, Duration::from_secs(3600), Counter::default());
+    let mut rv = 1u64;
+    let list: Vec<Item> = (0..pods)
+        .map(|i| {
+            rv += 1;
+            item(i, 0, rv)
+        })
+        .collect();
+    cache.relisted(None, list, rv);
+    let listed = live();
+    let from = rv;
+    let encoded = Counter::default();
+    for v in 1..=versions {
+        for i in 0..pods {
+            rv += 1;
+            cache.apply(item(i, v, rv));
+        }
+    }
+    let After::Changes(changes, _) = cache.after(from, usize::MAX) else {
+        panic!("the history reaches back to the list");
+    };
+    let event: usize = changes
+        .iter()
+        .map(|c| c.frame(Kind::Pod, Wire::Protobuf, c.ty, &encoded).len())
+        .sum::<usize>()
+        / changes.len();
+    let n = changes.len();
+    drop(changes);
+    assert_eq!(n, pods * versions, "every change is one a node sees");
+    println!(
+        "relay, Pods ({pods} objects, {n} changes, Protobuf events of {event} B): \
+         {:.0} live bytes per object listed, {:.0} per change of history",
+        (listed - base) as f64 / pods as f64,
+        (live() - listed) as f64 / n as f64
+    );
 }
 
 /// Live bytes per pod of a synced 100k-pod index (rank view on) while
