@@ -538,6 +538,31 @@ pub fn watch_frame(ty: &str, object: Vec<u8>) -> Vec<u8> {
     out
 }
 
+/// What follows an object's bytes in its envelope ([`envelope`]): the
+/// empty `contentEncoding` and `contentType` of the `runtime.Unknown`.
+pub fn envelope_tail() -> &'static [u8] {
+    static TAIL: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+        Unknown {
+            content_encoding: Some(String::new()),
+            content_type: Some(String::new()),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    });
+    &TAIL
+}
+
+/// The head of a watch frame ([`watch_frame`]) whose object, enveloped as
+/// `api_version`/`kind`, is `object_len` bytes: the frame is this head,
+/// the object's bytes, then [`envelope_tail`]. A change's object is sent
+/// from the bytes the relay keeps, not copied into each event.
+pub fn watch_frame_head(ty: &str, api_version: &str, kind: &str, object_len: usize) -> Vec<u8> {
+    let whole = watch_frame(ty, envelope(api_version, kind, vec![0; object_len]));
+    // A copy, not a truncation: the head is kept, the placeholder's room
+    // must not be.
+    whole[..whole.len() - object_len - envelope_tail().len()].to_vec()
+}
+
 /// A bookmark's object: a `kind` with only metadata.
 pub fn bookmark_object(kind: Kind, rv: u64, initial_end: bool) -> Vec<u8> {
     let metadata = Some(pmeta::ObjectMeta {
@@ -696,6 +721,20 @@ mod tests {
         );
         assert_eq!(negotiate(Some("text/html"), true), None);
         assert_eq!(negotiate(Some("*/*"), true), Some(Json));
+    }
+
+    #[test]
+    fn a_watch_frame_is_its_head_the_object_and_the_tail() {
+        // Object lengths on both sides of the varint steps of every
+        // enclosing length.
+        for len in [0, 1, 100, 127, 128, 129, 16_250, 16_383, 16_384, 70_000] {
+            let object: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let whole = watch_frame("MODIFIED", envelope("v1", "Pod", object.clone()));
+            let mut parts = watch_frame_head("MODIFIED", "v1", "Pod", len);
+            parts.extend_from_slice(&object);
+            parts.extend_from_slice(envelope_tail());
+            assert_eq!(parts, whole, "object of {len} bytes");
+        }
     }
 
     #[test]

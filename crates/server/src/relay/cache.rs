@@ -27,6 +27,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, watch};
 
 use super::labels::Labels;
+use super::objects;
 
 /// An object as the relay serves it, before its labels are chosen and it
 /// is encoded.
@@ -40,7 +41,10 @@ pub struct Object {
     pub value: serde_json::Value,
 }
 
-/// One relayed object, encoded once in both wires.
+/// One relayed object, encoded once, in Protobuf: the history holds
+/// every version of every object for minutes, and the Protobuf is what
+/// node instances read. A JSON client gets the JSON made from it
+/// ([`Item::json`]).
 #[derive(Debug)]
 pub struct Item {
     pub ns: String,
@@ -51,10 +55,17 @@ pub struct Item {
     pub labels: Labels,
     /// `spec.nodeName` (Pods; empty otherwise).
     pub node_name: String,
-    /// The object's JSON.
-    pub json: Bytes,
     /// The object as one item of its kind's Protobuf list.
     pub pb_item: Bytes,
+    /// A digest of the served object but for its resourceVersion: two
+    /// versions that serve alike have the same ([`Item::serves_as`]).
+    served: [u8; 32],
+}
+
+/// The SHA-256 of `bytes`.
+fn digest(bytes: &[u8]) -> [u8; 32] {
+    let d = ring::digest::digest(&ring::digest::SHA256, bytes);
+    d.as_ref().try_into().expect("SHA-256 is 32 bytes")
 }
 
 impl Item {
@@ -75,13 +86,17 @@ impl Item {
                 )
             })
             .unwrap_or_default();
-        if let Some(meta) = value["metadata"].as_object_mut()
-            && let Some(Value::Object(l)) = meta.get_mut("labels")
-        {
+        let meta = value["metadata"].as_object_mut()?;
+        if let Some(Value::Object(l)) = meta.get_mut("labels") {
             l.retain(|k, _| served(k));
             if l.is_empty() {
                 meta.remove("labels");
             }
+        }
+        let version = meta.remove("resourceVersion");
+        let served = digest(&serde_json::to_vec(&value).ok()?);
+        if let Some(v) = version {
+            value["metadata"]["resourceVersion"] = v;
         }
         let node_name = value["spec"]["nodeName"].as_str().unwrap_or("").to_owned();
         let json = serde_json::to_vec(&value).ok()?;
@@ -92,50 +107,51 @@ impl Item {
             rv,
             labels,
             node_name,
-            json: Bytes::from(json),
             pb_item: Bytes::from(pb_item),
+            served,
         })
+    }
+
+    /// The object as served in JSON: its Protobuf decoded as podns decodes
+    /// the API server's, and written as the relay writes what it watches
+    /// (the same JSON it was encoded from).
+    pub fn json(&self, kind: Kind) -> Bytes {
+        let value = pbenc::object(&self.pb_item)
+            .and_then(|raw| objects::decoded(kind, raw))
+            .map(|o| o.value)
+            .unwrap_or_default();
+        Bytes::from(serde_json::to_vec(&value).unwrap_or_default())
     }
 
     /// This version again, with the labels `served` keeps now.
     pub fn reserved(&self, kind: Kind, served: &dyn Fn(&str) -> bool) -> Option<Self> {
-        let mut value: Value = serde_json::from_slice(&self.json).ok()?;
+        let mut o = objects::decoded(kind, pbenc::object(&self.pb_item)?)?;
         if !self.labels.is_empty() {
             let all: serde_json::Map<String, Value> = self
                 .labels
                 .iter()
                 .map(|(k, v)| (k.to_owned(), Value::String(v.to_owned())))
                 .collect();
-            value["metadata"]["labels"] = Value::Object(all);
+            o.value["metadata"]["labels"] = Value::Object(all);
         }
-        let o = Object {
-            ns: self.ns.clone(),
-            name: self.name.clone(),
-            rv: self.rv,
-            value,
-        };
-        Self::new(kind, o, served)
+        let mut again = Self::new(kind, o, served)?;
+        if again.labels == self.labels {
+            again.labels = self.labels.clone();
+        }
+        Some(again)
     }
 
     /// Whether this version serves as `other` does, but for its
     /// resourceVersion: the same served object, the same labels (served or
     /// not: selectors match on all of them), on the same node.
     pub fn serves_as(&self, other: &Item) -> bool {
-        fn around(json: &[u8], rv: u64) -> Option<(&[u8], &[u8])> {
-            let needle = format!("\"resourceVersion\":\"{rv}\"");
-            let at = json
-                .windows(needle.len())
-                .position(|w| w == needle.as_bytes())?;
-            Some((&json[..at], &json[at + needle.len()..]))
-        }
-        self.node_name == other.node_name
+        self.served == other.served
+            && self.node_name == other.node_name
             && self.labels == other.labels
-            && around(&self.json, self.rv).is_some_and(|a| Some(a) == around(&other.json, other.rv))
     }
 
-    /// The enveloped Protobuf object, as a get answers it and a watch
-    /// event carries it (made on demand: a change's frames are kept, not
-    /// this).
+    /// The enveloped Protobuf object, as a get answers it (made on
+    /// demand: a change's frames are kept, not this).
     pub fn pb_object(&self, kind: Kind) -> Bytes {
         let raw = pbenc::object(&self.pb_item).unwrap_or_default().to_vec();
         Bytes::from(pbenc::envelope(kind.api_version(), kind.name(), raw))
@@ -149,6 +165,42 @@ pub enum Wire {
     Protobuf,
 }
 
+/// A watch event as it is sent, in parts: in Protobuf the object's bytes
+/// are the item's own, between the event's head and the envelope's end,
+/// not a copy per event.
+#[derive(Clone, Debug, Default)]
+pub struct Frame {
+    head: Bytes,
+    object: Bytes,
+    tail: Bytes,
+}
+
+impl Frame {
+    pub fn len(&self) -> usize {
+        self.head.len() + self.object.len() + self.tail.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The parts, in order, for a send that writes them as one.
+    pub fn parts(self) -> impl Iterator<Item = Bytes> {
+        [self.head, self.object, self.tail]
+            .into_iter()
+            .filter(|b| !b.is_empty())
+    }
+}
+
+impl From<Bytes> for Frame {
+    fn from(head: Bytes) -> Self {
+        Self {
+            head,
+            ..Self::default()
+        }
+    }
+}
+
 /// One change in the history.
 #[derive(Debug)]
 pub struct Change {
@@ -160,8 +212,11 @@ pub struct Change {
     /// The version before, for selector transitions.
     pub prev: Option<Arc<Item>>,
     pub at: Instant,
-    /// Encoded on first use: [wire][event type].
-    frames: [[OnceLock<Bytes>; 3]; 2],
+    /// Encoded on first use, by event type: the Protobuf event's head (the
+    /// object and the tail are the item's), and JSON events whole (only
+    /// when a JSON client watches).
+    pb_heads: [OnceLock<Bytes>; 3],
+    json: OnceLock<Box<[OnceLock<Bytes>; 3]>>,
 }
 
 impl Change {
@@ -173,24 +228,58 @@ impl Change {
         wire: Wire,
         ty: EvType,
         encoded: &prometheus_client::metrics::counter::Counter,
-    ) -> Bytes {
-        let slot = &self.frames[wire as usize][ty.idx()];
-        slot.get_or_init(|| {
+    ) -> Frame {
+        let once = |make: &dyn Fn() -> Bytes| {
             encoded.inc();
-            frame(kind, wire, ty, &self.obj)
-        })
-        .clone()
+            make()
+        };
+        match wire {
+            Wire::Protobuf => {
+                let head =
+                    self.pb_heads[ty.idx()].get_or_init(|| once(&|| pb_head(kind, ty, &self.obj)));
+                pb_frame(head.clone(), &self.obj)
+            }
+            Wire::Json => self.json.get_or_init(Default::default)[ty.idx()]
+                .get_or_init(|| once(&|| json_line(kind, ty, &self.obj)))
+                .clone()
+                .into(),
+        }
     }
 }
 
+/// The head of `obj`'s Protobuf event of type `ty`: everything before the
+/// object's own bytes.
+fn pb_head(kind: Kind, ty: EvType, obj: &Item) -> Bytes {
+    let len = pbenc::object(&obj.pb_item).map_or(0, <[u8]>::len);
+    Bytes::from(pbenc::watch_frame_head(
+        ty.as_str(),
+        kind.api_version(),
+        kind.name(),
+        len,
+    ))
+}
+
+/// A Protobuf event of `obj` whose head is `head`.
+fn pb_frame(head: Bytes, obj: &Item) -> Frame {
+    let object = pbenc::object(&obj.pb_item)
+        .map(|raw| obj.pb_item.slice_ref(raw))
+        .unwrap_or_default();
+    Frame {
+        head,
+        object,
+        tail: Bytes::from_static(pbenc::envelope_tail()),
+    }
+}
+
+fn json_line(kind: Kind, ty: EvType, obj: &Item) -> Bytes {
+    event_line(ty.as_str(), &obj.json(kind))
+}
+
 /// An object as a watch event (initial events are built per subscriber).
-pub fn frame(kind: Kind, wire: Wire, ty: EvType, obj: &Item) -> Bytes {
+pub fn frame(kind: Kind, wire: Wire, ty: EvType, obj: &Item) -> Frame {
     match wire {
-        Wire::Json => event_line(ty.as_str(), &obj.json),
-        Wire::Protobuf => Bytes::from(pbenc::watch_frame(
-            ty.as_str(),
-            obj.pb_object(kind).to_vec(),
-        )),
+        Wire::Json => json_line(kind, ty, obj).into(),
+        Wire::Protobuf => pb_frame(pb_head(kind, ty, obj), obj),
     }
 }
 
@@ -397,7 +486,7 @@ impl Cache {
         let from = (ns.to_owned(), String::new());
         for (k, old) in g.objects.range(from..).take_while(|(k, _)| k.0 == ns) {
             if let Some(new) = f(old)
-                && new.json != old.json
+                && new.pb_item != old.pb_item
             {
                 nodes.insert(old.node_name.clone());
                 changed.push((k.clone(), Arc::new(new)));
@@ -469,9 +558,15 @@ impl Cache {
     }
 
     /// An object's version arrived (added or modified).
-    pub fn apply(&self, item: Item) {
+    pub fn apply(&self, mut item: Item) {
         let mut g = self.lock();
         let key = (item.ns.clone(), item.name.clone());
+        // Labels rarely change with a version: share the last one's.
+        if let Some(p) = g.objects.get(&key)
+            && p.labels == item.labels
+        {
+            item.labels = p.labels.clone();
+        }
         let item = Arc::new(item);
         let prev = g.objects.insert(key, item.clone());
         if prev.as_ref().is_some_and(|p| p.rv == item.rv) {
@@ -512,8 +607,8 @@ impl Cache {
             rv: rv.max(prev.rv),
             labels: prev.labels.clone(),
             node_name: prev.node_name.clone(),
-            json: prev.json.clone(),
             pb_item: prev.pb_item.clone(),
+            served: prev.served,
         });
         let rv = gone.rv;
         self.push(&mut g, rv, EvType::Deleted, gone, Some(prev));
@@ -581,7 +676,8 @@ impl Cache {
             obj,
             prev,
             at,
-            frames: Default::default(),
+            pb_heads: Default::default(),
+            json: OnceLock::new(),
         }));
         g.rv = rv;
         while let Some(first) = g.history.front() {
@@ -616,20 +712,18 @@ impl Cache {
 mod tests {
     use super::*;
 
+    /// A pod as the relay makes its items: decoded as podns decodes the
+    /// API server's, then served.
     fn pod_in(ns: &str, name: &str, rv: u64, node: &str, served: &dyn Fn(&str) -> bool) -> Item {
-        let value = serde_json::json!({
+        use super::super::objects::Relayed;
+        let pod: crate::k8s::slim::SlimPod = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": ns, "resourceVersion": rv.to_string(),
                          "labels": {"app": "w", "job-name": "j"}},
             "spec": {"nodeName": node, "containers": []},
-        });
-        let o = Object {
-            ns: ns.into(),
-            name: name.into(),
-            rv,
-            value,
-        };
-        Item::new(Kind::Pod, o, served).unwrap()
+        }))
+        .unwrap();
+        Item::new(Kind::Pod, pod.relayed().unwrap(), served).unwrap()
     }
 
     fn pod(name: &str, rv: u64, node: &str) -> Item {
@@ -637,7 +731,7 @@ mod tests {
     }
 
     fn served_labels(i: &Item) -> Vec<String> {
-        let v: Value = serde_json::from_slice(&i.json).unwrap();
+        let v: Value = serde_json::from_slice(&i.json(Kind::Pod)).unwrap();
         v["metadata"]["labels"]
             .as_object()
             .map(|m| m.keys().cloned().collect())
@@ -650,7 +744,7 @@ mod tests {
         assert_eq!(served_labels(&i), ["job-name"]);
         assert_eq!(i.labels.len(), 2, "selectors match on every label");
         let none = pod_in("ml", "a", 1, "n", &|_| false);
-        assert!(!String::from_utf8_lossy(&none.json).contains("labels"));
+        assert!(!String::from_utf8_lossy(&none.json(Kind::Pod)).contains("labels"));
         let again = i.reserved(Kind::Pod, &|_| true).unwrap();
         assert_eq!(served_labels(&again), ["app", "job-name"]);
         assert_eq!(again.rv, 1);
@@ -796,10 +890,20 @@ mod tests {
         let a = cs[0].frame(Kind::Pod, Wire::Protobuf, EvType::Modified, &encoded);
         let b = cs[0].frame(Kind::Pod, Wire::Protobuf, EvType::Modified, &encoded);
         assert_eq!(encoded.get(), 1);
+        let ptrs = |f: Frame| f.parts().map(|p| p.as_ptr()).collect::<Vec<_>>();
         assert_eq!(
-            a.as_ptr(),
-            b.as_ptr(),
+            ptrs(a.clone()),
+            ptrs(b),
             "the same bytes for every subscriber"
+        );
+        // The object's bytes are the item's own, and the parts make the
+        // event the API server would send.
+        let raw = pbenc::object(&cs[0].obj.pb_item).unwrap();
+        assert!(ptrs(a.clone()).contains(&raw.as_ptr()));
+        let sent: Vec<u8> = a.parts().flat_map(|p| p.to_vec()).collect();
+        assert_eq!(
+            sent,
+            pbenc::watch_frame("MODIFIED", cs[0].obj.pb_object(Kind::Pod).to_vec())
         );
     }
 }

@@ -352,7 +352,7 @@ impl Filter {
 
 fn object_response(kind: Kind, item: &Item, wire: Wire) -> Reply {
     let (body, content_type) = match wire {
-        Wire::Json => (item.json.clone(), "application/json"),
+        Wire::Json => (item.json(kind), "application/json"),
         Wire::Protobuf => (item.pb_object(kind), pbenc::PROTOBUF),
     };
     Reply::Body {
@@ -377,7 +377,7 @@ fn list(cache: &Cache, filter: &Filter, wire: Wire) -> Reply {
                 if i > 0 {
                     head.push(b',');
                 }
-                head.extend_from_slice(&o.json);
+                head.extend_from_slice(&o.json(kind));
                 if head.len() > 64 * 1024 {
                     out.push(Bytes::from(std::mem::take(&mut head)));
                 }
@@ -531,7 +531,7 @@ impl Subscriber {
                 for o in items {
                     let frame = cache::frame(kind, self.wire, EvType::Added, &o);
                     size += frame.len();
-                    frames.push(frame);
+                    frames.extend(frame.parts());
                     if size >= INITIAL_CHUNK {
                         if !self.send(out, &frames).await {
                             return;
@@ -565,19 +565,20 @@ impl Subscriber {
                 }
                 After::Changes(batch, upto) => {
                     let full = batch.len() == BATCH;
-                    let frames: Vec<Bytes> = batch
-                        .iter()
-                        .filter_map(|c| {
-                            let before = c.prev.as_ref().is_some_and(|p| self.filter.matches(p));
-                            let now = self.filter.matches(&c.obj);
-                            let ty = c.ty.seen(before, now)?;
-                            Some(c.frame(kind, self.wire, ty, &self.metrics.relay_encoded))
-                        })
-                        .collect();
+                    let (mut frames, mut events) = (Vec::new(), 0);
+                    for c in &batch {
+                        let before = c.prev.as_ref().is_some_and(|p| self.filter.matches(p));
+                        let now = self.filter.matches(&c.obj);
+                        if let Some(ty) = c.ty.seen(before, now) {
+                            let f = c.frame(kind, self.wire, ty, &self.metrics.relay_encoded);
+                            frames.extend(f.parts());
+                            events += 1;
+                        }
+                    }
                     if !self.send(out, &frames).await {
                         return;
                     }
-                    self.metrics.relay_sent.inc_by(frames.len() as u64);
+                    self.metrics.relay_sent.inc_by(events);
                     cursor = upto;
                     if full {
                         continue;

@@ -136,7 +136,7 @@ impl ServedLabels {
 /// every other object that carries it. A million pods hold a few thousand
 /// distinct label strings, not sixteen million.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Labels(Box<[(Arc<str>, Arc<str>)]>);
+pub struct Labels(Arc<[(Arc<str>, Arc<str>)]>);
 
 impl Labels {
     pub fn new<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
@@ -146,7 +146,7 @@ impl Labels {
             .map(|(k, val)| (strings.get(k), strings.get(val)))
             .collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
-        Self(v.into_boxed_slice())
+        Self(v.into())
     }
 
     pub fn get(&self, key: &str) -> Option<&str> {

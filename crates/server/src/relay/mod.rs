@@ -291,7 +291,7 @@ mod tests {
 
     fn served(relay: &Relay, name: &str) -> Vec<String> {
         let snap = relay.cache(Kind::Pod).unwrap().snapshot(|i| i.name == name);
-        let v: serde_json::Value = serde_json::from_slice(&snap.items[0].json).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&snap.items[0].json(Kind::Pod)).unwrap();
         v["metadata"]["labels"]
             .as_object()
             .map(|m| m.keys().cloned().collect())
