@@ -272,6 +272,15 @@ pub struct ServeArgs {
         requires = "relay_listen"
     )]
     pub relay_history: Secs,
+    /// Connections the relay serves at once (a watch holds one); more are accepted and closed at once.
+    #[arg(
+        long,
+        env = "PODNS_RELAY_MAX_CONNECTIONS",
+        default_value_t = 32_768,
+        value_parser = clap::value_parser!(u32).range(1..),
+        requires = "relay_listen"
+    )]
+    pub relay_max_connections: u32,
     /// Write a kubeconfig for the relay here, with a token for --relay-kubeconfig-account (TokenRequest), for node instances on this machine.
     #[arg(long, env = "PODNS_RELAY_KUBECONFIG_OUT", requires = "relay_listen")]
     pub relay_kubeconfig_out: Option<std::path::PathBuf>,
@@ -360,6 +369,7 @@ impl ServeArgs {
             }),
             relay: self.relay_listen.map(|listen| RelayConfig {
                 history: self.relay_history.0,
+                max_connections: self.relay_max_connections as usize,
                 kubeconfig_out: self.relay_kubeconfig_out.clone(),
                 kubeconfig_account: self.relay_kubeconfig_account.clone(),
                 tls_cert: self.relay_tls_cert.clone(),

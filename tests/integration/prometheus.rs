@@ -28,7 +28,7 @@ use crate::support::{
 
 /// Every metric family podns exports (without the `_total`, `_bucket`,
 /// `_sum` and `_count` suffixes the exposition adds).
-const EXPORTED: [&str; 20] = [
+const EXPORTED: [&str; 21] = [
     m::DNS_REQUESTS,
     m::DNS_RESPONSES,
     m::DNS_REQUEST_DURATION,
@@ -48,6 +48,7 @@ const EXPORTED: [&str; 20] = [
     m::PROPAGATION,
     m::RANK_JOBS,
     m::GANG_COMPLETE,
+    m::RELAY_REFUSED,
     // Prometheus's own, per target.
     "up",
 ];

@@ -357,6 +357,45 @@ async fn no_token_or_a_bad_one_is_401_and_writes_are_405() {
     assert!(matches!(e, kube::Error::Api(ref s) if s.code == 405), "{e}");
 }
 
+/// The relay serves at most `--relay-max-connections` connections at once:
+/// one more is closed at once, before any TLS, and counted; a slot freed
+/// serves again.
+#[tokio::test]
+async fn connections_past_the_cap_are_closed_at_once() {
+    use tokio::io::AsyncReadExt;
+    let (env, _dir, kubeconfig) = env_with_relay(&["--relay-max-connections=2"]).await;
+    let addr = env.relay.unwrap();
+    let metrics = env.server.as_ref().unwrap().metrics.clone();
+    let open = || metrics.relay_connections.get();
+    // Two clients that never finish their TLS handshake hold both slots.
+    let a = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let b = tokio::net::TcpStream::connect(addr).await.unwrap();
+    wait_for("both slots held", T, || async { open() == 2 }).await;
+    let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 1];
+    let read = tokio::time::timeout(T, c.read(&mut buf))
+        .await
+        .expect("closed at once, not left to wait");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    assert_eq!(metrics.relay_refused.get(), 1);
+    assert_eq!(open(), 2);
+    let (_, text) = admin_get(env.admin, "/metrics").await;
+    assert!(
+        text.contains("podns_relay_connections_refused_total 1"),
+        "{text}"
+    );
+
+    // Gone, they free their slots: a client lists through the relay.
+    drop((a, b));
+    wait_for("the slots freed", T, || async { open() == 0 }).await;
+    let pods = Api::<Pod>::all(relay_client(&kubeconfig).await)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(pods.metadata.resource_version.is_some());
+    assert_eq!(metrics.relay_refused.get(), 1);
+}
+
 /// The resourceVersion of a list of `ns`'s pods through `client`.
 async fn list_rv(client: &kube::Client, ns: &str) -> String {
     Api::<Pod>::namespaced(client.clone(), ns)

@@ -61,6 +61,10 @@ pub const DNS_FORWARDED: &str = "podns_dns_forwarded";
 pub const NODE_SCOPE_NAMESPACES: &str = "podns_node_scope_namespaces";
 /// Watches served by the relay now.
 pub const RELAY_WATCHES: &str = "podns_relay_watches";
+/// Connections the relay holds now (TLS handshakes included).
+pub const RELAY_CONNECTIONS: &str = "podns_relay_connections";
+/// Connections the relay closed at once: it held --relay-max-connections.
+pub const RELAY_REFUSED: &str = "podns_relay_connections_refused";
 /// Bytes of watch events the relay sent.
 pub const RELAY_SENT_BYTES: &str = "podns_relay_watch_sent_bytes";
 /// Watch events the relay encoded (once per change, wire and event type,
@@ -155,6 +159,8 @@ pub struct Metrics {
     pub forwarded: Family<ResultLabels, Counter>,
     pub node_scope_namespaces: Gauge<i64, AtomicI64>,
     pub relay_watches: Gauge<i64, AtomicI64>,
+    pub relay_connections: Gauge<i64, AtomicI64>,
+    pub relay_refused: Counter,
     pub relay_sent_bytes: Counter,
     pub relay_encoded: Counter,
     pub relay_sent: Counter,
@@ -204,6 +210,8 @@ impl Metrics {
         }
         let node_scope_namespaces = Gauge::<i64, AtomicI64>::default();
         let relay_watches = Gauge::<i64, AtomicI64>::default();
+        let relay_connections = Gauge::<i64, AtomicI64>::default();
+        let relay_refused = Counter::default();
         let relay_sent_bytes = Counter::default();
         let relay_encoded = Counter::default();
         let relay_sent = Counter::default();
@@ -326,6 +334,16 @@ impl Metrics {
             relay_watches.clone(),
         );
         registry.register(
+            RELAY_CONNECTIONS,
+            "Connections the relay holds now, TLS handshakes included",
+            relay_connections.clone(),
+        );
+        registry.register(
+            RELAY_REFUSED,
+            "Connections the relay closed at once because it held --relay-max-connections",
+            relay_refused.clone(),
+        );
+        registry.register(
             RELAY_SENT_BYTES,
             "Bytes of watch events the relay sent",
             relay_sent_bytes.clone(),
@@ -354,6 +372,8 @@ impl Metrics {
             forwarded,
             node_scope_namespaces,
             relay_watches,
+            relay_connections,
+            relay_refused,
             relay_sent_bytes,
             requests,
             responses,

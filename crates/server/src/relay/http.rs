@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -28,9 +29,11 @@ use podns_kapi::pbenc::{self, Media};
 use podns_kapi::selector::{Field, FieldSelector, LabelSelector};
 use podns_kapi::status::ApiError;
 use podns_kapi::watch::{EvType, ParamError, WatchParams, bookmark_line, event_line};
+use prometheus_client::metrics::gauge::Gauge;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -75,6 +78,7 @@ pub async fn run(
         bookmark_every: cfg.bookmark_every,
         shutdown: shutdown.clone(),
     });
+    let slots = Arc::new(Semaphore::new(cfg.max_connections.max(1)));
     loop {
         let (stream, _) = tokio::select! {
             () = shutdown.cancelled() => return,
@@ -88,14 +92,42 @@ pub async fn run(
                 }
             },
         };
+        // A slot per connection, handshake included: past the cap a
+        // connection is closed at once (its client retries, as from an
+        // API server that is going away), before any TLS work.
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            server.metrics.relay_refused.inc();
+            tracing::debug!("relay connection refused: at --relay-max-connections");
+            drop(stream);
+            continue;
+        };
         let (acceptor, server) = (tls.acceptor.clone(), server.clone());
         tokio::spawn(async move {
-            let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await
-            else {
-                return;
-            };
-            connection(&server, stream).await;
+            let _open = Open::new(slot, &server.metrics);
+            if let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await {
+                connection(&server, stream).await;
+            }
         });
+    }
+}
+
+/// A connection's slot, counted in `podns_relay_connections` while held.
+struct Open {
+    _slot: OwnedSemaphorePermit,
+    gauge: Gauge<i64, AtomicI64>,
+}
+
+impl Open {
+    fn new(slot: OwnedSemaphorePermit, metrics: &Metrics) -> Self {
+        let gauge = metrics.relay_connections.clone();
+        gauge.inc();
+        Self { _slot: slot, gauge }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.gauge.dec();
     }
 }
 

@@ -53,6 +53,8 @@ pub struct RelayConfig {
     pub history: Duration,
     /// How often an idle watch gets a bookmark.
     pub bookmark_every: Duration,
+    /// Connections served at once; more are accepted and closed at once.
+    pub max_connections: usize,
     /// Write a kubeconfig for node instances on this machine here.
     pub kubeconfig_out: Option<PathBuf>,
     /// The ServiceAccount (namespace, name) whose token that kubeconfig
@@ -71,6 +73,7 @@ impl RelayConfig {
             listen,
             history: Duration::from_secs(15 * 60),
             bookmark_every: Duration::from_secs(60),
+            max_connections: 32_768,
             kubeconfig_out: None,
             kubeconfig_account: ("default".into(), "podns-node".into()),
             tls_cert: None,
