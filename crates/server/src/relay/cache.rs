@@ -59,7 +59,7 @@ pub struct Item {
     pub pb_item: Bytes,
     /// A digest of the served object but for its resourceVersion: two
     /// versions that serve alike have the same ([`Item::serves_as`]).
-    served: [u8; 32],
+    fingerprint: [u8; 32],
 }
 
 /// The SHA-256 of `bytes`.
@@ -94,7 +94,7 @@ impl Item {
             }
         }
         let version = meta.remove("resourceVersion");
-        let served = digest(&serde_json::to_vec(&value).ok()?);
+        let fingerprint = digest(&serde_json::to_vec(&value).ok()?);
         if let Some(v) = version {
             value["metadata"]["resourceVersion"] = v;
         }
@@ -108,7 +108,7 @@ impl Item {
             labels,
             node_name,
             pb_item: Bytes::from(pb_item),
-            served,
+            fingerprint,
         })
     }
 
@@ -116,8 +116,7 @@ impl Item {
     /// the API server's, and written as the relay writes what it watches
     /// (the same JSON it was encoded from).
     pub fn json(&self, kind: Kind) -> Bytes {
-        let value = pbenc::object(&self.pb_item)
-            .and_then(|raw| objects::decoded(kind, raw))
+        let value = objects::decoded(kind, self.raw())
             .map(|o| o.value)
             .unwrap_or_default();
         Bytes::from(serde_json::to_vec(&value).unwrap_or_default())
@@ -125,7 +124,7 @@ impl Item {
 
     /// This version again, with the labels `served` keeps now.
     pub fn reserved(&self, kind: Kind, served: &dyn Fn(&str) -> bool) -> Option<Self> {
-        let mut o = objects::decoded(kind, pbenc::object(&self.pb_item)?)?;
+        let mut o = objects::decoded(kind, self.raw())?;
         if !self.labels.is_empty() {
             let all: serde_json::Map<String, Value> = self
                 .labels
@@ -145,7 +144,7 @@ impl Item {
     /// resourceVersion: the same served object, the same labels (served or
     /// not: selectors match on all of them), on the same node.
     pub fn serves_as(&self, other: &Item) -> bool {
-        self.served == other.served
+        self.fingerprint == other.fingerprint
             && self.node_name == other.node_name
             && self.labels == other.labels
     }
@@ -153,8 +152,13 @@ impl Item {
     /// The enveloped Protobuf object, as a get answers it (made on
     /// demand: a change's frames are kept, not this).
     pub fn pb_object(&self, kind: Kind) -> Bytes {
-        let raw = pbenc::object(&self.pb_item).unwrap_or_default().to_vec();
+        let raw = self.raw().to_vec();
         Bytes::from(pbenc::envelope(kind.api_version(), kind.name(), raw))
+    }
+
+    /// The object's own message: `pb_item` without its list-item key.
+    pub fn raw(&self) -> &[u8] {
+        pbenc::object(&self.pb_item).unwrap_or_default()
     }
 }
 
@@ -192,6 +196,7 @@ impl Frame {
     }
 }
 
+/// An event sent whole (JSON), as its head alone.
 impl From<Bytes> for Frame {
     fn from(head: Bytes) -> Self {
         Self {
@@ -229,20 +234,22 @@ impl Change {
         ty: EvType,
         encoded: &prometheus_client::metrics::counter::Counter,
     ) -> Frame {
-        let once = |make: &dyn Fn() -> Bytes| {
-            encoded.inc();
-            make()
-        };
         match wire {
             Wire::Protobuf => {
-                let head =
-                    self.pb_heads[ty.idx()].get_or_init(|| once(&|| pb_head(kind, ty, &self.obj)));
+                let head = self.pb_heads[ty.idx()].get_or_init(|| {
+                    encoded.inc();
+                    pb_head(kind, ty, &self.obj)
+                });
                 pb_frame(head.clone(), &self.obj)
             }
-            Wire::Json => self.json.get_or_init(Default::default)[ty.idx()]
-                .get_or_init(|| once(&|| json_line(kind, ty, &self.obj)))
-                .clone()
-                .into(),
+            Wire::Json => {
+                let slot = &self.json.get_or_init(Default::default)[ty.idx()];
+                let line = slot.get_or_init(|| {
+                    encoded.inc();
+                    json_line(kind, ty, &self.obj)
+                });
+                Frame::from(line.clone())
+            }
         }
     }
 }
@@ -250,23 +257,19 @@ impl Change {
 /// The head of `obj`'s Protobuf event of type `ty`: everything before the
 /// object's own bytes.
 fn pb_head(kind: Kind, ty: EvType, obj: &Item) -> Bytes {
-    let len = pbenc::object(&obj.pb_item).map_or(0, <[u8]>::len);
     Bytes::from(pbenc::watch_frame_head(
         ty.as_str(),
         kind.api_version(),
         kind.name(),
-        len,
+        obj.raw().len(),
     ))
 }
 
 /// A Protobuf event of `obj` whose head is `head`.
 fn pb_frame(head: Bytes, obj: &Item) -> Frame {
-    let object = pbenc::object(&obj.pb_item)
-        .map(|raw| obj.pb_item.slice_ref(raw))
-        .unwrap_or_default();
     Frame {
         head,
-        object,
+        object: obj.pb_item.slice_ref(obj.raw()),
         tail: Bytes::from_static(pbenc::envelope_tail()),
     }
 }
@@ -608,7 +611,7 @@ impl Cache {
             labels: prev.labels.clone(),
             node_name: prev.node_name.clone(),
             pb_item: prev.pb_item.clone(),
-            served: prev.served,
+            fingerprint: prev.fingerprint,
         });
         let rv = gone.rv;
         self.push(&mut g, rv, EvType::Deleted, gone, Some(prev));
@@ -898,7 +901,7 @@ mod tests {
         );
         // The object's bytes are the item's own, and the parts make the
         // event the API server would send.
-        let raw = pbenc::object(&cs[0].obj.pb_item).unwrap();
+        let raw = cs[0].obj.raw();
         assert!(ptrs(a.clone()).contains(&raw.as_ptr()));
         let sent: Vec<u8> = a.parts().flat_map(|p| p.to_vec()).collect();
         assert_eq!(

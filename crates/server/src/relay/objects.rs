@@ -346,7 +346,7 @@ mod tests {
         let again: Value = serde_json::from_slice(&item.json(K::KIND)).unwrap();
         assert_eq!(again, served, "{:?}", K::KIND);
         // And once more from that: a fixed point.
-        let o = decoded(K::KIND, podns_kapi::pbenc::object(&item.pb_item).unwrap()).unwrap();
+        let o = decoded(K::KIND, item.raw()).unwrap();
         let item2 = Item::new(K::KIND, o, &|_| true).unwrap();
         assert_eq!(item2.pb_item, item.pb_item);
         assert!(item2.serves_as(&item));
