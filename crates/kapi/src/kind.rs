@@ -17,10 +17,16 @@ pub enum Kind {
     Node,
     /// networking.k8s.io/v1, cluster-scoped: the Service ranges.
     ServiceCidr,
+    /// rbac.authorization.k8s.io/v1: what SubjectAccessReviews are
+    /// decided by (the simulator's authorizer; the relay asks it).
+    ClusterRole,
+    ClusterRoleBinding,
+    Role,
+    RoleBinding,
 }
 
 /// How many kinds there are (the store keeps one map per kind).
-pub const KINDS: usize = 7;
+pub const KINDS: usize = 11;
 
 impl Kind {
     pub const ALL: [Kind; KINDS] = [
@@ -31,6 +37,10 @@ impl Kind {
         Kind::EndpointSlice,
         Kind::Node,
         Kind::ServiceCidr,
+        Kind::ClusterRole,
+        Kind::ClusterRoleBinding,
+        Kind::Role,
+        Kind::RoleBinding,
     ];
 
     pub fn idx(self) -> usize {
@@ -45,6 +55,10 @@ impl Kind {
             Kind::EndpointSlice => "EndpointSlice",
             Kind::Node => "Node",
             Kind::ServiceCidr => "ServiceCIDR",
+            Kind::ClusterRole => "ClusterRole",
+            Kind::ClusterRoleBinding => "ClusterRoleBinding",
+            Kind::Role => "Role",
+            Kind::RoleBinding => "RoleBinding",
         }
     }
     /// The API group: empty for the core group.
@@ -53,6 +67,9 @@ impl Kind {
             Kind::Job => "batch",
             Kind::EndpointSlice => "discovery.k8s.io",
             Kind::ServiceCidr => "networking.k8s.io",
+            Kind::ClusterRole | Kind::ClusterRoleBinding | Kind::Role | Kind::RoleBinding => {
+                "rbac.authorization.k8s.io"
+            }
             _ => "",
         }
     }
@@ -62,6 +79,9 @@ impl Kind {
             Kind::Job => "batch/v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
             Kind::ServiceCidr => "networking.k8s.io/v1",
+            Kind::ClusterRole | Kind::ClusterRoleBinding | Kind::Role | Kind::RoleBinding => {
+                "rbac.authorization.k8s.io/v1"
+            }
             _ => "v1",
         }
     }
@@ -93,6 +113,10 @@ impl Kind {
             Kind::EndpointSlice => "EndpointSliceList",
             Kind::Node => "NodeList",
             Kind::ServiceCidr => "ServiceCIDRList",
+            Kind::ClusterRole => "ClusterRoleList",
+            Kind::ClusterRoleBinding => "ClusterRoleBindingList",
+            Kind::Role => "RoleList",
+            Kind::RoleBinding => "RoleBindingList",
         }
     }
     pub fn plural(self) -> &'static str {
@@ -104,6 +128,10 @@ impl Kind {
             Kind::EndpointSlice => "endpointslices",
             Kind::Node => "nodes",
             Kind::ServiceCidr => "servicecidrs",
+            Kind::ClusterRole => "clusterroles",
+            Kind::ClusterRoleBinding => "clusterrolebindings",
+            Kind::Role => "roles",
+            Kind::RoleBinding => "rolebindings",
         }
     }
     pub fn from_plural(s: &str) -> Option<Kind> {
@@ -115,18 +143,33 @@ impl Kind {
             "endpointslices" => Kind::EndpointSlice,
             "nodes" => Kind::Node,
             "servicecidrs" => Kind::ServiceCidr,
+            "clusterroles" => Kind::ClusterRole,
+            "clusterrolebindings" => Kind::ClusterRoleBinding,
+            "roles" => Kind::Role,
+            "rolebindings" => Kind::RoleBinding,
             _ => return None,
         })
     }
     pub fn namespaced(self) -> bool {
-        !matches!(self, Kind::Namespace | Kind::Node | Kind::ServiceCidr)
+        !matches!(
+            self,
+            Kind::Namespace
+                | Kind::Node
+                | Kind::ServiceCidr
+                | Kind::ClusterRole
+                | Kind::ClusterRoleBinding
+        )
     }
     pub fn fields(self) -> &'static [Field] {
         match self {
             Kind::Pod => &[Field::Name, Field::Namespace, Field::NodeName, Field::Phase],
-            Kind::Service | Kind::Job | Kind::EndpointSlice => &[Field::Name, Field::Namespace],
+            Kind::Service | Kind::Job | Kind::EndpointSlice | Kind::Role | Kind::RoleBinding => {
+                &[Field::Name, Field::Namespace]
+            }
             Kind::Namespace => &[Field::Name, Field::Phase],
-            Kind::Node | Kind::ServiceCidr => &[Field::Name],
+            Kind::Node | Kind::ServiceCidr | Kind::ClusterRole | Kind::ClusterRoleBinding => {
+                &[Field::Name]
+            }
         }
     }
 }

@@ -18,6 +18,7 @@ use k8s_openapi::api::batch::v1 as obatch;
 use k8s_openapi::api::core::v1 as ocore;
 use k8s_openapi::api::discovery::v1 as odisc;
 use k8s_openapi::api::networking::v1 as onet;
+use k8s_openapi::api::rbac::v1 as orbac;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as OQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as ometa;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString as OIntOrString;
@@ -25,6 +26,7 @@ use k8s_pb::api::batch::v1 as pbatch;
 use k8s_pb::api::core::v1 as pcore;
 use k8s_pb::api::discovery::v1 as pdisc;
 use k8s_pb::api::networking::v1 as pnet;
+use k8s_pb::api::rbac::v1 as prbac;
 use k8s_pb::apimachinery::pkg::api::resource::Quantity as PQuantity;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pmeta;
 use k8s_pb::apimachinery::pkg::runtime::{RawExtension, TypeMeta, Unknown};
@@ -374,6 +376,18 @@ message!(ocore::ObjectReference => pcore::ObjectReference {
     kind, namespace, name, uid, api_version, resource_version, field_path,
 });
 
+// RBAC, for the simulator's authorizer: every field.
+message!(orbac::ClusterRole => prbac::ClusterRole { metadata, rules, aggregation_rule });
+message!(orbac::Role => prbac::Role { metadata, rules });
+message!(orbac::AggregationRule => prbac::AggregationRule { cluster_role_selectors });
+message!(orbac::PolicyRule => prbac::PolicyRule {
+    verbs, api_groups, resources, resource_names, non_resource_urls => non_resource_ur_ls,
+});
+message!(orbac::ClusterRoleBinding => prbac::ClusterRoleBinding { metadata, subjects, role_ref });
+message!(orbac::RoleBinding => prbac::RoleBinding { metadata, subjects, role_ref });
+message!(orbac::RoleRef => prbac::RoleRef { api_group, kind, name });
+message!(orbac::Subject => prbac::Subject { kind, api_group, name, namespace });
+
 /// Why an object has no Protobuf form.
 #[derive(Debug, thiserror::Error)]
 #[error("failed to encode protobuf: {0}")]
@@ -421,6 +435,26 @@ pub fn list_item(kind: Kind, json: &[u8]) -> Result<Vec<u8>, EncodeError> {
         Kind::ServiceCidr => pnet::ServiceCIDRList {
             metadata: None,
             items: vec![typed::<onet::ServiceCIDR>(json)?.pb()],
+        }
+        .encode_to_vec(),
+        Kind::ClusterRole => prbac::ClusterRoleList {
+            metadata: None,
+            items: vec![typed::<orbac::ClusterRole>(json)?.pb()],
+        }
+        .encode_to_vec(),
+        Kind::ClusterRoleBinding => prbac::ClusterRoleBindingList {
+            metadata: None,
+            items: vec![typed::<orbac::ClusterRoleBinding>(json)?.pb()],
+        }
+        .encode_to_vec(),
+        Kind::Role => prbac::RoleList {
+            metadata: None,
+            items: vec![typed::<orbac::Role>(json)?.pb()],
+        }
+        .encode_to_vec(),
+        Kind::RoleBinding => prbac::RoleBindingList {
+            metadata: None,
+            items: vec![typed::<orbac::RoleBinding>(json)?.pb()],
         }
         .encode_to_vec(),
     })
@@ -497,6 +531,26 @@ pub fn list_head(kind: Kind, rv: u64, cont: Option<&str>, items_len: usize) -> V
         }
         .encode_to_vec(),
         Kind::ServiceCidr => pnet::ServiceCIDRList {
+            metadata: meta,
+            items: vec![],
+        }
+        .encode_to_vec(),
+        Kind::ClusterRole => prbac::ClusterRoleList {
+            metadata: meta,
+            items: vec![],
+        }
+        .encode_to_vec(),
+        Kind::ClusterRoleBinding => prbac::ClusterRoleBindingList {
+            metadata: meta,
+            items: vec![],
+        }
+        .encode_to_vec(),
+        Kind::Role => prbac::RoleList {
+            metadata: meta,
+            items: vec![],
+        }
+        .encode_to_vec(),
+        Kind::RoleBinding => prbac::RoleBindingList {
             metadata: meta,
             items: vec![],
         }
@@ -606,6 +660,26 @@ pub fn bookmark_object(kind: Kind, rv: u64, initial_end: bool) -> Vec<u8> {
         }
         .encode_to_vec(),
         Kind::ServiceCidr => pnet::ServiceCIDR {
+            metadata,
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        Kind::ClusterRole => prbac::ClusterRole {
+            metadata,
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        Kind::ClusterRoleBinding => prbac::ClusterRoleBinding {
+            metadata,
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        Kind::Role => prbac::Role {
+            metadata,
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        Kind::RoleBinding => prbac::RoleBinding {
             metadata,
             ..Default::default()
         }

@@ -98,6 +98,26 @@ impl LabelSelector {
         self.matches_with(|k| labels.get(k).map(String::as_str))
     }
 
+    /// The values label `key` may take under this selector, when a `key =
+    /// v` or `key in (…)` requirement narrows it (every such requirement
+    /// holds: their intersection); `None` when none does. A server that
+    /// lets a client see only some values of a label checks this.
+    pub fn pinned_values(&self, key: &str) -> Option<Vec<&str>> {
+        let mut out: Option<Vec<&str>> = None;
+        for r in self.reqs.iter().filter(|r| r.key == key) {
+            let these: Vec<&str> = match &r.op {
+                Op::Eq(x) => vec![x.as_str()],
+                Op::In(xs) => xs.iter().map(String::as_str).collect(),
+                _ => continue,
+            };
+            out = Some(match out {
+                None => these,
+                Some(before) => before.into_iter().filter(|v| these.contains(v)).collect(),
+            });
+        }
+        out
+    }
+
     /// Whether labels that `get` looks up by key match.
     pub fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.reqs.iter().all(|r| {
@@ -281,6 +301,22 @@ impl FieldSelector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pinned_values_are_the_intersection_of_eq_and_in() {
+        let p = |s: &str, k: &str| {
+            LabelSelector::parse(s)
+                .unwrap()
+                .pinned_values(k)
+                .map(|v| v.into_iter().map(str::to_owned).collect::<Vec<_>>())
+        };
+        assert_eq!(p("g in (a,b),x=y", "g"), Some(vec!["a".into(), "b".into()]));
+        assert_eq!(p("g=a", "g"), Some(vec!["a".into()]));
+        assert_eq!(p("g in (a,b),g in (b,c)", "g"), Some(vec!["b".into()]));
+        assert_eq!(p("g notin (a),g", "g"), None);
+        assert_eq!(p("", "g"), None);
+        assert_eq!(p("h=a", "g"), None);
+    }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

@@ -66,9 +66,11 @@ pub fn api_groups() -> Value {
         "apiVersion": "v1",
         "groups": [
             authentication_group_entry(),
+            authorization_group_entry(),
             batch_group_entry(),
             discovery_group_entry(),
             networking_group_entry(),
+            rbac_group_entry(),
         ],
     })
 }
@@ -95,6 +97,74 @@ pub fn authentication_v1() -> Value {
         "resources": [
             {"name": "tokenreviews", "singularName": "tokenreview", "namespaced": false,
              "kind": "TokenReview", "verbs": ["create"]},
+        ],
+    })
+}
+
+fn authorization_group_entry() -> Value {
+    let v1 = json!({"groupVersion": "authorization.k8s.io/v1", "version": "v1"});
+    json!({"name": "authorization.k8s.io", "versions": [v1], "preferredVersion": v1})
+}
+
+/// `/apis/authorization.k8s.io`.
+pub fn authorization_group() -> Value {
+    let mut g = authorization_group_entry();
+    g["kind"] = "APIGroup".into();
+    g["apiVersion"] = "v1".into();
+    g
+}
+
+/// `/apis/authorization.k8s.io/v1`: SubjectAccessReviews (see [`rbac`](crate::rbac)).
+pub fn authorization_v1() -> Value {
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": "authorization.k8s.io/v1",
+        "resources": [
+            {"name": "subjectaccessreviews", "singularName": "subjectaccessreview",
+             "namespaced": false, "kind": "SubjectAccessReview", "verbs": ["create"]},
+        ],
+    })
+}
+
+fn rbac_group_entry() -> Value {
+    let v1 = json!({"groupVersion": "rbac.authorization.k8s.io/v1", "version": "v1"});
+    json!({"name": "rbac.authorization.k8s.io", "versions": [v1], "preferredVersion": v1})
+}
+
+/// `/apis/rbac.authorization.k8s.io`.
+pub fn rbac_group() -> Value {
+    let mut g = rbac_group_entry();
+    g["kind"] = "APIGroup".into();
+    g["apiVersion"] = "v1".into();
+    g
+}
+
+/// `/apis/rbac.authorization.k8s.io/v1`: the objects RBAC decides by.
+pub fn rbac_v1() -> Value {
+    let rw = json!([
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch"
+    ]);
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": "rbac.authorization.k8s.io/v1",
+        "resources": [
+            {"name": "clusterrolebindings", "singularName": "clusterrolebinding", "namespaced": false,
+             "kind": "ClusterRoleBinding", "verbs": rw, "storageVersionHash": "48tpQ8gZHFc="},
+            {"name": "clusterroles", "singularName": "clusterrole", "namespaced": false,
+             "kind": "ClusterRole", "verbs": rw, "storageVersionHash": "bYE5ZWDrJ44="},
+            {"name": "rolebindings", "singularName": "rolebinding", "namespaced": true,
+             "kind": "RoleBinding", "verbs": rw, "storageVersionHash": "eGsCzGH6b1g="},
+            {"name": "roles", "singularName": "role", "namespaced": true,
+             "kind": "Role", "verbs": rw, "storageVersionHash": "7FuwZcIIItM="},
         ],
     })
 }
@@ -177,7 +247,7 @@ struct OpenApiGv {
     kinds: &'static [(&'static str, &'static str, bool)],
 }
 
-const OPENAPI_V3: [OpenApiGv; 3] = [
+const OPENAPI_V3: [OpenApiGv; 4] = [
     OpenApiGv {
         path: "api/v1",
         group: "",
@@ -196,6 +266,16 @@ const OPENAPI_V3: [OpenApiGv; 3] = [
         path: "apis/discovery.k8s.io/v1",
         group: "discovery.k8s.io",
         kinds: &[("EndpointSlice", "endpointslices", true)],
+    },
+    OpenApiGv {
+        path: "apis/rbac.authorization.k8s.io/v1",
+        group: "rbac.authorization.k8s.io",
+        kinds: &[
+            ("ClusterRole", "clusterroles", false),
+            ("ClusterRoleBinding", "clusterrolebindings", false),
+            ("Role", "roles", true),
+            ("RoleBinding", "rolebindings", true),
+        ],
     },
 ];
 

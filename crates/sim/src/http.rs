@@ -237,6 +237,14 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
             sim.stats.count("get", "discovery");
             return Ok(value_response(200, &super::discovery::networking_v1()));
         }
+        "/apis/rbac.authorization.k8s.io" => {
+            sim.stats.count("get", "discovery");
+            return Ok(value_response(200, &super::discovery::rbac_group()));
+        }
+        "/apis/rbac.authorization.k8s.io/v1" => {
+            sim.stats.count("get", "discovery");
+            return Ok(value_response(200, &super::discovery::rbac_v1()));
+        }
         "/healthz" | "/readyz" | "/livez" => {
             return Ok(Response::new(Body::from("ok")));
         }
@@ -244,6 +252,9 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
     }
     if let Some(route) = super::tokens::route(trimmed) {
         return super::tokens::serve(sim, req, route).await;
+    }
+    if let Some(route) = super::rbac::route(trimmed) {
+        return super::rbac::serve(sim, req, route).await;
     }
     let (group, rest) = if let Some(rest) = trimmed.strip_prefix("/api/v1/") {
         ("", rest)
@@ -253,6 +264,8 @@ async fn api(sim: &Arc<Sim>, req: Request, path: &str) -> Result<Response, ApiEr
         ("discovery.k8s.io", rest)
     } else if let Some(rest) = trimmed.strip_prefix("/apis/networking.k8s.io/v1/") {
         ("networking.k8s.io", rest)
+    } else if let Some(rest) = trimmed.strip_prefix("/apis/rbac.authorization.k8s.io/v1/") {
+        ("rbac.authorization.k8s.io", rest)
     } else {
         sim.stats.count("unknown", "");
         return Err(not_found_path(path));

@@ -13,6 +13,7 @@
 //! - [`http`]: the Kubernetes REST paths, lists and watches.
 //! - [`workload`]: kubelet timers, pod IPs, training jobs, churn, scenarios.
 //! - [`tokens`]: ServiceAccount tokens (TokenRequest, TokenReview).
+//! - [`rbac`]: SubjectAccessReviews, decided by the stored RBAC objects.
 //! - [`control`], [`faults`], [`stats`]: the `/sim/` endpoints.
 //! - [`discovery`], [`table`], [`protobuf`]: what kubectl needs besides
 //!   JSON objects (discovery documents, `as=Table` printing, and the
@@ -24,6 +25,7 @@ pub mod faults;
 pub mod field;
 pub mod http;
 pub mod protobuf;
+pub mod rbac;
 pub mod service_net;
 pub mod stats;
 pub mod store;

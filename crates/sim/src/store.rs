@@ -659,6 +659,20 @@ impl Store {
             }
             g.services.update(name, &old_v["spec"], &mut new["spec"])?;
         }
+        match kind {
+            Kind::ClusterRole | Kind::Role => check_rules(kind, &new)?,
+            Kind::ClusterRoleBinding | Kind::RoleBinding => {
+                check_binding(kind, &new)?;
+                if new["roleRef"] != old_v["roleRef"] {
+                    return Err(ApiError::invalid(
+                        kind,
+                        name,
+                        "roleRef: Invalid value: cannot change roleRef",
+                    ));
+                }
+            }
+            _ => {}
+        }
         if new == old_v {
             // A no-op write does not bump the resourceVersion.
             return Ok(old);
@@ -1034,6 +1048,132 @@ fn default_object(kind: Kind, v: &mut Value, g: &mut Inner) -> Result<(), ApiErr
                 .to_string();
             check_cidrs(Kind::ServiceCidr, &name, &v["spec"]["cidrs"], "spec.cidrs")?;
             v["status"] = json!({});
+        }
+        Kind::ClusterRole | Kind::Role => check_rules(kind, v)?,
+        Kind::ClusterRoleBinding | Kind::RoleBinding => check_binding(kind, v)?,
+    }
+    Ok(())
+}
+
+/// A role's rules, as `pkg/apis/rbac/validation` checks them: each rule
+/// has verbs, and either resources (with API groups) or non-resource URLs
+/// (only in a ClusterRole).
+fn check_rules(kind: Kind, v: &Value) -> Result<(), ApiError> {
+    let name = v["metadata"]["name"].as_str().unwrap_or_default();
+    let rules = match &v["rules"] {
+        Value::Null => return Ok(()),
+        Value::Array(r) => r,
+        _ => {
+            return Err(ApiError::invalid(
+                kind,
+                name,
+                "rules: Invalid value: must be a list",
+            ));
+        }
+    };
+    let strings = |r: &Value, k: &str| r[k].as_array().map_or(0, Vec::len);
+    for (i, r) in rules.iter().enumerate() {
+        if strings(r, "verbs") == 0 {
+            return Err(ApiError::invalid(
+                kind,
+                name,
+                format!("rules[{i}].verbs: Required value: verbs must contain at least one value"),
+            ));
+        }
+        let urls = strings(r, "nonResourceURLs");
+        if urls > 0 && kind == Kind::Role {
+            return Err(ApiError::invalid(
+                kind,
+                name,
+                format!(
+                    "rules[{i}].nonResourceURLs: Invalid value: namespaced rules cannot apply to non-resource URLs"
+                ),
+            ));
+        }
+        if urls > 0 && (strings(r, "apiGroups") > 0 || strings(r, "resources") > 0) {
+            return Err(ApiError::invalid(
+                kind,
+                name,
+                format!(
+                    "rules[{i}].nonResourceURLs: Invalid value: rules cannot apply to both regular resources and non-resource URLs"
+                ),
+            ));
+        }
+        if urls == 0 && strings(r, "resources") > 0 && strings(r, "apiGroups") == 0 {
+            return Err(ApiError::invalid(
+                kind,
+                name,
+                format!(
+                    "rules[{i}].apiGroups: Required value: resource rules must supply at least one api group"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A binding's role reference and subjects, as `pkg/apis/rbac/validation`
+/// checks them.
+fn check_binding(kind: Kind, v: &Value) -> Result<(), ApiError> {
+    let name = v["metadata"]["name"].as_str().unwrap_or_default();
+    let role = &v["roleRef"];
+    if role["apiGroup"] != "rbac.authorization.k8s.io" {
+        return Err(ApiError::invalid(
+            kind,
+            name,
+            "roleRef.apiGroup: Unsupported value: supported values: \"rbac.authorization.k8s.io\"",
+        ));
+    }
+    let kinds: &[&str] = if kind == Kind::RoleBinding {
+        &["Role", "ClusterRole"]
+    } else {
+        &["ClusterRole"]
+    };
+    if !role["kind"].as_str().is_some_and(|k| kinds.contains(&k)) {
+        return Err(ApiError::invalid(
+            kind,
+            name,
+            format!("roleRef.kind: Unsupported value: supported values: {kinds:?}"),
+        ));
+    }
+    if role["name"].as_str().is_none_or(str::is_empty) {
+        return Err(ApiError::invalid(
+            kind,
+            name,
+            "roleRef.name: Required value",
+        ));
+    }
+    for (i, s) in v["subjects"].as_array().into_iter().flatten().enumerate() {
+        let sname = s["name"].as_str().unwrap_or_default();
+        if sname.is_empty() {
+            return Err(ApiError::invalid(
+                kind,
+                name,
+                format!("subjects[{i}].name: Required value"),
+            ));
+        }
+        match s["kind"].as_str() {
+            Some("ServiceAccount") => {
+                if kind == Kind::ClusterRoleBinding
+                    && s["namespace"].as_str().is_none_or(str::is_empty)
+                {
+                    return Err(ApiError::invalid(
+                        kind,
+                        name,
+                        format!("subjects[{i}].namespace: Required value"),
+                    ));
+                }
+            }
+            Some("User" | "Group") => {}
+            _ => {
+                return Err(ApiError::invalid(
+                    kind,
+                    name,
+                    format!(
+                        "subjects[{i}].kind: Unsupported value: supported values: \"ServiceAccount\", \"User\", \"Group\""
+                    ),
+                ));
+            }
         }
     }
     Ok(())

@@ -78,6 +78,17 @@ fn columns(kind: Kind) -> Vec<Value> {
             col("CIDRs", "string", 0),
             col("Age", "string", 0),
         ],
+        Kind::ClusterRole | Kind::Role => {
+            vec![col("Name", "string", 0), col("Created At", "date", 0)]
+        }
+        Kind::ClusterRoleBinding | Kind::RoleBinding => vec![
+            col("Name", "string", 0),
+            col("Role", "string", 0),
+            col("Age", "string", 0),
+            col("Users", "string", 1),
+            col("Groups", "string", 1),
+            col("ServiceAccounts", "string", 1),
+        ],
     }
 }
 
@@ -202,7 +213,42 @@ fn cells(kind: Kind, v: &Value) -> Vec<Value> {
             ]
         }
         Kind::ServiceCidr => vec![name, joined(&v["spec"]["cidrs"]).into(), created.into()],
+        Kind::ClusterRole | Kind::Role => vec![name, v["metadata"]["creationTimestamp"].clone()],
+        Kind::ClusterRoleBinding | Kind::RoleBinding => binding_cells(name, created, v),
     }
+}
+
+/// The RoleBinding printer's columns: `Kind/name` of the role, then the
+/// subjects by kind (service accounts as `namespace/name`).
+fn binding_cells(name: Value, created: String, v: &Value) -> Vec<Value> {
+    let role = format!(
+        "{}/{}",
+        v["roleRef"]["kind"].as_str().unwrap_or(""),
+        v["roleRef"]["name"].as_str().unwrap_or("")
+    );
+    let subjects = |kind: &str| {
+        let names: Vec<String> = v["subjects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["kind"] == kind)
+            .map(|s| match s["namespace"].as_str() {
+                Some(ns) if kind == "ServiceAccount" => {
+                    format!("{ns}/{}", s["name"].as_str().unwrap_or(""))
+                }
+                _ => s["name"].as_str().unwrap_or("").to_string(),
+            })
+            .collect();
+        Value::from(names.join(", "))
+    };
+    vec![
+        name,
+        role.into(),
+        created.into(),
+        subjects("User"),
+        subjects("Group"),
+        subjects("ServiceAccount"),
+    ]
 }
 
 /// The EndpointSlice printer's columns: ports and the first addresses.

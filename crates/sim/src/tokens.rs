@@ -349,7 +349,7 @@ pub(crate) fn route(path: &str) -> Option<Route> {
 
 /// The apiserver's answer to a method a path does not serve (go-restful's
 /// 405 as `NewGenericServerResponse` words it).
-fn method_not_allowed() -> ApiError {
+pub(crate) fn method_not_allowed() -> ApiError {
     ApiError::new(
         405,
         "MethodNotAllowed",
@@ -380,7 +380,7 @@ pub(crate) async fn serve(
                 return Err(method_not_allowed());
             }
             sim.stats.count("create", "tokenreviews");
-            let body = body_object(req, "TokenReview").await?;
+            let body = body_object(req, "TokenReview", API_VERSION).await?;
             let out = token_review(&sim.tokens, body)?;
             Ok(created(&out))
         }
@@ -390,7 +390,7 @@ pub(crate) async fn serve(
                 return Err(method_not_allowed());
             }
             sim.stats.count("create", "serviceaccounts/token");
-            let body = body_object(req, "TokenRequest").await?;
+            let body = body_object(req, "TokenRequest", API_VERSION).await?;
             let out = token_request(sim, &ns, &name, body)?;
             Ok(created(&out))
         }
@@ -401,8 +401,13 @@ fn created(v: &Value) -> Response {
     crate::http::json_response(201, serde_json::to_vec(v).unwrap_or_default())
 }
 
-/// The body as a JSON object of `kind` in `authentication.k8s.io/v1`.
-async fn body_object(req: Request, kind: &str) -> Result<Map<String, Value>, ApiError> {
+/// The body as a JSON object of `kind` in `api_version` (Protobuf only for
+/// the kinds kubectl sends so: TokenRequest and TokenReview).
+pub(crate) async fn body_object(
+    req: Request,
+    kind: &str,
+    api_version: &str,
+) -> Result<Map<String, Value>, ApiError> {
     let ct = req
         .headers()
         .get(http::header::CONTENT_TYPE)
@@ -427,8 +432,17 @@ async fn body_object(req: Request, kind: &str) -> Result<Map<String, Value>, Api
             "{kind} in version \"v1\" cannot be handled as a {kind}: {why}"
         ))
     };
-    if protobuf {
+    if protobuf && api_version == API_VERSION {
         return from_protobuf(&bytes, kind).map_err(|why| cannot(why.into()));
+    }
+    if protobuf {
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json (got {ct:?})"
+            ),
+        ));
     }
     let v: Value = serde_json::from_slice(&bytes).map_err(|e| cannot(e.to_string()))?;
     let Value::Object(o) = v else {
@@ -439,10 +453,10 @@ async fn body_object(req: Request, kind: &str) -> Result<Map<String, Value>, Api
     };
     match o.get("apiVersion") {
         None | Some(Value::Null) => {}
-        Some(Value::String(s)) if s.is_empty() || s == API_VERSION => {}
+        Some(Value::String(s)) if s.is_empty() || s == api_version => {}
         Some(other) => {
             return Err(cannot(format!(
-                "unsupported apiVersion {other}, expected {API_VERSION:?}"
+                "unsupported apiVersion {other}, expected {api_version:?}"
             )));
         }
     }
