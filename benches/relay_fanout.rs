@@ -325,6 +325,29 @@ async fn main() {
     );
     wait_for_line(&sim_log, "simulator ready", Duration::from_secs(600));
     let sim = client_from(&d("k.yaml")).await;
+    // The relay's permission for the account of the kubeconfig it writes,
+    // as the chart grants it to node instances.
+    let perm = podns_server::relay::auth::PERMISSION;
+    let rbac = "/apis/rbac.authorization.k8s.io/v1";
+    let role = serde_json::json!({"metadata": {"name": "podns-node"},
+        "rules": [{"apiGroups": [perm.group], "resources": [perm.resource], "verbs": [perm.verb]}]});
+    sim_json(
+        &sim,
+        "POST",
+        &format!("{rbac}/clusterroles"),
+        &role.to_string(),
+    )
+    .await;
+    let binding = serde_json::json!({"metadata": {"name": "podns-node"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "podns-node"},
+        "subjects": [{"kind": "ServiceAccount", "namespace": "default", "name": "podns-node"}]});
+    sim_json(
+        &sim,
+        "POST",
+        &format!("{rbac}/clusterrolebindings"),
+        &binding.to_string(),
+    )
+    .await;
 
     let relay_log = d("relay.log");
     let relay = spawn(

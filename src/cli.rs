@@ -261,7 +261,7 @@ pub struct ServeArgs {
     /// Serve /debug/explain (`podns explain`) on the admin address. It shows pods that DNS does not publish: keep the admin port private.
     #[arg(long, env = "PODNS_ADMIN_DEBUG")]
     pub admin_debug: bool,
-    /// Also serve a read-only Kubernetes API of slim Pods, Services and Jobs here (the relay node instances watch instead of the API server); clients need a ServiceAccount token, checked by TokenReview. Served over TLS (--relay-tls-cert, or self-signed).
+    /// Also serve a read-only Kubernetes API of slim Pods, Services and Jobs here (the relay node instances watch instead of the API server). Clients need a ServiceAccount token for --relay-audience (TokenReview) whose user may `get` `relays` in API group `dns.podns.io` (SubjectAccessReview); a token bound to a pod reads only that pod's node's scope. Served over TLS (--relay-tls-cert, or self-signed).
     #[arg(long, env = "PODNS_RELAY_LISTEN")]
     pub relay_listen: Option<SocketAddr>,
     /// How long the relay keeps changes: a client that reconnects within it resumes without a relist; past it, 410.
@@ -281,7 +281,15 @@ pub struct ServeArgs {
         requires = "relay_listen"
     )]
     pub relay_max_connections: u32,
-    /// Write a kubeconfig for the relay here, with a token for --relay-kubeconfig-account (TokenRequest), for node instances on this machine.
+    /// The audience node instances' tokens must be issued for (their projected token volume's `audience`); a token for any other audience, such as the API server's own, is refused.
+    #[arg(
+        long,
+        env = "PODNS_RELAY_AUDIENCE",
+        default_value = podns_server::relay::auth::AUDIENCE,
+        requires = "relay_listen"
+    )]
+    pub relay_audience: String,
+    /// Write a kubeconfig for the relay here, with a token for --relay-kubeconfig-account and --relay-audience (TokenRequest), for node instances on this machine.
     #[arg(long, env = "PODNS_RELAY_KUBECONFIG_OUT", requires = "relay_listen")]
     pub relay_kubeconfig_out: Option<std::path::PathBuf>,
     /// The relay's TLS certificate (PEM; with --relay-tls-key). Unset: a self-signed one, made at start.
@@ -307,7 +315,7 @@ pub struct ServeArgs {
         requires = "relay_kubeconfig"
     )]
     pub relay_dns: Vec<SocketAddr>,
-    /// How long a namespace stays in a node instance's scope after its last pod left the node (a gang restart recreates its pods).
+    /// How long a namespace stays in a node instance's scope after its last pod left the node (a gang restart recreates its pods); on a relay, how long a node instance may still read it (keep it at least the node instances').
     #[arg(long, env = "PODNS_SCOPE_LINGER", default_value = "5m")]
     pub scope_linger: Secs,
     /// The ServiceAccount (NAMESPACE/NAME) whose token --relay-kubeconfig-out writes.
@@ -366,6 +374,7 @@ impl ServeArgs {
                 node,
                 relay_dns: self.relay_dns.clone(),
                 linger: self.scope_linger.0,
+                relay_url: String::new(),
             }),
             relay: self.relay_listen.map(|listen| RelayConfig {
                 history: self.relay_history.0,
@@ -375,6 +384,8 @@ impl ServeArgs {
                 tls_cert: self.relay_tls_cert.clone(),
                 tls_key: self.relay_tls_key.clone(),
                 tls_ca: self.relay_tls_ca.clone(),
+                audience: self.relay_audience.clone(),
+                scope_linger: self.scope_linger.0,
                 ..RelayConfig::new(listen)
             }),
         }

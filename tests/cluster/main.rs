@@ -22,6 +22,7 @@ mod faults;
 mod rbac;
 mod records;
 mod relay;
+mod relay_auth;
 mod reverse;
 mod sim_vs_real;
 mod slices;

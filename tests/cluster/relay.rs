@@ -64,6 +64,31 @@ fn own_answer(
     );
 }
 
+/// ServiceAccount `ns/name` with the relay's permission, as the chart
+/// grants it to node instances (a ClusterRole and its binding).
+pub fn node_account(c: &Cluster, ns: &str, name: &str) {
+    let made = c.try_kubectl(&["create", "serviceaccount", name, "-n", ns], None);
+    assert!(
+        made.is_ok() || made.as_ref().is_err_and(|e| e.contains("already exists")),
+        "the node ServiceAccount: {made:?}"
+    );
+    let perm = podns_server::relay::auth::PERMISSION;
+    c.apply(&format!(
+        r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: podns-relay-reader}}
+rules: [{{apiGroups: ["{}"], resources: ["{}"], verbs: ["{}"]}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: podns-relay-reader-{ns}-{name}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: podns-relay-reader}}
+subjects: [{{kind: ServiceAccount, namespace: {ns}, name: {name}}}]
+"#,
+        perm.group, perm.resource, perm.verb
+    ));
+}
+
 /// A relay over the real API server, and the kubeconfig it writes in `dir`
 /// for node instances: a token of ServiceAccount `podns-node` of `ns`
 /// (made here).
@@ -72,17 +97,13 @@ fn relay(c: &Cluster, ns: &str, dir: &std::path::Path) -> (Podns, std::path::Pat
 }
 
 /// [`relay`] with more flags; the ServiceAccount may exist already.
-fn relay_with(
+pub fn relay_with(
     c: &Cluster,
     ns: &str,
     dir: &std::path::Path,
     extra: &[&str],
 ) -> (Podns, std::path::PathBuf) {
-    let made = c.try_kubectl(&["create", "serviceaccount", "podns-node", "-n", ns], None);
-    assert!(
-        made.is_ok() || made.as_ref().is_err_and(|e| e.contains("already exists")),
-        "the node ServiceAccount: {made:?}"
-    );
+    node_account(c, ns, "podns-node");
     let rk = dir.join("relay.yaml");
     let mut flags = vec![
         "--relay-listen=127.0.0.1:0".to_string(),

@@ -549,7 +549,7 @@ fn node_tier(d: &Value) -> bool {
     let name = d["metadata"]["name"].as_str().unwrap_or_default();
     match d["kind"].as_str().unwrap_or_default() {
         "DaemonSet" | "ConfigMap" => true,
-        "ClusterRole" | "ClusterRoleBinding" => name == "podns-relay",
+        "ClusterRole" | "ClusterRoleBinding" => name == "podns-relay" || name == "podns-node",
         "ServiceAccount" => name == "podns-node",
         _ => false,
     }
@@ -652,26 +652,45 @@ fn check_chart_relay_wiring(docs: &[Value]) {
         .find(|r| r["metadata"]["name"] == "podns-relay")
         .expect("the podns-relay ClusterRole");
     let rules = role["rules"].as_array().unwrap();
-    assert_eq!(rules.len(), 1, "only TokenReviews: {rules:?}");
+    assert_eq!(
+        rules.len(),
+        2,
+        "TokenReviews and SubjectAccessReviews: {rules:?}"
+    );
     assert_eq!(strs(&rules[0]["apiGroups"]), ["authentication.k8s.io"]);
     assert_eq!(strs(&rules[0]["resources"]), ["tokenreviews"]);
     assert_eq!(strs(&rules[0]["verbs"]), ["create"]);
+    assert_eq!(strs(&rules[1]["apiGroups"]), ["authorization.k8s.io"]);
+    assert_eq!(strs(&rules[1]["resources"]), ["subjectaccessreviews"]);
+    assert_eq!(strs(&rules[1]["verbs"]), ["create"]);
     let node_sa = kind(docs, "ServiceAccount")
         .into_iter()
         .find(|s| s["metadata"]["name"] == "podns-node")
         .expect("the podns-node ServiceAccount");
     assert_eq!(node_sa["metadata"]["namespace"], "podns");
 
-    // Node instances: their own node's name, a token to show the relays,
-    // and /etc/podns/relay holding the ConfigMap's kubeconfig beside the
-    // Secret's ca.crt, the paths the kubeconfig names.
+    // Node instances: their own node's name, a token for the relays'
+    // audience only (no API-server token), and /etc/podns/relay holding
+    // the ConfigMap's kubeconfig beside the Secret's ca.crt, the paths the
+    // kubeconfig names.
     let ds = one(docs, "DaemonSet");
     let node_pod = &ds["spec"]["template"];
+    assert_eq!(
+        node_pod["spec"]["automountServiceAccountToken"], false,
+        "node instances need no API-server token"
+    );
+    let audience = relay_args
+        .iter()
+        .find_map(|a| a.strip_prefix("--relay-audience="))
+        .unwrap_or(podns_server::relay::auth::AUDIENCE);
+    let token = volume_at(node_pod, "/var/run/secrets/podns/relay");
+    let projected = &token["projected"]["sources"][0]["serviceAccountToken"];
+    assert_eq!(projected["audience"], audience, "{token:?}");
+    assert_eq!(projected["path"], "token");
     assert!(
-        node_pod["spec"]
-            .get("automountServiceAccountToken")
-            .is_none_or(|a| *a == true),
-        "node instances need their token"
+        projected["expirationSeconds"]
+            .as_u64()
+            .is_some_and(|s| s >= 600)
     );
     let node_c = &node_pod["spec"]["containers"][0];
     let node_name = node_c["env"]
@@ -705,6 +724,10 @@ fn check_chart_relay_wiring(docs: &[Value]) {
     let cluster = &kc["clusters"][0]["cluster"];
     assert_eq!(cluster["server"], "https://podns.podns.svc:6443");
     assert_eq!(cluster["certificate-authority"], "/etc/podns/relay/ca.crt");
+    assert_eq!(
+        kc["users"][0]["user"]["tokenFile"],
+        "/var/run/secrets/podns/relay/token"
+    );
     assert_eq!(kc["current-context"], kc["contexts"][0]["name"]);
     assert_eq!(
         kc["contexts"][0]["context"]["cluster"],
@@ -739,13 +762,32 @@ fn check_daemonset(docs: &[Value]) {
         .as_str()
         .unwrap();
     assert_eq!(sa, "podns-node");
+    // Node instances hold one permission, the relay's own: `get` on
+    // relays.dns.podns.io, which the relays check for every client.
+    let perm = podns_server::relay::auth::PERMISSION;
+    let roles = kind(docs, "ClusterRole");
     for b in kind(docs, "ClusterRoleBinding")
         .into_iter()
         .chain(kind(docs, "RoleBinding"))
     {
-        for subject in b["subjects"].as_array().unwrap() {
-            assert_ne!(subject["name"], sa, "node instances need no RBAC");
+        if !b["subjects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == sa)
+        {
+            continue;
         }
+        assert_eq!(b["kind"], "ClusterRoleBinding", "{b:?}");
+        let role = roles
+            .iter()
+            .find(|r| r["metadata"]["name"] == b["roleRef"]["name"])
+            .expect("the node instances' ClusterRole");
+        let rules = role["rules"].as_array().unwrap();
+        assert_eq!(rules.len(), 1, "only the relay's permission: {rules:?}");
+        assert_eq!(strs(&rules[0]["apiGroups"]), [perm.group]);
+        assert_eq!(strs(&rules[0]["resources"]), [perm.resource]);
+        assert_eq!(strs(&rules[0]["verbs"]), [perm.verb]);
     }
     // The relays: the forward-target Deployment serving --relay-listen
     // over TLS from the Secret, and allowed TokenReviews.
@@ -757,7 +799,6 @@ fn check_daemonset(docs: &[Value]) {
             .iter()
             .any(|a| a.starts_with("--relay-tls-cert="))
     );
-    let roles = kind(docs, "ClusterRole");
     assert!(roles.iter().any(|r| {
         r["rules"]
             .as_array()
@@ -770,7 +811,14 @@ fn check_daemonset(docs: &[Value]) {
         .unwrap()
         .to_string();
     assert!(kc.contains("server: https://podns.podns.svc:6443"), "{kc}");
-    assert!(kc.contains("tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token"));
+    assert!(kc.contains("tokenFile: /var/run/secrets/podns/relay/token"));
+    let ds_spec = &ds["spec"]["template"]["spec"];
+    assert_eq!(ds_spec["automountServiceAccountToken"], false);
+    let token = volume_at(&ds["spec"]["template"], "/var/run/secrets/podns/relay");
+    assert_eq!(
+        token["projected"]["sources"][0]["serviceAccountToken"]["audience"],
+        podns_server::relay::auth::AUDIENCE
+    );
 }
 
 /// The sample training pod sends its lookups to the node-local address.

@@ -14,6 +14,7 @@ mod fuzz_corpus;
 mod prometheus;
 mod rank;
 mod relay;
+mod relay_auth;
 mod reliability;
 mod reverse;
 mod soak;

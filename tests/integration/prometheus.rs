@@ -28,7 +28,7 @@ use crate::support::{
 
 /// Every metric family podns exports (without the `_total`, `_bucket`,
 /// `_sum` and `_count` suffixes the exposition adds).
-const EXPORTED: [&str; 21] = [
+const EXPORTED: [&str; 23] = [
     m::DNS_REQUESTS,
     m::DNS_RESPONSES,
     m::DNS_REQUEST_DURATION,
@@ -49,6 +49,8 @@ const EXPORTED: [&str; 21] = [
     m::RANK_JOBS,
     m::GANG_COMPLETE,
     m::RELAY_REFUSED,
+    m::NODE_RELAY_REACHABLE,
+    m::NODE_RELAY_FAILURES,
     // Prometheus's own, per target.
     "up",
 ];

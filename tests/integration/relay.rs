@@ -20,7 +20,7 @@ use serde_json::json;
 use crate::daemons::find_tool;
 use crate::support::*;
 
-const T: Duration = Duration::from_secs(30);
+pub(crate) const T: Duration = Duration::from_secs(30);
 
 /// `--relay-listen` on loopback and a kubeconfig for node instances.
 fn relay_flags(dir: &Path) -> Vec<String> {
@@ -33,12 +33,14 @@ fn relay_flags(dir: &Path) -> Vec<String> {
     ]
 }
 
-async fn env_with_relay(extra: &[&str]) -> (Env, tempfile::TempDir, PathBuf) {
+pub(crate) async fn env_with_relay(extra: &[&str]) -> (Env, tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let mut flags = relay_flags(dir.path());
     flags.extend(extra.iter().map(|s| s.to_string()));
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let env = env(&["--kubelet"], &flags).await;
+    // The permission the chart gives node instances, for the account the
+    // kubeconfig's token is of.
+    let env = env_with_readers(&["--kubelet"], &flags, &[("default", "podns-node")]).await;
     let path = dir.path().join("relay.yaml");
     wait_for("the relay kubeconfig", T, || {
         let p = path.clone();
@@ -49,7 +51,7 @@ async fn env_with_relay(extra: &[&str]) -> (Env, tempfile::TempDir, PathBuf) {
 }
 
 /// A client of the relay from the kubeconfig it wrote.
-async fn relay_client(kubeconfig: &Path) -> kube::Client {
+pub(crate) async fn relay_client(kubeconfig: &Path) -> kube::Client {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
@@ -59,7 +61,7 @@ async fn relay_client(kubeconfig: &Path) -> kube::Client {
 
 /// Another podns on loopback with these flags (a relay, a node instance),
 /// reading the API through `client`, stopped with `stop`.
-fn start_podns(
+pub(crate) fn start_podns(
     flags: &[String],
     client: kube::Client,
     stop: tokio_util::sync::CancellationToken,
@@ -76,7 +78,10 @@ fn start_podns(
 }
 
 /// Wait until a node instance holds exactly `namespaces`.
-async fn wait_held(table: &std::sync::Arc<podns_server::index::Table>, namespaces: &[&str]) {
+pub(crate) async fn wait_held(
+    table: &std::sync::Arc<podns_server::index::Table>,
+    namespaces: &[&str],
+) {
     let want: Vec<String> = namespaces.iter().map(|n| n.to_string()).collect();
     wait_for(&format!("{want:?} held by the node instance"), T, || {
         let (t, want) = (table.clone(), want.clone());
@@ -86,7 +91,7 @@ async fn wait_held(table: &std::sync::Arc<podns_server::index::Table>, namespace
 }
 
 /// The pods of `ns` with an IP, through `client`.
-async fn pods_with_ip(client: &kube::Client, ns: &str) -> Vec<Pod> {
+pub(crate) async fn pods_with_ip(client: &kube::Client, ns: &str) -> Vec<Pod> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     api.list(&ListParams::default())
         .await
@@ -101,7 +106,7 @@ async fn pods_with_ip(client: &kube::Client, ns: &str) -> Vec<Pod> {
 
 /// Wait for `n` pods of `ns` with IPs through `relay`; the node of the
 /// first.
-async fn node_of_pods(relay: &kube::Client, ns: &str, n: usize) -> String {
+pub(crate) async fn node_of_pods(relay: &kube::Client, ns: &str, n: usize) -> String {
     wait_for(
         &format!("{n} pods of {ns} with IPs through the relay"),
         T,
@@ -1025,7 +1030,7 @@ fn relists(m: &podns_server::metrics::Metrics) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_instance_fails_over_to_another_relay_without_a_relist() {
-    let env = env(&["--kubelet"], &[]).await;
+    let env = env_with_readers(&["--kubelet"], &[], &[("default", "podns-node")]).await;
     create_job(&env.client, "ml", "train", 4, "indexed-job").await;
     // Two relays with one certificate, as replicas behind a Service.
     let dir = tempfile::tempdir().unwrap();

@@ -70,20 +70,39 @@ pub fn serve_args(extra: &[&str]) -> ServeConfig {
 
 /// Simulator plus server, waiting until the index is synced.
 pub async fn env(sim_flags: &[&str], serve_flags: &[&str]) -> Env {
-    env_with(sim_flags, serve_flags, true).await
+    env_with(sim_flags, serve_flags, true, &[]).await
+}
+
+/// Like [`env`], with these ServiceAccounts (namespace, name) granted the
+/// relay's permission before the server starts (so before a relay's first
+/// list: the grant moves the API server's resourceVersion).
+pub async fn env_with_readers(
+    sim_flags: &[&str],
+    serve_flags: &[&str],
+    readers: &[(&str, &str)],
+) -> Env {
+    env_with(sim_flags, serve_flags, true, readers).await
 }
 
 /// Like [`env`], but the server's client is built as the binary builds it:
 /// without kube-client's own retry layer, which would hide an outage from
 /// the watch loop's backoff (serve.rs `client`).
 pub async fn env_like_binary(sim_flags: &[&str], serve_flags: &[&str]) -> Env {
-    env_with(sim_flags, serve_flags, false).await
+    env_with(sim_flags, serve_flags, false, &[]).await
 }
 
-async fn env_with(sim_flags: &[&str], serve_flags: &[&str], default_retry: bool) -> Env {
+async fn env_with(
+    sim_flags: &[&str],
+    serve_flags: &[&str],
+    default_retry: bool,
+    readers: &[(&str, &str)],
+) -> Env {
     let shutdown = CancellationToken::new();
     let sim = start_sim(sim_flags, &shutdown).await;
     let client = sim.client();
+    for (namespace, name) in readers {
+        grant_relay_reader(&client, namespace, name).await;
+    }
     let mut config = kube::Config::new(sim.url().parse().unwrap());
     config.default_retry = default_retry;
     let serve_client = kube::Client::try_from(config).unwrap();
@@ -535,4 +554,76 @@ pub fn rss_kb_and_fds(pid: u32) -> Option<(u64, usize)> {
         .ok()?;
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count();
     Some((rss, fds))
+}
+
+/// Let ServiceAccount `namespace/name` read a relay, as the chart grants
+/// it to node instances: a ClusterRole with the relay's permission
+/// (`podns_server::relay::auth::PERMISSION`) bound to the account.
+pub async fn grant_relay_reader(client: &kube::Client, namespace: &str, name: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let perm = podns_server::relay::auth::PERMISSION;
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": "podns-relay-reader"},
+        "rules": [{"apiGroups": [perm.group], "resources": [perm.resource], "verbs": [perm.verb]}],
+    }))
+    .unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": format!("podns-relay-reader-{namespace}-{name}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "podns-relay-reader"},
+        "subjects": [{"kind": "ServiceAccount", "namespace": namespace, "name": name}],
+    }))
+    .unwrap();
+    let ok = |r: Result<(), kube::Error>| match r {
+        Ok(()) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("cannot grant the relay's permission: {e}"),
+    };
+    ok(Api::<ClusterRole>::all(client.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .map(drop));
+    ok(Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .map(drop));
+}
+
+/// A token of ServiceAccount `namespace/name` for `audience`, bound to
+/// pod `pod` of that namespace when given (TokenRequest), as a projected
+/// token volume gets it.
+pub async fn request_token(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    audience: &str,
+    pod: Option<&Pod>,
+) -> String {
+    use k8s_openapi::api::authentication::v1::{
+        BoundObjectReference, TokenRequest, TokenRequestSpec,
+    };
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: if audience.is_empty() {
+                vec![]
+            } else {
+                vec![audience.to_owned()]
+            },
+            expiration_seconds: Some(3600),
+            bound_object_ref: pod.map(|p| BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: p.metadata.name.clone(),
+                uid: p.metadata.uid.clone(),
+            }),
+        },
+        ..Default::default()
+    };
+    Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{name}: {e}"))
+        .status
+        .expect("a token")
+        .token
 }

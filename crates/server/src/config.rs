@@ -86,6 +86,7 @@ pub async fn probe_api(client: kube::Client, url: http::Uri, what: &'static str)
     match tokio::time::timeout(wait, client.apiserver_version()).await {
         Ok(Ok(_)) => {}
         Ok(Err(error)) => {
+            let error = crate::k8s::failure::Failure::of(&error);
             tracing::error!(%error, "cannot reach {what} at {url}; retrying")
         }
         Err(_) => tracing::error!("no answer from {what} at {url} in 10s; retrying"),

@@ -73,6 +73,16 @@ pub const RELAY_ENCODED: &str = "podns_relay_events_encoded";
 /// Watch events the relay sent (changes; initial events and bookmarks apart).
 pub const RELAY_SENT: &str = "podns_relay_events_sent";
 pub const RELAY_UNSEEN: &str = "podns_relay_changes_unseen";
+/// Requests the relay refused, by reason (`no_token`, `unauthenticated`,
+/// `forbidden`, `out_of_scope`, `unavailable`: see `relay::auth`).
+pub const RELAY_DENIED: &str = "podns_relay_requests_denied";
+/// 1 while a node instance's last attempt to read its relay worked, else 0.
+pub const NODE_RELAY_REACHABLE: &str = "podns_node_relay_reachable";
+/// When a node instance last read its relay (Unix seconds; 0: never).
+pub const NODE_RELAY_LAST_SUCCESS: &str = "podns_node_relay_last_success_timestamp_seconds";
+/// A node instance's failed attempts to read its relay, by reason (`tls`,
+/// `unauthorized`, `forbidden`, `connect`, `other`).
+pub const NODE_RELAY_FAILURES: &str = "podns_node_relay_failures";
 /// Gangs (Jobs and JobSets) in the rank view.
 pub const RANK_JOBS: &str = "podns_rank_jobs";
 /// From the earliest creation of a generation's pods to every rank of it published, in seconds.
@@ -107,6 +117,24 @@ pub struct ActionLabels {
 pub struct ResultLabels {
     pub result: &'static str,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+/// Every `reason` of [`RELAY_DENIED`].
+pub const RELAY_DENIED_REASONS: [&str; 5] = [
+    "no_token",
+    "unauthenticated",
+    "forbidden",
+    "out_of_scope",
+    "unavailable",
+];
+
+/// Every `reason` of [`NODE_RELAY_FAILURES`].
+pub const NODE_RELAY_FAILURE_REASONS: [&str; 5] =
+    ["tls", "unauthorized", "forbidden", "connect", "other"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RcodeLabels {
@@ -165,6 +193,10 @@ pub struct Metrics {
     pub relay_encoded: Counter,
     pub relay_sent: Counter,
     pub relay_unseen: Counter,
+    pub relay_denied: Family<ReasonLabels, Counter>,
+    pub node_relay_reachable: Gauge<i64, AtomicI64>,
+    pub node_relay_last_success: Gauge<i64, AtomicI64>,
+    pub node_relay_failures: Family<ReasonLabels, Counter>,
     registry: Arc<Registry>,
 }
 
@@ -216,6 +248,16 @@ impl Metrics {
         let relay_encoded = Counter::default();
         let relay_sent = Counter::default();
         let relay_unseen = Counter::default();
+        let relay_denied = Family::<ReasonLabels, Counter>::default();
+        for reason in RELAY_DENIED_REASONS {
+            let _ = relay_denied.get_or_create(&ReasonLabels { reason });
+        }
+        let node_relay_reachable = Gauge::<i64, AtomicI64>::default();
+        let node_relay_last_success = Gauge::<i64, AtomicI64>::default();
+        let node_relay_failures = Family::<ReasonLabels, Counter>::default();
+        for reason in NODE_RELAY_FAILURE_REASONS {
+            let _ = node_relay_failures.get_or_create(&ReasonLabels { reason });
+        }
         // 0.5 s … 30 min: pod start-up to a whole gang resolvable.
         let gang_complete = Histogram::new([
             0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
@@ -363,7 +405,31 @@ impl Metrics {
             "Changes the relay did not send: its object was the same but for the resourceVersion",
             relay_unseen.clone(),
         );
+        registry.register(
+            RELAY_DENIED,
+            "Requests the relay refused, by reason",
+            relay_denied.clone(),
+        );
+        registry.register(
+            NODE_RELAY_REACHABLE,
+            "1 while a node instance's last attempt to read its relay worked",
+            node_relay_reachable.clone(),
+        );
+        registry.register(
+            NODE_RELAY_LAST_SUCCESS,
+            "When a node instance last read its relay, Unix seconds (0: never)",
+            node_relay_last_success.clone(),
+        );
+        registry.register(
+            NODE_RELAY_FAILURES,
+            "A node instance's failed attempts to read its relay, by reason",
+            node_relay_failures.clone(),
+        );
         Self {
+            relay_denied,
+            node_relay_reachable,
+            node_relay_last_success,
+            node_relay_failures,
             relay_encoded,
             relay_sent,
             relay_unseen,

@@ -346,27 +346,30 @@ pub fn start(
         .udp_send_buffer
         .set(as_gauge(listeners.udp_buffers.send));
     let table = Table::new();
-    let health = Health::new(table.clone());
+    // A node instance says why it is not ready (its relay's failures).
+    let (why_tx, why_rx) = tokio::sync::watch::channel(None);
+    let health = Health::waiting_on(table.clone(), args.node.is_some().then_some(why_rx));
     let dns_addr = listeners.dns_addr();
     let admin_addr = listeners.admin_addr();
     let mut tasks = JoinSet::new();
     let relay = args.relay.as_ref().map(|r| {
         let unseen = metrics.relay_unseen.clone();
-        Relay::new(r.history, args.namespaces.clone(), unseen)
+        Relay::new(r.history, args.namespaces.clone(), r.scope_linger, unseen)
     });
     let mut relay_addr = None;
     if let (Some(relay), Some(cfg), Some((listener, tls))) = (&relay, &args.relay, listeners.relay)
     {
         relay_addr = listener.local_addr().ok();
-        let auth = Auth::new(client.clone());
+        let auth = Auth::new(client.clone(), cfg.audience.clone());
         let cfg = cfg.clone();
         if let (Some(path), Some(addr)) = (&cfg.kubeconfig_out, relay_addr) {
             tasks.spawn(write_relay_kubeconfig(
                 client.clone(),
                 path.clone(),
                 (addr, dns_addr),
-                tls.ca_pem.clone(),
+                (tls.ca_pem.clone(), tls.server_name.clone()),
                 cfg.kubeconfig_account.clone(),
+                cfg.audience.clone(),
             ));
         }
         let (relay, stop) = (relay.clone(), shutdown.clone());
@@ -446,6 +449,14 @@ pub fn start(
                 }
             }
             let span = tracing::info_span!("node", node = %cfg.node);
+            // The URL `run` read from the kubeconfig; a caller of `start`
+            // alone gets the kubeconfig's name.
+            let url = match (&cfg.relay_url, &args.kubeconfig) {
+                (u, _) if !u.is_empty() => u.clone(),
+                (_, Some(path)) => format!("of {}", path.display()),
+                (_, None) => "(no kubeconfig)".into(),
+            };
+            let reach = crate::relay::node::Reach::new(&url, metrics.clone(), why_tx);
             tasks.spawn(
                 crate::relay::node::run(
                     client,
@@ -453,7 +464,7 @@ pub fn start(
                     wcfg,
                     tx,
                     table.clone(),
-                    metrics.clone(),
+                    (metrics.clone(), reach),
                     shutdown.clone(),
                 )
                 .instrument(span),
@@ -556,6 +567,22 @@ pub async fn run(mut args: ServeConfig) -> anyhow::Result<()> {
         node.relay_dns = relay_dns_default(args.kubeconfig.as_deref()).await?;
     }
     validate(&args)?;
+    // A kubeconfig left by an earlier relay names its certificate and
+    // token: gone until this relay writes its own, so a node instance
+    // started beside it waits for the new one instead of reading the old.
+    if let Some(path) = args.relay.as_ref().and_then(|r| r.kubeconfig_out.as_ref()) {
+        match std::fs::remove_file(path) {
+            Ok(()) => tracing::info!("removed the old relay kubeconfig {}", path.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(ConfigError(format!(
+                    "cannot replace --relay-kubeconfig-out {}: {e}",
+                    path.display()
+                ))
+                .into());
+            }
+        }
+    }
     let listeners = Listeners::bind_with(
         args.dns_listen,
         args.udp_sockets,
@@ -570,6 +597,9 @@ pub async fn run(mut args: ServeConfig) -> anyhow::Result<()> {
     let config =
         crate::config::kube_config(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
     let url = config.cluster_url.clone();
+    if let Some(node) = &mut args.node {
+        node.relay_url = url.to_string();
+    }
     let client = kube::Client::try_from(config).context("failed to build the Kubernetes client")?;
     let what = match args.node {
         Some(_) => "the relay",
@@ -637,28 +667,45 @@ async fn relay_dns_default(
 const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(700);
 
 /// Write the kubeconfig node instances on this machine use to reach the
-/// relay: its address and a token for `account` from a TokenRequest.
+/// relay: its address, the name its certificate is verified for, and a
+/// token for `account` and the relay's `audience` from a TokenRequest.
 async fn write_relay_kubeconfig(
     client: kube::Client,
     path: std::path::PathBuf,
     (addr, dns): (SocketAddr, SocketAddr),
-    ca_pem: String,
+    (ca_pem, server_name): (String, Option<String>),
     (namespace, account): (String, String),
+    audience: String,
 ) {
     // The token lives as long as the API server allows (it caps it).
     let ttl = std::time::Duration::from_secs(24 * 3600);
     let mut backoff = std::time::Duration::from_millis(200);
     let token = loop {
-        match crate::relay::auth::request_token(client.clone(), &namespace, &account, ttl).await {
+        match crate::relay::auth::request_token(
+            client.clone(),
+            &namespace,
+            &account,
+            &audience,
+            ttl,
+        )
+        .await
+        {
             Ok(token) => break token,
             Err(error) => {
+                let error = crate::relay::auth::one_line(&error);
                 tracing::warn!(%error, "cannot get a token for {namespace}/{account} for --relay-kubeconfig-out; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(std::time::Duration::from_secs(30));
             }
         }
     };
-    let text = crate::relay::auth::kubeconfig(&format!("https://{addr}"), &ca_pem, &token, dns);
+    let text = crate::relay::auth::kubeconfig(
+        &format!("https://{addr}"),
+        &ca_pem,
+        server_name.as_deref(),
+        &token,
+        dns,
+    );
     // Written whole, then renamed: a reader never sees half of it.
     let tmp = path.with_extension("tmp");
     match std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
@@ -701,8 +748,18 @@ mod relay_dns_tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("relay.yaml");
         let dns: SocketAddr = "127.0.0.1:1053".parse().unwrap();
-        let text = crate::relay::auth::kubeconfig("https://127.0.0.1:6444", "ca", "tok", dns);
+        let text = crate::relay::auth::kubeconfig(
+            "https://127.0.0.1:6444",
+            "ca",
+            Some("podns.podns.svc"),
+            "tok",
+            dns,
+        );
         std::fs::write(&path, text).unwrap();
         assert_eq!(relay_dns_default(Some(&path)).await.unwrap(), vec![dns]);
+        // kube reads the name the certificate is verified for.
+        let kc = kube::config::Kubeconfig::read_from(&path).unwrap();
+        let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.tls_server_name.as_deref(), Some("podns.podns.svc"));
     }
 }

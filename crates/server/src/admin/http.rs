@@ -23,13 +23,26 @@ use crate::metrics::Metrics;
 pub struct Health {
     table: Arc<Table>,
     draining: AtomicBool,
+    /// What the index waits for, when something says (a node instance
+    /// that cannot read its relay says why).
+    waiting: Option<tokio::sync::watch::Receiver<Option<String>>>,
 }
 
 impl Health {
     pub fn new(table: Arc<Table>) -> Arc<Self> {
+        Self::waiting_on(table, None)
+    }
+
+    /// Readiness that, while the index is not synced, names what it waits
+    /// for as `why` says.
+    pub fn waiting_on(
+        table: Arc<Table>,
+        why: Option<tokio::sync::watch::Receiver<Option<String>>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             table,
             draining: AtomicBool::new(false),
+            waiting: why,
         })
     }
 
@@ -67,13 +80,18 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-async fn readyz(State(s): State<AppState>) -> (StatusCode, &'static str) {
+async fn readyz(State(s): State<AppState>) -> (StatusCode, String) {
     if s.health.is_ready() {
-        (StatusCode::OK, "ready\n")
+        (StatusCode::OK, "ready\n".into())
     } else if s.health.table.is_synced() {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "index not synced\n")
+        let why = s.health.waiting.as_ref().and_then(|w| w.borrow().clone());
+        let body = match why {
+            Some(why) => format!("index not synced: {why}\n"),
+            None => "index not synced\n".into(),
+        };
+        (StatusCode::SERVICE_UNAVAILABLE, body)
     }
 }
 

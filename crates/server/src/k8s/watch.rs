@@ -762,7 +762,7 @@ impl<K: Watched> Watch<K> {
                         {
                             stood_in = true;
                             tracing::error!(
-                                %error,
+                                error = %super::failure::Failure::of_watcher(&error),
                                 "cannot list {}: {}",
                                 K::RESOURCE,
                                 K::WITHOUT
@@ -790,7 +790,7 @@ impl<K: Watched> Watch<K> {
                             })
                             .unwrap_or(Duration::from_secs(30));
                         tracing::warn!(
-                            %error,
+                            error = %super::failure::Failure::of_watcher(&error),
                             reason,
                             retry = retry.label(),
                             ?delay,

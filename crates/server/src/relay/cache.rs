@@ -28,6 +28,7 @@ use tokio::sync::{Notify, watch};
 
 use super::labels::Labels;
 use super::objects;
+use super::scope::NodeScopes;
 
 /// An object as the relay serves it, before its labels are chosen and it
 /// is encoded.
@@ -343,6 +344,8 @@ pub struct Cache {
     /// change wakes its node's watchers and the unindexed ones, not every
     /// node's.
     watchers: Mutex<Watchers>,
+    /// Pods by node, for what each node's instance may read (Pods only).
+    scopes: Option<Arc<NodeScopes>>,
 }
 
 #[derive(Default)]
@@ -376,6 +379,16 @@ impl Cache {
         keep: Duration,
         unseen: prometheus_client::metrics::counter::Counter,
     ) -> Arc<Self> {
+        Self::with_scopes(kind, keep, unseen, None)
+    }
+
+    /// A cache that also counts its objects by node into `scopes`.
+    pub fn with_scopes(
+        kind: Kind,
+        keep: Duration,
+        unseen: prometheus_client::metrics::counter::Counter,
+        scopes: Option<Arc<NodeScopes>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             kind,
             inner: Mutex::new(Inner {
@@ -391,6 +404,7 @@ impl Cache {
             notify: watch::channel(0).0,
             unseen,
             watchers: Mutex::new(Watchers::default()),
+            scopes,
         })
     }
 
@@ -628,6 +642,9 @@ impl Cache {
                 // older version gets 410 (changes since it, deletions
                 // included, are not known here) and relists.
                 for item in items {
+                    if let Some(s) = &self.scopes {
+                        s.moved(None, Some(&item));
+                    }
                     g.objects
                         .insert((item.ns.clone(), item.name.clone()), Arc::new(item));
                 }
@@ -669,6 +686,9 @@ impl Cache {
     }
 
     fn push(&self, g: &mut Inner, rv: u64, ty: EvType, obj: Arc<Item>, prev: Option<Arc<Item>>) {
+        if let Some(s) = &self.scopes {
+            s.moved(prev.as_deref(), (ty != EvType::Deleted).then_some(&*obj));
+        }
         let at = Instant::now();
         // Positions only grow: a version older than the cache (an object
         // relisted after a newer change of another) takes the cache's.
@@ -711,22 +731,45 @@ impl Cache {
     }
 }
 
+/// A pod as the relay makes its items: decoded as podns decodes the API
+/// server's, then served.
+#[cfg(test)]
+pub(crate) fn labelled_pod(
+    ns: &str,
+    name: &str,
+    rv: u64,
+    node: &str,
+    labels: &[(&str, &str)],
+    served: &dyn Fn(&str) -> bool,
+) -> Item {
+    use super::objects::Relayed;
+    let labels: serde_json::Map<String, Value> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), Value::from(*v)))
+        .collect();
+    let pod: crate::k8s::slim::SlimPod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "resourceVersion": rv.to_string(),
+                     "labels": labels},
+        "spec": {"nodeName": node, "containers": []},
+    }))
+    .unwrap();
+    Item::new(Kind::Pod, pod.relayed().unwrap(), served).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A pod as the relay makes its items: decoded as podns decodes the
-    /// API server's, then served.
     fn pod_in(ns: &str, name: &str, rv: u64, node: &str, served: &dyn Fn(&str) -> bool) -> Item {
-        use super::super::objects::Relayed;
-        let pod: crate::k8s::slim::SlimPod = serde_json::from_value(serde_json::json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": ns, "resourceVersion": rv.to_string(),
-                         "labels": {"app": "w", "job-name": "j"}},
-            "spec": {"nodeName": node, "containers": []},
-        }))
-        .unwrap();
-        Item::new(Kind::Pod, pod.relayed().unwrap(), served).unwrap()
+        labelled_pod(
+            ns,
+            name,
+            rv,
+            node,
+            &[("app", "w"), ("job-name", "j")],
+            served,
+        )
     }
 
     fn pod(name: &str, rv: u64, node: &str) -> Item {

@@ -37,12 +37,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::auth::{Auth, Denied};
+use super::auth::{Auth, Denied, PERMISSION};
 use super::cache::{self, After, Cache, Item, Wire};
 use super::conn::{Conn, Head, Next, Stream};
 use super::tls::Tls;
 use super::{Relay, RelayConfig};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReasonLabels};
 
 /// How long a watch from a version the relay has not reached waits for it.
 const FUTURE_WAIT: Duration = Duration::from_secs(3);
@@ -59,6 +59,51 @@ struct Server {
     metrics: Metrics,
     bookmark_every: Duration,
     shutdown: CancellationToken,
+}
+
+impl Server {
+    /// Count a request refused for `reason`.
+    fn denied(&self, reason: &'static str) {
+        self.metrics
+            .relay_denied
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// Whether a reader whose token names `node` may make this request:
+    /// only its node's scope ([`super::scope`]). 403 with the reason
+    /// otherwise, logged with the user.
+    fn in_scope(
+        &self,
+        user: &str,
+        node: &str,
+        target: &Target,
+        filter: &Filter,
+    ) -> Result<(), ApiError> {
+        let pods = self.relay.cache(Kind::Pod);
+        if !pods.is_some_and(|c| c.is_synced()) {
+            return Err(ApiError::new(
+                503,
+                "ServiceUnavailable",
+                "the relay has not listed from the API server yet",
+            ));
+        }
+        let ns = filter.namespace();
+        let pod_filter = (target.kind == Kind::Pod)
+            .then(|| (&filter.labels, filter.fields.pinned(Field::NodeName)));
+        self.relay
+            .scopes()
+            .allows(node, ns, pod_filter)
+            .map_err(|why| {
+                self.denied("out_of_scope");
+                tracing::warn!(%user, %node, namespace = ns.unwrap_or("*"), resource = target.kind.plural(), reason = %why, "relay request refused: outside the node's scope");
+                ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!("{user} cannot read {} here: {why}", target.kind.resource()),
+                )
+            })
+    }
 }
 
 /// Serve the relay on `listener` until `shutdown`.
@@ -233,22 +278,48 @@ async fn serve(s: &Arc<Server>, req: &Head) -> Result<Reply, ApiError> {
             ),
         ));
     }
-    if let Err(denied) = s.auth.check(req.authorization.as_deref()).await {
-        let (code, reason, message) = match denied {
-            Denied::NoToken => (
-                401,
-                "Unauthorized",
-                "Unauthorized: no bearer token".to_owned(),
-            ),
-            Denied::Invalid(why) => (401, "Unauthorized", format!("Unauthorized: {why}")),
-            Denied::Unavailable(why) => (
-                503,
-                "ServiceUnavailable",
-                format!("cannot check the token now: {why}"),
-            ),
-        };
-        return Err(ApiError::new(code, reason, message));
-    }
+    let (checked, fresh) = s.auth.check(req.authorization.as_deref()).await;
+    let reader = match checked {
+        Ok(reader) => reader,
+        Err(denied) => {
+            s.denied(denied.reason());
+            let (code, reason, message) = match &denied {
+                Denied::NoToken => (
+                    401,
+                    "Unauthorized",
+                    "Unauthorized: no bearer token".to_owned(),
+                ),
+                Denied::Unauthenticated(why) => {
+                    if fresh {
+                        tracing::info!(reason = %why, "relay request refused: token not authenticated");
+                    }
+                    (401, "Unauthorized", format!("Unauthorized: {why}"))
+                }
+                Denied::Forbidden { user } => {
+                    if fresh {
+                        tracing::warn!(%user, "relay request refused: the user may not read the relay (needs {} on {}.{})", PERMISSION.verb, PERMISSION.resource, PERMISSION.group);
+                    }
+                    (
+                        403,
+                        "Forbidden",
+                        format!(
+                            "{user} cannot {} resource \"{}\" in API group \"{}\": the relay serves node instances only",
+                            PERMISSION.verb, PERMISSION.resource, PERMISSION.group
+                        ),
+                    )
+                }
+                Denied::Unavailable(why) => {
+                    tracing::warn!(error = %why, "relay request refused: cannot check its token now");
+                    (
+                        503,
+                        "ServiceUnavailable",
+                        format!("cannot check the token now: {why}"),
+                    )
+                }
+            };
+            return Err(ApiError::new(code, reason, message));
+        }
+    };
     match path.trim_end_matches('/') {
         "/version" => return Ok(value_response(&version())),
         "/api" => {
@@ -307,6 +378,9 @@ async fn serve(s: &Arc<Server>, req: &Head) -> Result<Reply, ApiError> {
         ));
     }
     let filter = Filter::new(&target, &query)?;
+    if let Some(node) = &reader.node {
+        s.in_scope(&reader.user, node, &target, &filter)?;
+    }
     if let Some(name) = &target.name {
         let items = cache
             .snapshot(|i| i.name == *name && Some(&i.ns) == target.ns.as_ref())
@@ -356,14 +430,17 @@ impl Filter {
         })
     }
 
+    /// The one namespace this filter reads, by path or field selector.
+    fn namespace(&self) -> Option<&str> {
+        self.ns
+            .as_deref()
+            .or_else(|| self.fields.pinned(Field::Namespace))
+    }
+
     /// Whether a watch with this filter may hold objects of namespace
     /// `ns` on these nodes.
     fn holds(&self, ns: &str, nodes: &std::collections::HashSet<String>) -> bool {
-        let namespace = self
-            .ns
-            .as_deref()
-            .or_else(|| self.fields.pinned(Field::Namespace));
-        namespace.is_none_or(|n| n == ns)
+        self.namespace().is_none_or(|n| n == ns)
             && self
                 .fields
                 .pinned(Field::NodeName)

@@ -24,6 +24,7 @@ pub mod http;
 pub mod labels;
 pub mod node;
 pub mod objects;
+pub mod scope;
 pub mod tls;
 
 use std::collections::HashMap;
@@ -39,6 +40,7 @@ use podns_kapi::Kind;
 pub use cache::{Cache, Item, Object};
 use labels::ServedLabels;
 pub use objects::Relayed;
+use scope::NodeScopes;
 
 /// The kinds the relay serves. EndpointSlices only as podns watches them:
 /// those of Services without a selector (`k8s::watch::USER_SLICES`).
@@ -65,6 +67,12 @@ pub struct RelayConfig {
     pub tls_key: Option<PathBuf>,
     /// The CA clients should trust, for the kubeconfig written.
     pub tls_ca: Option<PathBuf>,
+    /// The audience node instances' tokens must be issued for; the relay
+    /// asks TokenReview for it alone, so an API-server token is refused.
+    pub audience: String,
+    /// How long a node instance may still read a namespace or gang after
+    /// its node's last pod there left (at least its `--scope-linger`).
+    pub scope_linger: Duration,
 }
 
 impl RelayConfig {
@@ -79,6 +87,8 @@ impl RelayConfig {
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
+            audience: auth::AUDIENCE.to_owned(),
+            scope_linger: node::LINGER,
         }
     }
 }
@@ -90,6 +100,8 @@ pub struct Relay {
     labels: Arc<ServedLabels>,
     /// Namespaces the watches cover (empty: all).
     namespaces: Vec<String>,
+    /// Pods by node: what each node's instance may read.
+    scopes: Arc<NodeScopes>,
 }
 
 impl std::fmt::Debug for Relay {
@@ -110,19 +122,31 @@ impl Eq for Relay {}
 
 impl Relay {
     /// `unseen` counts the changes no client could see (`cache`).
+    /// `linger`: how long a node may read what its pods left (`scope`).
     pub fn new(
         history: Duration,
         namespaces: Vec<String>,
+        linger: Duration,
         unseen: prometheus_client::metrics::counter::Counter,
     ) -> Arc<Self> {
+        let scopes = Arc::new(NodeScopes::new(linger));
         Arc::new(Self {
             caches: KINDS
                 .into_iter()
-                .map(|k| (k, Cache::new(k, history, unseen.clone())))
+                .map(|k| {
+                    let by_node = (k == Kind::Pod).then(|| scopes.clone());
+                    (k, Cache::with_scopes(k, history, unseen.clone(), by_node))
+                })
                 .collect(),
             labels: Arc::default(),
             namespaces,
+            scopes,
         })
+    }
+
+    /// What each node's instance may read.
+    pub fn scopes(&self) -> &NodeScopes {
+        &self.scopes
     }
 
     pub fn cache(&self, kind: Kind) -> Option<&Arc<Cache>> {
@@ -303,7 +327,12 @@ mod tests {
 
     #[test]
     fn a_service_widening_while_pods_list_has_them_served_with_its_key() {
-        let relay = Relay::new(Duration::from_secs(600), vec![], Default::default());
+        let relay = Relay::new(
+            Duration::from_secs(600),
+            vec![],
+            Duration::from_secs(60),
+            Default::default(),
+        );
         let mut pods = relay.feed(Kind::Pod, None).unwrap();
         let mut services = relay.feed(Kind::Service, None).unwrap();
         let pod = |ns: &str, name: &str| -> Pod {

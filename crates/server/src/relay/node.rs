@@ -8,7 +8,7 @@
 //! and EndpointSlices if the relay serves them),
 //! against the relay, so a rank resolves its whole gang and its Services
 //! from the node. When every pod of a namespace on the node belongs to a
-//! gang by the same label ([`GANG_KEYS`]: a JobSet, a Job, a training
+//! gang by the same label ([`GANG_KEYS`](super::scope::GANG_KEYS): a JobSet, a Job, a training
 //! operator's job), only those gangs' pods are watched (`labelSelector=key
 //! in (...)`); the namespace is then held in part (`Update::Partial`) and
 //! its names that other gangs' pods may own are forwarded unless found.
@@ -36,9 +36,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::index::Table;
 use crate::index::types::{Arrival, GangSelector, Update};
-use crate::index::writer::{JOB_NAME, JOBSET_NAME, LEGACY_JOB_NAME};
+use crate::k8s::failure::Failure;
 use crate::k8s::watch::{self, WatchConfig};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReasonLabels};
 
 /// How long a namespace stays in scope after its last pod left the node.
 pub const LINGER: Duration = Duration::from_secs(5 * 60);
@@ -52,26 +52,93 @@ pub struct NodeConfig {
     pub relay_dns: Vec<SocketAddr>,
     /// How long a namespace lingers after its last pod left.
     pub linger: Duration,
+    /// The relay's URL, as its kubeconfig names it (for the log).
+    pub relay_url: String,
 }
 
-/// The labels that name a pod's gang, most encompassing first: a JobSet's
-/// pods also carry their child Job's name, and the JobSet is the gang.
-pub const GANG_KEYS: &[&str] = &[
-    JOBSET_NAME,
-    "leaderworkerset.sigs.k8s.io/name",
-    "training.kubeflow.org/job-name",
-    "volcano.sh/job-name",
-    "ray.io/cluster",
-    JOB_NAME,
-    LEGACY_JOB_NAME,
-];
+/// How often a node instance says at WARN that it still cannot read its
+/// relay for the same reason (each failure is counted; the rest are
+/// logged at debug level).
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
-/// A pod's gang: its first label of [`GANG_KEYS`], as (key, value).
+/// Whether this node instance can read its relay: each failure counted by
+/// reason and said in words (rate-limited), the gauges a
+/// `PodnsNodeRelayUnreachable` alert reads, and what `/readyz` says until
+/// the first list.
+pub struct Reach {
+    url: String,
+    metrics: Metrics,
+    why: tokio::sync::watch::Sender<Option<String>>,
+    state: std::sync::Mutex<ReachState>,
+}
+
+#[derive(Default)]
+struct ReachState {
+    /// Failures since the last success.
+    failing: u32,
+    /// The last WARN line: when, and for which reason.
+    warned: Option<(Instant, &'static str)>,
+}
+
+impl Reach {
+    pub fn new(
+        url: &str,
+        metrics: Metrics,
+        why: tokio::sync::watch::Sender<Option<String>>,
+    ) -> Self {
+        Self {
+            url: url.to_owned(),
+            metrics,
+            why,
+            state: Default::default(),
+        }
+    }
+
+    /// An attempt to read the relay failed.
+    pub fn failed(&self, what: &str, f: &Failure) {
+        self.metrics.node_relay_reachable.set(0);
+        self.metrics
+            .node_relay_failures
+            .get_or_create(&ReasonLabels { reason: f.reason })
+            .inc();
+        self.why.send_replace(Some(format!(
+            "cannot read the relay {}: {}",
+            self.url, f.words
+        )));
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.failing += 1;
+        let now = Instant::now();
+        let due = s
+            .warned
+            .is_none_or(|(at, reason)| reason != f.reason || now.duration_since(at) >= WARN_EVERY);
+        if due {
+            s.warned = Some((now, f.reason));
+            tracing::warn!(relay = %self.url, reason = f.reason, error = %f.words, failures = s.failing, "cannot {what} on the relay; retrying");
+        } else {
+            tracing::debug!(relay = %self.url, reason = f.reason, error = %f.words, failures = s.failing, "cannot {what} on the relay; retrying");
+        }
+    }
+
+    /// An attempt to read the relay worked.
+    pub fn worked(&self) {
+        self.metrics.node_relay_reachable.set(1);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        self.metrics.node_relay_last_success.set(now);
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.failing > 0 {
+            tracing::info!(relay = %self.url, failures = s.failing, "reading the relay works again");
+            self.why.send_replace(None);
+        }
+        *s = ReachState::default();
+    }
+}
+
+/// A pod's gang ([`super::scope::gang_of`]) from its labels.
 fn gang_of(p: &Pod) -> Option<(&'static str, String)> {
     let labels = p.metadata.labels.as_ref()?;
-    GANG_KEYS
-        .iter()
-        .find_map(|k| Some((*k, labels.get(*k)?.clone())))
+    super::scope::gang_of(|k| labels.get(k).map(String::as_str))
 }
 
 /// One namespace in scope: its watches, since when it has no pod here,
@@ -95,13 +162,13 @@ pub async fn run(
     wcfg: WatchConfig,
     tx: mpsc::Sender<Arrival>,
     table: Arc<Table>,
-    metrics: Metrics,
+    (metrics, reach): (Metrics, Reach),
     shutdown: CancellationToken,
 ) {
     // Whether the relay serves EndpointSlices (one from before it did
     // does not): if it does, Services without a selector are held here
     // too; if not, their names are forwarded.
-    let Some(slices) = relay_serves_slices(&client, &shutdown).await else {
+    let Some(slices) = relay_serves_slices(&client, &reach, &shutdown).await else {
         return;
     };
     let slices = slices && wcfg.endpoint_slices;
@@ -123,9 +190,6 @@ pub async fn run(
     let mut here: Here = HashMap::new();
     let mut listing: Option<Here> = None;
     let mut scope: HashMap<String, InScope> = HashMap::new();
-    // Failures of this watch in a row: the first is logged, the rest only
-    // at debug level until it works again.
-    let mut failing = 0u32;
     let mut tick = tokio::time::interval(
         Duration::from_secs(5).min(cfg.linger.max(Duration::from_millis(100))),
     );
@@ -136,21 +200,13 @@ pub async fn run(
             next = pods.next() => match next {
                 None => break,
                 Some(Err(error)) => {
-                    if failing == 0 {
-                        tracing::warn!(%error, "watch of this node's pods on the relay failed; retrying (logged again once it works)");
-                    } else {
-                        tracing::debug!(%error, failing, "watch of this node's pods still failing");
-                    }
-                    failing += 1;
+                    reach.failed("watch this node's pods", &Failure::of_watcher(&error));
                     // The watcher lists again from the start.
                     listing = None;
                     false
                 }
                 Some(Ok(event)) => {
-                    if failing > 0 {
-                        tracing::info!(failures = failing, "watch of this node's pods on the relay works again");
-                        failing = 0;
-                    }
+                    reach.worked();
                     match event {
                         Event::Init => {}
                         Event::InitApply(p) => {
@@ -193,20 +249,26 @@ pub async fn run(
 
 /// Ask the relay whether it serves EndpointSlices, until it answers;
 /// `None` on shutdown.
-async fn relay_serves_slices(client: &kube::Client, shutdown: &CancellationToken) -> Option<bool> {
+async fn relay_serves_slices(
+    client: &kube::Client,
+    reach: &Reach,
+    shutdown: &CancellationToken,
+) -> Option<bool> {
     let mut wait = Duration::from_millis(500);
     loop {
         match client.list_api_group_resources("discovery.k8s.io/v1").await {
-            Ok(list) => return Some(list.resources.iter().any(|r| r.name == "endpointslices")),
+            Ok(list) => {
+                reach.worked();
+                return Some(list.resources.iter().any(|r| r.name == "endpointslices"));
+            }
             Err(kube::Error::Api(s)) if s.code == 404 => {
+                reach.worked();
                 tracing::info!(
                     "the relay serves no EndpointSlices: names of Services without a selector are forwarded"
                 );
                 return Some(false);
             }
-            Err(error) => {
-                tracing::debug!(%error, "asking the relay what it serves; retrying");
-            }
+            Err(error) => reach.failed("ask what it serves", &Failure::of(&error)),
         }
         tokio::select! {
             () = shutdown.cancelled() => return None,
