@@ -1,6 +1,6 @@
 # podns: one static-ish binary in a small non-root image.
 #
-#   docker build -t podns:0.1.0 .
+#   docker build -t podns:0.1.0 --build-arg PODNS_GIT_COMMIT=$(git rev-parse HEAD) .
 #
 # Two names for the same binary: /usr/local/bin/podns has no capability
 # (the forward-target Deployment drops ALL and listens on 5353), and
@@ -16,12 +16,16 @@ WORKDIR /src
 # (crates/); tests, benches and examples are copied only because the root
 # manifest names them. Built without the default `sim` feature, so the
 # image has no `podns sim` or `podns demo` (they say how to get them).
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY crates ./crates
 COPY src ./src
 COPY tests ./tests
 COPY benches ./benches
 COPY examples ./examples
+# The context has no .git: `podns --version` names the commit given here
+# (build.rs; without it, "commit unknown"). Only the commit goes in, no
+# date, so one commit builds one binary.
+ARG PODNS_GIT_COMMIT
 RUN cargo build --release --locked --no-default-features --bin podns \
     && strip target/release/podns
 

@@ -1,4 +1,4 @@
-//! Command line: one binary, six subcommands. Value types parse with
+//! Command line: one binary, a subcommand per job. Value types parse with
 //! `FromStr` so a bad flag is reported by clap in one line.
 
 use std::net::{IpAddr, SocketAddr};
@@ -26,7 +26,7 @@ use crate::wait::{Timeout, WaitConfig, parse_server, resolv_conf_servers};
 #[derive(Parser, Debug)]
 #[command(
     name = "podns",
-    version,
+    version = env!("PODNS_VERSION"),
     about = "Authoritative DNS for Kubernetes training jobs, answered from a direct pod watch"
 )]
 pub struct Cli {
@@ -53,6 +53,18 @@ pub enum Command {
     Wait(WaitArgs),
     /// Ask a running podns (started with --admin-debug) why a name answers what it does.
     Explain(ExplainArgs),
+    /// Print a shell completion script.
+    ///
+    /// bash: `podns completion bash > /etc/bash_completion.d/podns` (or
+    /// `source <(podns completion bash)`); zsh: save it as `_podns` in a
+    /// directory of $fpath; fish: `podns completion fish >
+    /// ~/.config/fish/completions/podns.fish`.
+    Completion(CompletionArgs),
+    /// Print a man page, or write them all to a directory.
+    ///
+    /// `podns man serve | man -l -` reads one; `podns man --out-dir
+    /// /usr/local/share/man/man1` installs podns.1 and a page per command.
+    Man(ManArgs),
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -527,6 +539,25 @@ pub struct ExplainArgs {
     /// Text for a person, or JSON with stable reason codes.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
     pub output: Output,
+}
+
+/// Flags of `podns completion`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct CompletionArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// Flags of `podns man`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ManArgs {
+    /// The command whose page to print (default: the page of podns itself).
+    #[arg(conflicts_with = "out_dir")]
+    pub command: Option<String>,
+    /// Write every page (podns.1, podns-serve.1, ...) to this directory instead.
+    #[arg(long)]
+    pub out_dir: Option<PathBuf>,
 }
 
 /// A record type by name (`A`, `aaaa`, `SRV`) or number, upper-cased.

@@ -73,6 +73,11 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    match &cli.command {
+        Command::Completion(args) => return print(&podns::manual::completion(args.shell)),
+        Command::Man(args) => return man(args),
+        _ => {}
+    }
     init_tracing(cli.log_format);
     if let Command::Wait(args) = &cli.command {
         return wait(args);
@@ -99,7 +104,7 @@ fn main() -> ExitCode {
             #[cfg(feature = "sim")]
             Command::Demo(args) => podns::demo::run(args).await,
             Command::Zonefile(args) => podns_server::zonefile::run(args.config()).await,
-            Command::Wait(_) | Command::Explain(_) => {
+            Command::Wait(_) | Command::Explain(_) | Command::Completion(_) | Command::Man(_) => {
                 unreachable!("handled before the server runtime")
             }
         }
@@ -147,6 +152,40 @@ fn wait(args: &podns::cli::WaitArgs) -> ExitCode {
     };
     match runtime.block_on(podns::wait::run(&cfg, |line| eprintln!("{line}"))) {
         Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// Write `bytes` to stdout. A reader that stops early (`| head`) is no
+/// failure; any other write error is (exit 1).
+fn print(bytes: &[u8]) -> ExitCode {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: failed to write to stdout: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `podns man`: one page on stdout, or every page into a directory (the
+/// files written, one a line).
+fn man(args: &podns::cli::ManArgs) -> ExitCode {
+    let done = match &args.out_dir {
+        Some(dir) => podns::manual::man_pages_to(dir).map(|paths| {
+            let list: String = paths.iter().map(|p| format!("{}\n", p.display())).collect();
+            print(list.as_bytes())
+        }),
+        None => podns::manual::man(args.command.as_deref()).map(|page| print(&page)),
+    };
+    match done {
+        Ok(code) => code,
         Err(e) => {
             eprintln!("{e}");
             ExitCode::from(e.exit_code())

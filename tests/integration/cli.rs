@@ -591,3 +591,170 @@ async fn the_tcp_examples_need_tcp() {
         );
     }
 }
+
+/// `podns completion SHELL` prints a script its shell parses (`bash -n`;
+/// zsh and fish when installed), for the commands and flags of this build.
+#[test]
+fn completion_scripts_parse_in_their_shells() {
+    for (shell, check) in [("bash", "bash"), ("zsh", "zsh"), ("fish", "fish")] {
+        let out = Command::new(BIN)
+            .args(["completion", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let script = String::from_utf8(out.stdout).unwrap();
+        for word in ["serve", "dns-listen", "explain", "completion"] {
+            assert!(script.contains(word), "{shell}: no {word:?} in\n{script}");
+        }
+        // .ci/run installs the three; elsewhere a missing one is skipped.
+        if !need_cmd(check) {
+            continue;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(format!("podns.{shell}"));
+        std::fs::write(&file, &script).unwrap();
+        let parsed = Command::new(check).arg("-n").arg(&file).output().unwrap();
+        assert!(
+            parsed.status.success() && parsed.stderr.is_empty(),
+            "{check} -n: {}",
+            String::from_utf8_lossy(&parsed.stderr)
+        );
+    }
+    let (code, err) = run_bare(&["completion", "tcsh"], tempfile::tempdir().unwrap().path());
+    assert_eq!(code, Some(64), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+/// `podns man --out-dir DIR` writes podns.1 and a page per command, and
+/// each renders through `man -l` with no groff warning; `podns man
+/// serve` is the page of `podns serve`, flags and all.
+#[test]
+fn man_pages_render() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["man", "--out-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let written: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    for page in ["podns.1", "podns-serve.1", "podns-wait.1", "podns-man.1"] {
+        assert!(
+            written.iter().any(|w| w.ends_with(&format!("/{page}"))),
+            "{page} not in {written:?}"
+        );
+    }
+    let render = |file: &std::path::Path| -> Option<(String, String)> {
+        let out = if need_cmd("man") {
+            Command::new("man")
+                .args(["--warnings=w", "-l"])
+                .arg(file)
+                .env("MANWIDTH", "100")
+                .env("MANPAGER", "cat")
+                .output()
+        } else {
+            return None;
+        }
+        .unwrap();
+        assert!(out.status.success(), "{}: {out:?}", file.display());
+        Some((
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    };
+    for file in &written {
+        let roff = std::fs::read_to_string(file).unwrap();
+        assert!(roff.contains("\n.TH "), "{file}: not a man page:\n{roff}");
+        match render(std::path::Path::new(file)) {
+            Some((text, warnings)) => {
+                assert!(warnings.is_empty(), "{file}: {warnings}");
+                assert!(
+                    text.contains("NAME") && text.contains("SYNOPSIS"),
+                    "{file}:\n{text}"
+                );
+            }
+            None => eprintln!("man not installed: {file} checked as roff text only"),
+        }
+    }
+    let serve = Command::new(BIN).args(["man", "serve"]).output().unwrap();
+    assert!(serve.status.success());
+    let file = dir.path().join("stdout.1");
+    std::fs::write(&file, &serve.stdout).unwrap();
+    if let Some((text, _)) = render(&file) {
+        assert!(text.contains("podns-serve"), "{text}");
+        assert!(text.contains("--dns-listen"), "{text}");
+        assert!(text.contains("PODNS_ZONE"), "the env of each flag: {text}");
+    }
+    let (code, err) = run_bare(&["man", "serv"], dir.path());
+    assert_eq!(code, Some(64), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+/// `podns --version` names the crate version, the commit it was built from
+/// (this checkout's HEAD when built from one) and its features.
+#[test]
+fn version_names_the_commit_and_features() {
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let line = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(line.lines().count(), 1, "{line}");
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        line.starts_with(&format!("podns {version} (commit ")),
+        "{line}"
+    );
+    assert!(line.trim_end().ends_with(", features: sim)"), "{line}");
+    let head = Command::new("git")
+        .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success() && std::env::var_os("PODNS_GIT_COMMIT").is_none());
+    match head {
+        Some(head) => {
+            let head = String::from_utf8(head.stdout).unwrap();
+            assert!(
+                line.contains(&format!("commit {}", head.trim())),
+                "{line} is not HEAD {head}"
+            );
+        }
+        None => eprintln!("no git checkout: the commit is not compared with HEAD"),
+    }
+}
+
+/// What deploys podns names this crate's version: the chart's version and
+/// appVersion (the default image tag), the overlays' image tag, the
+/// Dockerfile's example tag. A release bumps them together.
+#[test]
+fn the_chart_and_overlays_name_this_version() {
+    let version = env!("CARGO_PKG_VERSION");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap();
+    let chart: serde_json::Value =
+        serde_saphyr::from_str(&read("deploy/helm/podns/Chart.yaml")).unwrap();
+    assert_eq!(chart["version"], version, "Chart.yaml version");
+    assert_eq!(chart["appVersion"], version, "Chart.yaml appVersion");
+    let mut overlays = 0;
+    for entry in std::fs::read_dir(root.join("deploy/overlays")).unwrap() {
+        let path = entry.unwrap().path().join("kustomization.yaml");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let k: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+        let images = k["images"].as_array().cloned().unwrap_or_default();
+        for image in images.iter().filter(|i| i["name"] == "podns") {
+            overlays += 1;
+            // A digest pins the image whatever the tag says; the tag still
+            // names the release.
+            assert_eq!(image["newTag"], version, "{}: {image}", path.display());
+        }
+    }
+    assert!(overlays >= 2, "the overlays set podns's image tag");
+    assert!(
+        read("Dockerfile").contains(&format!("-t podns:{version} ")),
+        "the Dockerfile's build line tags podns:{version}"
+    );
+}
