@@ -187,8 +187,55 @@ fn print_walkthrough(dns: SocketAddr, admin: SocketAddr, api: SocketAddr, took: 
     println!();
     println!("# why a name answers what it does (the demo serves /debug/explain):");
     println!(
-        "podns explain bert-finetune-64.bert-finetune.ml.svc.cluster.local --admin http://{admin}"
+        "{} explain bert-finetune-64.bert-finetune.ml.svc.cluster.local --admin http://{admin}",
+        this_program()
     );
     println!("metrics: curl -s http://{admin}/metrics | grep podns_");
     println!("kubectl: kubectl --server http://{api} get pods -n ml | head");
+}
+
+/// This program as a shell runs it again: its name when PATH finds this
+/// very file by it (`cargo install`ed), else its path (`cargo run` runs
+/// target/…/podns, which PATH does not know), quoted where a POSIX shell
+/// needs it.
+fn this_program() -> String {
+    let Ok(exe) = std::env::current_exe() else {
+        return "podns".into();
+    };
+    let same = |p: &std::path::Path| p.canonicalize().ok() == exe.canonicalize().ok();
+    if let Some(name) = exe.file_name().and_then(|n| n.to_str())
+        && let Some(path) = std::env::var_os("PATH")
+        && std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+            .is_some_and(|p| same(&p))
+    {
+        return name.to_string();
+    }
+    shell_word(&exe.to_string_lossy())
+}
+
+/// `s` as one POSIX shell word.
+fn shell_word(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_words() {
+        assert_eq!(
+            shell_word("/home/a/podns/target/release/podns"),
+            "/home/a/podns/target/release/podns"
+        );
+        assert_eq!(shell_word("/My Projects/podns"), "'/My Projects/podns'");
+        assert_eq!(shell_word("/it's/podns"), "'/it'\\''s/podns'");
+    }
 }

@@ -150,8 +150,15 @@ fn wait(args: &podns::cli::WaitArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let started = std::time::Instant::now();
     match runtime.block_on(podns::wait::run(&cfg, |line| eprintln!("{line}"))) {
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(summary) => {
+            eprintln!(
+                "{}",
+                podns::wait::done_line(&cfg, &summary, started.elapsed())
+            );
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("{e}");
             ExitCode::from(e.exit_code())

@@ -8,7 +8,8 @@
 //! starts before the Job object is watched must not fail. Polls back off to
 //! about one a second; each query goes over UDP with its own timeout and is
 //! repeated over TCP when the answer is truncated (TC=1). A line on stderr
-//! every few seconds says how far the gang is.
+//! every few seconds says how far the gang is, and one at the end how long
+//! it took.
 //!
 //! What cannot get better by waiting fails early: every server answers
 //! REFUSED, or NXDOMAIN under another zone's SOA (it does not serve
@@ -396,6 +397,23 @@ pub async fn run(cfg: &WaitConfig, mut notice: impl FnMut(String)) -> Result<Sum
         tokio::time::sleep(backoff.min(left)).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
+}
+
+/// The line said when the wait is over: how many ranks, how long it took.
+pub fn done_line(cfg: &WaitConfig, s: &Summary, took: Duration) -> String {
+    let (have, state) = if cfg.ready {
+        (s.ready, "Ready")
+    } else {
+        (s.published, "published")
+    };
+    format!(
+        "podns wait: {have} of {} ranks of {}/{} {state} after {:.1}s (generation {})",
+        s.world,
+        cfg.namespace,
+        cfg.job,
+        took.as_secs_f64(),
+        s.generation
+    )
 }
 
 /// Answers that no amount of waiting changes: every server refuses the

@@ -758,3 +758,66 @@ fn the_chart_and_overlays_name_this_version() {
         "the Dockerfile's build line tags podns:{version}"
     );
 }
+
+/// The `podns explain …` line of `podns demo`, with `path` as PATH.
+fn demo_explain_line(path: &std::ffi::OsStr) -> (Kill, String) {
+    let mut child = Kill(
+        Command::new(BIN)
+            .args([
+                "demo",
+                "--dns-listen=127.0.0.1:0",
+                "--admin-listen=127.0.0.1:0",
+                "--api-listen=127.0.0.1:0",
+            ])
+            .env("RUST_LOG", "warn")
+            .env("PATH", path)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let mut explain = None;
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        if line.contains(" explain ") && !line.starts_with('#') {
+            explain = Some(line.clone());
+        }
+        if line.contains("Ctrl-C") {
+            break;
+        }
+    }
+    (child, explain.expect("the demo prints an explain line"))
+}
+
+/// The demo's `podns explain …` line works as printed: run from a build
+/// (as `cargo run` does) it names that binary's path; installed on PATH,
+/// its name. Either way a shell with the same PATH runs it.
+#[test]
+fn demo_prints_an_explain_line_that_works() {
+    let bin_dir = std::path::Path::new(BIN).parent().unwrap();
+    let plain = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<std::path::PathBuf> = vec![bin_dir.to_path_buf()];
+    dirs.extend(std::env::split_paths(&plain).filter(|d| d != bin_dir));
+    let installed = std::env::join_paths(dirs).unwrap();
+    // PATH without the build's directory: not installed.
+    let not_installed = std::env::join_paths(
+        std::env::split_paths(&plain)
+            .filter(|d| d.canonicalize().ok() != bin_dir.canonicalize().ok()),
+    )
+    .unwrap();
+    for (path, program) in [(&not_installed, BIN), (&installed, "podns")] {
+        let (_demo, line) = demo_explain_line(path);
+        assert!(
+            line.starts_with(&format!("{program} explain ")),
+            "expected {program:?}: {line}"
+        );
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(&line)
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{line}: {out:?}");
+        assert!(text.contains("NXDOMAIN"), "{line}:\n{text}");
+    }
+}

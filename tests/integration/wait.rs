@@ -146,7 +146,14 @@ async fn wait_exits_0_once_published_and_once_ready() {
     assert_eq!(published.exit_code(T).await, 0, "{:?}", published.lines());
     let s = summary(&env, "bert.wt.rank").await.unwrap();
     assert!(s.starts_with("world=4 published=4 "), "{s}");
-    assert!(published.notices().is_empty(), "{:?}", published.said());
+    // One line at the end: the ranks and how long it took.
+    let done = published.notices();
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert!(
+        done[0].starts_with("podns wait: 4 of 4 ranks of wt/bert published after ")
+            && done[0].ends_with("s (generation 0)"),
+        "{done:?}"
+    );
 
     assert_eq!(ready.exit_code(T).await, 0, "{:?}", ready.lines());
     let s = summary(&env, "bert.wt.rank").await.unwrap();
@@ -160,6 +167,14 @@ async fn wait_exits_0_once_published_and_once_ready() {
             .any(|l| l.contains("published: 4") && !l.contains("ready: 4")),
         "{:?}",
         ready.lines()
+    );
+    assert!(
+        ready
+            .notices()
+            .last()
+            .is_some_and(|l| l.starts_with("podns wait: 4 of 4 ranks of wt/bert Ready after ")),
+        "{:?}",
+        ready.said()
     );
 }
 
@@ -322,9 +337,16 @@ async fn wait_follows_a_gang_restart_to_the_new_generation() {
     sim_post(&env.client, "/sim/jobs/wt/llm/restart", json!({})).await;
 
     assert_eq!(w.exit_code(T).await, 0, "{:?}", w.lines());
+    let notices = w.notices();
     assert_eq!(
-        w.notices(),
-        vec!["podns wait: wt/llm restarted: generation 0 → 1, waiting for its 4 ranks".to_string()]
+        notices[0],
+        "podns wait: wt/llm restarted: generation 0 → 1, waiting for its 4 ranks",
+    );
+    assert_eq!(notices.len(), 2, "{notices:?}");
+    assert!(
+        notices[1].starts_with("podns wait: 4 of 4 ranks of wt/llm published after ")
+            && notices[1].ends_with("(generation 1)"),
+        "{notices:?}"
     );
     let s = summary(&env, "llm.wt.rank").await.unwrap();
     assert!(
