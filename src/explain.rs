@@ -9,10 +9,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::time::timeout;
 
-/// How long the whole request may take (the server waits up to 10 s for
+/// How long a connection may take, and the first answer (`/healthz`): a
+/// port that is not podns's admin API is said in about this long.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the explanation may take (the server waits up to 10 s for
 /// its index writer, which serves explain requests between batches).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -42,6 +47,9 @@ pub enum ExplainError {
     Status { status: u16, body: String },
     /// Nothing answered at the admin address, or not in time.
     Unreachable { url: String, error: String },
+    /// Something answered, but not podns's admin API (`why`): the DNS
+    /// port, another server.
+    NotAdmin { url: String, why: String },
 }
 
 impl fmt::Display for ExplainError {
@@ -59,6 +67,10 @@ impl fmt::Display for ExplainError {
             ExplainError::Unreachable { url, error } => {
                 write!(f, "podns explain: cannot reach {url}: {error}")
             }
+            ExplainError::NotAdmin { url, why } => write!(
+                f,
+                "podns explain: {url} is not podns's admin API ({why}); --admin takes the address podns serve has as --admin-listen (port 9153 by default), not its DNS port"
+            ),
         }
     }
 }
@@ -104,59 +116,143 @@ pub fn url(cfg: &ExplainConfig) -> String {
     format!("{}/debug/explain?{query}", cfg.admin)
 }
 
-/// Ask the server; the explanation as it sent it (text or JSON).
+/// Why a GET got no HTTP answer.
+enum Failure {
+    /// No connection (refused, unresolvable, not within [`CONNECT_TIMEOUT`]).
+    Connect(String),
+    /// Connected, but no answer in time.
+    Silent(Duration),
+    /// What came back is not HTTP.
+    NotHttp,
+    /// The connection failed in the middle.
+    Broken(String),
+}
+
+/// One GET of `path` at `admin` (`http://host:port`), on a connection of
+/// its own: the status and the body, within `wait` of connecting.
+async fn get(
+    admin: &http::Uri,
+    path: &str,
+    accept: &str,
+    wait: Duration,
+) -> Result<(u16, String), Failure> {
+    let authority = admin
+        .authority()
+        .ok_or_else(|| Failure::Connect("no host in the URL".into()))?;
+    let at = format!(
+        "{}:{}",
+        authority.host(),
+        authority.port_u16().unwrap_or(80)
+    );
+    let stream = match timeout(CONNECT_TIMEOUT, TcpStream::connect(&at)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => return Err(Failure::Connect(e.to_string())),
+        Err(_) => {
+            return Err(Failure::Connect(format!(
+                "no connection within {} s",
+                CONNECT_TIMEOUT.as_secs()
+            )));
+        }
+    };
+    let broken = |e: hyper::Error| {
+        if e.is_parse() || e.is_parse_status() {
+            Failure::NotHttp
+        } else {
+            Failure::Broken(podns_server::config::error_line(&e))
+        }
+    };
+    let exchange = async {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(broken)?;
+        let conn = tokio::spawn(conn);
+        let req = http::Request::get(path)
+            .header(http::header::HOST, authority.as_str())
+            .header(http::header::ACCEPT, accept)
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| Failure::Broken(e.to_string()))?;
+        let resp = sender.send_request(req).await.map_err(broken)?;
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.map_err(broken)?.to_bytes();
+        conn.abort();
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    };
+    timeout(wait, exchange)
+        .await
+        .unwrap_or(Err(Failure::Silent(wait)))
+}
+
+/// Ask the server; the explanation as it sent it (text or JSON). First a
+/// `/healthz` that must answer `ok` within [`PROBE_TIMEOUT`], so that an
+/// address that is not podns's admin API (the DNS port holds an HTTP
+/// request until its idle timeout) is said in seconds, then the
+/// explanation.
 pub async fn run(cfg: &ExplainConfig) -> Result<String, ExplainError> {
     let url = url(cfg);
-    let unreachable = |error: String| ExplainError::Unreachable {
-        url: cfg.admin.clone(),
-        error,
+    let admin: http::Uri =
+        cfg.admin
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| ExplainError::Unreachable {
+                url: cfg.admin.clone(),
+                error: e.to_string(),
+            })?;
+    let target: http::Uri =
+        url.parse()
+            .map_err(|e: http::uri::InvalidUri| ExplainError::Unreachable {
+                url: cfg.admin.clone(),
+                error: e.to_string(),
+            })?;
+    let path = target.path_and_query().map_or("/", |p| p.as_str());
+    let failed = |f: Failure| match f {
+        Failure::Connect(error) | Failure::Broken(error) => ExplainError::Unreachable {
+            url: cfg.admin.clone(),
+            error,
+        },
+        Failure::Silent(wait) => ExplainError::NotAdmin {
+            url: cfg.admin.clone(),
+            why: format!("connected, but no HTTP answer within {} s", wait.as_secs()),
+        },
+        Failure::NotHttp => ExplainError::NotAdmin {
+            url: cfg.admin.clone(),
+            why: "it answered something that is not HTTP".into(),
+        },
     };
-    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    match get(&admin, "/healthz", "text/plain", PROBE_TIMEOUT).await {
+        Ok((200, body)) if body.trim() == "ok" => {}
+        Ok((status, _)) => {
+            return Err(ExplainError::NotAdmin {
+                url: cfg.admin.clone(),
+                why: format!("GET /healthz answered {status}, not podns's 200 ok"),
+            });
+        }
+        Err(f) => return Err(failed(f)),
+    }
     let accept = match cfg.output {
         Output::Text => "text/plain",
         Output::Json => "application/json",
     };
-    let req = http::Request::get(url.as_str())
-        .header(http::header::ACCEPT, accept)
-        .body(Empty::new())
-        .map_err(|e| unreachable(e.to_string()))?;
-    let fetch = async {
-        let resp = client
-            .request(req)
-            .await
-            .map_err(|e| unreachable(error_chain(&e)))?;
-        let status = resp.status();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| unreachable(e.to_string()))?
-            .to_bytes();
-        Ok::<_, ExplainError>((status, String::from_utf8_lossy(&body).into_owned()))
-    };
-    let (status, body) = tokio::time::timeout(REQUEST_TIMEOUT, fetch)
+    let (status, body) = get(&admin, path, accept, REQUEST_TIMEOUT)
         .await
-        .map_err(|_| unreachable(format!("no answer within {} s", REQUEST_TIMEOUT.as_secs())))??;
-    match status.as_u16() {
+        .map_err(|f| match f {
+            Failure::Silent(wait) => ExplainError::Unreachable {
+                url: cfg.admin.clone(),
+                error: format!("no explanation within {} s", wait.as_secs()),
+            },
+            f => failed(f),
+        })?;
+    match status {
         200 => Ok(body),
-        404 => Err(ExplainError::Off {
+        // podns's own 404 says how to turn the endpoint on; another
+        // server's is only a status.
+        404 if body.contains("--admin-debug") => Err(ExplainError::Off {
             url: cfg.admin.clone(),
+        }),
+        404 => Err(ExplainError::NotAdmin {
+            url: cfg.admin.clone(),
+            why: "GET /debug/explain answered 404, and not as podns does".into(),
         }),
         status => Err(ExplainError::Status { status, body }),
     }
-}
-
-/// An error and its causes on one line (`connection refused` hides under
-/// hyper-util's "client error (Connect)").
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
 }
 
 #[cfg(test)]

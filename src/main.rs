@@ -116,7 +116,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // One line, each cause once.
+            eprintln!("error: {}", podns_server::config::error_line(&*e));
             ExitCode::from(exit_code(&e))
         }
     }

@@ -821,3 +821,221 @@ fn demo_prints_an_explain_line_that_works() {
         assert!(text.contains("NXDOMAIN"), "{line}:\n{text}");
     }
 }
+
+/// `podns ARGS` with `envs` and no kubeconfig anywhere, logging as it does
+/// by default (info: a `listening` line would show): (exit code, stderr,
+/// how long it took).
+fn run_logged(
+    args: &[&str],
+    envs: &[(&str, &str)],
+    home: &std::path::Path,
+) -> (Option<i32>, String, Duration) {
+    let started = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env("NO_COLOR", "1")
+        .env("HOME", home)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        started.elapsed(),
+    )
+}
+
+/// A command, its environment, its exit code, what its line says and what
+/// it must not say.
+type Case<'a> = (
+    Vec<String>,
+    &'a [(&'a str, &'a str)],
+    i32,
+    Vec<String>,
+    Vec<&'a str>,
+);
+
+/// The errors a new user met, each in one line, with README's exit code (64: the
+/// operator must fix the configuration; 1: a failure at run time), saying
+/// what the fix needs and nothing twice; `serve` finds a bad configuration
+/// before it binds anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_error_is_one_line() {
+    let home = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = home.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        format!("--kubeconfig={}", path.display())
+    };
+    let garbage = file(
+        "garbage",
+        "apiVersion: v1\nkind: Config\nclusters:\n- cluster: {server: \"http://x\"\n  name: x\n",
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let closed = file(
+        "closed",
+        &format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- cluster: {{server: \"http://127.0.0.1:{port}\"}}\n  name: x\ncontexts:\n- context: {{cluster: x, user: x}}\n  name: x\ncurrent-context: x\nusers:\n- name: x\n  user: {{}}\n"
+        ),
+    );
+    let env = env(&[], &[]).await;
+    let dns_port = format!("--admin={}", env.dns);
+    let loopback = ["--dns-listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0"];
+    let serve = |more: &[&str]| -> Vec<String> {
+        ["serve"]
+            .iter()
+            .chain(&loopback)
+            .chain(more)
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let in_pod = [
+        ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+        ("KUBERNETES_SERVICE_PORT", "443"),
+    ];
+    let token = std::path::Path::new(podns_server::config::SERVICE_ACCOUNT_DIR).join("token");
+    // (args, env, exit code, says, must not say)
+    let mut cases: Vec<Case> = vec![
+        (
+            serve(&[]),
+            &[],
+            64,
+            vec![format!(
+                "error: no kubeconfig: pass --kubeconfig, set KUBECONFIG, run in a pod, or try `podns demo` ({} does not exist)",
+                home.path().join(".kube/config").display()
+            )],
+            vec!["listening"],
+        ),
+        (
+            serve(&[&garbage]),
+            &[],
+            64,
+            vec![
+                format!(
+                    "error: failed to parse kubeconfig {}: line 5 column 3: ",
+                    &garbage["--kubeconfig=".len()..]
+                ),
+                "did not find expected ',' or '}'".into(),
+            ],
+            vec!["listening", "-->", "^"],
+        ),
+        (
+            vec!["serve".into(), "--zone".into(), "bad zone!".into()],
+            &[],
+            64,
+            vec!["invalid zone \"bad zone!\": character 4 is ' ', not allowed".into()],
+            vec![],
+        ),
+        (
+            vec!["zonefile".into(), closed.clone()],
+            &[],
+            1,
+            vec![
+                format!(
+                    "error: the Kubernetes API at http://127.0.0.1:{port}/: failed to list pods: "
+                ),
+                "failed to list pods: connection refused".into(),
+            ],
+            vec![],
+        ),
+        (
+            vec!["explain".into(), "x.ml.svc.cluster.local".into(), dns_port],
+            &[],
+            1,
+            vec!["is not podns's admin API (connected, but no HTTP answer within 2 s)".into()],
+            vec![],
+        ),
+    ];
+    // An address that takes no connection (a listener whose accept queue
+    // is full drops the SYN, as a firewall would): connect gives up in 2 s.
+    let full = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    full.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    full.listen(0).unwrap();
+    let full_at = full.local_addr().unwrap().as_socket().unwrap();
+    let _queued = std::net::TcpStream::connect(full_at).unwrap();
+    let probe = std::net::TcpStream::connect_timeout(&full_at, Duration::from_millis(300));
+    if !probe
+        .as_ref()
+        .is_err_and(|e| e.kind() == std::io::ErrorKind::TimedOut)
+    {
+        eprintln!(
+            "a connection past a full accept queue did not hang here ({probe:?}): explain's connect timeout is not run"
+        );
+    } else {
+        cases.push((
+            vec![
+                "explain".into(),
+                "x.ml.svc.cluster.local".into(),
+                format!("--admin={full_at}"),
+            ],
+            &[],
+            1,
+            vec![format!(
+                "podns explain: cannot reach http://{full_at}: no connection within 2 s"
+            )],
+            vec![],
+        ));
+    }
+    if token.exists() {
+        eprintln!(
+            "{} exists here: the in-cluster case without a token is not run",
+            token.display()
+        );
+    } else {
+        cases.push((
+            serve(&[]),
+            &in_pod,
+            64,
+            vec![format!(
+                "KUBERNETES_SERVICE_HOST=10.96.0.1 is set but {} has no token",
+                podns_server::config::SERVICE_ACCOUNT_DIR
+            )],
+            vec!["run in a pod", "listening"],
+        ));
+    }
+    for (args, envs, code, says, never) in cases {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (got, err, took) = run_logged(&argv, envs, home.path());
+        assert_eq!(got, Some(code), "{args:?}: {err}");
+        // Log lines (`2026-…Z  INFO …`) aside: zonefile says which API
+        // server it asks before it fails. serve logs nothing before its
+        // configuration is whole.
+        let is_log = |l: &&str| l.starts_with("20") && l.contains("Z ");
+        let logs: Vec<&str> = err.lines().filter(is_log).collect();
+        if args[0] == "serve" {
+            assert!(logs.is_empty(), "{args:?}: {err}");
+        }
+        assert!(!logs.iter().any(|l| l.contains("ERROR")), "{args:?}: {err}");
+        let err = err.lines().filter(|l| !is_log(l)).collect::<Vec<_>>();
+        assert_eq!(err.len(), 1, "{args:?}: one line, got {err:?}");
+        let err = err[0];
+        assert!(!err.ends_with(char::is_whitespace), "{args:?}: {err:?}");
+        for s in &says {
+            assert!(
+                err.contains(s.as_str()),
+                "{args:?} does not say {s:?}: {err}"
+            );
+        }
+        for s in never {
+            assert!(!err.contains(s), "{args:?} says {s:?}: {err}");
+        }
+        // Each cause once (kube and hyper repeat them).
+        let parts: Vec<&str> = err.split(": ").collect();
+        for (i, p) in parts.iter().enumerate() {
+            assert!(
+                !parts[i + 1..].contains(p),
+                "{args:?}: {p:?} twice in {err}"
+            );
+        }
+        assert!(took < Duration::from_secs(8), "{args:?} took {took:?}");
+    }
+}

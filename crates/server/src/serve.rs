@@ -196,17 +196,26 @@ impl Listeners {
     }
 
     /// Bind the relay's address too, and load (or make) its certificate.
-    pub fn bind_relay(mut self, cfg: &RelayConfig) -> anyhow::Result<Self> {
+    pub fn bind_relay(self, cfg: &RelayConfig) -> anyhow::Result<Self> {
+        let tls = relay_tls(cfg)?;
+        self.bind_relay_with(cfg, tls)
+    }
+
+    /// Bind the relay's address, serving `tls` ([`relay_tls`]).
+    pub fn bind_relay_with(
+        mut self,
+        cfg: &RelayConfig,
+        tls: crate::relay::tls::Tls,
+    ) -> anyhow::Result<Self> {
         let addr = cfg.listen;
-        let files = cfg.tls_cert.as_deref().zip(cfg.tls_key.as_deref());
-        let tls = crate::relay::tls::load(files, cfg.tls_ca.as_deref(), addr)?;
+        let files = cfg.tls_cert.is_some() && cfg.tls_key.is_some();
         let l = std::net::TcpListener::bind(addr)
             .and_then(|l| {
                 l.set_nonblocking(true)?;
                 TcpListener::from_std(l)
             })
             .with_context(|| format!("failed to bind relay {addr}"))?;
-        let how = if files.is_some() { "" } else { ", self-signed" };
+        let how = if files { "" } else { ", self-signed" };
         tracing::info!("listening relay https {}{how}", l.local_addr()?);
         self.relay = Some((l, tls));
         Ok(self)
@@ -219,6 +228,13 @@ impl Listeners {
     pub fn admin_addr(&self) -> SocketAddr {
         self.admin.local_addr().expect("bound socket")
     }
+}
+
+/// The relay's certificate: loaded from `--relay-tls-cert`/`--relay-tls-key`,
+/// or made (self-signed) for its address.
+pub fn relay_tls(cfg: &RelayConfig) -> anyhow::Result<crate::relay::tls::Tls> {
+    let files = cfg.tls_cert.as_deref().zip(cfg.tls_key.as_deref());
+    crate::relay::tls::load(files, cfg.tls_ca.as_deref(), cfg.listen)
 }
 
 /// A running server: its parts, for the signal handler, the demo and tests.
@@ -566,7 +582,22 @@ pub async fn run(mut args: ServeConfig) -> anyhow::Result<()> {
     {
         node.relay_dns = relay_dns_default(args.kubeconfig.as_deref()).await?;
     }
+    // The whole configuration is checked before anything is bound: flags,
+    // the kubeconfig or in-cluster credentials, the relay's certificate. A
+    // server that logged `listening …` and then exited would send a
+    // harness (or an operator reading the log) the wrong way.
     validate(&args)?;
+    let config =
+        crate::config::kube_config(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let url = config.cluster_url.clone();
+    if let Some(node) = &mut args.node {
+        node.relay_url = url.to_string();
+    }
+    let client = crate::config::client_of(config)?;
+    let tls = match &args.relay {
+        Some(r) => Some(relay_tls(r).map_err(|e| ConfigError(format!("{e:#}")))?),
+        None => None,
+    };
     // A kubeconfig left by an earlier relay names its certificate and
     // token: gone until this relay writes its own, so a node instance
     // started beside it waits for the new one instead of reading the old.
@@ -589,18 +620,11 @@ pub async fn run(mut args: ServeConfig) -> anyhow::Result<()> {
         args.udp_buffers,
         args.admin_listen,
     )
-    .and_then(|l| match &args.relay {
-        Some(r) => l.bind_relay(r),
-        None => Ok(l),
+    .and_then(|l| match (&args.relay, tls) {
+        (Some(r), Some(tls)) => l.bind_relay_with(r, tls),
+        _ => Ok(l),
     })
     .map_err(|e| ConfigError(format!("{e:#}")))?;
-    let config =
-        crate::config::kube_config(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
-    let url = config.cluster_url.clone();
-    if let Some(node) = &mut args.node {
-        node.relay_url = url.to_string();
-    }
-    let client = kube::Client::try_from(config).context("failed to build the Kubernetes client")?;
     let what = match args.node {
         Some(_) => "the relay",
         None => "the Kubernetes API",

@@ -21,7 +21,7 @@ use anyhow::Context;
 use hickory_proto::rr::Name;
 use kube::api::ListParams;
 
-use crate::config::{ConfigError, kube_client, ns_addrs_or_pod_ip};
+use crate::config::{ConfigError, ns_addrs_or_pod_ip};
 use crate::dns::Zone;
 use crate::dns::resolve::{AnswerConfig, Data, Owner, Records, Rules};
 use crate::index::names::{IN_ADDR_ARPA, IP6_ARPA};
@@ -524,8 +524,13 @@ pub fn write_dir(dir: &Path, zones: &[ZoneText]) -> anyhow::Result<()> {
 /// `podns zonefile`.
 pub async fn run(args: ZonefileConfig) -> anyhow::Result<()> {
     validate(&args)?;
-    let client = kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
-    let table = list_into_table(client, args.policy, args.wire).await?;
+    let config =
+        crate::config::kube_config(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let url = config.cluster_url.clone();
+    let client = crate::config::client_of(config)?;
+    let table = list_into_table(client, args.policy, args.wire)
+        .await
+        .with_context(|| format!("the Kubernetes API at {url}"))?;
     let zones: Vec<Name> = args.zones.iter().map(|z| z.0.clone()).collect();
     let render = render_config(&args);
     if render.ns_addrs.is_empty() && !args.reverse_only {

@@ -17,6 +17,23 @@ impl FromStr for Zone {
         if s.is_empty() {
             return Err("zone must not be empty".into());
         }
+        // hickory names a bad character bare (`unrecognized char:  `, a
+        // space one cannot see): name the first one escaped, with where.
+        if let Some((i, c)) = s
+            .chars()
+            .enumerate()
+            .find(|&(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+        {
+            return Err(format!(
+                "invalid zone {s:?}: character {} is {c:?}, not allowed in a zone name (letters, digits, '-', '.')",
+                i + 1
+            ));
+        }
+        if s.split('.').any(str::is_empty) {
+            return Err(format!(
+                "invalid zone {s:?}: an empty label (a leading '.' or '..')"
+            ));
+        }
         let name =
             Name::from_ascii(format!("{s}.")).map_err(|e| format!("invalid zone {s:?}: {e}"))?;
         Ok(Zone(name.to_lowercase()))
