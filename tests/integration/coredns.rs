@@ -2,7 +2,8 @@
 //! Corefile.namespaces: the training namespace's names and the rank view
 //! come from podns, every other namespace's names from the `kubernetes`
 //! plugin's block. (b) Corefile.all: every name under cluster.local comes
-//! from podns, Services without a selector too.
+//! from podns, Services without a selector too. Through both, the PTR of a
+//! pod or Service IP is podns's.
 //!
 //! CoreDNS is not packaged here; tests/cluster/build.sh builds it to
 //! ~/.cache/podns-cluster/bin/coredns, or `PODNS_COREDNS` names a binary.
@@ -13,7 +14,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 
-use hickory_proto::rr::RecordType;
+use hickory_proto::rr::{Name, RData, RecordType};
 
 use crate::daemons::{Daemon, find_tool, free_port};
 use crate::support::*;
@@ -140,6 +141,122 @@ fn dig_short(server: SocketAddr, name: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// The PTR targets of `ip` asked at `server`.
+async fn ptr(server: SocketAddr, ip: &str) -> Vec<String> {
+    let name = Name::from(ip.parse::<std::net::IpAddr>().unwrap()).to_ascii();
+    ask(server, &name, RecordType::PTR)
+        .await
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::PTR(p) => Some(p.0.to_ascii()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A ClusterIP Service `name` in `ns`, once podns answers its address.
+async fn cluster_ip(env: &Env, ns: &str, name: &str) -> String {
+    create_service(
+        &env.client,
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80}]}
+        }),
+    )
+    .await;
+    let svc = format!("{name}.{ns}.svc");
+    wait_for("the ClusterIP in podns", T, || async {
+        let a = addrs(&ask(env.dns, &svc, RecordType::A).await);
+        a.first().cloned().ok_or_else(|| format!("{a:?}"))
+    })
+    .await
+}
+
+/// PTR through CoreDNS with the shipped Corefile is podns's answer: for a
+/// pod IP and a ClusterIP, inside the ranges the Corefile forwards (the
+/// simulator's are kubeadm's defaults, as the Corefiles' example ranges).
+async fn ptr_is_podns(env: &Env, coredns: SocketAddr, ips: &[&str], log: &mut Daemon) {
+    for ip in ips {
+        let direct = ptr(env.dns, ip).await;
+        assert_eq!(direct.len(), 1, "{ip} has a PTR in podns: {direct:?}");
+        let via = ptr(coredns, ip).await;
+        assert_eq!(
+            via,
+            direct,
+            "PTR of {ip} through CoreDNS:\n{}",
+            log.log_text()
+        );
+        // dig -x, as an operator checks it.
+        if has("dig") {
+            let out = Command::new("dig")
+                .arg(format!("@{}", coredns.ip()))
+                .args([
+                    "-p",
+                    &coredns.port().to_string(),
+                    "+short",
+                    "+time=2",
+                    "+tries=2",
+                    "-x",
+                    ip,
+                ])
+                .output()
+                .unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                direct[0],
+                "dig -x {ip}"
+            );
+        }
+    }
+}
+
+/// The kubectl lines the Corefiles give for finding the ranges, run as
+/// printed against the simulator: they name the ranges the shipped block
+/// forwards. (The kubeadm ConfigMap and Calico lines need those installed.)
+fn the_range_commands_work(env: &Env, corefile: &str) {
+    let Some(kubectl) = find_tool("kubectl") else {
+        eprintln!("no kubectl: the Corefile's kubectl lines were not run");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(&kc, env.sim.kubeconfig_yaml()).unwrap();
+    let block = corefile
+        .lines()
+        .find(|l| l.ends_with(" {") && !l.starts_with(' ') && !l.starts_with('.'))
+        .unwrap();
+    for (what, range) in [
+        ("get nodes", "10.244.0.0/16"),
+        ("get servicecidrs", "10.96.0.0/12"),
+    ] {
+        let line = corefile
+            .lines()
+            .find_map(|l| {
+                l.trim_start_matches('#')
+                    .trim()
+                    .strip_prefix("kubectl ")
+                    .filter(|l| l.starts_with(what))
+            })
+            .unwrap_or_else(|| panic!("no `kubectl {what}` line"));
+        let args = line.split('#').next().unwrap().trim();
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{} {args}", kubectl.display()))
+            .env("KUBECONFIG", &kc)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "kubectl {args}: {out:?}");
+        assert!(text.contains(range), "kubectl {args}: {text}");
+        assert!(
+            block.contains(&format!("{range}:53")),
+            "{block} forwards {range}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coredns_sends_the_training_namespace_to_podns_and_keeps_the_rest() {
     let bin = match coredns() {
@@ -195,6 +312,13 @@ async fn coredns_sends_the_training_namespace_to_podns_and_keeps_the_rest() {
         let direct = addrs(&ask(env.dns, rank, RecordType::A).await);
         assert_eq!(text, direct[0], "dig through CoreDNS");
     }
+    // The reverse zones of the pod and Service ranges: a rank's IP and a
+    // ClusterIP answer podns's PTR (the kubernetes plugin's block kept
+    // them before, and podns's PTR, which torchrun asks, was lost).
+    let pod_ip = addrs(&ask(env.dns, rank, RecordType::A).await)[0].clone();
+    let svc_ip = cluster_ip(&env, "web", "api").await;
+    ptr_is_podns(&env, addr, &[&pod_ip, &svc_ip], &mut daemon).await;
+    the_range_commands_work(&env, &shipped);
     assert!(
         daemon.child.try_wait().unwrap().is_none(),
         "coredns still up"
@@ -249,7 +373,7 @@ async fn coredns_forwarding_all_of_cluster_local_answers_services_without_select
 
     let shipped = shipped("Corefile.all");
     assert!(
-        shipped.contains("\ncluster.local:53 {"),
+        shipped.contains("\ncluster.local:53 "),
         "(b) forwards the zone"
     );
     let (mut daemon, addr, _dir) = run_coredns(&bin, &shipped, env.dns, set).await;
@@ -277,6 +401,8 @@ async fn coredns_forwarding_all_of_cluster_local_answers_services_without_select
     if let Some(text) = dig_short(addr, "primary.db.web.svc") {
         assert_eq!(text, "10.9.0.1", "dig through CoreDNS");
     }
+    let svc_ip = cluster_ip(&env, "web", "api").await;
+    ptr_is_podns(&env, addr, &[&svc_ip], &mut daemon).await;
     assert!(
         daemon.child.try_wait().unwrap().is_none(),
         "coredns still up"

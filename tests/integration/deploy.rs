@@ -371,7 +371,7 @@ fn forward_target_renders_and_validates() {
     check_forward_target(&docs);
     // The Corefile of (b) forwards the zone and keeps denials ≤ 1 s.
     let corefile = std::fs::read_to_string(repo().join("deploy/coredns/Corefile.all")).unwrap();
-    assert!(corefile.contains("cluster.local:53 {"));
+    assert!(corefile.contains("\ncluster.local:53 "));
     assert!(corefile.contains("forward . PODNS_SERVICE_IP:53"));
     assert!(corefile.contains("denial 9984 1 0"));
 }
