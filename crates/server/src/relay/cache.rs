@@ -28,7 +28,7 @@ use tokio::sync::{Notify, watch};
 
 use super::labels::Labels;
 use super::objects;
-use super::scope::NodeScopes;
+use super::scope::{self, NodeScopes};
 
 /// An object as the relay serves it, before its labels are chosen and it
 /// is encoded.
@@ -111,6 +111,15 @@ impl Item {
             pb_item: Bytes::from(pb_item),
             fingerprint,
         })
+    }
+
+    /// Where this pod is, for [`NodeScopes`].
+    pub fn place(&self) -> scope::Pod<'_> {
+        scope::Pod {
+            node: &self.node_name,
+            ns: &self.ns,
+            labels: &self.labels,
+        }
     }
 
     /// The object as served in JSON: its Protobuf decoded as podns decodes
@@ -643,7 +652,7 @@ impl Cache {
                 // included, are not known here) and relists.
                 for item in items {
                     if let Some(s) = &self.scopes {
-                        s.moved(None, Some(&item));
+                        s.moved(None, Some(item.place()));
                     }
                     g.objects
                         .insert((item.ns.clone(), item.name.clone()), Arc::new(item));
@@ -687,7 +696,10 @@ impl Cache {
 
     fn push(&self, g: &mut Inner, rv: u64, ty: EvType, obj: Arc<Item>, prev: Option<Arc<Item>>) {
         if let Some(s) = &self.scopes {
-            s.moved(prev.as_deref(), (ty != EvType::Deleted).then_some(&*obj));
+            s.moved(
+                prev.as_deref().map(Item::place),
+                (ty != EvType::Deleted).then(|| obj.place()),
+            );
         }
         let at = Instant::now();
         // Positions only grow: a version older than the cache (an object
@@ -734,7 +746,7 @@ impl Cache {
 /// A pod as the relay makes its items: decoded as podns decodes the API
 /// server's, then served.
 #[cfg(test)]
-pub(crate) fn labelled_pod(
+fn labelled_pod(
     ns: &str,
     name: &str,
     rv: u64,

@@ -26,7 +26,16 @@ use podns_kapi::selector::LabelSelector;
 
 use crate::index::writer::{JOB_NAME, JOBSET_NAME, LEGACY_JOB_NAME};
 
-use super::cache::Item;
+use super::labels::Labels;
+
+/// Where a pod is, as [`NodeScopes`] counts it: its node (`spec.nodeName`,
+/// empty when not scheduled), its namespace and all its labels.
+#[derive(Clone, Copy)]
+pub struct Pod<'a> {
+    pub node: &'a str,
+    pub ns: &'a str,
+    pub labels: &'a Labels,
+}
 
 /// The labels that name a pod's gang, most encompassing first: a JobSet's
 /// pods also carry their child Job's name, and the JobSet is the gang.
@@ -129,15 +138,15 @@ impl NodeScopes {
         }
     }
 
-    /// A pod moved from `before` (its previous version, if any) to `after`
-    /// (none when deleted).
-    pub fn moved(&self, before: Option<&Item>, after: Option<&Item>) {
-        let place = |i: &Item| {
-            (!i.node_name.is_empty()).then(|| {
+    /// A pod moved from `before` (where its previous version was, if any)
+    /// to `after` (none when deleted).
+    pub fn moved(&self, before: Option<Pod<'_>>, after: Option<Pod<'_>>) {
+        let place = |p: Pod<'_>| {
+            (!p.node.is_empty()).then(|| {
                 (
-                    i.node_name.clone(),
-                    i.ns.clone(),
-                    gang_of(|k| i.labels.get(k)),
+                    p.node.to_owned(),
+                    p.ns.to_owned(),
+                    gang_of(|k| p.labels.get(k)),
                 )
             })
         };
@@ -254,8 +263,17 @@ impl NodeScopes {
 mod tests {
     use super::*;
 
-    fn pod(ns: &str, name: &str, node: &str, labels: &[(&str, &str)]) -> Item {
-        crate::relay::cache::labelled_pod(ns, name, 1, node, labels, &|_| true)
+    /// A pod's place; names do not count.
+    fn pod(ns: &str, _name: &str, node: &str, labels: &[(&str, &str)]) -> (String, String, Labels) {
+        (node.into(), ns.into(), Labels::new(labels.iter().copied()))
+    }
+
+    fn at(p: &(String, String, Labels)) -> Option<Pod<'_>> {
+        Some(Pod {
+            node: &p.0,
+            ns: &p.1,
+            labels: &p.2,
+        })
     }
 
     fn sel(s: &str) -> LabelSelector {
@@ -270,9 +288,9 @@ mod tests {
         let a0 = pod("ml", "a-0", "n1", &[(JS, "a"), ("x", "y")]);
         let b0 = pod("ml", "b-0", "n2", &[(JS, "b")]);
         let w = pod("web", "w", "n1", &[("app", "w")]);
-        s.moved(None, Some(&a0));
-        s.moved(None, Some(&b0));
-        s.moved(None, Some(&w));
+        s.moved(None, at(&a0));
+        s.moved(None, at(&b0));
+        s.moved(None, at(&w));
         let any = sel("");
         // Its node's pods cluster-wide; another node's, or all, never.
         assert_eq!(s.allows("n1", None, Some((&any, Some("n1")))), Ok(()));
@@ -316,9 +334,9 @@ mod tests {
         let s = NodeScopes::new(Duration::from_millis(50));
         let a0 = pod("ml", "a-0", "n1", &[(JS, "a")]);
         let b0 = pod("ml", "b-0", "n1", &[(JS, "b")]);
-        s.moved(None, Some(&a0));
-        s.moved(None, Some(&b0));
-        s.moved(Some(&a0), None);
+        s.moved(None, at(&a0));
+        s.moved(None, at(&b0));
+        s.moved(at(&a0), None);
         let a = sel(&format!("{JS}=a"));
         assert_eq!(
             s.allows("n1", Some("ml"), Some((&a, None))),
@@ -327,7 +345,7 @@ mod tests {
         );
         // A pod moving to another node leaves this one.
         let moved = pod("ml", "b-0", "n2", &[(JS, "b")]);
-        s.moved(Some(&b0), Some(&moved));
+        s.moved(at(&b0), at(&moved));
         let deadline = Instant::now() + Duration::from_secs(5);
         while s.allows("n1", Some("ml"), None).is_ok() {
             assert!(Instant::now() < deadline, "the linger never ended");
