@@ -53,6 +53,12 @@ pub struct Explanation {
     /// this endpoint found before asking it.
     #[serde(flatten)]
     pub findings: Findings,
+    /// For a reverse name: which case decided, inside a reverse zone
+    /// podns owns (its authority: NXDOMAIN for an address no one holds) or
+    /// outside every one (only the PTR of an address the index holds is
+    /// answered there, anything else is REFUSED).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reverse_zone: Option<String>,
     /// What else may matter (the nearer reason the index saw, when a scope
     /// reason is given first).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -102,8 +108,8 @@ fn origin(zones: &ReverseZones) -> &'static str {
     }
 }
 
-/// Why a reverse name is REFUSED: in no learned or given range.
-fn reverse_refused(zones: &ReverseZones) -> String {
+/// The owned reverse zones, the first few, for a sentence.
+fn owned_list(zones: &ReverseZones) -> String {
     let mut owned: Vec<String> = zones
         .zones()
         .iter()
@@ -113,11 +119,15 @@ fn reverse_refused(zones: &ReverseZones) -> String {
     if zones.zones().len() > owned.len() {
         owned.push(format!("and {} more", zones.zones().len() - owned.len()));
     }
-    let owned = if owned.is_empty() {
+    if owned.is_empty() {
         "none yet".to_string()
     } else {
         owned.join(", ")
-    };
+    }
+}
+
+/// Where a reverse name in no owned zone lies, in words.
+fn outside(zones: &ReverseZones) -> String {
     let source = match zones.origin() {
         Origin::Given => "outside every --reverse-cidr",
         _ => {
@@ -125,7 +135,24 @@ fn reverse_refused(zones: &ReverseZones) -> String {
         }
     };
     format!(
-        "the name is {source}: podns owns only those reverse zones ({owned}) and answers REFUSED, so a resolver asks its next server"
+        "the name is {source}: podns owns only the reverse zones {}",
+        owned_list(zones)
+    )
+}
+
+/// Why a reverse name outside the owned zones is REFUSED: not the PTR of
+/// an address the index holds.
+fn reverse_refused(zones: &ReverseZones, held: bool, qtype: RecordType, synced: bool) -> String {
+    let why = if !synced {
+        "the index is not synced yet (the first lists have not been applied)".to_string()
+    } else if !held {
+        "no pod, Service or endpoint podns knows holds that address".to_string()
+    } else {
+        format!("podns answers only PTR questions there, not {qtype}")
+    };
+    format!(
+        "{}; outside them it answers the PTR of an address its index holds, but {why}: REFUSED, so a resolver asks its next server",
+        outside(zones)
     )
 }
 
@@ -149,6 +176,7 @@ impl Explainer {
             rcode: rcode_name(rcode),
             answer,
             findings: Findings::new(Reason::NoSuchName, String::new()),
+            reverse_zone: None,
             notes: vec![],
         };
         let Some(key) = self.key(name) else {
@@ -173,10 +201,21 @@ impl Explainer {
         ) {
             let zones = self.answerer.table().reverse_zones();
             match zones.zone_of(&key) {
-                None => {
+                None if rcode == ResponseCode::Refused => {
+                    let held = matches!(
+                        self.answerer.table().lookup(&key),
+                        crate::index::Lookup::Found(rrs) if rrs.ptr.is_some()
+                    );
                     out.findings.reason = Reason::ReverseRefused;
-                    out.findings.detail = reverse_refused(&zones);
+                    let synced = self.answerer.table().is_synced();
+                    out.findings.detail = reverse_refused(&zones, held, qtype, synced);
                     return out;
+                }
+                None => {
+                    out.reverse_zone = Some(format!(
+                        "{}; outside them podns answers the PTR of an address its index holds, as here",
+                        outside(&zones)
+                    ));
                 }
                 Some(z) if z.apex == key => {
                     out.findings.reason = Reason::Server;
@@ -187,7 +226,14 @@ impl Explainer {
                     );
                     return out;
                 }
-                Some(_) => {}
+                Some(z) => {
+                    out.reverse_zone = Some(format!(
+                        "in the reverse zone {} of {} ({}): podns is its authority, and an address no one holds is NXDOMAIN",
+                        z.apex,
+                        z.net,
+                        origin(&zones)
+                    ));
+                }
             }
         }
         if !self.answerer.table().is_synced() {
@@ -329,6 +375,9 @@ impl Explanation {
             self.findings.detail,
             self.findings.reason.code()
         );
+        if let Some(z) = &self.reverse_zone {
+            let _ = writeln!(s, "zone: {z}");
+        }
         if !self.findings.objects.is_empty() {
             let _ = writeln!(s, "objects:");
         }

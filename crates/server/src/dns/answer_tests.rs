@@ -439,8 +439,9 @@ fn reverse_names_outside_the_owned_zones_are_refused() {
     );
     let refused =
         |w: &World, n: &str, t| w.ask(n, t).metadata.response_code == ResponseCode::Refused;
-    // Foreign addresses, the names above a zone and the trees' roots are
-    // someone else's: REFUSED, so a resolver asks its next server.
+    // Foreign addresses no one holds, the names above a zone and the
+    // trees' roots are someone else's: REFUSED, so a resolver asks its
+    // next server.
     for n in [
         "8.8.8.8.in-addr.arpa.",
         "1.0.0.192.in-addr.arpa.",
@@ -473,19 +474,121 @@ fn reverse_names_outside_the_owned_zones_are_refused() {
 }
 
 #[test]
-fn before_the_ranges_are_learned_every_reverse_name_is_refused() {
-    let mut w = world();
-    w.writer
+fn held_addresses_outside_the_owned_zones_answer_their_ptr() {
+    // Nodes without podCIDRs (the AWS VPC CNI, Azure CNI), or pods outside
+    // them (Calico IPAM, Cilium's cluster-pool): no zone is owned, or
+    // none holds the pods. Every address the index holds still answers.
+    for zones in [
+        crate::index::reverse::ReverseZones::learned([]),
+        crate::index::reverse::ReverseZones::learned(["10.244.0.0/16".parse().unwrap()]),
+    ] {
+        let mut w = world();
+        w.writer.table().set_reverse_zones(zones);
+        w.svc(headless("ml", "h", "h"));
+        w.svc(cluster_ip("ml", "api", "10.96.0.10"));
+        w.svc(selectorless("ml", "db"));
+        w.pod(pod("ml", "r", "100.64.3.7").ip("fd00:64::7"));
+        w.pod(pod("ml", "m", "100.64.3.8").label("app", "h"));
+        w.pod(pod("ml", "hn", "100.64.3.9").host_network());
+        w.slice(
+            slice("ml", "db-1", "db")
+                .endpoint("192.168.7.1", Some("db-0"), true)
+                .endpoint("192.168.7.2", None, true),
+        );
+        for (name, target) in [
+            (
+                "7.3.64.100.in-addr.arpa.",
+                "100-64-3-7.ml.pod.cluster.local.",
+            ),
+            (
+                "8.3.64.100.in-addr.arpa.",
+                "100-64-3-8.h.ml.svc.cluster.local.",
+            ),
+            ("10.0.96.10.in-addr.arpa.", "api.ml.svc.cluster.local."),
+            ("1.7.168.192.in-addr.arpa.", "db-0.db.ml.svc.cluster.local."),
+            (
+                "2.7.168.192.in-addr.arpa.",
+                "192-168-7-2.db.ml.svc.cluster.local.",
+            ),
+        ] {
+            assert_eq!(ptr_of(&w, name), target);
+            let m = w.ask(name, RecordType::PTR);
+            // podns is the source of the record: authoritative, and
+            // nothing in Authority (no SOA or NS of a zone it does not own).
+            assert!(m.metadata.authoritative, "{name}");
+            assert_eq!(m.metadata.response_code, ResponseCode::NoError);
+            assert!(
+                m.authorities.is_empty() && m.additionals.is_empty(),
+                "{m:?}"
+            );
+            // ANY gets the minimal answer, the PTR.
+            assert_eq!(w.ask(name, RecordType::ANY).answers.len(), 1, "{name}");
+            // Other types there are not podns's to deny: REFUSED.
+            for t in [RecordType::A, RecordType::TXT, RecordType::SOA] {
+                let m = w.ask(name, t);
+                assert_eq!(
+                    m.metadata.response_code,
+                    ResponseCode::Refused,
+                    "{name} {t}"
+                );
+                assert!(!m.metadata.authoritative);
+            }
+        }
+        let v6 = crate::index::names::reverse(ip("fd00:64::7"));
+        assert_eq!(
+            ptr_of(&w, &format!("{v6}.")),
+            "fd00-64--7.ml.pod.cluster.local."
+        );
+        // An address no one holds, the names above and below a held one,
+        // the hostNetwork pod's (the node's own address): REFUSED.
+        for name in [
+            "6.3.64.100.in-addr.arpa.",
+            "3.64.100.in-addr.arpa.",
+            "64.100.in-addr.arpa.",
+            "x.7.3.64.100.in-addr.arpa.",
+            "9.3.64.100.in-addr.arpa.",
+            "8.8.8.8.in-addr.arpa.",
+            "ip6.arpa.",
+        ] {
+            let m = w.ask(name, RecordType::PTR);
+            assert_eq!(m.metadata.response_code, ResponseCode::Refused, "{name}");
+            assert!(!m.metadata.authoritative && m.answers.is_empty(), "{name}");
+        }
+        // Forward names are unaffected.
+        assert_eq!(
+            ips(&w.ask("100-64-3-7.ml.pod.cluster.local.", RecordType::A)),
+            [ip("100.64.3.7")]
+        );
+        // The address leaves the index: REFUSED again.
+        w.apply(Update::Pod(Change::Delete(crate::index::ObjKey::new(
+            "ml", "r",
+        ))));
+        let m = w.ask("7.3.64.100.in-addr.arpa.", RecordType::PTR);
+        assert_eq!(m.metadata.response_code, ResponseCode::Refused);
+    }
+}
+
+#[test]
+fn before_the_first_lists_held_reverse_names_are_refused_too() {
+    let needs = SyncNeeds {
+        pod_scopes: 1,
+        service_scopes: 1,
+        job_scopes: 0,
+        slice_scopes: 0,
+    };
+    let writer = Writer::new(Table::new(), Policy::default(), Metrics::new(), needs);
+    writer
         .table()
         .set_reverse_zones(crate::index::reverse::ReverseZones::learned([]));
-    w.pod(pod("ml", "r", "10.1.0.21"));
-    let m = w.ask("21.0.1.10.in-addr.arpa.", RecordType::PTR);
+    let mut w = World::over(writer, AnswerConfig::default());
+    w.pod(pod("ml", "r", "100.64.3.7"));
+    assert!(!w.writer.table().is_synced());
+    // Outside every zone, REFUSED (nobody caches it) until the index is
+    // whole; names in the zones are SERVFAIL meanwhile.
+    let m = w.ask("7.3.64.100.in-addr.arpa.", RecordType::PTR);
     assert_eq!(m.metadata.response_code, ResponseCode::Refused);
-    // Forward names are unaffected.
-    assert_eq!(
-        ips(&w.ask("10-1-0-21.ml.pod.cluster.local.", RecordType::A)),
-        [ip("10.1.0.21")]
-    );
+    let m = w.ask("100-64-3-7.ml.pod.cluster.local.", RecordType::A);
+    assert_eq!(m.metadata.response_code, ResponseCode::ServFail);
 }
 
 #[test]

@@ -402,15 +402,21 @@ impl Rules {
             plan.forward = true;
             return plan;
         }
-        // A reverse name is ours only inside a zone the table owns (the
-        // cluster's ranges); any other is someone else's: REFUSED, so a
-        // resolver asks its next server. Before the first lists nothing is
-        // owned yet, and REFUSED is the answer that nobody caches.
+        // A reverse name inside a zone the table owns (the cluster's
+        // ranges) is ours: answers, NXDOMAIN, NODATA. Outside them podns
+        // answers only the PTR of an address its index holds (many CNIs
+        // give pods addresses outside every Node's podCIDRs) and REFUSES
+        // the rest, so a resolver asks its next server instead of caching
+        // an authoritative NXDOMAIN for a zone podns does not have. Before
+        // the first lists nothing is owned or held yet, and REFUSED is the
+        // answer that nobody caches.
         let reverse_apex = match place {
             Place::Reverse(name) => match table.reverse_zones().zone_of(name) {
                 Some(z) => Some(z.apex.len()),
                 None => {
-                    plan.rcode = ResponseCode::Refused;
+                    if !(table.is_synced() && self.foreign_ptr(&mut plan, table, &q, name)) {
+                        plan.rcode = ResponseCode::Refused;
+                    }
                     return plan;
                 }
             },
@@ -852,6 +858,42 @@ impl Rules {
                 }
             }
         }
+    }
+
+    /// A reverse name in no owned zone: when it spells an address the
+    /// index holds (a pod's, a ClusterIP, a user-managed endpoint's) and
+    /// the question asks for its PTR (or ANY, whose minimal answer is the
+    /// PTR), the answer; true when one was made. podns is where that
+    /// record comes from, not a cache of someone else's, so the answer
+    /// is authoritative (AA=1, RFC 1035 §4.1.1: an authority for the name
+    /// asked), as every other answer of podns is, and it carries nothing
+    /// in Authority: no SOA, which
+    /// belongs to negative answers (RFC 2308 §3) and would name an apex
+    /// podns does not hold, and no NS, which a recursive resolver would
+    /// cache as a delegation of the enclosing zone to podns (RFC 2181
+    /// §5.4.1 ranks authority data of an authoritative answer above
+    /// glue). Other types and names there stay REFUSED: podns claims that
+    /// one RRset, not a zone, so it has no SOA to make a negative answer
+    /// cacheable with.
+    fn foreign_ptr<'a>(
+        &'a self,
+        plan: &mut Plan<'a>,
+        table: &Table,
+        q: &Question<'_>,
+        name: &str,
+    ) -> bool {
+        if !matches!(q.qtype, RecordType::PTR | RecordType::ANY) {
+            return false;
+        }
+        let Lookup::Found(rrs) = table.lookup(name) else {
+            return false;
+        };
+        if rrs.ptr.is_none() {
+            return false;
+        }
+        self.records(&mut plan.answer, Owner::Question, &rrs, RecordType::PTR, 0);
+        plan.aa = !plan.answer.is_empty();
+        plan.aa
     }
 
     /// Everything `podns zonefile` writes for one name with data: the

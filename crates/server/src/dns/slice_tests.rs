@@ -97,7 +97,8 @@ fn a_headless_service_without_selector_answers_from_its_slices() {
     assert_eq!(srv(&all), want, "db-0's two addresses make one record");
     assert!(!all.additionals.is_empty(), "glue for the targets");
     // PTR: the hostname name of an endpoint with a hostname, as the
-    // specification says; none for the others.
+    // specification says; its dashed name for one without (as a pod's
+    // and as CoreDNS answers); none for a terminating one.
     assert_eq!(
         ptr(&w, "1.0.2.10.in-addr.arpa.").as_deref(),
         Some("db-0.db.ml.svc.cluster.local.")
@@ -107,9 +108,13 @@ fn a_headless_service_without_selector_answers_from_its_slices() {
         ptr(&w, &format!("{v6}.")).as_deref(),
         Some("db-0.db.ml.svc.cluster.local.")
     );
-    assert_eq!(ptr(&w, "2.0.2.10.in-addr.arpa."), None);
     assert_eq!(
-        rcode(&w, "2.0.2.10.in-addr.arpa.", RecordType::PTR),
+        ptr(&w, "2.0.2.10.in-addr.arpa.").as_deref(),
+        Some("10-2-0-2.db.ml.svc.cluster.local.")
+    );
+    assert_eq!(ptr(&w, "3.0.2.10.in-addr.arpa."), None);
+    assert_eq!(
+        rcode(&w, "3.0.2.10.in-addr.arpa.", RecordType::PTR),
         ResponseCode::NXDomain
     );
 

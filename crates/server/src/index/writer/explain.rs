@@ -731,10 +731,19 @@ impl Writer {
                 }
                 PtrOwner::Pod(pod) => pod,
                 PtrOwner::Slice(slice) => {
+                    let dashed = self.slices.by_key.get(slice).is_some_and(|sl| {
+                        matches!(&choice.target, Target::Name(t)
+                            if *t == names::member_name(ip, &sl.service, &slice.namespace))
+                    });
+                    let rule = if dashed {
+                        "its dashed name under the Service (the endpoint has no hostname)"
+                    } else {
+                        "its hostname name"
+                    };
                     return Findings::new(
                         Reason::EndpointSlice,
                         format!(
-                            "{ip} is an address of EndpointSlice {slice} with a hostname: the PTR points at its hostname name"
+                            "{ip} is an address of EndpointSlice {slice}: the PTR points at {rule}"
                         ),
                     )
                     .ns(&slice.namespace);

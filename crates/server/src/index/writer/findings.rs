@@ -63,9 +63,9 @@ pub enum Reason {
     NotSynced,
     /// The name is in no served zone (REFUSED).
     OutsideZones,
-    /// A reverse name in no reverse zone podns owns: none of the ranges
-    /// learned from Nodes and ServiceCIDRs, or given with `--reverse-cidr`
-    /// (REFUSED).
+    /// A reverse name in no reverse zone podns owns (none of the ranges
+    /// learned from Nodes and ServiceCIDRs, or given with `--reverse-cidr`)
+    /// that is not a PTR question for an address the index holds (REFUSED).
     ReverseRefused,
     /// The name's namespace is outside `--namespace`.
     NamespaceNotWatched,

@@ -12,8 +12,9 @@
 //!   with that `hostname` (beside a pod's, should pods of that hostname
 //!   and subdomain claim the name too).
 //! - `<a-b-c-d>.<svc>.<ns>.svc`: a published endpoint's address.
-//! - PTR of a published endpoint's address with a `hostname` (when no
-//!   Service's ClusterIP or published pod holds it): its hostname name.
+//! - PTR of a published endpoint's address (when no Service's ClusterIP
+//!   or published pod holds it): its hostname name, else its dashed name
+//!   (the specification asks for the first; CoreDNS answers both).
 //!
 //! Published: not `terminating`, and `ready` (unset counts as ready), or
 //! `--publish ip`, or the Service's `publishNotReadyAddresses`, the rule
@@ -203,9 +204,13 @@ impl Writer {
         }
     }
 
-    /// The PTR of an address held by a published endpoint with a
-    /// hostname: the endpoint's hostname name, and the slice it is in.
+    /// The PTR of an address held by a published endpoint: its hostname
+    /// name when it has a `hostname` (the specification's rule), else its
+    /// dashed name under the Service (as a pod's, and as CoreDNS answers),
+    /// and the slice it is in. An endpoint with a hostname wins over one
+    /// without, then the first slice by key.
     pub(super) fn endpoint_ptr(&self, ip: IpAddr) -> Option<(String, &ObjKey)> {
+        let mut dashed = None;
         for key in self.slices.by_ip.get(&ip)? {
             let Some(slice) = self.slices.by_key.get(key) else {
                 continue;
@@ -213,17 +218,22 @@ impl Writer {
             let Some(svc) = self.headless(&key.namespace, &slice.service) else {
                 continue;
             };
+            if !from_slices(svc) {
+                continue;
+            }
             for e in &slice.endpoints {
-                if let Some(host) = &e.hostname
-                    && e.ips.contains(&ip)
-                    && from_slices(svc)
-                    && self.endpoint_published(svc, e)
-                {
-                    return Some((host_name(host, &slice.service, &key.namespace), key));
+                if !e.ips.contains(&ip) || !self.endpoint_published(svc, e) {
+                    continue;
+                }
+                if e.hostname.is_some() {
+                    return Some((self.endpoint_target(&svc.key, e, ip), key));
+                }
+                if dashed.is_none() {
+                    dashed = Some((self.endpoint_target(&svc.key, e, ip), key));
                 }
             }
         }
-        None
+        dashed
     }
 
     /// The names of a headless Service without a selector: its addresses
