@@ -364,6 +364,68 @@ async fn explain_names_outside_every_zone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_says_which_reverse_case_decided() {
+    // A Node without podCIDRs: only the Service range's zones are owned.
+    let env = env(&["--node-pod-cidrs=none"], &["--admin-debug"]).await;
+    create_pod(&env.client, pod_json("ex", "p", json!({}))).await;
+    set_status(&env.client, "ex", "p", &["10.244.7.7"], true).await;
+    // Outside every owned zone, held: answered, and explain says why.
+    let held = "7.7.244.10.in-addr.arpa";
+    let v = wait_reason(env.admin, held, "PTR", "ptr_pod").await;
+    assert_eq!(v["rcode"], "NOERROR");
+    let zone = v["reverse_zone"].as_str().unwrap();
+    assert!(
+        zone.contains("in none of the ranges learned") && zone.contains("as here"),
+        "{zone}"
+    );
+    text_says(
+        env.admin,
+        &[held, "PTR"],
+        "outside them podns answers the PTR of an address its index holds, as here",
+    )
+    .await;
+    // Outside, not held: REFUSED, and why.
+    let v = wait_reason(
+        env.admin,
+        "8.7.244.10.in-addr.arpa",
+        "PTR",
+        "reverse_refused",
+    )
+    .await;
+    assert_eq!(v["rcode"], "REFUSED");
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no pod, Service or endpoint podns knows holds that address"),
+        "{v:#}"
+    );
+    // Held, but not a PTR question: REFUSED too.
+    let v = wait_reason(env.admin, held, "TXT", "reverse_refused").await;
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("only PTR questions there, not TXT"),
+        "{v:#}"
+    );
+    // Inside the Service range's zone, no one's address: NXDOMAIN there.
+    let v = wait_reason(
+        env.admin,
+        "200.0.96.10.in-addr.arpa",
+        "PTR",
+        "no_pod_with_ip",
+    )
+    .await;
+    assert_eq!(v["rcode"], "NXDOMAIN");
+    let zone = v["reverse_zone"].as_str().unwrap();
+    assert!(
+        zone.starts_with("in the reverse zone 96.10.in-addr.arpa of 10.96.0.0/16"),
+        "{zone}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_before_the_index_is_synced() {
     // An API server that never answers: the index never syncs.
     let shutdown = CancellationToken::new();

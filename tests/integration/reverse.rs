@@ -1,7 +1,9 @@
 //! The reverse zones podns owns: the cluster's pod and Service ranges,
 //! learned from Nodes and ServiceCIDRs on `podns sim` (or given with
-//! `--reverse-cidr`), and REFUSED for every other reverse name; and glibc's
-//! own resolver falling through to the next nameserver on that REFUSED.
+//! `--reverse-cidr`); outside them the PTR of every address the index
+//! holds (Nodes without podCIDRs, pods outside them) and REFUSED for every
+//! other reverse name; and glibc's own resolver falling through to the
+//! next nameserver on that REFUSED.
 
 use std::time::Duration;
 
@@ -119,14 +121,17 @@ async fn ranges_are_learned_as_nodes_and_service_cidrs_come_and_go() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reverse_cidr_is_the_exact_set_and_nothing_is_learned() {
     let env = env(&[], &["--reverse-cidr=10.244.1.0/24"]).await;
-    // The Node's 10.244.0.0/16 and the Service range are not learned.
-    for name in ["9.9.244.10.in-addr.arpa.", "1.0.96.10.in-addr.arpa."] {
+    // The Node's 10.244.0.0/16 and the Service range are not learned...
+    for name in ["9.9.244.10.in-addr.arpa.", "2.0.96.10.in-addr.arpa."] {
         assert_eq!(
             rcode_of(env.dns, name, RecordType::PTR).await,
             ResponseCode::Refused,
             "{name}"
         );
     }
+    // ...but an address the index holds answers wherever it lies.
+    let m = ask(env.dns, "1.0.96.10.in-addr.arpa.", RecordType::PTR).await;
+    assert_eq!(ptrs(&m), ["kubernetes.default.svc.cluster.local."]);
     assert_eq!(
         rcode_of(env.dns, "9.1.244.10.in-addr.arpa.", RecordType::PTR).await,
         ResponseCode::NXDomain
@@ -141,6 +146,135 @@ async fn reverse_cidr_is_the_exact_set_and_nothing_is_learned() {
             );
         }
     }
+}
+
+/// The reverse name of `ip`, absolute, with the trailing dot.
+fn rev(ip: &str) -> String {
+    format!(
+        "{}.",
+        podns_server::index::names::reverse(ip.parse().unwrap())
+    )
+}
+
+/// The PTR targets of an answer.
+fn ptrs(m: &hickory_proto::op::Message) -> Vec<String> {
+    m.answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::PTR(p) => Some(p.0.to_ascii()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The addresses rank `i` of the simulator's job `train-0` answers.
+async fn rank_ips(dns: std::net::SocketAddr, i: usize) -> Vec<String> {
+    let name = format!("train-0-{i}.train-0.default.svc");
+    wait_resolves(dns, &name, T).await;
+    let mut ips = addrs(&ask(dns, &name, RecordType::A).await);
+    ips.extend(addrs(&ask(dns, &name, RecordType::AAAA).await));
+    ips
+}
+
+/// A pod's PTR, answered with AA and nothing in Authority, by a podns
+/// that owns no zone holding it.
+async fn assert_held_ptr(dns: std::net::SocketAddr, ip: &str, target: &str) {
+    let m = ask(dns, &rev(ip), RecordType::PTR).await;
+    assert_eq!(rcode(&m), ResponseCode::NoError, "{ip}: {m:?}");
+    assert!(m.metadata.authoritative, "{ip}");
+    assert!(m.authorities.is_empty(), "{ip}: {m:?}");
+    assert_eq!(ptrs(&m), [target], "{ip}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_without_pod_cidrs_still_answer_every_pods_ptr() {
+    // The AWS VPC CNI and Azure CNI: the node controller allocates no
+    // podCIDR, so only the Service range's zones are learned.
+    let env = env(
+        &[
+            "--kubelet",
+            "--jobs=1",
+            "--ranks=2",
+            "--node-pod-cidrs=none",
+            "--pod-cidr-v6=fd00:64::/64",
+        ],
+        &[],
+    )
+    .await;
+    let ips = rank_ips(env.dns, 1).await;
+    assert_eq!(ips.len(), 2, "dual-stack: {ips:?}");
+    for ip in &ips {
+        assert_held_ptr(env.dns, ip, "train-0-1.train-0.default.svc.cluster.local.").await;
+    }
+    // An address no one holds, beside the pods: REFUSED (not ours to deny).
+    for name in [rev("10.244.250.250"), rev("fd00:64::ffff"), rev("8.8.8.8")] {
+        assert_eq!(
+            rcode_of(env.dns, &name, RecordType::PTR).await,
+            ResponseCode::Refused,
+            "{name}"
+        );
+    }
+    // The Service range is still owned: NXDOMAIN for an unused address.
+    assert_eq!(
+        rcode_of(env.dns, &rev("10.96.250.250"), RecordType::PTR).await,
+        ResponseCode::NXDomain
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_outside_the_node_ranges_answer_their_ptr() {
+    // Calico IPAM, Cilium's cluster-pool: the Node says 10.250.0.0/16, the
+    // CNI hands out 100.64.0.0/16.
+    let env = env(
+        &[
+            "--kubelet",
+            "--jobs=1",
+            "--ranks=2",
+            "--pod-cidr=100.64.0.0/16",
+            "--node-pod-cidrs=10.250.0.0/16",
+        ],
+        &[],
+    )
+    .await;
+    let ips = rank_ips(env.dns, 0).await;
+    assert!(ips[0].starts_with("100.64."), "{ips:?}");
+    assert_held_ptr(
+        env.dns,
+        &ips[0],
+        "train-0-0.train-0.default.svc.cluster.local.",
+    )
+    .await;
+    // Inside the Node's range: podns's zone, NXDOMAIN for no one's address.
+    let m = ask(env.dns, &rev("10.250.0.9"), RecordType::PTR).await;
+    assert_eq!(rcode(&m), ResponseCode::NXDomain);
+    assert_eq!(m.authorities[0].name.to_ascii(), "250.10.in-addr.arpa.");
+    // Outside, unheld: REFUSED; the held address's other types too.
+    assert_eq!(
+        rcode_of(env.dns, &rev("100.64.250.250"), RecordType::PTR).await,
+        ResponseCode::Refused
+    );
+    assert_eq!(
+        rcode_of(env.dns, &rev(&ips[0]), RecordType::TXT).await,
+        ResponseCode::Refused
+    );
+    // The pod goes: its PTR is REFUSED again.
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(env.client.clone(), "default");
+    let list = pods.list(&Default::default()).await.unwrap();
+    let pod = list
+        .items
+        .iter()
+        .find(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_deref()) == Some(ips[0].as_str()))
+        .and_then(|p| p.metadata.name.clone())
+        .unwrap();
+    pods.delete(&pod, &DeleteParams::default()).await.unwrap();
+    let name = rev(&ips[0]);
+    wait_for("the deleted pod's PTR is refused", T, || async {
+        let m = ask(env.dns, &name, RecordType::PTR).await;
+        rcode(&m) == ResponseCode::Refused
+            || ptrs(&m) != ["train-0-0.train-0.default.svc.cluster.local."]
+    })
+    .await;
 }
 
 /// Whether this process may make user, mount and network namespaces.

@@ -64,6 +64,14 @@ pub struct SimArgs {
     /// Also give pods an IPv6 address from this range (dual stack).
     #[arg(long)]
     pub pod_cidr_v6: Option<String>,
+    /// The Node's `spec.podCIDRs`: `pods`, the pod ranges (a node's pods
+    /// take their IPs from its range, as with host-local IPAM); `none`, no
+    /// podCIDR (kube-controller-manager `--allocate-node-cidrs=false`, as
+    /// with the AWS VPC CNI and Azure CNI); or up to two CIDRs, one per
+    /// family, while pods still take their IPs from `--pod-cidr` (Calico
+    /// IPAM, Cilium's cluster-pool: pods outside every Node's range).
+    #[arg(long, default_value = "pods")]
+    pub node_pod_cidrs: NodePodCidrs,
     /// IPv4 range Service cluster IPs are taken from (kube-apiserver's
     /// `--service-cluster-ip-range`; data only, never a destination). Its
     /// first address is the `kubernetes` Service's.
@@ -125,6 +133,7 @@ impl Default for SimArgs {
             kubelet: false,
             pod_cidr: "10.244.0.0/16".into(),
             pod_cidr_v6: None,
+            node_pod_cidrs: NodePodCidrs::Pods,
             service_cidr: Ipv4Net::new(std::net::Ipv4Addr::new(10, 96, 0, 0), 12)
                 .expect("a valid prefix length"),
             service_cidr_v6: None,
@@ -151,6 +160,52 @@ impl SimArgs {
         let mut v = vec![IpNet::V4(self.service_cidr)];
         v.extend(self.service_cidr_v6.map(IpNet::V6));
         v
+    }
+}
+
+/// What the simulated Node's `spec.podCIDRs` holds (`--node-pod-cidrs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodePodCidrs {
+    /// The pod ranges, `--pod-cidr` and `--pod-cidr-v6`.
+    Pods,
+    /// No podCIDR at all.
+    None,
+    /// These ranges (at most one per family), apart from the pod ranges.
+    Given(Vec<IpNet>),
+}
+
+impl std::str::FromStr for NodePodCidrs {
+    type Err = String;
+
+    /// `pods`, `none`, or one or two CIDRs separated by a comma, each a
+    /// network address of its own family, as the API server validates
+    /// `spec.podCIDRs`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pods" => return Ok(Self::Pods),
+            "none" => return Ok(Self::None),
+            _ => {}
+        }
+        let mut nets: Vec<IpNet> = Vec::new();
+        for part in s.split(',') {
+            let net: IpNet = part.trim().parse().map_err(|_| {
+                format!("expected pods, none or CIDRs such as 10.250.0.0/16 (got {part:?})")
+            })?;
+            if net.trunc() != net {
+                return Err(format!(
+                    "{net} has host bits set (the network is {})",
+                    net.trunc()
+                ));
+            }
+            if nets
+                .iter()
+                .any(|n| n.addr().is_ipv4() == net.addr().is_ipv4())
+            {
+                return Err("at most one CIDR per IP family".into());
+            }
+            nets.push(net);
+        }
+        Ok(Self::Given(nets))
     }
 }
 
@@ -251,9 +306,10 @@ users:
 
 /// The objects that say where the cluster's addresses come from: the
 /// default ServiceCIDR `kubernetes` (kube-apiserver makes it from
-/// `--service-cluster-ip-range`) and one Node whose `spec.podCIDRs` is the
-/// pod range (the simulated kubelets take every pod IP from that one
-/// pool, whichever node a pod is placed on). Tests add and delete more.
+/// `--service-cluster-ip-range`) and one Node whose `spec.podCIDRs` is, by
+/// default, the pod range (the simulated kubelets take every pod IP from
+/// that one pool, whichever node a pod is placed on), else what
+/// `--node-pod-cidrs` says. Tests add and delete more.
 fn populate_ranges(sim: &Sim, args: &SimArgs) -> anyhow::Result<()> {
     use serde_json::json;
     let service: Vec<String> = args.service_cidrs().iter().map(|n| n.to_string()).collect();
@@ -263,17 +319,26 @@ fn populate_ranges(sim: &Sim, args: &SimArgs) -> anyhow::Result<()> {
         json!({"metadata": {"name": "kubernetes", "labels": {"kubernetes.io/service-cidr": "kubernetes"}},
                "spec": {"cidrs": service}}),
     )?;
-    let mut pods = vec![];
-    for range in std::iter::once(&args.pod_cidr).chain(args.pod_cidr_v6.as_ref()) {
-        if let Ok(net) = range.parse::<IpNet>() {
-            pods.push(net.trunc().to_string());
-        }
-    }
+    let pods: Vec<String> = match &args.node_pod_cidrs {
+        NodePodCidrs::Pods => std::iter::once(&args.pod_cidr)
+            .chain(args.pod_cidr_v6.as_ref())
+            .filter_map(|range| range.parse::<IpNet>().ok())
+            .map(|net| net.trunc().to_string())
+            .collect(),
+        NodePodCidrs::None => vec![],
+        NodePodCidrs::Given(nets) => nets.iter().map(ToString::to_string).collect(),
+    };
+    // A Node without a range has neither field (the API server drops an
+    // empty list on the wire), as the node controller leaves it.
+    let spec = match pods.first() {
+        Some(first) => json!({"podCIDR": first, "podCIDRs": pods}),
+        None => json!({}),
+    };
     sim.store.create(
         store::Kind::Node,
         "",
         json!({"metadata": {"name": "sim-node-0", "labels": {"kubernetes.io/hostname": "sim-node-0"}},
-               "spec": {"podCIDR": pods.first(), "podCIDRs": pods},
+               "spec": spec,
                "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
                           "addresses": [{"type": "InternalIP", "address": "172.16.0.2"}]}}),
     )?;

@@ -7,6 +7,8 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 
+use podns_sim::SimArgs;
+
 use super::support::*;
 
 /// The whole life of a kube-rs watcher: initial list, live events, resume
@@ -230,4 +232,38 @@ async fn nodes_and_service_cidrs_are_served_cluster_scoped() {
         200
     );
     assert_eq!(get(sim.addr, "/api/v1/servicecidrs").await.status, 404);
+}
+
+/// `--node-pod-cidrs`: a Node without a podCIDR (the node controller never
+/// allocated one: `--allocate-node-cidrs=false`, the AWS VPC and Azure
+/// CNIs), or with a range the pods' IPs are not taken from (Calico IPAM,
+/// Cilium's cluster-pool). Bad values are refused as the flag is parsed.
+#[tokio::test]
+async fn the_node_pod_cidrs_say_what_the_flag_asks() {
+    use k8s_openapi::api::core::v1::Node;
+    use podns_sim::NodePodCidrs;
+    let node_of = |sim: &Sim| {
+        let nodes: Api<Node> = Api::all(sim.client());
+        async move { nodes.get("sim-node-0").await.unwrap() }
+    };
+    let sim = start(SimArgs {
+        node_pod_cidrs: NodePodCidrs::None,
+        ..SimArgs::default()
+    })
+    .await;
+    let spec = node_of(&sim).await.spec.unwrap_or_default();
+    assert_eq!((spec.pod_cidr, spec.pod_cidrs), (None, None));
+    let given: NodePodCidrs = "10.250.0.0/16,fd00:250::/64".parse().unwrap();
+    let sim = start(SimArgs {
+        node_pod_cidrs: given,
+        pod_cidr: "100.64.0.0/16".into(),
+        ..SimArgs::default()
+    })
+    .await;
+    let spec = node_of(&sim).await.spec.unwrap();
+    assert_eq!(spec.pod_cidr.as_deref(), Some("10.250.0.0/16"));
+    assert_eq!(spec.pod_cidrs.unwrap(), ["10.250.0.0/16", "fd00:250::/64"]);
+    for bad in ["", "10.250.0.1/16", "10.1.0.0/16,10.2.0.0/16", "all"] {
+        assert!(bad.parse::<NodePodCidrs>().is_err(), "{bad:?}");
+    }
 }
