@@ -136,6 +136,18 @@ fn cases() -> Vec<Case> {
             0,
             true,
         ),
+        // A whole gang's set (1,000 addresses, 16 KB) asked over UDP:
+        // the reply is truncated to what fits the client's size.
+        case(
+            "headless_a_1000_udp_truncated",
+            format!("{job}.{ns}.svc.cluster.local."),
+            A,
+            Udp,
+            NoError,
+            0,
+            0,
+            true,
+        ),
         case(
             "ptr",
             format!("{d}.{c}.{b}.{a}.in-addr.arpa."),
