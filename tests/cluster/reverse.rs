@@ -1,9 +1,11 @@
 //! The reverse zones learned from the real control plane: kwok's Nodes
 //! (`spec.podCIDRs` 10.(128+i).0.0/16) and the default ServiceCIDR
 //! kube-apiserver makes from `--service-cluster-ip-range`
-//! (10.96.0.0/16, fd00:96::/108). Answers inside them, REFUSED outside,
-//! a new Node's range owned and dropped with it, and REFUSED for every
-//! reverse name when podns may not list Nodes and ServiceCIDRs.
+//! (10.96.0.0/16, fd00:96::/108). Answers inside them, REFUSED outside
+//! but for the PTR of an address podns holds (a pod on a Node without a
+//! podCIDR, whose IP kwok takes from its own pool), a new Node's range
+//! owned and dropped with it, and no zone owned (REFUSED but for held
+//! addresses) when podns may not list Nodes and ServiceCIDRs.
 
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
@@ -69,6 +71,55 @@ fn learned_ranges_answer_inside_and_refuse_outside() {
         1
     );
 
+    // A Node without a podCIDR (the node controller allocates none here,
+    // as with the AWS VPC CNI): kwok gives its pods addresses from its
+    // own pool (10.0.0.0/16), outside every Node's range. The pod's PTR
+    // is answered all the same; a neighbour no one holds is REFUSED.
+    let bare = "podns-reverse-bare";
+    let _ = c.try_kubectl(&["delete", "node", bare], None);
+    c.apply(&format!(
+        r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: {bare}
+  annotations: {{kwok.x-k8s.io/node: fake}}
+  labels: {{type: kwok, kubernetes.io/hostname: {bare}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: outside-0, namespace: {ns}, labels: {{app: train, where: outside}}}}
+spec:
+  nodeName: {bare}
+  hostname: outside-0
+  subdomain: train
+  containers: [{{name: worker, image: fake}}]
+"#
+    ));
+    let outside = c.pod_ips(ns, "where=outside", 1);
+    let ip = &outside[0].1;
+    assert!(ip.starts_with("10.0."), "kwok's own pool: {ip}");
+    let name = reverse_v4(ip);
+    let ptr = wait_for("the outside pod's PTR", secs(20), || {
+        let m = p.ask(&name, RecordType::PTR);
+        (rcode(&m) == ResponseCode::NoError).then_some(m)
+    });
+    assert_eq!(
+        answer_lines(&ptr),
+        vec![format!(
+            "{name} PTR outside-0.train.{ns}.svc.cluster.local."
+        )]
+    );
+    assert!(
+        ptr.metadata.authoritative && ptr.authorities.is_empty(),
+        "{ptr:?}"
+    );
+    let octets: Vec<u8> = ip.split('.').map(|o| o.parse().unwrap()).collect();
+    let neighbour = format!("10.0.{}.{}", octets[2], octets[3] ^ 1);
+    assert_eq!(rc(&reverse_v4(&neighbour)), ResponseCode::Refused);
+    c.kubectl(&["delete", "pod", "outside-0", "-n", ns, "--wait=false"]);
+    c.kubectl(&["delete", "node", bare, "--wait=false"]);
+
     // A Node joins with a range of its own, then leaves.
     let node = "podns-reverse-node";
     let _ = c.try_kubectl(&["delete", "node", node], None);
@@ -86,7 +137,7 @@ fn learned_ranges_answer_inside_and_refuse_outside() {
 }
 
 #[test]
-fn without_node_and_service_cidr_rbac_every_reverse_name_is_refused() {
+fn without_node_and_service_cidr_rbac_no_reverse_zone_is_owned() {
     let Some(c) = cluster() else { return };
     let _g = shared();
     let ns = c.namespace("revrbac");
@@ -135,9 +186,21 @@ subjects: [{{kind: ServiceAccount, name: podns-no-nodes, namespace: {ns}}}]
         });
         assert!(line.contains("REFUSED"), "{line}");
     }
-    // Nothing learned: every reverse name, a pod's included, is REFUSED
-    // (the next nameserver answers), never an authoritative NXDOMAIN.
-    for name in [reverse_v4(&pods[0].1), "8.8.8.8.in-addr.arpa.".to_string()] {
+    // Nothing learned: no zone is owned, so no reverse name is ever an
+    // authoritative NXDOMAIN (the next nameserver answers it). A pod's
+    // address is held, and its PTR answered all the same.
+    assert_eq!(
+        answer_lines(&p.ask(&reverse_v4(&pods[0].1), RecordType::PTR)),
+        vec![format!(
+            "{} PTR {}.train.{ns}.svc.cluster.local.",
+            reverse_v4(&pods[0].1),
+            pods[0].0
+        )]
+    );
+    for name in [
+        "8.8.8.8.in-addr.arpa.".to_string(),
+        "254.255.96.10.in-addr.arpa.".to_string(),
+    ] {
         assert_eq!(
             rcode(&p.ask(&name, RecordType::PTR)),
             ResponseCode::Refused,
