@@ -115,7 +115,8 @@ fn cases() -> Vec<Case> {
             false,
         ),
         // 64 SRV + 64 A glue is ~4.5 KB: the full answer over TCP, and the
-        // UDP case, which builds and encodes it all before sending TC=1.
+        // UDP case, which sends TC=1 with the 22 SRV records that fit
+        // (targets are never compressed) and no glue.
         case(
             "srv_glue_64_tcp",
             format!("_nccl._tcp.{SMALL_JOB}.{ns}.svc.cluster.local."),
@@ -132,19 +133,19 @@ fn cases() -> Vec<Case> {
             SRV,
             Udp,
             NoError,
-            0,
+            22,
             0,
             true,
         ),
         // A whole gang's set (1,000 addresses, 16 KB) asked over UDP:
-        // the reply is truncated to what fits the client's size.
+        // the reply is truncated to the 73 records that fit 1232 bytes.
         case(
             "headless_a_1000_udp_truncated",
             format!("{job}.{ns}.svc.cluster.local."),
             A,
             Udp,
             NoError,
-            0,
+            73,
             0,
             true,
         ),

@@ -62,6 +62,12 @@ pub struct Shape {
     pub ns_addrs: u8,
     pub synced: bool,
     pub publish_ready: bool,
+    /// A headless Service `crowd` in `ml` (named port `p`) with this many
+    /// pods, hostnames `c-<i>`: sets too big for UDP, so that truncated
+    /// replies are compared too.
+    pub crowd: u8,
+    /// The crowd's pods have an IPv6 address too.
+    pub crowd_v6: bool,
 }
 
 /// A question about the shape.
@@ -161,6 +167,19 @@ impl Shape {
             }
             w.apply(Update::Pod(Change::Apply(info)));
         }
+        if self.crowd > 0 {
+            let svc = headless("ml", "crowd", "crowd").port(Some("p"), 80, TargetPort::Same);
+            w.apply(Update::Service(Change::Apply(svc)));
+        }
+        for i in 0..self.crowd {
+            let mut info = pod("ml", &format!("crowd-{i}"), &format!("10.3.0.{i}"))
+                .label("app", "crowd")
+                .host(&format!("c-{i}"), "crowd");
+            if self.crowd_v6 {
+                info = info.ip(&format!("fd00::3:{i:x}"));
+            }
+            w.apply(Update::Pod(Change::Apply(info)));
+        }
         let mut zones = vec![Name::from_ascii(ZONES[0]).expect("valid zone")];
         if self.two_zones {
             zones.push(Name::from_ascii(ZONES[1]).expect("valid zone"));
@@ -214,6 +233,11 @@ impl Shape {
             .iter()
             .map(|s| s.to_string()),
         );
+        if self.crowd > 0 {
+            out.extend(
+                ["crowd.ml.svc", "_p._tcp.crowd.ml.svc", "c-0.crowd.ml.svc"].map(String::from),
+            );
+        }
         for s in &self.services {
             let (ns, name) = (ns(s.ns), pick(s.name));
             out.push(format!("{name}.{ns}.svc"));
@@ -359,7 +383,8 @@ pub fn from_bytes(data: &[u8]) -> (Shape, Vec<Ask>) {
     let mut next = move || it.next().unwrap_or(0);
     let flags = next();
     let n_pods = next() % 12;
-    let n_svcs = next() % 5;
+    let n_svcs_byte = next();
+    let n_svcs = n_svcs_byte % 5;
     let pods = (0..n_pods)
         .map(|_| {
             let bits = next();
@@ -395,6 +420,8 @@ pub fn from_bytes(data: &[u8]) -> (Shape, Vec<Ask>) {
         ns_addrs: (flags >> 1) & 7,
         synced: flags & 16 == 0,
         publish_ready: flags & 32 != 0,
+        crowd: [0, 30, 80, 150][usize::from(flags >> 6)],
+        crowd_v6: n_svcs_byte & 0x80 != 0,
     };
     let mut asks = Vec::new();
     for _ in 0..8 {

@@ -273,8 +273,8 @@ pub fn udp_limit(req: &Message) -> u16 {
     u16::try_from(limit).unwrap_or(MAX_UDP_PAYLOAD)
 }
 
-/// Encode; a reply that does not fit the plan's limit is encoded again in
-/// the plan's TC=1 shape ([`Plan::truncate`]).
+/// Encode; a reply that does not fit the plan's limit is measured record
+/// by record, cut as the plan says ([`Plan::cut`]) and encoded again.
 fn encode(req: &Message, mut plan: Plan<'_>, qtype: Option<RecordType>) -> Option<Reply> {
     if plan.forward {
         return Some(Reply {
@@ -285,9 +285,21 @@ fn encode(req: &Message, mut plan: Plan<'_>, qtype: Option<RecordType>) -> Optio
             forward: true,
         });
     }
-    let mut bytes = message(req, &plan).to_vec().ok()?;
-    if bytes.len() > plan.limit {
-        plan.truncate();
+    // A set too big to fit is not built whole: a record takes
+    // MIN_RECORD_LEN bytes at least, so a reply with more than
+    // limit / MIN_RECORD_LEN of them cannot fit, and the ones after do
+    // not change what does (a 1,000-rank gang's set over UDP builds ~110
+    // records, not 1,000).
+    let most = plan.limit / resolve::MIN_RECORD_LEN + 1;
+    let mut bytes = message_of(req, &plan, most).to_vec().ok()?;
+    // Past 65,535 bytes hickory-proto stops writing records itself: it
+    // sets TC, counts what it wrote and leaves the rolled-back part of the
+    // record that did not fit behind the end. Such a reply did not fit
+    // either.
+    let cut_by_hickory = bytes.get(2).is_some_and(|f| f & 0x02 != 0) && !plan.tc;
+    if bytes.len() > plan.limit || cut_by_hickory {
+        let (answers, additional) = measure(req, &plan)?;
+        plan.cut(answers, additional);
         bytes = message(req, &plan).to_vec().ok()?;
     }
     Some(Reply {
@@ -306,8 +318,65 @@ fn servfail(query: &[u8]) -> Option<Vec<u8>> {
     message(&req, &plan).to_vec().ok()
 }
 
+/// What [`Plan::cut`] needs of a reply too big for its limit: how many
+/// of its answer records end within [`Plan::room`], and how many of its
+/// additional RRsets do after the answer and authority sections (`None`
+/// when those do not). The sections are written as hickory-proto writes
+/// the whole message (the same names in the same order, so the same
+/// compression), record by record.
+fn measure(req: &Message, plan: &Plan<'_>) -> Option<(usize, Option<usize>)> {
+    use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
+    let room = plan.room();
+    let mut buf = Vec::with_capacity(plan.limit.min(4096) + 512);
+    let mut enc = BinEncoder::new(&mut buf);
+    // The header: its 12 bytes, whatever they say.
+    enc.emit_vec(&[0; 12]).ok()?;
+    let q = match req.queries.as_slice() {
+        [q] if plan.question => {
+            q.emit(&mut enc).ok()?;
+            Some(q.name())
+        }
+        _ => None,
+    };
+    let mut answers = 0;
+    let mut left = plan.answer_kept.unwrap_or(usize::MAX);
+    // A record fits when it ends within the room; one hickory-proto
+    // refuses to write (past 65,535 bytes) does not.
+    let mut fits = |rec: Record| rec.emit(&mut enc).is_ok() && enc.offset() <= room;
+    for r in &plan.answer {
+        for rec in records(r, q, left) {
+            if !fits(rec) {
+                return Some((answers, None));
+            }
+            answers += 1;
+            left -= 1;
+        }
+    }
+    if let Some(r) = &plan.authority {
+        for rec in records(r, q, usize::MAX) {
+            if !fits(rec) {
+                return Some((answers, None));
+            }
+        }
+    }
+    let mut rrsets = 0;
+    for r in &plan.additional {
+        if !records(r, q, usize::MAX).into_iter().all(&mut fits) {
+            break;
+        }
+        rrsets += 1;
+    }
+    Some((answers, Some(rrsets)))
+}
+
 /// The plan as a response to `req` (its id, opcode, RD, CD and question).
 pub(crate) fn message(req: &Message, plan: &Plan<'_>) -> Message {
+    message_of(req, plan, usize::MAX)
+}
+
+/// [`message`] with at most `most` records in the answer and additional
+/// sections (and no more answer records than the plan keeps).
+fn message_of(req: &Message, plan: &Plan<'_>, mut most: usize) -> Message {
     let mut resp = Message::new(req.metadata.id, MessageType::Response, req.metadata.op_code);
     resp.metadata.recursion_desired = req.metadata.recursion_desired;
     resp.metadata.checking_disabled = req.metadata.checking_disabled;
@@ -329,14 +398,20 @@ pub(crate) fn message(req: &Message, plan: &Plan<'_>) -> Message {
         }
         _ => None,
     };
+    let mut left = plan.answer_kept.unwrap_or(usize::MAX).min(most);
     for r in &plan.answer {
-        resp.add_answers(records(r, q));
+        let recs = records(r, q, left);
+        left -= recs.len();
+        most -= recs.len();
+        resp.add_answers(recs);
     }
     if let Some(r) = &plan.authority {
-        resp.add_authorities(records(r, q));
+        resp.add_authorities(records(r, q, usize::MAX));
     }
     for r in &plan.additional {
-        resp.add_additionals(records(r, q));
+        let recs = records(r, q, most);
+        most -= recs.len();
+        resp.add_additionals(recs);
     }
     resp
 }
@@ -345,9 +420,12 @@ fn name(s: &str) -> Option<Name> {
     Name::from_ascii(format!("{s}.")).ok()
 }
 
-/// One entry of a plan as hickory records; a name hickory cannot write
-/// leaves its record out.
-fn records(r: &Records<'_>, qname: Option<&Name>) -> Vec<Record> {
+/// One entry of a plan as hickory records, the first `most` of them; a
+/// name hickory cannot write leaves its record out.
+fn records(r: &Records<'_>, qname: Option<&Name>, most: usize) -> Vec<Record> {
+    if most == 0 {
+        return vec![];
+    }
     let owner = match &r.owner {
         Owner::Question => qname.cloned(),
         Owner::Name(s) => name(s),
@@ -357,10 +435,16 @@ fn records(r: &Records<'_>, qname: Option<&Name>) -> Vec<Record> {
     };
     let rec = |rdata: RData| Record::from_rdata(owner.clone(), r.ttl, rdata);
     match &r.data {
-        Data::A(rrs) => rrs.a.iter().map(|ip| rec(RData::A(A(*ip)))).collect(),
+        Data::A(rrs) => rrs
+            .a
+            .iter()
+            .take(most)
+            .map(|ip| rec(RData::A(A(*ip))))
+            .collect(),
         Data::Aaaa(rrs) => rrs
             .aaaa
             .iter()
+            .take(most)
             .map(|ip| rec(RData::AAAA(AAAA(*ip))))
             .collect(),
         Data::Ip(IpAddr::V4(ip)) => vec![rec(RData::A(A(*ip)))],
@@ -381,6 +465,7 @@ fn records(r: &Records<'_>, qname: Option<&Name>) -> Vec<Record> {
                 let target = name(&format!("{}.{zone}", s.target))?;
                 Some(rec(RData::SRV(SRV::new(0, *weight, s.port, target))))
             })
+            .take(most)
             .collect(),
         Data::Txt(t) => vec![rec(RData::TXT(TXT::new(vec![t.to_string()])))],
         Data::Soa(s) => {
@@ -394,8 +479,8 @@ fn records(r: &Records<'_>, qname: Option<&Name>) -> Vec<Record> {
     }
 }
 
-/// The `--rrl` slip of an encoded reply: its header, question and OPT in
-/// the TC=1 shape of [`Plan::truncate`].
+/// The `--rrl` slip of an encoded reply: its header, question and OPT,
+/// TC=1 and no record ([`Plan::truncate`] keeping none).
 pub fn slip(reply: &[u8]) -> Option<Vec<u8>> {
     let m = Message::from_vec(reply).ok()?;
     let opt = m.edns.as_ref().map(|e| resolve::ReplyEdns {
@@ -404,7 +489,7 @@ pub fn slip(reply: &[u8]) -> Option<Vec<u8>> {
     });
     let mut plan = Plan::header_only(m.metadata.response_code, m.metadata.authoritative, opt);
     plan.question = !m.queries.is_empty();
-    plan.truncate();
+    plan.truncate(0);
     message(&m, &plan).to_vec().ok()
 }
 

@@ -1080,10 +1080,12 @@ fn small_payload_sizes_count_as_512_and_udp_stops_at_1232() {
                 assert!(!tc && n == 20, "{qtype} payload {payload}: fits 512");
                 assert!(len > 300 && len <= 512, "{len}");
             }
+            // 12 + 30 bytes of header and question, 16 a record, 11 the
+            // OPT: as many whole records as fit.
             for (len, tc, n) in ask("g40", payload, Transport::Udp) {
                 assert!(
-                    tc && n == 0 && len <= 512,
-                    "{qtype} payload {payload}: {len}"
+                    tc && n == (512 - 42 - 11) / 16 && len <= 512,
+                    "{qtype} payload {payload}: {len} {n}"
                 );
             }
         }
@@ -1096,8 +1098,8 @@ fn small_payload_sizes_count_as_512_and_udp_stops_at_1232() {
             }
             for (len, tc, n) in ask("g100", payload, Transport::Udp) {
                 assert!(
-                    tc && n == 0 && len <= 1232,
-                    "{qtype} payload {payload}: {len}"
+                    tc && n == (1232 - 43 - 11) / 16 && len <= 1232,
+                    "{qtype} payload {payload}: {len} {n}"
                 );
             }
         }
@@ -1122,13 +1124,24 @@ fn big_answers_truncate_over_udp_and_come_whole_over_tcp() {
         );
     }
     let q = query("big.ml.svc.cluster.local.", RecordType::A);
+    let tcp = w
+        .answerer
+        .handle(&q.to_vec().unwrap(), Transport::Tcp)
+        .unwrap();
+    let all = Message::from_vec(&tcp.bytes).unwrap();
+    // Over UDP: as many whole records as fit, in the set's order, TC=1.
+    // 12 bytes of header, 30 of question, 16 an A record: 29 in 512.
     let udp = w
         .answerer
         .handle(&q.to_vec().unwrap(), Transport::Udp)
         .unwrap();
     assert!(udp.truncated && udp.bytes.len() <= 512);
     let r = Message::from_vec(&udp.bytes).unwrap();
-    assert!(r.metadata.truncation && r.answers.is_empty());
+    assert!(r.metadata.truncation && r.metadata.authoritative);
+    assert_eq!(r.answers.len(), 29, "{}", udp.bytes.len());
+    assert_eq!(udp.bytes.len(), 12 + 30 + 29 * 16);
+    assert_eq!(r.answers[..], all.answers[..29]);
+    assert!(r.authorities.is_empty() && r.additionals.is_empty() && r.edns.is_none());
     let mut qe = q.clone();
     let mut e = Edns::new();
     e.set_max_payload(65000);
@@ -1141,6 +1154,11 @@ fn big_answers_truncate_over_udp_and_come_whole_over_tcp() {
         udp.truncated && udp.bytes.len() <= 1232,
         "EDNS payload capped at 1232"
     );
+    // The OPT stays (RFC 6891 §7): 1232 - 11 bytes for the records.
+    let r = Message::from_vec(&udp.bytes).unwrap();
+    assert_eq!(r.answers.len(), (1232 - 11 - 42) / 16);
+    assert_eq!(r.answers[..], all.answers[..r.answers.len()]);
+    assert!(r.edns.is_some());
     let tcp = w
         .answerer
         .handle(&q.to_vec().unwrap(), Transport::Tcp)
@@ -1155,6 +1173,142 @@ fn big_answers_truncate_over_udp_and_come_whole_over_tcp() {
         Transport::Udp,
     );
     assert!(!small.unwrap().truncated);
+}
+
+/// A headless Service `big` of `n` pods with hostnames `w-<i>`, a named
+/// port `p`; IPv4 10.2.x.y, and with `v6` an IPv6 address each too.
+fn crowd(w: &mut World, n: u32, v6: bool) {
+    w.svc(headless("ml", "big", "big").port(Some("p"), 80, TargetPort::Same));
+    for i in 0..n {
+        let mut p = pod(
+            "ml",
+            &format!("p{i}"),
+            &format!("10.2.{}.{}", i / 250, i % 250 + 1),
+        )
+        .host(&format!("w-{i}"), "big")
+        .label("app", "big");
+        if v6 {
+            p = p.ip(&format!("fd00::2:{i:x}"));
+        }
+        w.pod(p);
+    }
+}
+
+/// Ask over UDP (with an EDNS payload, or none) through both encoders,
+/// which must agree; the reply, its length and the whole answer over TCP.
+fn udp_and_tcp(
+    w: &World,
+    name: &str,
+    t: RecordType,
+    payload: Option<u16>,
+) -> (Message, usize, Message) {
+    let mut q = query(name, t);
+    if let Some(p) = payload {
+        let mut e = Edns::new();
+        e.set_max_payload(p);
+        q.set_edns(e);
+    }
+    let bytes = q.to_vec().unwrap();
+    let [(_, general), (_, into)] = both_paths(w, &bytes, Transport::Udp);
+    assert_eq!(general, into, "the two paths agree");
+    let tcp = w.answerer.handle(&bytes, Transport::Tcp).unwrap();
+    assert!(!tcp.truncated);
+    (
+        Message::from_vec(&general).unwrap(),
+        general.len(),
+        Message::from_vec(&tcp.bytes).unwrap(),
+    )
+}
+
+#[test]
+fn truncated_srv_answers_keep_whole_records_and_glue_is_left_out_by_rrset() {
+    let mut w = world();
+    crowd(&mut w, 60, false);
+    let name = "_p._tcp.big.ml.svc.cluster.local.";
+    // 60 SRV records (49 bytes each: targets are never compressed, RFC
+    // 2782) do not fit 1232 bytes: TC=1, the first SRV records that fit,
+    // no glue (a client that cannot retry still gets targets).
+    let (m, len, all) = udp_and_tcp(&w, name, RecordType::SRV, Some(1232));
+    assert_eq!(all.answers.len(), 60);
+    assert_eq!(all.additionals.len(), 60);
+    assert!(m.metadata.truncation && m.metadata.authoritative);
+    let n = m.answers.len();
+    assert!(n > 15 && n < 60, "{n}");
+    assert_eq!(m.answers[..], all.answers[..n]);
+    assert!(m.additionals.is_empty(), "{:?}", m.additionals);
+    // Maximal: the next SRV record (the same shape) would not fit.
+    let per = (len - 11 - 12 - 38) / n;
+    assert!(len + per > 1232, "{len} + {per}");
+
+    // 20 SRV records fit, their glue does not: RFC 2181 §9, the glue
+    // RRsets that do not fit are left out whole and TC stays clear.
+    let mut w = world();
+    crowd(&mut w, 20, false);
+    let (m, len, all) = udp_and_tcp(&w, name, RecordType::SRV, Some(1232));
+    assert!(!m.metadata.truncation, "only glue left out: TC clear");
+    assert_eq!(m.answers, all.answers, "every SRV record");
+    let k = m.additionals.len();
+    assert!(k > 0 && k < 20, "{k}");
+    assert_eq!(m.additionals[..], all.additionals[..k]);
+    // The next glue record (its owner's first label, then a pointer to
+    // the Service's name in the question; 14 bytes of type, class, TTL,
+    // length and address) would not fit.
+    let next = &all.additionals[k];
+    let label = next.name.to_ascii().split('.').next().unwrap().len();
+    assert!(len + 1 + label + 2 + 14 > 1232, "{len} {next}");
+    // Without EDNS the SRV records alone do not fit 512 bytes.
+    let (m, len, _) = udp_and_tcp(&w, name, RecordType::SRV, None);
+    assert!(m.metadata.truncation && len <= 512 && m.additionals.is_empty());
+    assert!(!m.answers.is_empty());
+}
+
+#[test]
+fn truncated_aaaa_and_any_answers_keep_whole_records() {
+    let mut w = world();
+    crowd(&mut w, 60, true);
+    let name = "big.ml.svc.cluster.local.";
+    // 12 + 30 bytes of header and question; an AAAA record is 28 bytes.
+    let (m, len, all) = udp_and_tcp(&w, name, RecordType::AAAA, None);
+    assert!(m.metadata.truncation);
+    assert_eq!(m.answers.len(), (512 - 42) / 28);
+    assert_eq!(len, 42 + 16 * 28);
+    assert_eq!(m.answers[..], all.answers[..16]);
+    let (m, _, _) = udp_and_tcp(&w, name, RecordType::AAAA, Some(1232));
+    assert_eq!(m.answers.len(), (1232 - 11 - 42) / 28);
+    // ANY: the addresses (RFC 8482), the A set first: all 60 A records
+    // (960 bytes) and then as many AAAA as fit.
+    let (m, _, all) = udp_and_tcp(&w, name, RecordType::ANY, Some(1232));
+    assert!(m.metadata.truncation);
+    assert_eq!(all.answers.len(), 120);
+    assert_eq!(m.answers.len(), 60 + (1232 - 11 - 42 - 60 * 16) / 28);
+    assert_eq!(m.answers[..], all.answers[..m.answers.len()]);
+}
+
+#[test]
+fn tcp_answers_past_64k_keep_whole_records_too() {
+    let mut w = world();
+    crowd(&mut w, 3000, true);
+    let q = query("big.ml.svc.cluster.local.", RecordType::AAAA);
+    let bytes = q.to_vec().unwrap();
+    let [(_, general), (_, into)] = both_paths(&w, &bytes, Transport::Tcp);
+    assert_eq!(general, into);
+    let m = Message::from_vec(&general).unwrap();
+    assert!(m.metadata.truncation && general.len() <= 65535);
+    // Past the 120th name hickory-proto writes owners in full (26 bytes
+    // here): 119 records of 28 bytes, then 52 each.
+    assert_eq!(m.answers.len(), 119 + (65535 - 42 - 119 * 28) / 52);
+    // 1,500 A records (40 bytes past the 120th) fit: TCP carries all.
+    let mut w = world();
+    crowd(&mut w, 1500, false);
+    let big = w.answerer.handle(
+        &query("big.ml.svc.cluster.local.", RecordType::A)
+            .to_vec()
+            .unwrap(),
+        Transport::Tcp,
+    );
+    let big = big.unwrap();
+    assert!(!big.truncated);
+    assert_eq!(Message::from_vec(&big.bytes).unwrap().answers.len(), 1500);
 }
 
 #[test]

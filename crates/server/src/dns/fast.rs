@@ -105,11 +105,13 @@ pub(super) fn answer<'a>(
         return Fast::Plan(plan);
     }
     out.clear();
-    if write(&q, bytes, name, &plan, out).is_none() {
+    let Some(fit) = write(&q, bytes, name, &plan, out) else {
         return Fast::Plan(plan);
-    }
+    };
     if out.len() > plan.limit {
-        plan.truncate();
+        // No glue in this shape: the answer and authority sections are
+        // what does not fit.
+        plan.cut(fit, None);
         out.clear();
         if write(&q, bytes, name, &plan, out).is_none() {
             return Fast::Plan(plan);
@@ -245,8 +247,11 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
 }
 
 /// The plan into `out`; `None` for a shape [`fits_shape`] let through
-/// but the writer cannot reproduce byte for byte.
-fn write(q: &Question, req: &[u8], key: &str, plan: &Plan<'_>, out: &mut Vec<u8>) -> Option<()> {
+/// but the writer cannot reproduce byte for byte. Else how many answer
+/// records end within the plan's [`Plan::room`]: when `out` ends past the
+/// plan's limit, the reply must be cut ([`Plan::cut`]), and the writing
+/// stopped at the first answer record past the limit.
+fn write(q: &Question, req: &[u8], key: &str, plan: &Plan<'_>, out: &mut Vec<u8>) -> Option<usize> {
     let mut answers = 0usize;
     for r in &plan.answer {
         answers += match &r.data {
@@ -255,13 +260,16 @@ fn write(q: &Question, req: &[u8], key: &str, plan: &Plan<'_>, out: &mut Vec<u8>
             _ => 1,
         };
     }
+    let keep = plan.answer_kept.unwrap_or(usize::MAX);
+    let answers = answers.min(keep);
     let counts = [
         u16::try_from(answers).ok()?,
         u16::from(plan.authority.is_some()),
         u16::from(plan.opt.is_some()),
     ];
+    // Never more than the limit and one record: writing stops there.
     let size = q.end + answers * 28 + plan.authority.as_ref().map_or(0, |_| 64) + 11;
-    out.reserve(size);
+    out.reserve(size.min(plan.limit + 28));
     // QR, opcode 0, AA, TC, RD; RA = 0, AD = 0, CD, the rcode's low bits.
     out.extend_from_slice(&q.id);
     out.push(
@@ -282,25 +290,38 @@ fn write(q: &Question, req: &[u8], key: &str, plan: &Plan<'_>, out: &mut Vec<u8>
         stored: [(0, ""); 8],
         n_stored: 0,
     };
+    let (room, limit) = (plan.room(), plan.limit);
+    let (mut written, mut fit) = (0usize, 0usize);
     for r in &plan.answer {
         let ttl = r.ttl.to_be_bytes();
+        // One record; false once the plan's records are all written or
+        // the reply is past its limit.
         let mut rr = |out: &mut Vec<u8>, rtype: u16, rdata: &[u8]| {
+            if written == answers {
+                return false;
+            }
             names.question(out);
             out.extend_from_slice(&rtype.to_be_bytes());
             out.extend_from_slice(&CLASS_IN.to_be_bytes());
             out.extend_from_slice(&ttl);
             out.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
             out.extend_from_slice(rdata);
+            written += 1;
+            fit += usize::from(out.len() <= room);
+            out.len() <= limit
         };
-        match &r.data {
-            Data::A(rrs) => rrs.a.iter().for_each(|ip| rr(out, TYPE_A, &ip.octets())),
-            Data::Aaaa(rrs) => rrs
-                .aaaa
-                .iter()
-                .for_each(|ip| rr(out, TYPE_AAAA, &ip.octets())),
+        let more = match &r.data {
+            Data::A(rrs) => rrs.a.iter().all(|ip| rr(out, TYPE_A, &ip.octets())),
+            Data::Aaaa(rrs) => rrs.aaaa.iter().all(|ip| rr(out, TYPE_AAAA, &ip.octets())),
             Data::Ip(std::net::IpAddr::V4(ip)) => rr(out, TYPE_A, &ip.octets()),
             Data::Ip(std::net::IpAddr::V6(ip)) => rr(out, TYPE_AAAA, &ip.octets()),
             _ => return None,
+        };
+        if out.len() > limit {
+            return Some(fit);
+        }
+        if !more {
+            break;
         }
     }
     if let Some(r) = &plan.authority {
@@ -332,7 +353,7 @@ fn write(q: &Question, req: &[u8], key: &str, plan: &Plan<'_>, out: &mut Vec<u8>
         let flags = if e.dnssec_ok { 0x80 } else { 0 };
         out.extend_from_slice(&[plan.rcode.high(), 0, flags, 0, 0, 0]);
     }
-    Some(())
+    Some(fit)
 }
 
 /// Names written so far, for compression as hickory-proto does it: a

@@ -10,8 +10,8 @@
 //! it is): the reserved names (`dns-version`, `ns.dns`, `dns`), the SOA
 //! (names, timers, serial, TTL), NXDOMAIN vs NODATA, CNAME chasing,
 //! minimal ANY, SRV weights and glue, PTR targets, the reverse zones, the
-//! EDNS rules, the UDP payload clamp and
-//! the TC=1 shape. The encoders only write what a plan says:
+//! EDNS rules, the UDP payload clamp and how a reply too big for it is
+//! cut ([`Plan::cut`]: the encoders measure, the plan decides). The encoders only write what a plan says:
 //! [`super::fast`] straight into bytes for the shapes it knows (and hands
 //! the rest over), [`super::answer`] through hickory-proto for every plan,
 //! and [`crate::zonefile`] as zone text. So the two wire encoders cannot
@@ -44,6 +44,14 @@ pub const SOA_TIMERS: [u32; 3] = [7200, 1800, 86400];
 
 /// How deep an in-zone CNAME chain is followed.
 const MAX_CNAME_CHAIN: usize = 8;
+
+/// The bytes podns's OPT record takes: the root, type, class (the payload
+/// size), TTL (extended rcode, version, flags), an empty rdata.
+pub const OPT_LEN: usize = 11;
+
+/// The fewest bytes a record can take: an owner of one byte (the root)
+/// or a pointer of two, and type, class, TTL and rdata length.
+pub const MIN_RECORD_LEN: usize = 11;
 
 #[derive(Clone, Debug)]
 pub struct AnswerConfig {
@@ -110,6 +118,9 @@ pub struct Plan<'a> {
     /// The reply's OPT record, present when the client sent one.
     pub opt: Option<ReplyEdns>,
     pub answer: SmallVec<[Records<'a>; 1]>,
+    /// A truncated reply carries only the first this many records of
+    /// `answer` (records as written, not RRsets): see [`Self::cut`].
+    pub answer_kept: Option<usize>,
     /// The zone's SOA, in NXDOMAIN and NODATA answers (RFC 2308 §3).
     pub authority: Option<Records<'a>>,
     pub additional: Vec<Records<'a>>,
@@ -194,6 +205,7 @@ impl<'a> Plan<'a> {
             question: true,
             opt,
             answer: SmallVec::new(),
+            answer_kept: None,
             authority: None,
             additional: Vec::new(),
             limit,
@@ -202,21 +214,53 @@ impl<'a> Plan<'a> {
     }
 
     /// A reply with this header and no records, the question echoed: what
-    /// `--rrl` turns into its slip with [`Self::truncate`].
+    /// `--rrl` turns into its slip with [`Self::truncate`] (keeping none).
     pub fn header_only(rcode: ResponseCode, aa: bool, opt: Option<ReplyEdns>) -> Plan<'static> {
         let mut plan = Plan::new(rcode, opt, usize::from(u16::MAX));
         plan.aa = aa;
         plan
     }
 
-    /// RFC 2181 §9: a reply that does not fit is sent with TC=1, the
-    /// header and question (and OPT) only; the client retries over TCP and
-    /// gets all of it. The rcode and AA stay. Also the `--rrl` slip.
-    pub fn truncate(&mut self) {
+    /// TC=1 with the header, the question, the OPT and the first `kept`
+    /// records of the answer section; no authority and no additional
+    /// data. The rcode and AA stay. With 0, also the `--rrl` slip.
+    pub fn truncate(&mut self, kept: usize) {
         self.tc = true;
-        self.answer.clear();
+        self.answer_kept = Some(kept);
         self.authority = None;
         self.additional.clear();
+    }
+
+    /// Where the records of a reply must end: its limit, less the room of
+    /// its OPT, which a truncated reply keeps (RFC 6891 §7).
+    pub fn room(&self) -> usize {
+        let opt = if self.opt.is_some() { OPT_LEN } else { 0 };
+        self.limit.saturating_sub(opt)
+    }
+
+    /// Cut a reply that does not fit its limit, as its encoder measured
+    /// it: `answers` is how many of its answer records end within
+    /// [`Self::room`]; `additional` how many of its additional RRsets (the
+    /// entries of `additional`, in order) do after them, or `None` when
+    /// the answer and authority sections themselves do not.
+    ///
+    /// RFC 2181 §9. When only additional data is too much (SRV or NS
+    /// glue), the RRsets that do not fit are left out whole and TC stays
+    /// clear: "the TC bit should not be set merely because some extra
+    /// information could have been included"; a client that needs a
+    /// target's address asks for it. Otherwise TC=1 and the answer
+    /// section keeps as many whole records as fit, with no authority and
+    /// no glue ("the partial RRSet that would not completely fit may be
+    /// left in the response"): a client that retries over TCP (glibc, Go,
+    /// c-ares) gets everything there, and one that cannot (musl before
+    /// 1.2.4) still gets part of a set where an empty reply gave it
+    /// nothing. CoreDNS (miekg/dns `Msg.Truncate`) keeps the same answer
+    /// records; it sets TC when glue is left out too.
+    pub fn cut(&mut self, answers: usize, additional: Option<usize>) {
+        match additional {
+            Some(n) => self.additional.truncate(n),
+            None => self.truncate(answers),
+        }
     }
 
     fn negative(&mut self, rcode: ResponseCode, soa: Records<'a>) {
@@ -587,13 +631,6 @@ impl Rules {
                 {
                     let target = target.to_string();
                     self.chase_cname(plan, table, target, qtype);
-                    return;
-                }
-                if min_size(q.name, &rrs, qtype) > plan.limit {
-                    // An address or SRV set that cannot fit is not even
-                    // built (a 1,000-rank gang's set costs ~100 µs to
-                    // build and encode only to be dropped for TC=1).
-                    plan.truncate();
                     return;
                 }
                 let before = plan.answer.len();
@@ -976,22 +1013,4 @@ impl Rules {
 /// hickory-proto can write; a target that is not one is left out.
 fn valid_name(name: &str) -> bool {
     Name::from_ascii(format!("{name}.")).is_ok()
-}
-
-/// A lower bound on the reply size for an answer of this type: header,
-/// question, and each record with its owner compressed to a pointer.
-fn min_size(qname: &str, rrs: &Rrs, qtype: RecordType) -> usize {
-    // The question's name on the wire: a length byte per label and the root.
-    let name = if qname.is_empty() { 1 } else { qname.len() + 2 };
-    let fixed = 12 + name + 4;
-    // pointer (2) + type, class, TTL, rdlength (10) + rdata
-    let per = |n: usize, rdata: usize| n * (12 + rdata);
-    fixed
-        + match qtype {
-            RecordType::A => per(rrs.a.len(), 4),
-            RecordType::AAAA => per(rrs.aaaa.len(), 16),
-            // priority, weight, port (6) + a target of at least a pointer (2)
-            RecordType::SRV => per(rrs.srv.len(), 8),
-            _ => 0,
-        }
 }
