@@ -20,7 +20,7 @@ use crate::daemons::{Daemon, find_tool, free_port};
 use crate::support::*;
 
 /// The CoreDNS binary, or why there is none.
-fn coredns() -> Result<PathBuf, String> {
+pub fn coredns() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os("PODNS_COREDNS").map(PathBuf::from) {
         if path.is_file() {
             return Ok(path);

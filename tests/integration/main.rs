@@ -19,6 +19,7 @@ mod reliability;
 mod reverse;
 mod soak;
 mod support;
+mod truncation;
 mod unbound;
 mod wait;
 mod wire;
