@@ -16,6 +16,7 @@ mod rank;
 mod relay;
 mod relay_auth;
 mod reliability;
+mod resolvers;
 mod reverse;
 mod soak;
 mod support;
