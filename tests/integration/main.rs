@@ -10,6 +10,7 @@ mod dns;
 mod dualstack;
 mod endpoint_slices;
 mod explain;
+mod fast_path;
 mod fuzz_corpus;
 mod prometheus;
 mod rank;
