@@ -254,8 +254,12 @@ impl<'a> Plan<'a> {
     /// left in the response"): a client that retries over TCP (glibc, Go,
     /// c-ares) gets everything there, and one that cannot (musl before
     /// 1.2.4) still gets part of a set where an empty reply gave it
-    /// nothing. CoreDNS (miekg/dns `Msg.Truncate`) keeps the same answer
-    /// records; it sets TC when glue is left out too.
+    /// nothing. An AAAA set is cut the same way (28 bytes a record: 16 fit
+    /// 512 bytes beside a 30-byte question); an ANY answer gives the A set
+    /// first, so its AAAA records are the first left out. CoreDNS
+    /// (miekg/dns `Msg.Truncate`) keeps the same answer records (the
+    /// `integration::truncation` test counts them); it sets TC when glue
+    /// is left out too.
     pub fn cut(&mut self, answers: usize, additional: Option<usize>) {
         match additional {
             Some(n) => self.additional.truncate(n),
