@@ -285,23 +285,29 @@ fn encode(req: &Message, mut plan: Plan<'_>, qtype: Option<RecordType>) -> Optio
             forward: true,
         });
     }
-    // A set too big to fit is not built whole: a record takes
-    // MIN_RECORD_LEN bytes at least, so a reply with more than
-    // limit / MIN_RECORD_LEN of them cannot fit, and the ones after do
-    // not change what does (a 1,000-rank gang's set over UDP builds ~110
-    // records, not 1,000).
-    let most = plan.limit / resolve::MIN_RECORD_LEN + 1;
-    let mut bytes = message_of(req, &plan, most).to_vec().ok()?;
-    // Past 65,535 bytes hickory-proto stops writing records itself: it
-    // sets TC, counts what it wrote and leaves the rolled-back part of the
-    // record that did not fit behind the end. Such a reply did not fit
-    // either.
-    let cut_by_hickory = bytes.get(2).is_some_and(|f| f & 0x02 != 0) && !plan.tc;
-    if bytes.len() > plan.limit || cut_by_hickory {
-        let (answers, additional) = measure(req, &plan)?;
-        plan.cut(answers, additional);
-        bytes = message(req, &plan).to_vec().ok()?;
+    // A reply known not to fit is cut at once; any other is written
+    // whole first. A set too big to fit is not built whole even then: a
+    // record takes MIN_RECORD_LEN bytes at least, so a reply with more
+    // than limit / MIN_RECORD_LEN of them cannot fit.
+    if !plan.overflows {
+        let most = plan.limit / resolve::MIN_RECORD_LEN + 1;
+        let bytes = message_of(req, &plan, most).to_vec().ok()?;
+        // Past 65,535 bytes hickory-proto stops writing records itself:
+        // it sets TC, counts what it wrote and leaves the rolled-back part
+        // of the record that did not fit behind the end (hickory-dns
+        // #3917). Such a reply did not fit either.
+        let cut_by_hickory = bytes.get(2).is_some_and(|f| f & 0x02 != 0);
+        if bytes.len() <= plan.limit && !cut_by_hickory {
+            return Some(Reply {
+                bytes,
+                rcode: plan.rcode,
+                qtype,
+                truncated: plan.tc,
+                forward: false,
+            });
+        }
     }
+    let bytes = cut(req, &mut plan)?.to_vec().ok()?;
     Some(Reply {
         bytes,
         rcode: plan.rcode,
@@ -318,13 +324,12 @@ fn servfail(query: &[u8]) -> Option<Vec<u8>> {
     message(&req, &plan).to_vec().ok()
 }
 
-/// What [`Plan::cut`] needs of a reply too big for its limit: how many
-/// of its answer records end within [`Plan::room`], and how many of its
-/// additional RRsets do after the answer and authority sections (`None`
-/// when those do not). The sections are written as hickory-proto writes
-/// the whole message (the same names in the same order, so the same
-/// compression), record by record.
-fn measure(req: &Message, plan: &Plan<'_>) -> Option<(usize, Option<usize>)> {
+/// A reply too big for its limit, cut ([`Plan::cut`]): its sections are
+/// written as hickory-proto writes the whole message (the same names in
+/// the same order, so the same compression), record by record, until one
+/// ends past [`Plan::room`]; the plan is cut to what fits, and the
+/// message of the cut plan made from the records already built.
+fn cut(req: &Message, plan: &mut Plan<'_>) -> Option<Message> {
     use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
     let room = plan.room();
     let mut buf = Vec::with_capacity(plan.limit.min(4096) + 512);
@@ -338,35 +343,44 @@ fn measure(req: &Message, plan: &Plan<'_>) -> Option<(usize, Option<usize>)> {
         }
         _ => None,
     };
-    let mut answers = 0;
-    let mut left = plan.answer_kept.unwrap_or(usize::MAX);
     // A record fits when it ends within the room; one hickory-proto
     // refuses to write (past 65,535 bytes) does not.
-    let mut fits = |rec: Record| rec.emit(&mut enc).is_ok() && enc.offset() <= room;
-    for r in &plan.answer {
-        for rec in records(r, q, left) {
-            if !fits(rec) {
-                return Some((answers, None));
+    let mut fits = |rec: &Record| rec.emit(&mut enc).is_ok() && enc.offset() <= room;
+    let mut answers = Vec::new();
+    let mut left = plan.answer_kept.unwrap_or(usize::MAX);
+    let mut whole = true;
+    'answer: for r in &plan.answer {
+        // One record at a time: a set of thousands stops at the first
+        // that does not fit.
+        for rec in each_record(r, q) {
+            if left == 0 || !fits(&rec) {
+                whole = left == 0;
+                break 'answer;
             }
-            answers += 1;
+            answers.push(rec);
             left -= 1;
         }
     }
-    if let Some(r) = &plan.authority {
-        for rec in records(r, q, usize::MAX) {
-            if !fits(rec) {
-                return Some((answers, None));
-            }
-        }
+    if whole && let Some(r) = &plan.authority {
+        whole = records(r, q, usize::MAX).iter().all(&mut fits);
     }
+    let mut glue = Vec::new();
     let mut rrsets = 0;
-    for r in &plan.additional {
-        if !records(r, q, usize::MAX).into_iter().all(&mut fits) {
-            break;
+    if whole {
+        for r in &plan.additional {
+            let set = records(r, q, usize::MAX);
+            if !set.iter().all(&mut fits) {
+                break;
+            }
+            glue.extend(set);
+            rrsets += 1;
         }
-        rrsets += 1;
     }
-    Some((answers, Some(rrsets)))
+    plan.cut(answers.len(), whole.then_some(rrsets));
+    let mut resp = message_of(req, plan, 0);
+    resp.answers = answers;
+    resp.additionals = glue;
+    Some(resp)
 }
 
 /// The plan as a response to `req` (its id, opcode, RD, CD and question).
@@ -423,59 +437,51 @@ fn name(s: &str) -> Option<Name> {
 /// One entry of a plan as hickory records, the first `most` of them; a
 /// name hickory cannot write leaves its record out.
 fn records(r: &Records<'_>, qname: Option<&Name>, most: usize) -> Vec<Record> {
-    if most == 0 {
-        return vec![];
-    }
+    each_record(r, qname).take(most).collect()
+}
+
+/// One entry of a plan as hickory records, each made when it is asked for
+/// (a set of thousands cut to the few that fit makes only those).
+fn each_record<'r>(
+    r: &'r Records<'_>,
+    qname: Option<&Name>,
+) -> Box<dyn Iterator<Item = Record> + 'r> {
     let owner = match &r.owner {
         Owner::Question => qname.cloned(),
         Owner::Name(s) => name(s),
     };
     let Some(owner) = owner else {
-        return vec![];
+        return Box::new(std::iter::empty());
     };
-    let rec = |rdata: RData| Record::from_rdata(owner.clone(), r.ttl, rdata);
+    let ttl = r.ttl;
+    let rec = move |rdata: RData| Record::from_rdata(owner.clone(), ttl, rdata);
+    let one = |rdata: Option<RData>| -> Box<dyn Iterator<Item = Record> + 'r> {
+        Box::new(rdata.map(&rec).into_iter())
+    };
     match &r.data {
-        Data::A(rrs) => rrs
-            .a
-            .iter()
-            .take(most)
-            .map(|ip| rec(RData::A(A(*ip))))
-            .collect(),
-        Data::Aaaa(rrs) => rrs
-            .aaaa
-            .iter()
-            .take(most)
-            .map(|ip| rec(RData::AAAA(AAAA(*ip))))
-            .collect(),
-        Data::Ip(IpAddr::V4(ip)) => vec![rec(RData::A(A(*ip)))],
-        Data::Ip(IpAddr::V6(ip)) => vec![rec(RData::AAAA(AAAA(*ip)))],
-        Data::Cname(t) => name(t)
-            .map(|t| rec(RData::CNAME(CNAME(t))))
-            .into_iter()
-            .collect(),
-        Data::Ptr(t) => name(t)
-            .map(|t| rec(RData::PTR(PTR(t))))
-            .into_iter()
-            .collect(),
-        Data::Ns(t) => name(t).map(|t| rec(RData::NS(NS(t)))).into_iter().collect(),
-        Data::Srv { rrs, weight, zone } => rrs
-            .srv
-            .iter()
-            .filter_map(|s| {
+        Data::A(rrs) => Box::new(rrs.a.iter().map(move |ip| rec(RData::A(A(*ip))))),
+        Data::Aaaa(rrs) => Box::new(rrs.aaaa.iter().map(move |ip| rec(RData::AAAA(AAAA(*ip))))),
+        Data::Srv { rrs, weight, zone } => {
+            let weight = *weight;
+            Box::new(rrs.srv.iter().filter_map(move |s| {
                 let target = name(&format!("{}.{zone}", s.target))?;
-                Some(rec(RData::SRV(SRV::new(0, *weight, s.port, target))))
-            })
-            .take(most)
-            .collect(),
-        Data::Txt(t) => vec![rec(RData::TXT(TXT::new(vec![t.to_string()])))],
-        Data::Soa(s) => {
-            let (Some(mname), Some(rname)) = (name(s.mname), name(s.rname)) else {
-                return vec![];
-            };
-            let [refresh, retry, expire] = s.timers.map(|t| t as i32);
-            let soa = SOA::new(mname, rname, s.serial, refresh, retry, expire, s.minimum);
-            vec![rec(RData::SOA(soa))]
+                Some(rec(RData::SRV(SRV::new(0, weight, s.port, target))))
+            }))
         }
+        Data::Ip(IpAddr::V4(ip)) => one(Some(RData::A(A(*ip)))),
+        Data::Ip(IpAddr::V6(ip)) => one(Some(RData::AAAA(AAAA(*ip)))),
+        Data::Cname(t) => one(name(t).map(|t| RData::CNAME(CNAME(t)))),
+        Data::Ptr(t) => one(name(t).map(|t| RData::PTR(PTR(t)))),
+        Data::Ns(t) => one(name(t).map(|t| RData::NS(NS(t)))),
+        Data::Txt(t) => one(Some(RData::TXT(TXT::new(vec![t.to_string()])))),
+        Data::Soa(s) => one(match (name(s.mname), name(s.rname)) {
+            (Some(mname), Some(rname)) => {
+                let [refresh, retry, expire] = s.timers.map(|t| t as i32);
+                let soa = SOA::new(mname, rname, s.serial, refresh, retry, expire, s.minimum);
+                Some(RData::SOA(soa))
+            }
+            _ => None,
+        }),
     }
 }
 

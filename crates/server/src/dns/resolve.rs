@@ -121,6 +121,10 @@ pub struct Plan<'a> {
     /// A truncated reply carries only the first this many records of
     /// `answer` (records as written, not RRsets): see [`Self::cut`].
     pub answer_kept: Option<usize>,
+    /// The answer cannot fit the limit (a lower bound on its size says
+    /// so): it will be cut, so it carries no glue, and an encoder may cut
+    /// it without writing it whole first.
+    pub overflows: bool,
     /// The zone's SOA, in NXDOMAIN and NODATA answers (RFC 2308 §3).
     pub authority: Option<Records<'a>>,
     pub additional: Vec<Records<'a>>,
@@ -206,6 +210,7 @@ impl<'a> Plan<'a> {
             opt,
             answer: SmallVec::new(),
             answer_kept: None,
+            overflows: false,
             authority: None,
             additional: Vec::new(),
             limit,
@@ -643,7 +648,11 @@ impl Rules {
                     self.nodata(plan, table, apex, zone);
                     return;
                 }
-                if qtype == RecordType::SRV {
+                // A set that cannot fit will be cut to the records that
+                // do, with no glue (Plan::cut): its glue is not looked up
+                // (64 targets' addresses, for nothing).
+                plan.overflows = min_size(q.name, &rrs, qtype) > plan.limit;
+                if qtype == RecordType::SRV && !plan.overflows {
                     self.srv_glue(plan, table, &rrs, zone);
                 }
             }
@@ -1017,4 +1026,22 @@ impl Rules {
 /// hickory-proto can write; a target that is not one is left out.
 fn valid_name(name: &str) -> bool {
     Name::from_ascii(format!("{name}.")).is_ok()
+}
+
+/// A lower bound on the reply size for an answer of this type: header,
+/// question, and each record with its owner compressed to a pointer.
+fn min_size(qname: &str, rrs: &Rrs, qtype: RecordType) -> usize {
+    // The question's name on the wire: a length byte per label and the root.
+    let name = if qname.is_empty() { 1 } else { qname.len() + 2 };
+    let fixed = 12 + name + 4;
+    // pointer (2) + type, class, TTL, rdlength (10) + rdata
+    let per = |n: usize, rdata: usize| n * (12 + rdata);
+    fixed
+        + match qtype {
+            RecordType::A => per(rrs.a.len(), 4),
+            RecordType::AAAA => per(rrs.aaaa.len(), 16),
+            // priority, weight, port (6) + a target of at least a pointer (2)
+            RecordType::SRV => per(rrs.srv.len(), 8),
+            _ => 0,
+        }
 }
