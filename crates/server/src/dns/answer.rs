@@ -345,14 +345,21 @@ fn cut(req: &Message, plan: &mut Plan<'_>) -> Option<Message> {
     };
     // A record fits when it ends within the room; one hickory-proto
     // refuses to write (past 65,535 bytes) does not.
-    let mut fits = |rec: &Record| rec.emit(&mut enc).is_ok() && enc.offset() <= room;
+    let used = std::cell::Cell::new(enc.offset());
+    let mut fits = |rec: &Record| {
+        let ok = rec.emit(&mut enc).is_ok();
+        used.set(enc.offset());
+        ok && enc.offset() <= room
+    };
     let mut answers = Vec::new();
     let mut left = plan.answer_kept.unwrap_or(usize::MAX);
     let mut whole = true;
     'answer: for r in &plan.answer {
-        // One record at a time: a set of thousands stops at the first
-        // that does not fit.
-        for rec in each_record(r, q) {
+        // No more records than could fit the room left (each takes
+        // MIN_RECORD_LEN bytes at least), and one: a set of thousands
+        // makes only about those that fit.
+        let most = room.saturating_sub(used.get()) / resolve::MIN_RECORD_LEN + 1;
+        for rec in records(r, q, most) {
             if left == 0 || !fits(&rec) {
                 whole = left == 0;
                 break 'answer;
@@ -437,51 +444,59 @@ fn name(s: &str) -> Option<Name> {
 /// One entry of a plan as hickory records, the first `most` of them; a
 /// name hickory cannot write leaves its record out.
 fn records(r: &Records<'_>, qname: Option<&Name>, most: usize) -> Vec<Record> {
-    each_record(r, qname).take(most).collect()
-}
-
-/// One entry of a plan as hickory records, each made when it is asked for
-/// (a set of thousands cut to the few that fit makes only those).
-fn each_record<'r>(
-    r: &'r Records<'_>,
-    qname: Option<&Name>,
-) -> Box<dyn Iterator<Item = Record> + 'r> {
+    if most == 0 {
+        return vec![];
+    }
     let owner = match &r.owner {
         Owner::Question => qname.cloned(),
         Owner::Name(s) => name(s),
     };
     let Some(owner) = owner else {
-        return Box::new(std::iter::empty());
+        return vec![];
     };
-    let ttl = r.ttl;
-    let rec = move |rdata: RData| Record::from_rdata(owner.clone(), ttl, rdata);
-    let one = |rdata: Option<RData>| -> Box<dyn Iterator<Item = Record> + 'r> {
-        Box::new(rdata.map(&rec).into_iter())
-    };
+    let rec = |rdata: RData| Record::from_rdata(owner.clone(), r.ttl, rdata);
     match &r.data {
-        Data::A(rrs) => Box::new(rrs.a.iter().map(move |ip| rec(RData::A(A(*ip))))),
-        Data::Aaaa(rrs) => Box::new(rrs.aaaa.iter().map(move |ip| rec(RData::AAAA(AAAA(*ip))))),
-        Data::Srv { rrs, weight, zone } => {
-            let weight = *weight;
-            Box::new(rrs.srv.iter().filter_map(move |s| {
+        Data::A(rrs) => rrs
+            .a
+            .iter()
+            .take(most)
+            .map(|ip| rec(RData::A(A(*ip))))
+            .collect(),
+        Data::Aaaa(rrs) => rrs
+            .aaaa
+            .iter()
+            .take(most)
+            .map(|ip| rec(RData::AAAA(AAAA(*ip))))
+            .collect(),
+        Data::Ip(IpAddr::V4(ip)) => vec![rec(RData::A(A(*ip)))],
+        Data::Ip(IpAddr::V6(ip)) => vec![rec(RData::AAAA(AAAA(*ip)))],
+        Data::Cname(t) => name(t)
+            .map(|t| rec(RData::CNAME(CNAME(t))))
+            .into_iter()
+            .collect(),
+        Data::Ptr(t) => name(t)
+            .map(|t| rec(RData::PTR(PTR(t))))
+            .into_iter()
+            .collect(),
+        Data::Ns(t) => name(t).map(|t| rec(RData::NS(NS(t)))).into_iter().collect(),
+        Data::Srv { rrs, weight, zone } => rrs
+            .srv
+            .iter()
+            .filter_map(|s| {
                 let target = name(&format!("{}.{zone}", s.target))?;
-                Some(rec(RData::SRV(SRV::new(0, weight, s.port, target))))
-            }))
+                Some(rec(RData::SRV(SRV::new(0, *weight, s.port, target))))
+            })
+            .take(most)
+            .collect(),
+        Data::Txt(t) => vec![rec(RData::TXT(TXT::new(vec![t.to_string()])))],
+        Data::Soa(s) => {
+            let (Some(mname), Some(rname)) = (name(s.mname), name(s.rname)) else {
+                return vec![];
+            };
+            let [refresh, retry, expire] = s.timers.map(|t| t as i32);
+            let soa = SOA::new(mname, rname, s.serial, refresh, retry, expire, s.minimum);
+            vec![rec(RData::SOA(soa))]
         }
-        Data::Ip(IpAddr::V4(ip)) => one(Some(RData::A(A(*ip)))),
-        Data::Ip(IpAddr::V6(ip)) => one(Some(RData::AAAA(AAAA(*ip)))),
-        Data::Cname(t) => one(name(t).map(|t| RData::CNAME(CNAME(t)))),
-        Data::Ptr(t) => one(name(t).map(|t| RData::PTR(PTR(t)))),
-        Data::Ns(t) => one(name(t).map(|t| RData::NS(NS(t)))),
-        Data::Txt(t) => one(Some(RData::TXT(TXT::new(vec![t.to_string()])))),
-        Data::Soa(s) => one(match (name(s.mname), name(s.rname)) {
-            (Some(mname), Some(rname)) => {
-                let [refresh, retry, expire] = s.timers.map(|t| t as i32);
-                let soa = SOA::new(mname, rname, s.serial, refresh, retry, expire, s.minimum);
-                Some(RData::SOA(soa))
-            }
-            _ => None,
-        }),
     }
 }
 
