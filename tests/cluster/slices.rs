@@ -132,12 +132,27 @@ spec:
         "{srv:?}"
     );
     // 192.0.2.10 is outside the cluster's pod and Service ranges that podns
-    // learned, so its reverse zone is not podns's: REFUSED (the resolver
-    // asks its next server), never a PTR or an NXDOMAIN for it.
+    // learned, but the address is an endpoint podns holds: its PTR answers,
+    // authoritative, with no zone claimed around it. A neighbour no one
+    // holds is REFUSED (the resolver asks its next server), never an
+    // NXDOMAIN for a zone that is not podns's.
     let ptr = p.ask(&reverse_v4("192.0.2.10"), RecordType::PTR);
-    assert_eq!(rcode(&ptr), ResponseCode::Refused, "{ptr:?}");
-    // An operator who owns that range says so, and the endpoint's PTR
-    // answers.
+    assert_eq!(
+        answer_lines(&ptr),
+        [format!(
+            "{} PTR primary.db.{ns}.svc.cluster.local.",
+            reverse_v4("192.0.2.10")
+        )],
+        "{ptr:?}"
+    );
+    assert!(
+        ptr.metadata.authoritative && ptr.authorities.is_empty(),
+        "{ptr:?}"
+    );
+    let stranger = p.ask(&reverse_v4("192.0.2.99"), RecordType::PTR);
+    assert_eq!(rcode(&stranger), ResponseCode::Refused, "{stranger:?}");
+    // An operator who owns that range says so: the held endpoint still
+    // answers and the stranger is NXDOMAIN, from the owned zone.
     let owner = Podns::ready(
         &c.kubeconfig,
         &["--publish=ready", "--reverse-cidr=192.0.2.0/24"],
@@ -150,6 +165,8 @@ spec:
             reverse_v4("192.0.2.10")
         )]
     );
+    let stranger = owner.ask(&reverse_v4("192.0.2.99"), RecordType::PTR);
+    assert_eq!(rcode(&stranger), ResponseCode::NXDomain, "{stranger:?}");
     drop(owner);
 
     // kubectl edits the slice: the not-ready endpoint becomes ready.
