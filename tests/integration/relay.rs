@@ -432,9 +432,9 @@ async fn a_watch_resumes_on_another_relay_without_a_relist() {
     let a = relay_client(&kubeconfig).await;
     let bc = relay_client(&second).await;
     ensure_ns(&env.client, "ml").await;
-    let rv = list_rv(&a, "ml").await;
-    create_pod(&env.client, pod_json("ml", "late", json!({"app": "late"}))).await;
-    // Relay B has never seen this client: it resumes from A's version.
+    // Relay B has listed (its history starts there) before A's version is
+    // taken: a version older than B's start is 410 on B, as on an API
+    // server whose watch cache starts later.
     wait_for("relay B to list", T, || async {
         Api::<Pod>::all(bc.clone())
             .list(&ListParams::default())
@@ -442,6 +442,9 @@ async fn a_watch_resumes_on_another_relay_without_a_relist() {
             .is_ok()
     })
     .await;
+    let rv = list_rv(&a, "ml").await;
+    create_pod(&env.client, pod_json("ml", "late", json!({"app": "late"}))).await;
+    // Relay B has never seen this client: it resumes from A's version.
     let api: Api<Pod> = Api::namespaced(bc, "ml");
     let mut events = api
         .watch(&WatchParams::default(), &rv)
