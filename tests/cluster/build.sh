@@ -45,7 +45,8 @@ link() {
 # module's own go.mod carries for its in-tree (staging) modules to that
 # release's published versions, and builds the given main packages.
 build_k8s() {
-  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  # kubelet and kube-proxy run the real node (up.sh --real-node).
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
   local missing=()
   for c in "${want[@]}"; do
     [[ -x "$bin/$c-$K8S_VERSION" ]] || missing+=("$c")

@@ -18,13 +18,19 @@
 // expected answers.
 #![allow(clippy::cloned_ref_to_slice_refs)]
 
+mod daemonset;
 mod faults;
+mod forward_target;
+mod node_setup;
 mod rbac;
+mod real_node;
 mod records;
 mod relay;
 mod relay_auth;
 mod reverse;
+mod rollouts;
 mod sim_vs_real;
 mod slices;
 mod support;
+mod termination;
 mod wires;

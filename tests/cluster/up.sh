@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on loopback, in one command:
 #
-#   tests/cluster/up.sh DIR [NODES]
+#   tests/cluster/up.sh DIR [NODES] [--real-node]
 #
 # builds what is missing (tests/cluster/build.sh, pinned in versions.env),
 # then starts etcd, kube-apiserver (secure port on 127.0.0.1, its own CA and
@@ -19,16 +19,40 @@
 # tests/cluster/down.sh DIR stops exactly those pids. Everything binds
 # 127.0.0.1 on free ports; kwok's pod IPs (node i's podCIDR 10.(128+i).0.0/16) and the
 # Service range (10.96.0.0/16, fd00:96::/108) are data, never a destination.
+#
+# --real-node adds a node that runs containers (tests/cluster/real-node.sh
+# says what and how): containerd, a kubelet, kube-proxy and CoreDNS as the
+# cluster DNS, with the images of tests/cluster/images.sh (podns's from this
+# tree) imported first. kube-apiserver then listens on the node IP
+# 172.31.250.1 (an interface of the test's own) instead of 127.0.0.1, so pods
+# reach it through the `kubernetes` Service, and kube-controller-manager
+# hands out podCIDRs (kwok's stay as they are, inside 10.128.0.0/9). DIR/env
+# then also has REAL_NODE=, REAL_NODE_IP=, REAL_NODE_POD_CIDR=,
+# CONTAINERD_SOCK=, CLUSTER_DNS= and each image's NAME_IMAGE= and
+# NAME_DIGEST=. A part missing from the machine is named, with how to
+# install it, before anything starts (exit 2). One real node per machine.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
 . "$here/versions.env"
 die() { echo "tests/cluster/up.sh: $*" >&2; exit 2; }
 
-[[ $# -ge 1 && -n "$1" ]] || die "usage: tests/cluster/up.sh DIR [NODES]"
+real_node=0
+args=()
+for a in "$@"; do
+  case "$a" in
+    --real-node) real_node=1 ;;
+    -*) die "unknown flag '$a' (usage: tests/cluster/up.sh DIR [NODES] [--real-node])" ;;
+    *) args+=("$a") ;;
+  esac
+done
+set -- "${args[@]}"
+[[ $# -ge 1 && $# -le 2 && -n "$1" ]] || die "usage: tests/cluster/up.sh DIR [NODES] [--real-node]"
 mkdir -p "$1"
 dir="$(cd "$1" && pwd)"
 nodes="${2:-4}"
+# shellcheck source=real-node.sh
+. "$here/real-node.sh"
 [[ "$nodes" =~ ^[0-9]+$ && "$nodes" -ge 1 && "$nodes" -le 100 ]] || die "NODES must be a number from 1 to 100, got '$nodes'"
 [[ -e "$dir/env" ]] && grep -q '^APISERVER_PID=' "$dir/env" &&
   kill -0 "$(sed -n 's/^APISERVER_PID=//p' "$dir/env")" 2>/dev/null &&
@@ -37,10 +61,20 @@ for tool in openssl curl python3; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool is missing (apt-get install $tool)"
 done
 
+((real_node)) && real_node_preflight
 bin="$("$here/build.sh")" || exit 2
-for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok coredns; do
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok coredns kubelet kube-proxy; do
   [[ -x "$bin/$b" ]] || die "$bin/$b was not built"
 done
+if ((real_node)); then
+  # helm for the tests that install the chart on the node.
+  "$here/build.sh" helm >/dev/null || exit 2
+  # Every image first (podns's is the release build of this tree): a build
+  # that fails leaves nothing started.
+  "$here/images.sh" "$dir/images" || die "the images did not build (tests/cluster/images.sh $dir/images)"
+  # shellcheck disable=SC1091
+  . "$dir/images/images.env"
+fi
 
 mkdir -p "$dir/pki" "$dir/logs" "$dir/etcd"
 log() { echo "up: $*" >&2; }
@@ -54,30 +88,30 @@ free_port() {
 # --- PKI: one CA, the API server's serving certificate, client
 # certificates per component, the service-account signing key.
 pki="$dir/pki"
+cert() { # name subject [san]
+  local name="$1" subj="$2" san="${3:-}"
+  openssl genrsa -out "$pki/$name.key" 2048 2>/dev/null
+  openssl req -new -key "$pki/$name.key" -subj "$subj" -out "$pki/$name.csr" 2>/dev/null
+  local ext="$pki/$name.ext"
+  {
+    echo "basicConstraints=CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    if [[ -n "$san" ]]; then
+      echo "extendedKeyUsage=serverAuth,clientAuth"
+      echo "subjectAltName=$san"
+    else
+      echo "extendedKeyUsage=clientAuth"
+    fi
+  } >"$ext"
+  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+    -days 3650 -extfile "$ext" -out "$pki/$name.crt" 2>/dev/null
+}
 if [[ ! -f "$pki/ca.crt" ]]; then
   log "certificates"
   openssl genrsa -out "$pki/ca.key" 2048 2>/dev/null
   openssl req -x509 -new -key "$pki/ca.key" -days 3650 -subj "/CN=podns-test-ca" -out "$pki/ca.crt" 2>/dev/null
-  cert() { # name subject [san]
-    local name="$1" subj="$2" san="${3:-}"
-    openssl genrsa -out "$pki/$name.key" 2048 2>/dev/null
-    openssl req -new -key "$pki/$name.key" -subj "$subj" -out "$pki/$name.csr" 2>/dev/null
-    local ext="$pki/$name.ext"
-    {
-      echo "basicConstraints=CA:FALSE"
-      echo "keyUsage=critical,digitalSignature,keyEncipherment"
-      if [[ -n "$san" ]]; then
-        echo "extendedKeyUsage=serverAuth,clientAuth"
-        echo "subjectAltName=$san"
-      else
-        echo "extendedKeyUsage=clientAuth"
-      fi
-    } >"$ext"
-    openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
-      -days 3650 -extfile "$ext" -out "$pki/$name.crt" 2>/dev/null
-  }
   cert apiserver "/CN=kube-apiserver" \
-    "IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    "IP:127.0.0.1,IP:$RN_NODE_IP,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   cert admin "/O=system:masters/CN=podns-test-admin"
   cert controller-manager "/CN=system:kube-controller-manager"
   cert scheduler "/CN=system:kube-scheduler"
@@ -86,9 +120,13 @@ if [[ ! -f "$pki/ca.crt" ]]; then
   openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 fi
 
+((real_node)) && real_node_pki "$pki"
+
 etcd_port="$(free_port)"; etcd_peer="$(free_port)"; api_port="$(free_port)"
 kcm_port="$(free_port)"; sched_port="$(free_port)"; kwok_port="$(free_port)"
-api="https://127.0.0.1:$api_port"
+api_ip=127.0.0.1
+((real_node)) && api_ip="$RN_NODE_IP"
+api="https://$api_ip:$api_port"
 
 kubeconfig() { # file user
   local file="$1" user="$2"
@@ -115,6 +153,10 @@ kubeconfig "$dir/kubeconfig" admin
 kubeconfig "$dir/controller-manager.kubeconfig" controller-manager
 kubeconfig "$dir/scheduler.kubeconfig" scheduler
 kubeconfig "$dir/kwok.kubeconfig" kwok
+if ((real_node)); then
+  kubeconfig "$dir/kubelet.kubeconfig" kubelet
+  kubeconfig "$dir/kube-proxy.kubeconfig" kube-proxy
+fi
 
 pids=()
 start() { # NAME command…
@@ -134,6 +176,15 @@ write_env() {
     echo "APISERVER_URL=$api"
     echo "CLUSTER_CA=$pki/ca.crt"
     echo "CLUSTER_DIR=$dir"
+    if ((real_node)); then
+      echo "REAL_NODE=$RN_NODE"
+      echo "REAL_NODE_IP=$RN_NODE_IP"
+      echo "REAL_NODE_POD_CIDR=${pod_cidr:-}"
+      echo "CONTAINERD_SOCK=$dir/node/containerd/containerd.sock"
+      echo "CLUSTER_DNS=$RN_DNS_IP"
+      echo "IMAGES_DIR=$dir/images"
+      cat "$dir/images/images.env"
+    fi
     for p in "${pids[@]}"; do
       local n="${p%%:*}"
       echo "$(echo "$n" | tr 'a-z-' 'A-Z_')_PID=${p##*:}"
@@ -156,6 +207,12 @@ wait_for() { # what seconds command…
   done
 }
 
+if ((real_node)); then
+  log "the real node's network: $RN_NODE_IF ($RN_NODE_IP), routes, iptables chain $RN_CHAIN"
+  echo "REAL_NODE=$RN_NODE" >"$dir/env"
+  real_node_network_up "$dir" || fail "could not set up the real node's network"
+fi
+
 log "etcd on 127.0.0.1:$etcd_port"
 start etcd "$bin/etcd" --name podns-test --data-dir "$dir/etcd" \
   --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
@@ -166,7 +223,7 @@ wait_for etcd 60 curl -sf "http://127.0.0.1:$etcd_port/health"
 
 log "kube-apiserver on $api"
 apiserver_args=(
-  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port"
+  --bind-address "$api_ip" --advertise-address "$api_ip" --secure-port "$api_port"
   --etcd-servers "http://127.0.0.1:$etcd_port"
   --client-ca-file "$pki/ca.crt"
   --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key"
@@ -175,15 +232,29 @@ apiserver_args=(
   --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key"
   --service-cluster-ip-range 10.96.0.0/16,fd00:96::/108
   --allow-privileged=true --enable-priority-and-fairness=true
-  --endpoint-reconciler-type=none --profiling=false --v=1
+  --profiling=false --v=1
 )
+if ((real_node)); then
+  # The `kubernetes` Service's endpoint is this address (pods reach the API
+  # server there through kube-proxy); the kubelet serves logs and exec.
+  apiserver_args+=(--endpoint-reconciler-type=lease
+    --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt"
+    --kubelet-client-key "$pki/apiserver-kubelet-client.key"
+    --kubelet-preferred-address-types InternalIP)
+else
+  apiserver_args+=(--endpoint-reconciler-type=none)
+fi
 echo "${apiserver_args[*]}" >"$dir/apiserver.args"
 start apiserver "$bin/kube-apiserver" "${apiserver_args[@]}"
 write_env
 wait_for kube-apiserver 120 "$bin/kubectl" --kubeconfig "$dir/kubeconfig" get --raw /readyz
 
 log "kube-controller-manager and kube-scheduler"
-start controller-manager "$bin/kube-controller-manager" \
+kcm_extra=()
+# Node IPAM for the real node's podCIDR; kwok's Nodes bring their own
+# 10.(128+i).0.0/16, inside the same range.
+((real_node)) && kcm_extra=(--allocate-node-cidrs=true --cluster-cidr "$RN_CLUSTER_CIDR" --node-cidr-mask-size 16)
+start controller-manager "$bin/kube-controller-manager" "${kcm_extra[@]}" \
   --kubeconfig "$dir/controller-manager.kubeconfig" \
   --authentication-kubeconfig "$dir/controller-manager.kubeconfig" \
   --authorization-kubeconfig "$dir/controller-manager.kubeconfig" \
@@ -259,5 +330,7 @@ wait_for "kwok nodes" 60 nodes_ready
 # The default ServiceAccount in default (the service-account controller
 # makes it): pods can be created only once it exists.
 wait_for "default ServiceAccount" 60 "$bin/kubectl" --kubeconfig "$dir/kubeconfig" get serviceaccount default -n default
+write_env
+((real_node)) && real_node_up
 write_env
 log "ready: . $dir/env && \$KUBECTL get --raw /readyz"

@@ -95,15 +95,7 @@ fn render(mode: &str) -> Option<(String, Vec<Value>)> {
 /// The chart in one mode (`helm template`), after `helm lint`; None when
 /// helm is not built (tests/cluster/build.sh helm) nor on PATH.
 fn render_chart(mode: &str) -> Option<(String, Vec<Value>)> {
-    let helm = std::env::var_os("PODNS_HELM")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let built = std::env::var_os("HOME")
-                .map(|h| PathBuf::from(h).join(".cache/podns-cluster/bin/helm"))?;
-            built.exists().then_some(built)
-        })
-        .or_else(|| find_tool("helm"));
-    let Some(helm) = helm else {
+    let Some(helm) = helm() else {
         eprintln!(
             "skipping the Helm chart in {mode} mode: no helm (build it with tests/cluster/build.sh helm, or set PODNS_HELM)"
         );
@@ -140,6 +132,18 @@ fn render_chart(mode: &str) -> Option<(String, Vec<Value>)> {
     let text = String::from_utf8(out.stdout).unwrap();
     let docs = docs_of(&text);
     Some((text, docs))
+}
+
+/// helm: `$PODNS_HELM`, tests/cluster/build.sh's, or on PATH.
+fn helm() -> Option<PathBuf> {
+    std::env::var_os("PODNS_HELM")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let built = std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".cache/podns-cluster/bin/helm"))?;
+            built.exists().then_some(built)
+        })
+        .or_else(|| find_tool("helm"))
 }
 
 fn kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -313,7 +317,22 @@ fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
                     })
                 });
         assert!(port_ok, "{probe} on the admin port {admin_port}: {get:?}");
+        // One slow or lost answer never fails a probe: it takes at least
+        // two in a row, each given a second or more.
+        let (threshold, timeout) = (
+            c[probe]["failureThreshold"].as_u64().unwrap_or(3),
+            c[probe]["timeoutSeconds"].as_u64().unwrap_or(1),
+        );
+        assert!(threshold >= 2, "{probe}: failureThreshold {threshold}");
+        assert!(timeout >= 2, "{probe}: timeoutSeconds {timeout}");
     }
+    // Liveness gives up later than readiness: a slow replica leaves the
+    // Service before it is restarted.
+    let window = |p: &str| {
+        c[p]["periodSeconds"].as_u64().unwrap_or(10)
+            * c[p]["failureThreshold"].as_u64().unwrap_or(3)
+    };
+    assert!(window("livenessProbe") > window("readinessProbe"));
     // Resources: requests and a memory limit.
     let r = &c["resources"];
     for (section, key) in [
@@ -411,6 +430,54 @@ fn the_base_and_overlays_need_no_prometheus_operator() {
                 d["kind"]
             );
         }
+    }
+}
+
+/// The chart's schema rejects what the API server would (a memory limit
+/// of `abc`, a malformed digest) before anything is rendered, and accepts
+/// the quantities Kubernetes writes.
+#[test]
+fn the_charts_schema_rejects_bad_quantities_and_digests() {
+    let Some(helm) = helm() else {
+        eprintln!(
+            "skipping the chart's schema: no helm (tests/cluster/build.sh helm, or PODNS_HELM)"
+        );
+        return;
+    };
+    let lint = |set: &str| {
+        Command::new(&helm)
+            .args(["lint", "--strict", "--set", set])
+            .arg(repo().join("deploy/helm/podns"))
+            .output()
+            .unwrap()
+    };
+    for bad in [
+        "resources.limits.memory=abc",
+        "resources.requests.cpu=1x",
+        "daemonset.resources.limits.memory=-1Gi",
+        "image.digest=sha256:abc",
+        "daemonset.linkLocal.digest=latest",
+    ] {
+        let out = lint(bad);
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad} passed: {text}");
+        let key = bad.split('=').next().unwrap().replace('.', "/");
+        assert!(text.contains(&key), "{bad}: the error names {key}: {text}");
+    }
+    for good in [
+        "resources.limits.memory=384Mi",
+        "resources.requests.cpu=100m",
+        "resources.requests.cpu=0.5",
+        "daemonset.resources.limits.memory=1G",
+        "image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    ] {
+        let out = lint(good);
+        assert!(
+            out.status.success(),
+            "{good}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
     }
 }
 

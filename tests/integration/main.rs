@@ -12,6 +12,7 @@ mod endpoint_slices;
 mod explain;
 mod fast_path;
 mod fuzz_corpus;
+mod image;
 mod prometheus;
 mod rank;
 mod relay;

@@ -1,0 +1,3 @@
+module podns.local/resolve
+
+go 1.24

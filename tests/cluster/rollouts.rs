@@ -1,0 +1,368 @@
+//! Rollouts and kills under load on the real node, measured as a training
+//! pod sees them. Client pods look names up 50 times a second with glibc
+//! (the client image's `resolve -resolver cgo loop`), each in its own way:
+//!
+//! - `two`: the sample training pod's dnsConfig, the node instance
+//!   (169.254.20.11) first and the cluster DNS second;
+//! - `only`: the node instance as the only nameserver;
+//! - `coredns`: ClusterFirst, CoreDNS alone (its `kubernetes` plugin).
+//!
+//! Each case does the podns event, waits until podns is back, then the
+//! same kind of event to CoreDNS, while all three loop: a DaemonSet
+//! rollout (`kubectl rollout restart`), the relays' rollout, a node
+//! instance killed with SIGKILL, one OOM-killed under a limit set too low.
+//! `two` must lose nothing and see nothing slower than 1 s; `only` and
+//! `coredns` are measured. The table goes to the report
+//! (`PODNS_NODE_REPORT`, default DIR/node-report.md).
+
+use std::time::Instant;
+
+use crate::daemonset::*;
+use crate::forward_target::*;
+use crate::real_node::*;
+use crate::support::*;
+
+struct Case {
+    name: &'static str,
+    coredns: &'static str,
+    rows: Vec<(String, LoopSummary, Vec<String>)>,
+}
+
+/// The pod of `selector` in `ns` on the real node with the most restarts
+/// counted, and that count.
+fn restarts(n: &Node, ns: &str, pod: &str) -> u64 {
+    n.c.try_kubectl(
+        &[
+            "-n",
+            ns,
+            "get",
+            "pod",
+            pod,
+            "-o",
+            "jsonpath={.status.containerStatuses[0].restartCount}",
+        ],
+        None,
+    )
+    .ok()
+    .and_then(|s| s.trim().parse().ok())
+    .unwrap_or(0)
+}
+
+/// Every pod of `selector` in `ns` Ready and none terminating.
+fn settled(n: &Node, ns: &str, selector: &str, want: usize) {
+    wait_for(
+        &format!("{want} pods of {selector} in {ns} Ready"),
+        secs(180),
+        || {
+            let out = n
+            .c
+            .try_kubectl(
+                &[
+                    "-n",
+                    ns,
+                    "get",
+                    "pods",
+                    "-l",
+                    selector,
+                    "-o",
+                    r#"jsonpath={range .items[*]}{.metadata.deletionTimestamp}|{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
+                ],
+                None,
+            )
+            .ok()?;
+            let lines: Vec<&str> = out.lines().collect();
+            (lines.len() == want && lines.iter().all(|l| *l == "|True")).then_some(())
+        },
+    );
+}
+
+/// The podns node instance's limits back to the chart's, and CoreDNS's.
+fn restore(n: &Node, ns: &str) {
+    let _ = n.helm(&["rollback", "podns", "1", "-n", ns, "--wait"]);
+    let _ = n.c.try_kubectl(
+        &[
+            "-n",
+            "kube-system",
+            "set",
+            "resources",
+            "deployment/coredns",
+            "--limits=memory=170Mi",
+            "--requests=memory=70Mi",
+        ],
+        None,
+    );
+}
+
+#[test]
+fn rollouts_and_kills_under_load() {
+    let Some(c) = cluster() else { return };
+    let _g = shared();
+    let Some(n) = real_node(&c) else { return };
+    let mut pns = PodnsNamespace::new(&n, "podns", "privileged");
+    let ns = pns.name.clone();
+    install_daemonset(&n, &mut pns, &[]);
+    let train = c.namespace("train");
+    let tns = train.name.clone();
+    c.apply(&gang(&n, &tns, "trainer", 3, &Dns::ClusterFirst, ""));
+    rank_ips(&c, &tns, "trainer", 3);
+    n.wait_ready(&tns, "app=train", 180);
+    let podns_names = [
+        format!("trainer-0.trainer.{tns}.svc.cluster.local"),
+        format!("1.trainer.{tns}.rank.cluster.local"),
+        format!("trainer.{tns}.svc.cluster.local"),
+        // Outside the node instance's scope: forwarded to the relays.
+        "kubernetes.default.svc.cluster.local".to_string(),
+    ];
+    let coredns_names = [
+        format!("trainer-0.trainer.{tns}.svc.cluster.local"),
+        format!("trainer.{tns}.svc.cluster.local"),
+        "kubernetes.default.svc.cluster.local".to_string(),
+    ];
+    let p: Vec<&str> = podns_names.iter().map(String::as_str).collect();
+    let k: Vec<&str> = coredns_names.iter().map(String::as_str).collect();
+    let two = Dns::Servers(vec![LINK_LOCAL.into(), n.dns.clone()]);
+    let only = Dns::Servers(vec![LINK_LOCAL.into()]);
+
+    let mut cases = vec![];
+    for (name, coredns) in [
+        ("DaemonSet rollout restart", "CoreDNS rollout restart"),
+        (
+            "relays (Deployment) rollout restart",
+            "CoreDNS rollout restart",
+        ),
+        ("node instance SIGKILL", "one CoreDNS pod SIGKILL"),
+        (
+            "node instance OOM-killed (limit 8Mi)",
+            "CoreDNS OOM-killed (limit 8Mi)",
+        ),
+    ] {
+        let loops = [
+            Looper::start(&n, &tns, "loop-two", &two, "cgo", &p),
+            Looper::start(&n, &tns, "loop-only", &only, "cgo", &p),
+            Looper::start(&n, &tns, "loop-coredns", &Dns::ClusterFirst, "cgo", &k),
+        ];
+        let t0 = Instant::now();
+        let mut podns_log = String::new();
+        match name {
+            n_ if n_.starts_with("DaemonSet") => {
+                c.kubectl(&["-n", &ns, "rollout", "restart", "daemonset/podns"]);
+                n.rollout_status(&ns, "daemonset/podns", 180);
+            }
+            n_ if n_.starts_with("relays") => {
+                c.kubectl(&["-n", &ns, "rollout", "restart", "deployment/podns"]);
+                n.rollout_status(&ns, "deployment/podns", 180);
+            }
+            n_ if n_.contains("SIGKILL") => {
+                let pod = node_instance(&n, &ns);
+                let before = restarts(&n, &ns, &pod);
+                let pid = n.pid(&ns, &pod, "podns");
+                // SAFETY-free: a plain kill(2) of the node instance's pid.
+                assert!(
+                    std::process::Command::new("kill")
+                        .args(["-KILL", &pid.to_string()])
+                        .status()
+                        .unwrap()
+                        .success()
+                );
+                wait_for("the node instance restarted", secs(120), || {
+                    (restarts(&n, &ns, &pod) > before).then_some(())
+                });
+                settled(&n, &ns, "app.kubernetes.io/component=node-local", 1);
+                podns_log = c.kubectl(&[
+                    "-n",
+                    &ns,
+                    "logs",
+                    &pod,
+                    "-c",
+                    "podns",
+                    "--previous",
+                    "--tail=5",
+                ]);
+            }
+            _ => {
+                // A limit the node instance cannot start under: the
+                // DaemonSet rolls it out and the new pod is OOM-killed.
+                n.helm(&[
+                    "upgrade",
+                    "podns",
+                    &format!("{}/deploy/helm/podns", env!("CARGO_MANIFEST_DIR")),
+                    "-n",
+                    &ns,
+                    "--reuse-values",
+                    "--set=daemonset.resources.limits.memory=8Mi",
+                    "--set=daemonset.resources.requests.memory=8Mi",
+                ])
+                .unwrap();
+                let pod = wait_for("a node instance OOM-killed", secs(180), || {
+                    let out = c
+                        .try_kubectl(
+                            &["-n", &ns, "get", "pods", "-l", "app.kubernetes.io/component=node-local", "-o",
+                              r#"jsonpath={range .items[*]}{.metadata.name} {.status.containerStatuses[0].lastState.terminated.reason}{.status.containerStatuses[0].state.terminated.reason}{"\n"}{end}"#],
+                            None,
+                        )
+                        .ok()?;
+                    out.lines()
+                        .find(|l| l.contains("OOMKilled"))
+                        .map(|l| l.split(' ').next().unwrap().to_string())
+                });
+                // Ten seconds of the node without its instance, as a node
+                // whose limit is wrong would be until someone notices.
+                std::thread::sleep(std::time::Duration::from_secs(10));
+                podns_log = format!(
+                    "{}: {}",
+                    pod,
+                    c.try_kubectl(&["-n", &ns, "describe", "pod", &pod], None)
+                        .unwrap_or_default()
+                        .lines()
+                        .filter(|l| l.contains("OOMKilled")
+                            || l.contains("Reason")
+                            || l.contains("Restart Count")
+                            || l.contains("BackOff"))
+                        .collect::<Vec<_>>()
+                        .join(" / ")
+                );
+                n.helm(&["rollback", "podns", "1", "-n", &ns, "--wait"])
+                    .unwrap();
+                n.rollout_status(&ns, "daemonset/podns", 180);
+            }
+        }
+        let podns_s = since(t0);
+        settled(&n, &ns, "app.kubernetes.io/component=node-local", 1);
+        // The same kind of event to CoreDNS.
+        let t1 = Instant::now();
+        let dns_pods = n.pods("kube-system", "k8s-app=kube-dns");
+        if coredns.contains("rollout") {
+            c.kubectl(&[
+                "-n",
+                "kube-system",
+                "rollout",
+                "restart",
+                "deployment/coredns",
+            ]);
+            n.rollout_status("kube-system", "deployment/coredns", 180);
+        } else if coredns.contains("SIGKILL") {
+            let before = restarts(&n, "kube-system", &dns_pods[0]);
+            let pid = n.pid("kube-system", &dns_pods[0], "coredns");
+            assert!(
+                std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status()
+                    .unwrap()
+                    .success()
+            );
+            wait_for("CoreDNS restarted", secs(120), || {
+                (restarts(&n, "kube-system", &dns_pods[0]) > before).then_some(())
+            });
+        } else {
+            c.kubectl(&[
+                "-n",
+                "kube-system",
+                "set",
+                "resources",
+                "deployment/coredns",
+                "--limits=memory=8Mi",
+                "--requests=memory=8Mi",
+            ]);
+            wait_for("a CoreDNS pod OOM-killed", secs(180), || {
+                let out = c
+                    .try_kubectl(
+                        &[
+                            "-n",
+                            "kube-system",
+                            "get",
+                            "pods",
+                            "-l",
+                            "k8s-app=kube-dns",
+                            "-o",
+                            "jsonpath={..reason}",
+                        ],
+                        None,
+                    )
+                    .ok()?;
+                out.contains("OOMKilled").then_some(())
+            });
+            std::thread::sleep(std::time::Duration::from_secs(10));
+            restore(&n, &ns);
+            n.rollout_status("kube-system", "deployment/coredns", 180);
+        }
+        settled(&n, "kube-system", "k8s-app=kube-dns", 2);
+        let coredns_s = since(t1);
+        let mut rows = vec![];
+        for (l, what) in
+            loops
+                .into_iter()
+                .zip(["podns, two nameservers", "podns only", "CoreDNS alone"])
+        {
+            let (s, events) = l.stop();
+            rows.push((what.to_string(), s, events));
+        }
+        eprintln!(
+            "{name}: podns event {podns_s:.1} s, CoreDNS event {coredns_s:.1} s; {podns_log}"
+        );
+        cases.push(Case {
+            name,
+            coredns,
+            rows,
+        });
+        if !podns_log.is_empty() {
+            report(
+                &c,
+                &format!(
+                    "{name}: what the pod and podns said: {}",
+                    podns_log.replace('\n', " / ")
+                ),
+            );
+        }
+    }
+    restore(&n, &ns);
+
+    let mut table = String::from(
+        "| case | client | lookups | failed | slower than 1 s | slowest | gap (first to last failed or slow) |\n|---|---|---:|---:|---:|---:|---:|\n",
+    );
+    for case in &cases {
+        for (what, s, _) in &case.rows {
+            let label = if what.starts_with("CoreDNS") {
+                case.coredns
+            } else {
+                case.name
+            };
+            table.push_str(&format!(
+                "| {label} | {what} | {} | {} | {} | {:.0} ms | {:.1} s |\n",
+                s.total,
+                s.failed,
+                s.slow,
+                s.max_ms,
+                s.gap_ms / 1000.0
+            ));
+        }
+    }
+    report(&c, &table);
+    for case in &cases {
+        for (what, s, events) in &case.rows {
+            if !events.is_empty() {
+                eprintln!(
+                    "{} / {what}: first events: {:?}",
+                    case.name,
+                    &events[..events.len().min(3)]
+                );
+            }
+            if what.contains("two nameservers") {
+                assert_eq!(s.failed, 0, "{}: {what}: {events:?}", case.name);
+                assert!(
+                    s.max_ms < 1000.0,
+                    "{}: {what}: slowest {} ms: {events:?}",
+                    case.name,
+                    s.max_ms
+                );
+            }
+            assert!(
+                s.total > 100,
+                "{}: {what} looked up only {} names",
+                case.name,
+                s.total
+            );
+        }
+    }
+    drop(train);
+    drop(pns);
+}
