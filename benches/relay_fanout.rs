@@ -19,7 +19,11 @@
 //!   events delivered (each change encoded once);
 //! - propagation: a pod created on a node instance's node until that node
 //!   instance answers its name, p50/p99, without churn and with it;
-//! - node instances' RSS.
+//! - node instances' RSS;
+//! - for the sizing table (deploy/README.md "Sizing: memory"), in the same
+//!   run: the RSS and peak of a forward target (`podns serve` without a
+//!   relay) over the same simulator, of the relay and of the node
+//!   instances.
 //!
 //! Run: `cargo bench --bench relay_fanout` (release build of `podns`).
 //! Knobs (env): JOBS (100), RANKS (1000), SUBS (2000), NODES (20),
@@ -116,10 +120,15 @@ fn cpu_seconds(pid: u32) -> f64 {
 }
 
 fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// A `/proc/PID/status` figure in KiB (`VmRSS:`, `VmHWM:` the peak RSS).
+fn status_kib(pid: u32, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
 }
@@ -392,6 +401,26 @@ async fn main() {
     );
     let rss_before = rss_kib(relay_pid);
 
+    // A forward target over the same simulator: podns without a relay.
+    let plain_log = d("plain.log");
+    let plain = spawn(
+        &[
+            "serve",
+            "--kubeconfig",
+            d("k.yaml").to_str().unwrap(),
+            "--dns-listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--udp-sockets",
+            "1",
+        ],
+        &plain_log,
+    );
+    let plain_pid = plain.0.id();
+    wait_for_line(&plain_log, "index synced", Duration::from_secs(600));
+    let plain_synced = rss_kib(plain_pid);
+
     // Node instances, each on a node of its own.
     let mut node_procs = Vec::new();
     let mut node_dns = Vec::new();
@@ -566,8 +595,23 @@ async fn main() {
         v[v.len() - 1],
         rss_kib(relay_pid)
     );
+    println!(
+        "sizing: forward target RSS {} KiB after sync, {} KiB at the end, peak {} KiB; relay RSS {} KiB after sync, {} KiB at the end, peak {} KiB; node instances' peak max {} KiB",
+        plain_synced,
+        rss_kib(plain_pid),
+        status_kib(plain_pid, "VmHWM:"),
+        rss_before,
+        rss_kib(relay_pid),
+        status_kib(relay_pid, "VmHWM:"),
+        node_addrs
+            .iter()
+            .map(|(_, _, pid)| status_kib(*pid, "VmHWM:"))
+            .max()
+            .unwrap_or(0)
+    );
     for t in tasks {
         t.abort();
     }
+    drop(plain);
     drop(node_procs);
 }

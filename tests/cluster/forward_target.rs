@@ -159,13 +159,15 @@ pub fn check_ptr_and_missing(n: &Node, ns: &str, pod: &str, ips: &[String]) {
     assert!(getent(n, ns, pod, "hosts", &format!("3.trainer.{ns}.rank.{zone}")).is_none());
 }
 
-/// The RSS of each podns pod of `selector` after its first sync, with the
-/// container's requests and limits, one line each for the report.
+/// Each podns pod of `selector` after its first sync: what its memory
+/// limit counts (the container's cgroup), the anonymous part of it, its
+/// RSS, and the container's request and limit; one table row each.
 pub fn rss_lines(n: &Node, ns: &str, selector: &str, what: &str) -> Vec<String> {
     let mut lines = vec![];
     for pod in n.pods(ns, selector) {
         let pid = n.pid(ns, &pod, "podns");
         let rss = Node::rss_kib(pid);
+        let (usage, anon) = Node::cgroup_memory_kib(pid);
         let res = n.c.kubectl(&[
             "-n",
             ns,
@@ -175,9 +177,12 @@ pub fn rss_lines(n: &Node, ns: &str, selector: &str, what: &str) -> Vec<String> 
             "-o",
             r#"jsonpath={.spec.containers[?(@.name=="podns")].resources.requests.memory} {.spec.containers[?(@.name=="podns")].resources.limits.memory}"#,
         ]);
+        let mib = |k: u64| k as f64 / 1024.0;
         lines.push(format!(
-            "| {what} | {pod} | {:.1} MiB | {} |",
-            rss as f64 / 1024.0,
+            "| {what} | {pod} | {:.1} MiB | {:.1} MiB | {:.1} MiB | {} |",
+            mib(usage),
+            mib(anon),
+            mib(rss),
             res.trim().replace(' ', " / ")
         ));
     }

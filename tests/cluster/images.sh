@@ -55,7 +55,8 @@ image() { # NAME REF oci.py-build-args…
 }
 passwd=(--text '/etc/passwd:0644:root:x:0:0:root:/root:/bin/sh\nnonroot:x:65532:65532:nonroot:/home/nonroot:/bin/sh\n'
   --text '/etc/group:0644:root:x:0:\nnonroot:x:65532:\n'
-  --text '/etc/nsswitch.conf:0644:passwd: files\ngroup: files\nhosts: files dns\n')
+  --text '/etc/nsswitch.conf:0644:passwd: files\ngroup: files\nhosts: files dns\n'
+  --dir /tmp:1777)
 # Every applet of busybox as a link in /bin.
 applets=()
 while read -r a; do

@@ -389,6 +389,46 @@ impl Node<'_> {
             .unwrap_or(0)
     }
 
+    /// What the memory limit of a process's container counts, in KiB: its
+    /// cgroup's usage (cgroup v1 `memory.usage_in_bytes`, v2
+    /// `memory.current`), and of that the anonymous memory (`rss` /
+    /// `anon` of memory.stat). The binary's file pages count only in the
+    /// cgroup that read them first.
+    pub fn cgroup_memory_kib(pid: u32) -> (u64, u64) {
+        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        let read = |p: String| std::fs::read_to_string(p).ok();
+        let stat = |text: Option<String>, key: &str| -> u64 {
+            text.unwrap_or_default()
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{key} ")))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+                / 1024
+        };
+        if let Some(path) = cgroups
+            .lines()
+            .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))
+        {
+            let dir = format!("/sys/fs/cgroup/memory{path}");
+            let usage = read(format!("{dir}/memory.usage_in_bytes"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+                / 1024;
+            (usage, stat(read(format!("{dir}/memory.stat")), "rss"))
+        } else {
+            let path = cgroups
+                .lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .unwrap_or("/");
+            let dir = format!("/sys/fs/cgroup{path}");
+            let usage = read(format!("{dir}/memory.current"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+                / 1024;
+            (usage, stat(read(format!("{dir}/memory.stat")), "anon"))
+        }
+    }
+
     /// A line of `/proc/PID/status` (`Uid`, `CapEff` …), its value.
     pub fn proc_status(pid: u32, key: &str) -> String {
         std::fs::read_to_string(format!("/proc/{pid}/status"))
