@@ -38,11 +38,11 @@ pub fn wait_for_gang(n: &Node, job: &str) -> String {
 /// the seconds until the relays and the node instance were Ready.
 pub fn install_daemonset(n: &Node, pns: &mut PodnsNamespace, extra: &[&str]) -> f64 {
     let ns = pns.name.clone();
-    relay_tls_secret(n.c, &ns, "podns-relay-tls", &format!("podns.{ns}.svc"));
+    relay_tls_secret(n.c, &ns, "podns-relay-tls", &format!("{FULLNAME}.{ns}.svc"));
     let chart = format!("{}/deploy/helm/podns", env!("CARGO_MANIFEST_DIR"));
     let mut args: Vec<String> = vec![
         "install".into(),
-        "podns".into(),
+        RELEASE.into(),
         chart,
         "-n".into(),
         ns.clone(),
@@ -64,13 +64,13 @@ pub fn install_daemonset(n: &Node, pns: &mut PodnsNamespace, extra: &[&str]) -> 
     pns.uninstall.push(vec![
         "helm".into(),
         "uninstall".into(),
-        "podns".into(),
+        RELEASE.into(),
         "-n".into(),
         ns.clone(),
         "--wait".into(),
     ]);
-    n.rollout_status(&ns, "deployment/podns", 180);
-    n.rollout_status(&ns, "daemonset/podns", 180);
+    n.rollout_status(&ns, &format!("deployment/{FULLNAME}"), 180);
+    n.rollout_status(&ns, &format!("daemonset/{FULLNAME}"), 180);
     since(t0)
 }
 
@@ -282,7 +282,7 @@ fn daemonset_node_instance_answers_the_gang_and_uninstalls_clean() {
     // that ask 169.254.20.11 first, then the release, then podns0 from a
     // privileged debug pod on the node.
     drop(train);
-    n.helm(&["uninstall", "podns", "-n", &ns, "--wait"])
+    n.helm(&["uninstall", RELEASE, "-n", &ns, "--wait"])
         .unwrap();
     pns.uninstall.clear();
     wait_for("the node instance's process gone", secs(60), || {

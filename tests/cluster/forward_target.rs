@@ -250,7 +250,7 @@ impl Drop for PodnsNamespace<'_> {
 /// The training namespace's gang and a client pod (ClusterFirst) in it,
 /// CoreDNS running `Corefile.namespaces` toward the podns Service of
 /// `podns_ns`, and every name checked.
-fn resolve_through_coredns(n: &Node, podns_ns: &str) {
+fn resolve_through_coredns(n: &Node, podns_ns: &str, svc: &str) {
     let c = n.c;
     let train = c.namespace("train");
     let ns = train.name.as_str();
@@ -262,7 +262,7 @@ fn resolve_through_coredns(n: &Node, podns_ns: &str) {
         podns_ns,
         "get",
         "svc",
-        "podns",
+        svc,
         "-o",
         "jsonpath={.spec.clusterIP}",
     ]);
@@ -312,7 +312,7 @@ fn forward_target_by_helm_resolves_a_gang_through_coredns() {
     let chart = format!("{}/deploy/helm/podns", env!("CARGO_MANIFEST_DIR"));
     let mut args = vec![
         "install".to_string(),
-        "podns".into(),
+        RELEASE.into(),
         chart,
         "-n".into(),
         ns.clone(),
@@ -324,11 +324,11 @@ fn forward_target_by_helm_resolves_a_gang_through_coredns() {
     pns.uninstall.push(vec![
         "helm".into(),
         "uninstall".into(),
-        "podns".into(),
+        RELEASE.into(),
         "-n".into(),
         ns.clone(),
     ]);
-    n.rollout_status(&ns, "deployment/podns", 180);
+    n.rollout_status(&ns, &format!("deployment/{FULLNAME}"), 180);
     let ready = since(t0);
     // Ready through the kubelet's probes: /readyz answered 200.
     let pods = n.pods(&ns, "app.kubernetes.io/name=podns");
@@ -355,7 +355,7 @@ fn forward_target_by_helm_resolves_a_gang_through_coredns() {
         &c,
         &format!("forward target (helm install): 2 replicas Ready {ready:.1} s after helm install"),
     );
-    resolve_through_coredns(&n, &ns);
+    resolve_through_coredns(&n, &ns, FULLNAME);
     for l in rss_lines(
         &n,
         &ns,
@@ -365,6 +365,9 @@ fn forward_target_by_helm_resolves_a_gang_through_coredns() {
         report(&c, &l);
     }
 }
+
+/// The kustomize test's namespace.
+const KUST_NS: &str = "podns-kust";
 
 #[test]
 fn forward_target_by_kustomize_resolves_a_gang_through_coredns() {
@@ -388,12 +391,22 @@ fn forward_target_by_kustomize_resolves_a_gang_through_coredns() {
             "apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources: [{overlay}]
+# Names of its own (the cluster-scoped RBAC too), beside other tests'.
+namespace: {KUST_NS}
+namePrefix: {RELEASE}-
 images:
   - name: podns
     newName: {repo}
     digest: {digest}
 patches:
-  - target: {{kind: Deployment, name: podns}}
+  # kustomize renames the ServiceAccount but not the binding's subject,
+  # which the overlay's own kustomization already resolved.
+  - target: {{kind: ClusterRoleBinding}}
+    patch: |-
+      - op: replace
+        path: /subjects/0
+        value: {{kind: ServiceAccount, name: {RELEASE}-podns, namespace: {KUST_NS}}}
+  - target: {{kind: Deployment}}
     patch: |-
       - op: add
         path: /spec/template/spec/nodeSelector
@@ -410,10 +423,10 @@ patches:
         ),
     )
     .unwrap();
-    let _ = c.try_kubectl(&["delete", "namespace", "podns", "--wait=true"], None);
+    let _ = c.try_kubectl(&["delete", "namespace", KUST_NS, "--wait=true"], None);
     let mut pns = PodnsNamespace {
         c: &c,
-        name: "podns".into(),
+        name: KUST_NS.into(),
         uninstall: vec![],
         node: &n,
     };
@@ -425,7 +438,7 @@ patches:
         dir.path().display().to_string(),
         "--wait=true".into(),
     ]);
-    n.rollout_status("podns", "deployment/podns", 180);
+    n.rollout_status(KUST_NS, &format!("deployment/{FULLNAME}"), 180);
     report(
         &c,
         &format!(
@@ -435,10 +448,10 @@ patches:
     );
     let image = c.kubectl(&[
         "-n",
-        "podns",
+        KUST_NS,
         "get",
         "deploy",
-        "podns",
+        FULLNAME,
         "-o",
         "jsonpath={.spec.template.spec.containers[0].image}",
     ]);
@@ -446,6 +459,6 @@ patches:
         image.trim(),
         format!("{}@{}", n.repository("podns"), n.digest("podns"))
     );
-    resolve_through_coredns(&n, "podns");
+    resolve_through_coredns(&n, KUST_NS, FULLNAME);
     drop(pns);
 }

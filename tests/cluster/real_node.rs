@@ -24,6 +24,12 @@ static NODE: Mutex<()> = Mutex::new(());
 /// there, so the other tests' pods stay on kwok's nodes.
 pub const NODE_KEY: &str = "podns.test/real-node";
 
+/// The Helm release of the tests on the node, and its objects' name: not
+/// `podns`, so its cluster-wide RBAC never meets the other tests' (which
+/// apply deploy/base's ClusterRole `podns`).
+pub const RELEASE: &str = "rn";
+pub const FULLNAME: &str = "rn-podns";
+
 pub struct Node<'a> {
     pub c: &'a Cluster,
     pub name: String,
@@ -39,13 +45,15 @@ pub fn real_node(c: &Cluster) -> Option<Node<'_>> {
         return None;
     };
     let lock = NODE.lock().unwrap_or_else(|e| e.into_inner());
-    Some(Node {
+    let n = Node {
         c,
         name: name.clone(),
         ip: c.env["REAL_NODE_IP"].clone(),
         dns: c.env["CLUSTER_DNS"].clone(),
         _lock: lock,
-    })
+    };
+    n.settled();
+    Some(n)
 }
 
 /// The sample training pod's options (deploy/overlays/daemonset/
@@ -63,6 +71,46 @@ pub enum Dns {
 }
 
 impl Node<'_> {
+    /// Wait until the node is as up.sh left it: Ready, and the cluster DNS
+    /// answering the `kubernetes` Service through kube-proxy. A test that
+    /// restarted the API server (tests/cluster/faults.rs) leaves the
+    /// kubelet, kube-proxy and CoreDNS reconnecting for a while.
+    pub fn settled(&self) {
+        let c = self.c;
+        wait_for(&format!("{} Ready", self.name), secs(120), || {
+            let ready = c
+                .try_kubectl(
+                    &[
+                        "get",
+                        "node",
+                        &self.name,
+                        "-o",
+                        r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}"#,
+                    ],
+                    None,
+                )
+                .ok()?;
+            (ready.trim() == "True").then_some(())
+        });
+        self.rollout_status("kube-system", "deployment/coredns", 120);
+        let dns: SocketAddr = format!("{}:53", self.dns).parse().unwrap();
+        wait_for(
+            "the cluster DNS answering kubernetes.default",
+            secs(120),
+            || {
+                let m = std::panic::catch_unwind(|| {
+                    ask(
+                        dns,
+                        "kubernetes.default.svc",
+                        hickory_proto::rr::RecordType::A,
+                    )
+                })
+                .ok()?;
+                (addrs(&m) == ["10.96.0.1"]).then_some(())
+            },
+        );
+    }
+
     /// An image's reference (`podns`, `client`, `busybox`, `coredns`, `pause`).
     pub fn image(&self, which: &str) -> String {
         self.env(&format!("{}_IMAGE", which.to_uppercase()))

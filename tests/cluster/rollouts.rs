@@ -111,7 +111,7 @@ fn settled(n: &Node, ns: &str, selector: &str, want: usize) {
 
 /// The podns node instance's limits back to the chart's, and CoreDNS's.
 fn restore(n: &Node, ns: &str) {
-    let _ = n.helm(&["rollback", "podns", "1", "-n", ns, "--wait"]);
+    let _ = n.helm(&["rollback", RELEASE, "1", "-n", ns, "--wait"]);
     let _ = n.c.try_kubectl(
         &[
             "-n",
@@ -155,7 +155,7 @@ fn rollouts_and_kills_under_load() {
         &ns,
         "get",
         "svc",
-        "podns",
+        FULLNAME,
         "-o",
         "jsonpath={.spec.clusterIP}",
     ]);
@@ -224,12 +224,24 @@ fn rollouts_and_kills_under_load() {
         let mut podns_log = String::new();
         match name {
             n_ if n_.starts_with("DaemonSet") => {
-                c.kubectl(&["-n", &ns, "rollout", "restart", "daemonset/podns"]);
-                n.rollout_status(&ns, "daemonset/podns", 180);
+                c.kubectl(&[
+                    "-n",
+                    &ns,
+                    "rollout",
+                    "restart",
+                    &format!("daemonset/{FULLNAME}"),
+                ]);
+                n.rollout_status(&ns, &format!("daemonset/{FULLNAME}"), 180);
             }
             n_ if n_.starts_with("relays") => {
-                c.kubectl(&["-n", &ns, "rollout", "restart", "deployment/podns"]);
-                n.rollout_status(&ns, "deployment/podns", 180);
+                c.kubectl(&[
+                    "-n",
+                    &ns,
+                    "rollout",
+                    "restart",
+                    &format!("deployment/{FULLNAME}"),
+                ]);
+                n.rollout_status(&ns, &format!("deployment/{FULLNAME}"), 180);
             }
             n_ if n_.contains("SIGKILL") => {
                 let pod = node_instance(&n, &ns);
@@ -263,7 +275,7 @@ fn rollouts_and_kills_under_load() {
                 // DaemonSet rolls it out and the new pod is OOM-killed.
                 n.helm(&[
                     "upgrade",
-                    "podns",
+                    RELEASE,
                     &format!("{}/deploy/helm/podns", env!("CARGO_MANIFEST_DIR")),
                     "-n",
                     &ns,
@@ -300,9 +312,9 @@ fn rollouts_and_kills_under_load() {
                         .collect::<Vec<_>>()
                         .join(" / ")
                 );
-                n.helm(&["rollback", "podns", "1", "-n", &ns, "--wait"])
+                n.helm(&["rollback", RELEASE, "1", "-n", &ns, "--wait"])
                     .unwrap();
-                n.rollout_status(&ns, "daemonset/podns", 180);
+                n.rollout_status(&ns, &format!("daemonset/{FULLNAME}"), 180);
             }
         }
         let podns_s = since(t0);

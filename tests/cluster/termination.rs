@@ -51,7 +51,7 @@ fn sigterm_from_the_kubelet_drains_then_exits_before_the_grace_period() {
     let chart = format!("{}/deploy/helm/podns", env!("CARGO_MANIFEST_DIR"));
     let mut args = vec![
         "install".to_string(),
-        "podns".into(),
+        RELEASE.into(),
         chart,
         "-n".into(),
         ns.clone(),
@@ -62,11 +62,11 @@ fn sigterm_from_the_kubelet_drains_then_exits_before_the_grace_period() {
     pns.uninstall.push(vec![
         "helm".into(),
         "uninstall".into(),
-        "podns".into(),
+        RELEASE.into(),
         "-n".into(),
         ns.clone(),
     ]);
-    n.rollout_status(&ns, "deployment/podns", 180);
+    n.rollout_status(&ns, &format!("deployment/{FULLNAME}"), 180);
     let pod = n.pods(&ns, "app.kubernetes.io/name=podns")[0].clone();
     let ip = n.pod_ip(&ns, &pod);
     let dns: SocketAddr = format!("{ip}:5353").parse().unwrap();

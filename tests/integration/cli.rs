@@ -909,7 +909,7 @@ async fn each_error_is_one_line() {
             &[],
             64,
             vec![format!(
-                "error: no kubeconfig: pass --kubeconfig, set KUBECONFIG, run in a pod, or try `podns demo` ({} does not exist)",
+                "error: no kubeconfig: pass --kubeconfig, set KUBECONFIG, run in a pod, or try `podns demo` ({} does not exist, and no KUBERNETES_SERVICE_HOST for in-cluster config)",
                 home.path().join(".kube/config").display()
             )],
             vec!["listening"],

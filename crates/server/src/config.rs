@@ -52,7 +52,12 @@ pub async fn kube_config(
             }
             match std::env::var(IN_CLUSTER_HOST) {
                 Ok(host) if !host.is_empty() => in_cluster(&host, &looked)?,
-                _ => return Err(ConfigError(format!("{NO_KUBECONFIG} ({looked})"))),
+                // In a pod the kubelet always sets it: say it was looked for.
+                _ => {
+                    return Err(ConfigError(format!(
+                        "{NO_KUBECONFIG} ({looked}, and no {IN_CLUSTER_HOST} for in-cluster config)"
+                    )));
+                }
             }
         }
     };
