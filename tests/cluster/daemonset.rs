@@ -200,11 +200,13 @@ fn daemonset_node_instance_answers_the_gang_and_uninstalls_clean() {
         "-n",
         tns,
         "logs",
-        &format!("job/trainer"),
+        "job/trainer",
         "-c",
         "wait-for-gang",
     ]);
-    eprintln!("wait-for-gang: {waited}");
+    // `podns wait` says one line when the gang is there.
+    assert_eq!(waited.trim().lines().count(), 1, "wait-for-gang: {waited}");
+    report(&c, &format!("daemonset: the sample's init container: {}", waited.trim()));
 
     let node = [node_admin(&n)];
     let relays = relay_admins(&n, &ns);
