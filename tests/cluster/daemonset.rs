@@ -196,17 +196,13 @@ fn daemonset_node_instance_answers_the_gang_and_uninstalls_clean() {
     let ips = rank_ips(&c, tns, "trainer", 3);
     n.wait_ready(tns, "app=train", 180);
     n.wait_ready(tns, "app=client", 120);
-    let waited = c.kubectl(&[
-        "-n",
-        tns,
-        "logs",
-        "job/trainer",
-        "-c",
-        "wait-for-gang",
-    ]);
+    let waited = c.kubectl(&["-n", tns, "logs", "job/trainer", "-c", "wait-for-gang"]);
     // `podns wait` says one line when the gang is there.
     assert_eq!(waited.trim().lines().count(), 1, "wait-for-gang: {waited}");
-    report(&c, &format!("daemonset: the sample's init container: {}", waited.trim()));
+    report(
+        &c,
+        &format!("daemonset: the sample's init container: {}", waited.trim()),
+    );
 
     let node = [node_admin(&n)];
     let relays = relay_admins(&n, &ns);

@@ -98,13 +98,11 @@ impl Node<'_> {
             "the cluster DNS answering kubernetes.default",
             secs(120),
             || {
-                let m = std::panic::catch_unwind(|| {
-                    ask(
-                        dns,
-                        "kubernetes.default.svc",
-                        hickory_proto::rr::RecordType::A,
-                    )
-                })
+                let m = try_ask(
+                    dns,
+                    "kubernetes.default.svc",
+                    hickory_proto::rr::RecordType::A,
+                )
                 .ok()?;
                 (addrs(&m) == ["10.96.0.1"]).then_some(())
             },

@@ -422,6 +422,12 @@ pub fn fqdn(name: &str) -> String {
 
 /// One question over UDP (EDNS 1232, retried on timeout; TCP when TC=1).
 pub fn ask(server: SocketAddr, name: &str, qtype: RecordType) -> Message {
+    try_ask(server, name, qtype).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`ask`], with what went wrong as an error: for waits on a server that
+/// may not be up yet.
+pub fn try_ask(server: SocketAddr, name: &str, qtype: RecordType) -> Result<Message, String> {
     let mut m = Message::new(rand_id(), MessageType::Query, OpCode::Query);
     m.metadata.recursion_desired = false;
     m.add_query(Query::query(Name::from_ascii(fqdn(name)).unwrap(), qtype));
@@ -429,34 +435,45 @@ pub fn ask(server: SocketAddr, name: &str, qtype: RecordType) -> Message {
     edns.set_max_payload(1232);
     m.set_edns(edns);
     let bytes = m.to_vec().unwrap();
-    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // A server on loopback is asked from loopback; one on the real node's
+    // network (a ClusterIP, a pod) from the host's own address there.
+    let local = if server.ip().is_loopback() {
+        "127.0.0.1:0"
+    } else {
+        "0.0.0.0:0"
+    };
+    let sock = UdpSocket::bind(local).map_err(|e| format!("bind {local}: {e}"))?;
     sock.set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
     let mut buf = vec![0u8; 65535];
     for _ in 0..6 {
-        sock.send_to(&bytes, server).unwrap();
+        sock.send_to(&bytes, server)
+            .map_err(|e| format!("send to {server}: {e}"))?;
         if let Ok((n, _)) = sock.recv_from(&mut buf) {
-            let r = Message::from_vec(&buf[..n]).unwrap();
+            let r = Message::from_vec(&buf[..n])
+                .map_err(|e| format!("{server} answered {name} {qtype} with a bad message: {e}"))?;
             if r.metadata.truncation {
                 return ask_tcp(server, &bytes);
             }
-            return r;
+            return Ok(r);
         }
     }
-    panic!("no answer from {server} for {name} {qtype}");
+    Err(format!("no answer from {server} for {name} {qtype}"))
 }
 
-fn ask_tcp(server: SocketAddr, query: &[u8]) -> Message {
-    let mut s = TcpStream::connect_timeout(&server, secs(2)).unwrap();
-    s.set_read_timeout(Some(secs(5))).unwrap();
+fn ask_tcp(server: SocketAddr, query: &[u8]) -> Result<Message, String> {
+    let tcp = |e: std::io::Error| format!("TCP to {server}: {e}");
+    let mut s = TcpStream::connect_timeout(&server, secs(2)).map_err(tcp)?;
+    s.set_read_timeout(Some(secs(5))).map_err(tcp)?;
     let mut framed = (query.len() as u16).to_be_bytes().to_vec();
     framed.extend_from_slice(query);
-    s.write_all(&framed).unwrap();
+    s.write_all(&framed).map_err(tcp)?;
     let mut len = [0u8; 2];
-    s.read_exact(&mut len).unwrap();
+    s.read_exact(&mut len).map_err(tcp)?;
     let mut buf = vec![0u8; u16::from_be_bytes(len) as usize];
-    s.read_exact(&mut buf).unwrap();
-    Message::from_vec(&buf).unwrap()
+    s.read_exact(&mut buf).map_err(tcp)?;
+    Message::from_vec(&buf)
+        .map_err(|e| format!("{server} answered over TCP with a bad message: {e}"))
 }
 
 fn rand_id() -> u16 {
