@@ -81,6 +81,18 @@ fn getent(n: &Node, ns: &str, pod: &str, what: &str, name: &str) -> Option<Vec<S
 /// search path), the headless set, a rank and the leader.
 pub fn check_forward_names(n: &Node, ns: &str, pod: &str, ips: &[String]) {
     let zone = "cluster.local";
+    // The whole path settles first: CoreDNS reloading its Corefile, the
+    // Service's endpoints in kube-proxy's rules (slow right after the tests
+    // that restart the API server). Then every name must answer at once.
+    let t = Instant::now();
+    wait_for("the gang's first name through CoreDNS", secs(90), || {
+        let (ok, _, got) = lookup(n, ns, pod, "cgo", "trainer-0.trainer");
+        (ok && got == ips[0]).then_some(())
+    });
+    eprintln!(
+        "path settled {:.1} s after the pods were Ready",
+        t.elapsed().as_secs_f64()
+    );
     let mut set = ips.to_vec();
     set.sort();
     for resolver in ["cgo", "go"] {

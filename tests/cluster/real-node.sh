@@ -5,8 +5,9 @@
 # One node, "podns-real-node", beside kwok's fake ones:
 #   containerd  Debian's, its own config, root, state and socket under DIR,
 #               runc (cgroupfs), the CNI bridge and host-local plugins from
-#               /usr/lib/cni on the podCIDR kube-controller-manager gives
-#               the node (containerd renders the conflist from a template
+#               /usr/lib/cni on the node's podCIDR RN_POD_CIDR, which this
+#               script sets on the Node once the kubelet registers it
+#               (containerd renders the conflist from a template
 #               when the kubelet hands it the podCIDR), every image imported
 #               from DIR/images (tests/cluster/images.sh) before the kubelet
 #               starts; a pull would go to 127.0.0.1:1 (registry hosts file)
@@ -45,6 +46,12 @@ RN_NODE_IF=podnsnode0
 RN_CNI_IF=podnscni0
 RN_CHAIN=PODNS-TEST-FWD
 RN_CLUSTER_CIDR=10.128.0.0/9
+# The real node's podCIDR, inside RN_CLUSTER_CIDR and apart from kwok's
+# 10.(128+i).0.0/16. Set on the Node by this script, not by
+# kube-controller-manager's node IPAM: with IPAM on, every Node would get a
+# range, and the tests need Nodes without one (pods outside every Node's
+# range, as with Calico's or Cilium's own IPAM).
+RN_POD_CIDR=10.254.0.0/16
 RN_SERVICE_CIDR=10.96.0.0/16
 RN_DNS_IP=10.96.0.10
 RN_TAINT=podns.test/real-node
@@ -185,7 +192,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     config_path = "$n/containerd/certs.d"
 EOF
   # containerd renders this into conf_dir once the kubelet passes the
-  # node's podCIDR (from kube-controller-manager's node IPAM).
+  # node's podCIDR (RN_POD_CIDR, set on the Node below).
   cat >"$n/cni/template.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -429,6 +436,11 @@ real_node_up() {
     --root-dir "$n/kubelet/root" --cert-dir "$n/kubelet/pki" --v=1
   write_env
   wait_for kubelet 60 curl -sf "http://$kubelet_healthz/healthz"
+  node_registered() { "${kubectl[@]}" get node "$RN_NODE" >/dev/null 2>&1; }
+  wait_for "the real node registered" 60 node_registered
+  "${kubectl[@]}" patch node "$RN_NODE" --type merge \
+    -p "{\"spec\":{\"podCIDR\":\"$RN_POD_CIDR\",\"podCIDRs\":[\"$RN_POD_CIDR\"]}}" >/dev/null ||
+    fail "could not set the real node's podCIDR"
   node_ready() {
     [[ "$("${kubectl[@]}" get node "$RN_NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
   }

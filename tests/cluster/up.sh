@@ -25,8 +25,8 @@
 # cluster DNS, with the images of tests/cluster/images.sh (podns's from this
 # tree) imported first. kube-apiserver then listens on the node IP
 # 172.31.250.1 (an interface of the test's own) instead of 127.0.0.1, so pods
-# reach it through the `kubernetes` Service, and kube-controller-manager
-# hands out podCIDRs (kwok's stay as they are, inside 10.128.0.0/9). DIR/env
+# reach it through the `kubernetes` Service; the real node's podCIDR is
+# 10.254.0.0/16 (kwok's stay as they are, inside 10.128.0.0/9). DIR/env
 # then also has REAL_NODE=, REAL_NODE_IP=, REAL_NODE_POD_CIDR=,
 # CONTAINERD_SOCK=, CLUSTER_DNS= and each image's NAME_IMAGE= and
 # NAME_DIGEST=. A part missing from the machine is named, with how to
@@ -250,11 +250,10 @@ write_env
 wait_for kube-apiserver 120 "$bin/kubectl" --kubeconfig "$dir/kubeconfig" get --raw /readyz
 
 log "kube-controller-manager and kube-scheduler"
-kcm_extra=()
-# Node IPAM for the real node's podCIDR; kwok's Nodes bring their own
-# 10.(128+i).0.0/16, inside the same range.
-((real_node)) && kcm_extra=(--allocate-node-cidrs=true --cluster-cidr "$RN_CLUSTER_CIDR" --node-cidr-mask-size 16)
-start controller-manager "$bin/kube-controller-manager" "${kcm_extra[@]}" \
+# No node IPAM: kwok's Nodes bring their own 10.(128+i).0.0/16 and
+# real-node.sh sets the real node's, so a Node a test makes without one
+# keeps none.
+start controller-manager "$bin/kube-controller-manager" \
   --kubeconfig "$dir/controller-manager.kubeconfig" \
   --authentication-kubeconfig "$dir/controller-manager.kubeconfig" \
   --authorization-kubeconfig "$dir/controller-manager.kubeconfig" \
