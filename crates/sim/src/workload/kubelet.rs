@@ -1,0 +1,280 @@
+//! The kubelet stand-in: one timer task for every pod (Running, Ready,
+//! the end of a grace period, a Job's status write), placement on nodes,
+//! and the status a kubelet writes.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::Workload;
+use crate::store::{ApiError, Kind, Obj, new_uid, now_rfc3339};
+
+#[derive(Debug)]
+pub(super) enum Step {
+    Run,
+    Ready,
+    FinishDelete,
+    /// The Job controller writes a Job's status (`name`) from its pods.
+    SyncJob,
+}
+
+#[derive(Debug)]
+pub(super) struct Timer {
+    pub(super) at: Instant,
+    pub(super) step: Step,
+    pub(super) ns: String,
+    pub(super) name: String,
+    pub(super) uid: String,
+}
+
+impl Workload {
+    pub(super) fn schedule(&self, after: Duration, step: Step, obj: &Obj) {
+        let _ = self.timers.send(Timer {
+            at: Instant::now() + after,
+            step,
+            ns: obj.ns.clone(),
+            name: obj.name.clone(),
+            uid: obj.uid.clone(),
+        });
+    }
+
+    /// Deletes a pod the way the apiserver and kubelet do together: with a
+    /// grace period it is marked and removed when the period ends.
+    pub fn delete_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        grace: u64,
+        uid: Option<&str>,
+    ) -> Result<Arc<Obj>, ApiError> {
+        let (obj, pending) = self.store.delete(Kind::Pod, ns, name, grace, uid)?;
+        if pending {
+            let g = Duration::from_secs(grace);
+            self.schedule(g, Step::FinishDelete, &obj);
+        }
+        Ok(obj)
+    }
+
+    fn fire(&self, t: Timer) {
+        let skip = || ApiError::new(0, "Skip", "");
+        match t.step {
+            Step::FinishDelete => self.store.finish_delete(&t.ns, &t.name, &t.uid),
+            Step::SyncJob => self.sync_job(&t.ns, &t.name),
+            Step::Run => {
+                let res = self.store.modify(Kind::Pod, &t.ns, &t.name, None, |old| {
+                    if old["metadata"]["uid"] != t.uid.as_str()
+                        || !old["metadata"]["deletionTimestamp"].is_null()
+                        || old["status"]["podIP"]
+                            .as_str()
+                            .is_some_and(|s| !s.is_empty())
+                    {
+                        return Err(skip());
+                    }
+                    Ok(self.run_pod(old))
+                });
+                if let Ok(obj) = res
+                    && obj.has_ip
+                {
+                    self.schedule(self.ready_delay, Step::Ready, &obj);
+                }
+            }
+            Step::Ready => {
+                let _ = self.store.modify(Kind::Pod, &t.ns, &t.name, None, |old| {
+                    if old["metadata"]["uid"] != t.uid.as_str()
+                        || !old["metadata"]["deletionTimestamp"].is_null()
+                    {
+                        return Err(skip());
+                    }
+                    let mut v = old.clone();
+                    mark_ready(&mut v);
+                    Ok(v)
+                });
+            }
+        }
+    }
+
+    /// Picks a node (eight GPUs per node, so eight ranks share one) and
+    /// allocates the pod's IPs.
+    pub(super) fn place(&self, uid: &str, node: Option<&str>) -> Placement {
+        let (v4, v6) = {
+            let mut ips = self.ips.lock().unwrap_or_else(|p| p.into_inner());
+            let (o4, a4) = ips.v4.alloc();
+            let b = ips.v6.as_mut().map(|p| p.alloc());
+            ips.by_uid.insert(uid.to_string(), (o4, b.map(|x| x.0)));
+            (a4, b.map(|x| x.1))
+        };
+        let node = match node {
+            Some(n) if !n.is_empty() => n.to_string(),
+            _ => format!(
+                "gpu-node-{:05}",
+                self.nodes.fetch_add(1, Ordering::Relaxed) / 8
+            ),
+        };
+        let node_idx: u32 = node
+            .rsplit('-')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let host_ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(172, 16, 0, 0)) + node_idx + 2);
+        Placement {
+            node,
+            host_ip: host_ip.to_string(),
+            ip4: v4.to_string(),
+            ip6: v6.map(|a| a.to_string()),
+        }
+    }
+
+    /// Schedules the pod, gives it IPs and starts its containers.
+    fn run_pod(&self, old: &Value) -> Value {
+        let mut v = old.clone();
+        let uid = old["metadata"]["uid"].as_str().unwrap_or_default();
+        let p = self.place(uid, old["spec"]["nodeName"].as_str());
+        set_running(&mut v, &p, &container_id());
+        v
+    }
+}
+
+/// Where a pod runs: node and addresses (or template placeholders).
+pub(super) struct Placement {
+    pub(super) node: String,
+    pub(super) host_ip: String,
+    pub(super) ip4: String,
+    pub(super) ip6: Option<String>,
+}
+
+pub(super) fn container_id() -> String {
+    format!(
+        "containerd://{}{}",
+        new_uid().replace('-', ""),
+        new_uid().replace('-', "")
+    )
+}
+
+/// The status a kubelet writes when the pod's containers start.
+pub(super) fn set_running(v: &mut Value, p: &Placement, cid: &str) {
+    v["spec"]["nodeName"] = p.node.clone().into();
+    let now = now_rfc3339();
+    let mut pod_ips = vec![json!({"ip": p.ip4})];
+    if let Some(a) = &p.ip6 {
+        pod_ips.push(json!({"ip": a}));
+    }
+    let cond = |t: &str, s: &str| json!({"type": t, "status": s, "lastProbeTime": null, "lastTransitionTime": now});
+    let statuses: Vec<Value> = v["spec"]["containers"]
+        .as_array()
+        .map(|cs| {
+            cs.iter()
+                .map(|c| {
+                    let image = c["image"].as_str().unwrap_or("busybox");
+                    json!({
+                        "name": c["name"],
+                        "state": {"running": {"startedAt": now}},
+                        "lastState": {},
+                        "ready": false,
+                        "restartCount": 0,
+                        "image": image,
+                        "imageID": format!("{image}@sha256:9b2f1e0c7d4a8e6b5f3c2a1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f"),
+                        "containerID": cid,
+                        "started": true,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let qos = match &v["status"]["qosClass"] {
+        Value::String(q) => q.clone(),
+        _ => "Burstable".to_string(),
+    };
+    v["status"] = json!({
+        "phase": "Running",
+        "conditions": [
+            cond("PodReadyToStartContainers", "True"),
+            cond("Initialized", "True"),
+            cond("Ready", "False"),
+            cond("ContainersReady", "False"),
+            cond("PodScheduled", "True"),
+        ],
+        "hostIP": p.host_ip,
+        "hostIPs": [{"ip": p.host_ip}],
+        "podIP": p.ip4,
+        "podIPs": pod_ips,
+        "startTime": now,
+        "containerStatuses": statuses,
+        "qosClass": qos,
+    });
+}
+
+/// Sets the Ready and ContainersReady conditions and ready containers.
+pub(super) fn mark_ready(v: &mut Value) {
+    let now = now_rfc3339();
+    if let Some(conds) = v["status"]["conditions"].as_array_mut() {
+        for c in conds {
+            if c["type"] == "Ready" || c["type"] == "ContainersReady" {
+                c["status"] = "True".into();
+                c["lastTransitionTime"] = now.clone().into();
+            }
+        }
+    }
+    if let Some(cs) = v["status"]["containerStatuses"].as_array_mut() {
+        for c in cs {
+            c["ready"] = true.into();
+        }
+    }
+}
+
+pub(super) async fn timer_loop(
+    w: std::sync::Weak<Workload>,
+    mut rx: mpsc::UnboundedReceiver<Timer>,
+    shutdown: CancellationToken,
+) {
+    // One task and one heap for every pod: 100k pods are 100k heap entries,
+    // not 100k tasks.
+    let mut heap: BinaryHeap<Reverse<(Instant, u64)>> = BinaryHeap::new();
+    let mut pending: HashMap<u64, Timer> = HashMap::new();
+    let mut seq = 0u64;
+    loop {
+        let next = heap.peek().map(|Reverse((at, _))| *at);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            t = rx.recv() => {
+                let Some(t) = t else { return };
+                seq += 1;
+                heap.push(Reverse((t.at, seq)));
+                pending.insert(seq, t);
+                // Take whatever else is queued before sleeping again.
+                while let Ok(t) = rx.try_recv() {
+                    seq += 1;
+                    heap.push(Reverse((t.at, seq)));
+                    pending.insert(seq, t);
+                }
+            }
+            _ = async { tokio::time::sleep_until(next.unwrap_or_else(Instant::now)).await },
+                if next.is_some() => {}
+        }
+        let now = Instant::now();
+        let mut fired = 0u32;
+        while let Some(Reverse((at, id))) = heap.peek().copied() {
+            if at > now {
+                break;
+            }
+            heap.pop();
+            let Some(t) = pending.remove(&id) else {
+                continue;
+            };
+            let Some(w) = w.upgrade() else { return };
+            w.fire(t);
+            fired += 1;
+            if fired.is_multiple_of(256) {
+                // Let API requests in between long bursts.
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Workload: the kubelet stand-in (one timer task for every pod), pod IP
+//! allocation, training jobs shaped like the Job and JobSet controllers
+//! make them, gang restarts, churn and scenario files.
+//!
+//! Every training job has a batch/v1 Job owning its pods: `<name>` for an
+//! indexed-job, the JobSet child `<name>-workers-0` for a jobset (whose
+//! restart deletes and recreates that Job with `restart-attempt` + 1).
+//! Pods are named as the real controllers name them: the Job controller
+//! gives an Indexed Job's pod hostname `<job>-<i>` (the owning Job's name,
+//! so `<name>-workers-0-<i>` in a jobset), and the subdomain is `<name>`
+//! (the JobSet controller sets the child Job's template subdomain to the
+//! JobSet's name, which is also its headless Service's).
+//!
+//! - `kubelet`: the timers (Running, Ready, the end of a grace period, a
+//!   Job's status write), placement on nodes, the status a kubelet writes.
+//! - `pool`: the pod IP pools.
+//! - `jobs`: the Job and JobSet controllers (create, gang restart, status).
+//! - `templates`: the pod and Job bodies, and the per-rank pod template.
+//! - `churn`: pods replaced at a steady rate.
+//! - `scenario`: objects from a file, created at start.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::store::{ApiError, EvType, Hooks, Obj, Store};
+use jobs::{JobInfo, JobPods};
+use kubelet::{Step, Timer, timer_loop};
+use pool::{IpState, Pool};
+
+mod churn;
+mod jobs;
+mod kubelet;
+mod pool;
+mod scenario;
+mod templates;
+
+pub use jobs::JobRequest;
+pub use scenario::ensure_namespace;
+pub use templates::sample_job_pod;
+
+/// A failure to build the start-up workload or to read a scenario.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    #[error("failed to parse CIDR {0:?}")]
+    Cidr(String),
+    #[error("failed to read scenario {path}: {source}")]
+    ReadScenario {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to parse scenario: {0}")]
+    ParseScenario(String),
+    #[error("failed to create object: {0}")]
+    Api(#[from] ApiError),
+}
+
+/// The kubelet, scheduler and job controllers, collapsed into one.
+pub struct Workload {
+    store: Arc<Store>,
+    pub kubelet: bool,
+    kubelet_delay: Duration,
+    ready_delay: Duration,
+    pub default_grace: u64,
+    timers: mpsc::UnboundedSender<Timer>,
+    ips: Mutex<IpState>,
+    jobs: Mutex<HashMap<(String, String), JobInfo>>,
+    /// Pods of each Job (namespace, Job name), for its status.
+    job_pods: Mutex<HashMap<(String, String), JobPods>>,
+    nodes: AtomicU64,
+    pub churned: AtomicU64,
+    /// Set while the start-up workload is created with `--kubelet` and no
+    /// delays: pods are created Running and Ready.
+    pub prerun: std::sync::atomic::AtomicBool,
+    /// `--lean-pods`: job pods without the fields DNS never reads.
+    lean: bool,
+}
+
+impl Hooks for Workload {
+    fn pod_written(&self, obj: &Arc<Obj>, ty: EvType) {
+        self.count_for_job(obj, ty);
+        match ty {
+            EvType::Added if self.kubelet && !obj.has_ip && !obj.deleting => {
+                self.schedule(self.kubelet_delay, Step::Run, obj);
+            }
+            EvType::Deleted => {
+                let mut ips = self.ips.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some((a, b)) = ips.by_uid.remove(&obj.uid) {
+                    ips.v4.release(a);
+                    if let (Some(b), Some(p)) = (b, ips.v6.as_mut()) {
+                        p.release(b);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Workload {
+    pub fn new(
+        store: Arc<Store>,
+        args: &super::SimArgs,
+        shutdown: CancellationToken,
+    ) -> Result<Arc<Workload>, WorkloadError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let v6 = args.pod_cidr_v6.as_deref().map(Pool::parse).transpose()?;
+        let w = Arc::new(Workload {
+            store: store.clone(),
+            kubelet: args.kubelet,
+            kubelet_delay: Duration::from_millis(args.kubelet_delay_ms),
+            ready_delay: Duration::from_millis(args.ready_delay_ms),
+            default_grace: args.default_grace,
+            timers: tx,
+            ips: Mutex::new(IpState {
+                v4: Pool::parse(&args.pod_cidr)?,
+                v6,
+                by_uid: HashMap::new(),
+            }),
+            jobs: Mutex::new(HashMap::new()),
+            job_pods: Mutex::new(HashMap::new()),
+            nodes: AtomicU64::new(0),
+            churned: AtomicU64::new(0),
+            prerun: std::sync::atomic::AtomicBool::new(false),
+            lean: args.lean_pods,
+        });
+        store.set_hooks(w.clone());
+        tokio::spawn(timer_loop(Arc::downgrade(&w), rx, shutdown));
+        Ok(w)
+    }
+}
