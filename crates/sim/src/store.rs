@@ -70,21 +70,13 @@ impl Obj {
     fn from_value(v: &Value, rv: u64) -> Obj {
         let meta = &v["metadata"];
         let s = |x: &Value| x.as_str().unwrap_or_default().to_string();
-        let labels = meta["labels"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                    .collect()
-            })
-            .unwrap_or_default();
         Obj {
             bytes: Bytes::from(serde_json::to_vec(v).expect("a Value always serializes")),
             rv,
             ns: s(&meta["namespace"]),
             name: s(&meta["name"]),
             uid: s(&meta["uid"]),
-            labels,
+            labels: labels_of(v),
             node_name: s(&v["spec"]["nodeName"]),
             phase: s(&v["status"]["phase"]),
             has_ip: v["status"]["podIP"].as_str().is_some_and(|s| !s.is_empty()),
@@ -167,6 +159,22 @@ struct Inner {
     pod_events: u64,
 }
 
+impl Inner {
+    /// Whether a new object `ns/name` of `kind` may be created: its
+    /// namespace exists and the name is free.
+    fn room_for(&self, kind: Kind, ns: &str, name: &str) -> Result<(), ApiError> {
+        if kind.namespaced()
+            && !self.objects[Kind::Namespace.idx()].contains_key(&(String::new(), ns.to_string()))
+        {
+            return Err(ApiError::not_found(Kind::Namespace, ns));
+        }
+        if self.objects[kind.idx()].contains_key(&(ns_key(kind, ns), name.to_string())) {
+            return Err(ApiError::already_exists(kind, name));
+        }
+        Ok(())
+    }
+}
+
 /// Hooks the store calls after a commit (the kubelet and grace timers).
 pub trait Hooks: Send + Sync {
     fn pod_written(&self, obj: &Arc<Obj>, ty: EvType);
@@ -184,6 +192,19 @@ pub struct Page {
     pub rv: u64,
     pub items: Vec<Arc<Obj>>,
     pub cont: Option<String>,
+}
+
+/// An object's labels (`metadata.labels`), a value that is no string
+/// read as empty.
+pub fn labels_of(v: &Value) -> BTreeMap<String, String> {
+    v["metadata"]["labels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// How the current time is written in object metadata.
@@ -487,14 +508,7 @@ impl Store {
                  lower case alphanumeric characters, '-' or '.'",
             ));
         }
-        if kind.namespaced()
-            && !g.objects[Kind::Namespace.idx()].contains_key(&(String::new(), ns.to_string()))
-        {
-            return Err(ApiError::not_found(Kind::Namespace, ns));
-        }
-        if g.objects[kind.idx()].contains_key(&(ns_key(kind, ns), name.clone())) {
-            return Err(ApiError::already_exists(kind, &name));
-        }
+        g.room_for(kind, ns, &name)?;
         {
             let m = &mut v["metadata"];
             m["name"] = name.clone().into();
@@ -540,14 +554,7 @@ impl Store {
         make: impl FnOnce(u64) -> Obj,
     ) -> Result<Arc<Obj>, ApiError> {
         let mut g = self.lock();
-        if kind.namespaced()
-            && !g.objects[Kind::Namespace.idx()].contains_key(&(String::new(), ns.to_string()))
-        {
-            return Err(ApiError::not_found(Kind::Namespace, ns));
-        }
-        if g.objects[kind.idx()].contains_key(&(ns_key(kind, ns), name.to_string())) {
-            return Err(ApiError::already_exists(kind, name));
-        }
+        g.room_for(kind, ns, name)?;
         let obj = Arc::new(make(g.rv + 1));
         let obj = self.commit_obj(&mut g, kind, EvType::Added, obj, None);
         drop(g);

@@ -217,12 +217,7 @@ impl Workload {
             return Err(e);
         }
         let prerun = self.prerun.load(Ordering::Relaxed);
-        let v6 = self
-            .ips
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .v6
-            .is_some();
+        let v6 = self.ips.dual_stack();
         // The start-up workload is a cluster that has been running: with
         // the kubelet on, its pods exist already scheduled, running, Ready.
         let tpl = PodTemplate::new(&req.namespace, &req.name, &info, prerun, v6);

@@ -104,13 +104,7 @@ impl Workload {
     /// Picks a node (eight GPUs per node, so eight ranks share one) and
     /// allocates the pod's IPs.
     pub(super) fn place(&self, uid: &str, node: Option<&str>) -> Placement {
-        let (v4, v6) = {
-            let mut ips = self.ips.lock().unwrap_or_else(|p| p.into_inner());
-            let (o4, a4) = ips.v4.alloc();
-            let b = ips.v6.as_mut().map(|p| p.alloc());
-            ips.by_uid.insert(uid.to_string(), (o4, b.map(|x| x.0)));
-            (a4, b.map(|x| x.1))
-        };
+        let (v4, v6) = self.ips.alloc(uid);
         let node = match node {
             Some(n) if !n.is_empty() => n.to_string(),
             _ => format!(

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::store::{ApiError, EvType, Hooks, Obj, Store};
 use jobs::{JobInfo, JobPods};
 use kubelet::{Step, Timer, timer_loop};
-use pool::{IpState, Pool};
+use pool::PodIps;
 
 mod churn;
 mod jobs;
@@ -68,7 +68,7 @@ pub struct Workload {
     ready_delay: Duration,
     pub default_grace: u64,
     timers: mpsc::UnboundedSender<Timer>,
-    ips: Mutex<IpState>,
+    ips: PodIps,
     jobs: Mutex<HashMap<(String, String), JobInfo>>,
     /// Pods of each Job (namespace, Job name), for its status.
     job_pods: Mutex<HashMap<(String, String), JobPods>>,
@@ -88,15 +88,7 @@ impl Hooks for Workload {
             EvType::Added if self.kubelet && !obj.has_ip && !obj.deleting => {
                 self.schedule(self.kubelet_delay, Step::Run, obj);
             }
-            EvType::Deleted => {
-                let mut ips = self.ips.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some((a, b)) = ips.by_uid.remove(&obj.uid) {
-                    ips.v4.release(a);
-                    if let (Some(b), Some(p)) = (b, ips.v6.as_mut()) {
-                        p.release(b);
-                    }
-                }
-            }
+            EvType::Deleted => self.ips.release(&obj.uid),
             _ => {}
         }
     }
@@ -109,7 +101,6 @@ impl Workload {
         shutdown: CancellationToken,
     ) -> Result<Arc<Workload>, WorkloadError> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let v6 = args.pod_cidr_v6.as_deref().map(Pool::parse).transpose()?;
         let w = Arc::new(Workload {
             store: store.clone(),
             kubelet: args.kubelet,
@@ -117,11 +108,7 @@ impl Workload {
             ready_delay: Duration::from_millis(args.ready_delay_ms),
             default_grace: args.default_grace,
             timers: tx,
-            ips: Mutex::new(IpState {
-                v4: Pool::parse(&args.pod_cidr)?,
-                v6,
-                by_uid: HashMap::new(),
-            }),
+            ips: PodIps::new(&args.pod_cidr, args.pod_cidr_v6.as_deref())?,
             jobs: Mutex::new(HashMap::new()),
             job_pods: Mutex::new(HashMap::new()),
             nodes: AtomicU64::new(0),

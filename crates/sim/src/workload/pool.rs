@@ -3,11 +3,12 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::{Mutex, MutexGuard};
 
 use super::WorkloadError;
 
 /// A range of addresses handed out in order, then reused oldest-freed first.
-pub(super) struct Pool {
+struct Pool {
     base: u128,
     size: u128,
     v6: bool,
@@ -17,7 +18,7 @@ pub(super) struct Pool {
 }
 
 impl Pool {
-    pub(super) fn parse(cidr: &str) -> Result<Pool, WorkloadError> {
+    fn parse(cidr: &str) -> Result<Pool, WorkloadError> {
         let err = || WorkloadError::Cidr(cidr.to_string());
         let (ip, bits) = cidr.split_once('/').ok_or_else(err)?;
         let ip: IpAddr = ip.parse().map_err(|_| err())?;
@@ -59,7 +60,7 @@ impl Pool {
         }
     }
 
-    pub(super) fn alloc(&mut self) -> (u128, IpAddr) {
+    fn alloc(&mut self) -> (u128, IpAddr) {
         // Fresh addresses first, so a restarted pod gets a new IP.
         let last = self.size - 1; // broadcast (v4)
         let off = if self.next < last {
@@ -82,15 +83,66 @@ impl Pool {
         (off, self.addr(off))
     }
 
-    pub(super) fn release(&mut self, off: u128) {
+    fn release(&mut self, off: u128) {
         self.free.push_back(off);
     }
 }
 
-pub(super) struct IpState {
-    pub(super) v4: Pool,
-    pub(super) v6: Option<Pool>,
-    pub(super) by_uid: HashMap<String, (u128, Option<u128>)>,
+/// The pods' addresses: one pool per family, and which offsets each pod
+/// holds, to give them back when it is deleted.
+pub(super) struct PodIps {
+    inner: Mutex<Held>,
+    dual_stack: bool,
+}
+
+struct Held {
+    v4: Pool,
+    v6: Option<Pool>,
+    by_uid: HashMap<String, (u128, Option<u128>)>,
+}
+
+impl PodIps {
+    /// Pools of `v4` and, for dual-stack pods, `v6` (CIDRs).
+    pub(super) fn new(v4: &str, v6: Option<&str>) -> Result<PodIps, WorkloadError> {
+        let v6 = v6.map(Pool::parse).transpose()?;
+        Ok(PodIps {
+            dual_stack: v6.is_some(),
+            inner: Mutex::new(Held {
+                v4: Pool::parse(v4)?,
+                v6,
+                by_uid: HashMap::new(),
+            }),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Held> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether pods get an IPv6 address too.
+    pub(super) fn dual_stack(&self) -> bool {
+        self.dual_stack
+    }
+
+    /// The addresses of pod `uid`: IPv4, and IPv6 when dual-stack.
+    pub(super) fn alloc(&self, uid: &str) -> (IpAddr, Option<IpAddr>) {
+        let mut held = self.lock();
+        let (o4, a4) = held.v4.alloc();
+        let b = held.v6.as_mut().map(|p| p.alloc());
+        held.by_uid.insert(uid.to_string(), (o4, b.map(|x| x.0)));
+        (a4, b.map(|x| x.1))
+    }
+
+    /// Gives pod `uid`'s addresses back.
+    pub(super) fn release(&self, uid: &str) {
+        let mut held = self.lock();
+        if let Some((a, b)) = held.by_uid.remove(uid) {
+            held.v4.release(a);
+            if let (Some(b), Some(p)) = (b, held.v6.as_mut()) {
+                p.release(b);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

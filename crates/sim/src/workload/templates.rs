@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::jobs::{JobInfo, REPLICATED_JOB, child_job_name};
 use super::kubelet::{Placement, container_id, mark_ready, set_running};
-use crate::store::{new_uid, now_rfc3339, rand_suffix};
+use crate::store::{labels_of, new_uid, now_rfc3339, rand_suffix};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Tok {
@@ -60,14 +60,7 @@ impl PodTemplate {
             set_running(&mut v, &p, "__CID__");
             mark_ready(&mut v);
         }
-        let labels = v["metadata"]["labels"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let labels = labels_of(&v);
         let bytes = serde_json::to_vec(&v).expect("a Value always serializes");
         let mut segs = Vec::new();
         let mut lit = Vec::new();
@@ -176,87 +169,10 @@ fn full_job_pod(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Va
     // Rank 0's name, as torchrun's rendezvous and the JobSet coordinator
     // spell it.
     let leader = format!("{}-0.{job}", info.job_name);
-    let name = format!("{host}-{sfx}");
-    let now = now_rfc3339();
-    let i = idx.to_string();
-    let mut labels = json!({
-        "batch.kubernetes.io/controller-uid": info.uid,
-        "batch.kubernetes.io/job-name": info.job_name,
-        "controller-uid": info.uid,
-        "job-name": info.job_name,
-        "batch.kubernetes.io/job-completion-index": i,
-        "app.kubernetes.io/name": "llm-pretrain",
-        "app.kubernetes.io/component": "worker",
-        "training.kubeflow.org/replica-type": "worker",
-    });
-    let mut annotations = json!({
-        "batch.kubernetes.io/job-completion-index": i,
-        "kubectl.kubernetes.io/default-container": "trainer",
-        "prometheus.io/scrape": "true",
-        "prometheus.io/port": "9400",
-    });
-    if info.kind == "jobset" {
-        for (k, v) in [
-            ("jobset.sigs.k8s.io/jobset-name", job.to_string()),
-            ("jobset.sigs.k8s.io/jobset-uid", info.set_uid.clone()),
-            (
-                "jobset.sigs.k8s.io/replicatedjob-name",
-                REPLICATED_JOB.to_string(),
-            ),
-            ("jobset.sigs.k8s.io/replicatedjob-replicas", "1".to_string()),
-            ("jobset.sigs.k8s.io/job-index", "0".to_string()),
-            ("jobset.sigs.k8s.io/job-global-index", "0".to_string()),
-            (
-                "jobset.sigs.k8s.io/restart-attempt",
-                info.attempt.to_string(),
-            ),
-            ("jobset.sigs.k8s.io/job-key", info.key.clone()),
-            ("jobset.sigs.k8s.io/coordinator", leader.clone()),
-        ] {
-            if matches!(
-                k,
-                "jobset.sigs.k8s.io/jobset-name" | "jobset.sigs.k8s.io/job-index"
-            ) {
-                annotations[k] = v.clone().into();
-            }
-            labels[k] = v.into();
-        }
-    }
-    let env = |n: &str, v: String| json!({"name": n, "value": v});
-    let world = info.ranks.to_string();
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "generateName": format!("{host}-"),
-            "namespace": ns,
-            "labels": labels,
-            "annotations": annotations,
-            "finalizers": ["batch.kubernetes.io/job-tracking"],
-            "ownerReferences": [{
-                "apiVersion": "batch/v1", "kind": "Job", "name": info.job_name, "uid": info.uid,
-                "controller": true, "blockOwnerDeletion": true
-            }],
-            "managedFields": [{
-                "manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
-                "time": now, "fieldsType": "FieldsV1",
-                "fieldsV1": {
-                    "f:metadata": {
-                        "f:annotations": {".": {}, "f:batch.kubernetes.io/job-completion-index": {}},
-                        "f:finalizers": {".": {}, "v:\"batch.kubernetes.io/job-tracking\"": {}},
-                        "f:generateName": {},
-                        "f:labels": {".": {}, "f:batch.kubernetes.io/controller-uid": {}, "f:batch.kubernetes.io/job-completion-index": {}, "f:batch.kubernetes.io/job-name": {}, "f:controller-uid": {}, "f:job-name": {}},
-                        "f:ownerReferences": {".": {}, format!("k:{{\"uid\":\"{}\"}}", info.uid): {}}
-                    },
-                    "f:spec": {
-                        "f:affinity": {".": {}, "f:nodeAffinity": {".": {}, "f:requiredDuringSchedulingIgnoredDuringExecution": {}}},
-                        "f:containers": {"k:{\"name\":\"trainer\"}": {".": {}, "f:command": {}, "f:env": {".": {}}, "f:image": {}, "f:imagePullPolicy": {}, "f:name": {}, "f:ports": {".": {}}, "f:resources": {".": {}, "f:limits": {}, "f:requests": {}}, "f:terminationMessagePath": {}, "f:terminationMessagePolicy": {}, "f:volumeMounts": {".": {}}}},
-                        "f:dnsPolicy": {}, "f:enableServiceLinks": {}, "f:hostname": {}, "f:restartPolicy": {}, "f:schedulerName": {}, "f:securityContext": {}, "f:subdomain": {}, "f:terminationGracePeriodSeconds": {}, "f:tolerations": {}, "f:volumes": {".": {}}
-                    }
-                }
-            }]
-        },
+        "metadata": pod_metadata(ns, job, &host, idx, sfx, &leader, info),
         "spec": {
             "hostname": host,
             "subdomain": job,
@@ -272,77 +188,200 @@ fn full_job_pod(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Va
             "priorityClassName": "training-high",
             "securityContext": {},
             "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-            "containers": [{
-                "name": "trainer",
-                "image": "registry.example.com/ml/llm-pretrain:2025.06.1-cuda12.4",
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["torchrun", "--nnodes", world, "--nproc-per-node", "8",
-                            "--rdzv-backend", "c10d", "--rdzv-endpoint", format!("{leader}:29500"),
-                            "/workspace/train.py", "--config", "/etc/train/config.yaml"],
-                "env": [
-                    env("MASTER_ADDR", leader.clone()),
-                    env("MASTER_PORT", "29500".into()),
-                    env("WORLD_SIZE", world.clone()),
-                    {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
-                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}},
-                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
-                    env("NCCL_DEBUG", "WARN".into()),
-                    env("NCCL_SOCKET_IFNAME", "eth0".into()),
-                    env("NCCL_IB_HCA", "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7".into()),
-                    env("NCCL_IB_GID_INDEX", "3".into()),
-                    env("NCCL_CROSS_NIC", "0".into()),
-                    env("NCCL_NVLS_ENABLE", "1".into()),
-                    env("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1".into()),
-                    env("CUDA_DEVICE_MAX_CONNECTIONS", "1".into()),
-                    env("PYTHONUNBUFFERED", "1".into()),
-                    env("HF_HOME", "/data/hf-cache".into()),
-                    env("CHECKPOINT_DIR", format!("/checkpoints/{ns}/{job}")),
-                ],
-                "ports": [{"name": "nccl", "containerPort": 29500, "protocol": "TCP"},
-                          {"name": "metrics", "containerPort": 9400, "protocol": "TCP"}],
-                "resources": {
-                    "limits": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1600Gi", "ephemeral-storage": "500Gi", "rdma/ib": "8"},
-                    "requests": {"nvidia.com/gpu": "8", "cpu": "90", "memory": "1500Gi", "ephemeral-storage": "400Gi", "rdma/ib": "8"}
-                },
-                "securityContext": {"capabilities": {"add": ["IPC_LOCK", "SYS_RESOURCE"]}},
-                "volumeMounts": [
-                    {"name": "dshm", "mountPath": "/dev/shm"},
-                    {"name": "data", "mountPath": "/data", "readOnly": true},
-                    {"name": "checkpoints", "mountPath": "/checkpoints"},
-                    {"name": "config", "mountPath": "/etc/train"},
-                    {"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}
-                ],
-                "terminationMessagePath": "/dev/termination-log",
-                "terminationMessagePolicy": "FallbackToLogsOnError"
-            }],
-            "volumes": [
-                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Gi"}},
-                {"name": "data", "persistentVolumeClaim": {"claimName": "training-data", "readOnly": true}},
-                {"name": "checkpoints", "persistentVolumeClaim": {"claimName": format!("{job}-checkpoints")}},
-                {"name": "config", "configMap": {"name": format!("{job}-config"), "defaultMode": 420}},
-                {"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [
-                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}
-                ]}}
-            ],
-            "tolerations": [
-                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-                {"key": "rdma/ib", "operator": "Exists", "effect": "NoSchedule"},
-                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
-            ],
-            "affinity": {
-                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
-                    {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
-                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}
-                ]}]}},
-                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
-                    "labelSelector": {"matchExpressions": [{"key": "job-name", "operator": "In", "values": [info.job_name]}]},
-                    "topologyKey": "cloud.provider.com/topology-block"
-                }}]}
-            }
+            "containers": [trainer(ns, job, &leader, info)],
+            "volumes": volumes(job),
+            "tolerations": tolerations(),
+            "affinity": affinity(info),
         },
+    })
+}
+
+/// The labels and annotations the JobSet controller puts on its child Job
+/// and (through the Job's template) on every pod of it.
+fn jobset_labels(name: &str, info: &JobInfo) -> [(&'static str, String); 8] {
+    [
+        ("jobset.sigs.k8s.io/jobset-name", name.to_string()),
+        ("jobset.sigs.k8s.io/jobset-uid", info.set_uid.clone()),
+        (
+            "jobset.sigs.k8s.io/replicatedjob-name",
+            REPLICATED_JOB.to_string(),
+        ),
+        ("jobset.sigs.k8s.io/replicatedjob-replicas", "1".to_string()),
+        ("jobset.sigs.k8s.io/job-index", "0".to_string()),
+        ("jobset.sigs.k8s.io/job-global-index", "0".to_string()),
+        (
+            "jobset.sigs.k8s.io/restart-attempt",
+            info.attempt.to_string(),
+        ),
+        ("jobset.sigs.k8s.io/job-key", info.key.clone()),
+    ]
+}
+
+/// A rank's pod metadata: the Job controller's labels, annotations,
+/// finalizer, owner and managed fields (a JobSet's labels too).
+fn pod_metadata(
+    ns: &str,
+    job: &str,
+    host: &str,
+    idx: &str,
+    sfx: &str,
+    leader: &str,
+    info: &JobInfo,
+) -> Value {
+    let mut labels = json!({
+        "batch.kubernetes.io/controller-uid": info.uid,
+        "batch.kubernetes.io/job-name": info.job_name,
+        "controller-uid": info.uid,
+        "job-name": info.job_name,
+        "batch.kubernetes.io/job-completion-index": idx,
+        "app.kubernetes.io/name": "llm-pretrain",
+        "app.kubernetes.io/component": "worker",
+        "training.kubeflow.org/replica-type": "worker",
+    });
+    let mut annotations = json!({
+        "batch.kubernetes.io/job-completion-index": idx,
+        "kubectl.kubernetes.io/default-container": "trainer",
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "9400",
+    });
+    if info.jobset() {
+        let coordinator = ("jobset.sigs.k8s.io/coordinator", leader.to_string());
+        for (k, v) in jobset_labels(job, info).into_iter().chain([coordinator]) {
+            if matches!(
+                k,
+                "jobset.sigs.k8s.io/jobset-name" | "jobset.sigs.k8s.io/job-index"
+            ) {
+                annotations[k] = v.clone().into();
+            }
+            labels[k] = v.into();
+        }
+    }
+    json!({
+        "name": format!("{host}-{sfx}"),
+        "generateName": format!("{host}-"),
+        "namespace": ns,
+        "labels": labels,
+        "annotations": annotations,
+        "finalizers": ["batch.kubernetes.io/job-tracking"],
+        "ownerReferences": [{
+            "apiVersion": "batch/v1", "kind": "Job", "name": info.job_name, "uid": info.uid,
+            "controller": true, "blockOwnerDeletion": true
+        }],
+        "managedFields": [managed_fields(&info.uid)],
+    })
+}
+
+/// What kube-controller-manager owns of a pod it created (server-side
+/// apply's record), as `kubectl get -o json --show-managed-fields` shows.
+fn managed_fields(job_uid: &str) -> Value {
+    json!({
+        "manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
+        "time": now_rfc3339(), "fieldsType": "FieldsV1",
+        "fieldsV1": {
+            "f:metadata": {
+                "f:annotations": {".": {}, "f:batch.kubernetes.io/job-completion-index": {}},
+                "f:finalizers": {".": {}, "v:\"batch.kubernetes.io/job-tracking\"": {}},
+                "f:generateName": {},
+                "f:labels": {".": {}, "f:batch.kubernetes.io/controller-uid": {}, "f:batch.kubernetes.io/job-completion-index": {}, "f:batch.kubernetes.io/job-name": {}, "f:controller-uid": {}, "f:job-name": {}},
+                "f:ownerReferences": {".": {}, format!("k:{{\"uid\":\"{job_uid}\"}}"): {}}
+            },
+            "f:spec": {
+                "f:affinity": {".": {}, "f:nodeAffinity": {".": {}, "f:requiredDuringSchedulingIgnoredDuringExecution": {}}},
+                "f:containers": {"k:{\"name\":\"trainer\"}": {".": {}, "f:command": {}, "f:env": {".": {}}, "f:image": {}, "f:imagePullPolicy": {}, "f:name": {}, "f:ports": {".": {}}, "f:resources": {".": {}, "f:limits": {}, "f:requests": {}}, "f:terminationMessagePath": {}, "f:terminationMessagePolicy": {}, "f:volumeMounts": {".": {}}}},
+                "f:dnsPolicy": {}, "f:enableServiceLinks": {}, "f:hostname": {}, "f:restartPolicy": {}, "f:schedulerName": {}, "f:securityContext": {}, "f:subdomain": {}, "f:terminationGracePeriodSeconds": {}, "f:tolerations": {}, "f:volumes": {".": {}}
+            }
+        }
+    })
+}
+
+/// The training container: torchrun with its rendezvous at rank 0
+/// (`leader`), NCCL's environment, eight GPUs and the RDMA devices.
+fn trainer(ns: &str, job: &str, leader: &str, info: &JobInfo) -> Value {
+    let env = |n: &str, v: String| json!({"name": n, "value": v});
+    let world = info.ranks.to_string();
+    json!({
+        "name": "trainer",
+        "image": "registry.example.com/ml/llm-pretrain:2025.06.1-cuda12.4",
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["torchrun", "--nnodes", world, "--nproc-per-node", "8",
+                    "--rdzv-backend", "c10d", "--rdzv-endpoint", format!("{leader}:29500"),
+                    "/workspace/train.py", "--config", "/etc/train/config.yaml"],
+        "env": [
+            env("MASTER_ADDR", leader.to_string()),
+            env("MASTER_PORT", "29500".into()),
+            env("WORLD_SIZE", world.clone()),
+            {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+            env("NCCL_DEBUG", "WARN".into()),
+            env("NCCL_SOCKET_IFNAME", "eth0".into()),
+            env("NCCL_IB_HCA", "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7".into()),
+            env("NCCL_IB_GID_INDEX", "3".into()),
+            env("NCCL_CROSS_NIC", "0".into()),
+            env("NCCL_NVLS_ENABLE", "1".into()),
+            env("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1".into()),
+            env("CUDA_DEVICE_MAX_CONNECTIONS", "1".into()),
+            env("PYTHONUNBUFFERED", "1".into()),
+            env("HF_HOME", "/data/hf-cache".into()),
+            env("CHECKPOINT_DIR", format!("/checkpoints/{ns}/{job}")),
+        ],
+        "ports": [{"name": "nccl", "containerPort": 29500, "protocol": "TCP"},
+                  {"name": "metrics", "containerPort": 9400, "protocol": "TCP"}],
+        "resources": {
+            "limits": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1600Gi", "ephemeral-storage": "500Gi", "rdma/ib": "8"},
+            "requests": {"nvidia.com/gpu": "8", "cpu": "90", "memory": "1500Gi", "ephemeral-storage": "400Gi", "rdma/ib": "8"}
+        },
+        "securityContext": {"capabilities": {"add": ["IPC_LOCK", "SYS_RESOURCE"]}},
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "data", "mountPath": "/data", "readOnly": true},
+            {"name": "checkpoints", "mountPath": "/checkpoints"},
+            {"name": "config", "mountPath": "/etc/train"},
+            {"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}
+        ],
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "FallbackToLogsOnError"
+    })
+}
+
+/// Shared memory, the data set, the job's checkpoints and config, and the
+/// ServiceAccount token volume admission adds.
+fn volumes(job: &str) -> Value {
+    json!([
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Gi"}},
+        {"name": "data", "persistentVolumeClaim": {"claimName": "training-data", "readOnly": true}},
+        {"name": "checkpoints", "persistentVolumeClaim": {"claimName": format!("{job}-checkpoints")}},
+        {"name": "config", "configMap": {"name": format!("{job}-config"), "defaultMode": 420}},
+        {"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}
+        ]}}
+    ])
+}
+
+/// GPU and RDMA taints tolerated, and the two the DefaultTolerationSeconds
+/// admission plugin adds.
+fn tolerations() -> Value {
+    json!([
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "rdma/ib", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    ])
+}
+
+/// GPU nodes of one zone, the job's ranks packed in one topology block.
+fn affinity(info: &JobInfo) -> Value {
+    json!({
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}
+        ]}]}},
+        "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+            "labelSelector": {"matchExpressions": [{"key": "job-name", "operator": "In", "values": [info.job_name]}]},
+            "topologyKey": "cloud.provider.com/topology-block"
+        }}]}
     })
 }
 
@@ -392,22 +431,7 @@ pub(super) fn job_object(ns: &str, name: &str, info: &JobInfo) -> Value {
     let mut annotations = json!({});
     let mut owners = json!([]);
     if info.jobset() {
-        for (k, v) in [
-            ("jobset.sigs.k8s.io/jobset-name", name.to_string()),
-            ("jobset.sigs.k8s.io/jobset-uid", info.set_uid.clone()),
-            (
-                "jobset.sigs.k8s.io/replicatedjob-name",
-                REPLICATED_JOB.to_string(),
-            ),
-            ("jobset.sigs.k8s.io/replicatedjob-replicas", "1".to_string()),
-            ("jobset.sigs.k8s.io/job-index", "0".to_string()),
-            ("jobset.sigs.k8s.io/job-global-index", "0".to_string()),
-            (
-                "jobset.sigs.k8s.io/restart-attempt",
-                info.attempt.to_string(),
-            ),
-            ("jobset.sigs.k8s.io/job-key", info.key.clone()),
-        ] {
+        for (k, v) in jobset_labels(name, info) {
             labels[k] = v.clone().into();
             annotations[k] = v.into();
         }
