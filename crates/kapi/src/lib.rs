@@ -17,3 +17,4 @@ pub mod status;
 pub mod watch;
 
 pub use kind::{KINDS, Kind};
+pub use status::ApiError;

@@ -10,10 +10,11 @@ use http::Method;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::Sim;
 use super::http::{error_response, json_response};
-use super::store::{ApiError, kind_counts};
-use super::workload::JobRequest;
+use podns_kapi::ApiError;
+
+use crate::state::Sim;
+use crate::workload::JobRequest;
 
 fn ok(v: Value) -> Response {
     json_response(200, serde_json::to_vec(&v).unwrap_or_default())
@@ -154,16 +155,5 @@ async fn route(sim: &Arc<Sim>, req: Request, rest: &str) -> Result<Response, Api
             "NotFound",
             format!("no simulator endpoint {m} /sim/{rest}"),
         )),
-    }
-}
-
-impl Sim {
-    pub fn stats_json(&self) -> Value {
-        let counts = kind_counts(&self.store);
-        self.stats.snapshot(
-            json!(counts),
-            self.store.pod_events(),
-            self.store.current_rv(),
-        )
     }
 }

@@ -8,7 +8,7 @@ use serde_json::json;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::store::ApiError;
+use podns_kapi::ApiError;
 
 #[derive(Default)]
 struct State {

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::store::{ApiError, Kind};
+use podns_kapi::{ApiError, Kind};
 
 /// The bad value of an error, printed the way Go's `%q` / `%#v` print it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //!
 //! Pods, Services, Jobs and Namespaces are answered in the media type the
 //! client's `Accept` prefers: Protobuf (`application/vnd.kubernetes.protobuf`,
-//! `;stream=watch` for watches, see [`pbenc`](super::pbenc)) or JSON. Errors
+//! `;stream=watch` for watches, see [`pbenc`](podns_kapi::pbenc)) or JSON. Errors
 //! are JSON `Status` bodies, which every client reads. `--no-protobuf`
 //! refuses Protobuf as a server without it does.
 
@@ -22,12 +22,14 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::Sim;
-use super::pbenc::{self, Media};
-use super::selector::{FieldSelector, LabelSelector};
-use super::store::{ApiError, EvType, Filter, Kind, Obj, decode_continue, event_line};
-use super::table;
-use podns_kapi::watch::{ParamError, WatchParams};
+use podns_kapi::pbenc::{self, Media};
+use podns_kapi::selector::{FieldSelector, LabelSelector};
+use podns_kapi::watch::{EvType, ParamError, WatchParams, event_line};
+use podns_kapi::{ApiError, Kind};
+
+use crate::state::Sim;
+use crate::store::{Filter, Obj, decode_continue};
+use crate::table;
 
 type Query = HashMap<String, String>;
 

@@ -4,7 +4,7 @@
 //! JSON for everything else.
 //!
 //! The body is decoded with prost into the `k8s-pb` types generated from
-//! Kubernetes' `generated.proto` files (as [`pbenc`](super::pbenc)
+//! Kubernetes' `generated.proto` files (as [`pbenc`](podns_kapi::pbenc)
 //! encodes), so no field number is written here; the fields a typed create
 //! sets are then carried into the stored JSON by name.
 
@@ -137,7 +137,7 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pbenc::envelope;
+    use podns_kapi::pbenc::envelope;
 
     fn meta(name: &str, labels: &[(&str, &str)]) -> Option<pmeta::ObjectMeta> {
         Some(pmeta::ObjectMeta {

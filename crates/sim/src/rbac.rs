@@ -32,8 +32,10 @@ use axum::response::Response;
 use http::Method;
 use serde_json::{Map, Value, json};
 
-use crate::Sim;
-use crate::store::{ApiError, Filter, Kind, Store};
+use podns_kapi::{ApiError, Kind};
+
+use crate::state::Sim;
+use crate::store::{Filter, Store};
 
 const API_VERSION: &str = "authorization.k8s.io/v1";
 

@@ -14,12 +14,16 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
-use super::selector::{Field, FieldSelector, LabelSelector};
-use super::service_net::ServiceNet;
-pub use podns_kapi::watch::{EvType, event_line};
-pub use podns_kapi::{KINDS, Kind};
+use podns_kapi::pbenc;
+use podns_kapi::selector::{Field, FieldSelector, LabelSelector};
+use podns_kapi::watch::{EvType, event_line};
+use podns_kapi::{ApiError, KINDS};
 
-pub use podns_kapi::status::ApiError;
+/// The kinds the store keeps (kapi's), named here too for the callers
+/// outside the crate that list stored objects by kind.
+pub use podns_kapi::Kind;
+
+use crate::service_net::ServiceNet;
 
 /// One stored version of an object.
 #[derive(Debug)]
@@ -46,7 +50,7 @@ impl Obj {
     /// warning once) when the stored JSON has no typed form.
     pub fn pb_item(&self, kind: Kind) -> Option<&Bytes> {
         self.pb
-            .get_or_init(|| match super::pbenc::list_item(kind, &self.bytes) {
+            .get_or_init(|| match pbenc::list_item(kind, &self.bytes) {
                 Ok(b) => Some(Bytes::from(b)),
                 Err(error) => {
                     tracing::warn!(%error, ns = %self.ns, name = %self.name, "no protobuf form");
@@ -59,8 +63,8 @@ impl Obj {
     /// The enveloped object, as a get or a watch event carries it.
     pub fn pb_object(&self, kind: Kind) -> Option<Vec<u8>> {
         let item = self.pb_item(kind)?;
-        let raw = super::pbenc::object(item)?;
-        Some(super::pbenc::envelope(
+        let raw = pbenc::object(item)?;
+        Some(pbenc::envelope(
             kind.api_version(),
             kind.name(),
             raw.to_vec(),

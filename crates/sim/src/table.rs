@@ -3,7 +3,9 @@
 
 use serde_json::{Value, json};
 
-use super::store::{Kind, Page};
+use podns_kapi::Kind;
+
+use crate::store::Page;
 
 fn age(created: &str) -> String {
     let Ok(t) = created.parse::<jiff::Timestamp>() else {

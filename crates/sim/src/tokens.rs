@@ -36,8 +36,10 @@ use http::Method;
 use jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
-use crate::Sim;
-use crate::store::{ApiError, Kind, Store, new_uid};
+use podns_kapi::{ApiError, Kind};
+
+use crate::state::Sim;
+use crate::store::{Store, new_uid};
 
 /// The API server's own audience (`--api-audiences`, by default the
 /// `--service-account-issuer`): a TokenRequest without audiences gets it,
@@ -116,7 +118,7 @@ struct Inner {
     uids: HashMap<(String, String), String>,
 }
 
-/// The tokens the simulator issued, held by [`Sim`](crate::Sim).
+/// The tokens the simulator issued, held by [`Sim`](crate::state::Sim).
 pub struct Tokens {
     store: Arc<Store>,
     inner: Mutex<Inner>,

@@ -30,7 +30,7 @@ use ipnet::IpNet;
 use serde_json::{Value, json};
 
 use crate::field::{BadValue, FieldError};
-use crate::store::{ApiError, Kind};
+use podns_kapi::{ApiError, Kind};
 use range::Range;
 use validate::{
     upgrade_downgrade_cluster_ips, upgrade_downgrade_families, validate_cluster_ips_related,

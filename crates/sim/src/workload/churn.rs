@@ -11,7 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::Workload;
 use super::templates::job_pod;
-use crate::store::{Filter, Kind, Obj};
+use podns_kapi::Kind;
+
+use crate::store::{Filter, Obj};
 
 impl Workload {
     /// Replaces one random pod; job pods come back under the same hostname.

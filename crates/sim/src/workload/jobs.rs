@@ -15,7 +15,11 @@ use super::Workload;
 use super::kubelet::{Placement, Step, Timer, container_id};
 use super::scenario::ensure_namespace;
 use super::templates::{PodTemplate, Tok, job_object, job_pod};
-use crate::store::{ApiError, EvType, Filter, Kind, Obj, new_uid, rand_suffix};
+use podns_kapi::selector::LabelSelector;
+use podns_kapi::watch::EvType;
+use podns_kapi::{ApiError, Kind};
+
+use crate::store::{Filter, Obj, new_uid, rand_suffix};
 
 /// How long the Job controller gathers its pods' changes before it writes
 /// a Job's status (kube-controller-manager's Job controller batches pod
@@ -333,7 +337,7 @@ impl Workload {
         };
         let f = Filter {
             ns: Some(ns.to_string()),
-            labels: crate::selector::LabelSelector::parse(&format!("{label}={name}"))
+            labels: LabelSelector::parse(&format!("{label}={name}"))
                 .map_err(|e| ApiError::bad_request(e.to_string()))?,
             ..Default::default()
         };
@@ -438,7 +442,7 @@ mod tests {
             w.create_job(&req).unwrap();
             let f = Filter {
                 ns: Some("ml".into()),
-                labels: crate::selector::LabelSelector::parse(&format!("job-name={name}")).unwrap(),
+                labels: LabelSelector::parse(&format!("job-name={name}")).unwrap(),
                 ..Default::default()
             };
             let (_, pods) = store.snapshot(Kind::Pod, &f);

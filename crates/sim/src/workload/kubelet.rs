@@ -15,7 +15,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Workload;
-use crate::store::{ApiError, Kind, Obj, new_uid, now_rfc3339};
+use podns_kapi::{ApiError, Kind};
+
+use crate::store::{Obj, new_uid, now_rfc3339};
 
 #[derive(Debug)]
 pub(super) enum Step {

@@ -17,7 +17,7 @@
 //! - `jobs`: the Job and JobSet controllers (create, gang restart, status).
 //! - `templates`: the pod and Job bodies, and the per-rank pod template.
 //! - `churn`: pods replaced at a steady rate.
-//! - `scenario`: objects from a file, created at start.
+//! - `scenario`: the cluster at start, objects from a file.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -27,7 +27,11 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{ApiError, EvType, Hooks, Obj, Store};
+use podns_kapi::ApiError;
+use podns_kapi::watch::EvType;
+
+use crate::args::SimArgs;
+use crate::store::{Hooks, Obj, Store};
 use jobs::{JobInfo, JobPods};
 use kubelet::{Step, Timer, timer_loop};
 use pool::PodIps;
@@ -58,6 +62,12 @@ pub enum WorkloadError {
     ParseScenario(String),
     #[error("failed to create object: {0}")]
     Api(#[from] ApiError),
+    #[error("failed to create job {name}: {source}")]
+    Job {
+        name: String,
+        #[source]
+        source: ApiError,
+    },
 }
 
 /// The kubelet, scheduler and job controllers, collapsed into one.
@@ -97,7 +107,7 @@ impl Hooks for Workload {
 impl Workload {
     pub fn new(
         store: Arc<Store>,
-        args: &super::SimArgs,
+        args: &SimArgs,
         shutdown: CancellationToken,
     ) -> Result<Arc<Workload>, WorkloadError> {
         let (tx, rx) = mpsc::unbounded_channel();
