@@ -279,8 +279,8 @@ impl FieldSelector {
 
     /// `get` returns the object's value of a field ("" when unset, as the
     /// apiserver's field sets do).
-    pub fn matches(&self, get: impl Fn(Field) -> String) -> bool {
-        self.terms.iter().all(|(f, eq, v)| (get(*f) == *v) == *eq)
+    pub fn matches<'a>(&self, get: impl Fn(Field) -> &'a str) -> bool {
+        self.terms.iter().all(|(f, eq, v)| (get(*f) == v) == *eq)
     }
 
     /// The name a `metadata.name=X` term pins, so a get can replace a scan.
@@ -367,10 +367,10 @@ mod tests {
     fn field_selectors() {
         let all = [Field::Name, Field::Namespace, Field::NodeName, Field::Phase];
         let get = |f| match f {
-            Field::Name => "p".to_string(),
-            Field::Namespace => "ns".to_string(),
-            Field::NodeName => String::new(),
-            Field::Phase => "Running".to_string(),
+            Field::Name => "p",
+            Field::Namespace => "ns",
+            Field::NodeName => "",
+            Field::Phase => "Running",
         };
         let s = FieldSelector::parse("metadata.name=p,status.phase!=Pending", &all).unwrap();
         assert!(s.matches(get));

@@ -72,6 +72,16 @@ impl ApiError {
     pub fn expired(msg: impl Into<String>) -> Self {
         Self::new(410, "Expired", msg)
     }
+    /// A path that names no resource served, as kube-apiserver answers
+    /// one under `/api` or `/apis`.
+    pub fn path_not_found(path: &str) -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+        .with_details(json!({"causes": [{"reason": "UnexpectedServerResponse", "message": format!("404 page not found: {path}")}]}))
+    }
     pub fn gone_rv(rv: u64) -> Self {
         Self::expired(format!("too old resource version: {rv}"))
     }

@@ -97,12 +97,12 @@ impl Obj {
         serde_json::from_slice(&self.bytes).expect("stored bytes are JSON")
     }
 
-    pub fn field(&self, f: Field) -> String {
+    pub fn field(&self, f: Field) -> &str {
         match f {
-            Field::Name => self.name.clone(),
-            Field::Namespace => self.ns.clone(),
-            Field::NodeName => self.node_name.clone(),
-            Field::Phase => self.phase.clone(),
+            Field::Name => &self.name,
+            Field::Namespace => &self.ns,
+            Field::NodeName => &self.node_name,
+            Field::Phase => &self.phase,
         }
     }
 }

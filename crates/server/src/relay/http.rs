@@ -451,10 +451,10 @@ impl Filter {
         self.ns.as_ref().is_none_or(|ns| *ns == o.ns)
             && self.labels.matches_with(|k| o.labels.get(k))
             && self.fields.matches(|f| match f {
-                Field::Name => o.name.clone(),
-                Field::Namespace => o.ns.clone(),
-                Field::NodeName => o.node_name.clone(),
-                Field::Phase => String::new(),
+                Field::Name => &o.name,
+                Field::Namespace => &o.ns,
+                Field::NodeName => &o.node_name,
+                Field::Phase => "",
             })
     }
 }
