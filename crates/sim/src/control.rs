@@ -10,14 +10,14 @@ use http::Method;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::http::{error_response, json_response};
 use podns_kapi::ApiError;
 
+use crate::rest::{self, error_response, value_response};
 use crate::state::Sim;
 use crate::workload::JobRequest;
 
 fn ok(v: Value) -> Response {
-    json_response(200, serde_json::to_vec(&v).unwrap_or_default())
+    value_response(200, &v)
 }
 
 #[derive(Deserialize)]
@@ -46,9 +46,7 @@ async fn body<T: for<'de> Deserialize<'de>>(
     req: Request,
     empty_ok: bool,
 ) -> Result<Option<T>, ApiError> {
-    let bytes = axum::body::to_bytes(req.into_body(), 1 << 20)
-        .await
-        .map_err(|e| ApiError::bad_request(format!("failed to read body: {e}")))?;
+    let bytes = rest::read_body(req, 1 << 20).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return if empty_ok {
             Ok(None)
@@ -69,12 +67,7 @@ pub async fn handle(sim: &Arc<Sim>, req: Request, rest: &str) -> Response {
 }
 
 async fn route(sim: &Arc<Sim>, req: Request, rest: &str) -> Result<Response, ApiError> {
-    let q: HashMap<String, String> = match req.uri().query() {
-        Some(q) => {
-            serde_urlencoded::from_str(q).map_err(|e| ApiError::bad_request(e.to_string()))?
-        }
-        None => HashMap::new(),
-    };
+    let q = rest::query(&req)?;
     let segs: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
     let m = req.method().clone();
     let dur = |k| seconds(&q, k).map(Duration::from_secs_f64);
@@ -92,10 +85,7 @@ async fn route(sim: &Arc<Sim>, req: Request, rest: &str) -> Result<Response, Api
             let r = tokio::task::spawn_blocking(move || w.create_job(&j))
                 .await
                 .map_err(|e| ApiError::new(500, "InternalError", e.to_string()))??;
-            Ok(json_response(
-                201,
-                serde_json::to_vec(&r).unwrap_or_default(),
-            ))
+            Ok(value_response(201, &r))
         }
         (&Method::POST, ["jobs", ns, name, "restart"]) => {
             let r: Restart = body(req, true).await?.unwrap_or_default();

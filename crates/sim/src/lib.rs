@@ -21,12 +21,12 @@
 
 pub mod args;
 pub mod control;
-pub mod discovery;
 pub mod faults;
 pub mod field;
 pub mod http;
 pub mod protobuf;
 pub mod rbac;
+pub mod rest;
 pub mod service_net;
 pub mod state;
 pub mod stats;
@@ -132,6 +132,7 @@ pub async fn spawn(
         faults: faults::Faults::default(),
         shutdown: shutdown.clone(),
         addr,
+        discovery: http::discovery(addr),
         bookmark_interval: args.bookmark_interval,
         protobuf: !args.no_protobuf,
     });

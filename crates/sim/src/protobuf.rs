@@ -134,6 +134,77 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
     Ok(obj)
 }
 
+/// The group version of the reviews kubectl sends as Protobuf.
+pub const AUTHENTICATION: &str = "authentication.k8s.io/v1";
+
+/// A `k8s\0`-prefixed `runtime.Unknown` holding a TokenRequest or a
+/// TokenReview (kubectl sends Protobuf), as the JSON body it stands for.
+pub fn decode_authentication(body: &[u8], kind: &str) -> Result<Map<String, Value>, &'static str> {
+    use k8s_pb::api::authentication::v1 as pauth;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_pb::apimachinery::pkg::runtime::Unknown;
+    use prost::Message;
+
+    fn meta(m: Option<ObjectMeta>) -> Value {
+        let m = m.unwrap_or_default();
+        let mut o = Map::new();
+        for (k, v) in [
+            ("name", m.name),
+            ("generateName", m.generate_name),
+            ("namespace", m.namespace),
+        ] {
+            if let Some(v) = v.filter(|v| !v.is_empty()) {
+                o.insert(k.into(), v.into());
+            }
+        }
+        if !m.labels.is_empty() {
+            o.insert("labels".into(), json!(m.labels));
+        }
+        if !m.annotations.is_empty() {
+            o.insert("annotations".into(), json!(m.annotations));
+        }
+        Value::Object(o)
+    }
+
+    let inner = body.strip_prefix(b"k8s\0").ok_or("missing k8s magic")?;
+    let envelope = Unknown::decode(inner).map_err(|_| "not a runtime.Unknown")?;
+    let type_meta = envelope.type_meta.unwrap_or_default();
+    if type_meta
+        .kind
+        .as_deref()
+        .is_some_and(|k| !k.is_empty() && k != kind)
+    {
+        return Err("the protobuf body is of another kind");
+    }
+    let raw = envelope.raw.unwrap_or_default();
+    let mut o = Map::new();
+    match kind {
+        "TokenRequest" => {
+            let tr = pauth::TokenRequest::decode(&raw[..]).map_err(|_| "not a TokenRequest")?;
+            o.insert("metadata".into(), meta(tr.metadata));
+            let spec = tr.spec.unwrap_or_default();
+            let bound = spec.bound_object_ref.map(|r| {
+                json!({"kind": r.kind, "apiVersion": r.api_version, "name": r.name, "uid": r.u_id})
+            });
+            o.insert(
+                "spec".into(),
+                json!({"audiences": spec.audiences, "expirationSeconds": spec.expiration_seconds,
+                       "boundObjectRef": bound}),
+            );
+        }
+        _ => {
+            let tr = pauth::TokenReview::decode(&raw[..]).map_err(|_| "not a TokenReview")?;
+            o.insert("metadata".into(), meta(tr.metadata));
+            let spec = tr.spec.unwrap_or_default();
+            o.insert(
+                "spec".into(),
+                json!({"token": spec.token, "audiences": spec.audiences}),
+            );
+        }
+    }
+    Ok(o)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,5 +273,56 @@ mod tests {
                    "selector": {"app": "web"}, "type": "ClusterIP",
                    "ipFamilyPolicy": "RequireDualStack", "ipFamilies": ["IPv4", "IPv6"]})
         );
+    }
+
+    fn auth_envelope(kind: &str, raw: Vec<u8>) -> Vec<u8> {
+        use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
+        use prost::Message;
+        let u = Unknown {
+            type_meta: Some(TypeMeta {
+                api_version: Some(AUTHENTICATION.into()),
+                kind: Some(kind.into()),
+            }),
+            raw: Some(raw),
+            ..Default::default()
+        };
+        [&b"k8s\0"[..], &u.encode_to_vec()].concat()
+    }
+
+    #[test]
+    fn reads_protobuf_bodies() {
+        use k8s_pb::api::authentication::v1 as pauth;
+        use prost::Message;
+        let tr = pauth::TokenRequest {
+            spec: Some(pauth::TokenRequestSpec {
+                audiences: vec!["a".into()],
+                expiration_seconds: Some(1200),
+                bound_object_ref: None,
+            }),
+            ..Default::default()
+        };
+        let o = decode_authentication(
+            &auth_envelope("TokenRequest", tr.encode_to_vec()),
+            "TokenRequest",
+        )
+        .unwrap();
+        assert_eq!(
+            Value::Object(o),
+            json!({"metadata": {}, "spec": {"audiences": ["a"], "expirationSeconds": 1200, "boundObjectRef": null}})
+        );
+        let rv = pauth::TokenReview {
+            spec: Some(pauth::TokenReviewSpec {
+                token: Some("t".into()),
+                audiences: vec![],
+            }),
+            ..Default::default()
+        };
+        let body = auth_envelope("TokenReview", rv.encode_to_vec());
+        let o = decode_authentication(&body, "TokenReview").unwrap();
+        assert_eq!(o["spec"], json!({"token": "t", "audiences": []}));
+        // Another kind, no magic, a truncated envelope.
+        assert!(decode_authentication(&body, "TokenRequest").is_err());
+        assert!(decode_authentication(b"{}", "TokenReview").is_err());
+        assert!(decode_authentication(&body[..body.len() - 3], "TokenReview").is_err());
     }
 }

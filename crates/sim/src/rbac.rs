@@ -25,17 +25,16 @@
 //! there are no SelfSubjectAccessReviews (a client of the simulator has no
 //! identity).
 
-use std::sync::Arc;
-
 use axum::extract::Request;
 use axum::response::Response;
-use http::Method;
 use serde_json::{Map, Value, json};
 
 use podns_kapi::{ApiError, Kind};
 
-use crate::state::Sim;
-use crate::store::{Filter, Store};
+use crate::rest::{body_object, value_response};
+use podns_kapi::filter::Filter;
+
+use crate::store::Store;
 
 const API_VERSION: &str = "authorization.k8s.io/v1";
 
@@ -203,49 +202,24 @@ fn allows(r: &Value, a: &Attributes) -> bool {
     has(&r["apiGroups"], &a.api_group) && resource && names
 }
 
-/// The paths this module serves.
-pub(crate) enum Route {
-    Group,
-    GroupV1,
-    SubjectAccessReview,
+/// The path this module serves: SubjectAccessReviews, only created (POST).
+pub const PATH: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+
+/// What discovery lists of this module: the `authorization.k8s.io`
+/// group's SubjectAccessReviews.
+pub fn resource() -> (&'static str, Value) {
+    (
+        "authorization.k8s.io",
+        json!({"name": "subjectaccessreviews", "singularName": "subjectaccessreview",
+               "namespaced": false, "kind": "SubjectAccessReview", "verbs": ["create"]}),
+    )
 }
 
-pub(crate) fn route(path: &str) -> Option<Route> {
-    match path {
-        "/apis/authorization.k8s.io" => Some(Route::Group),
-        "/apis/authorization.k8s.io/v1" => Some(Route::GroupV1),
-        "/apis/authorization.k8s.io/v1/subjectaccessreviews" => Some(Route::SubjectAccessReview),
-        _ => None,
-    }
-}
-
-pub(crate) async fn serve(
-    sim: &Arc<Sim>,
-    req: Request,
-    route: Route,
-) -> Result<Response, ApiError> {
-    let ok = |code, v: &Value| {
-        crate::http::json_response(code, serde_json::to_vec(v).unwrap_or_default())
-    };
-    match route {
-        Route::Group => {
-            sim.stats.count("get", "discovery");
-            Ok(ok(200, &crate::discovery::authorization_group()))
-        }
-        Route::GroupV1 => {
-            sim.stats.count("get", "discovery");
-            Ok(ok(200, &crate::discovery::authorization_v1()))
-        }
-        Route::SubjectAccessReview => {
-            if req.method() != Method::POST {
-                sim.stats.count("unsupported", "subjectaccessreviews");
-                return Err(crate::tokens::method_not_allowed());
-            }
-            sim.stats.count("create", "subjectaccessreviews");
-            let body = crate::tokens::body_object(req, "SubjectAccessReview", API_VERSION).await?;
-            Ok(ok(201, &review(&sim.store, body)?))
-        }
-    }
+/// Answers a create (POST) of a SubjectAccessReview: 201 with the review
+/// and its decision.
+pub async fn serve(store: &Store, req: Request) -> Result<Response, ApiError> {
+    let body = body_object(req, "SubjectAccessReview", API_VERSION).await?;
+    Ok(value_response(201, &review(store, body)?))
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -324,6 +298,8 @@ fn review(store: &Store, body: Map<String, Value>) -> Result<Value, ApiError> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     fn store_with(objects: &[(Kind, &str, Value)]) -> Arc<Store> {

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use podns_kapi::discovery::Discovery;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -19,6 +20,8 @@ pub struct Sim {
     pub faults: faults::Faults,
     pub shutdown: CancellationToken,
     pub addr: SocketAddr,
+    /// What discovery lists.
+    pub discovery: Discovery,
     pub bookmark_interval: u64,
     /// Pods, Services, Jobs and Namespaces may be answered in Protobuf.
     pub protobuf: bool,

@@ -14,8 +14,9 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
+use podns_kapi::filter::{Filter, Selectable};
 use podns_kapi::pbenc;
-use podns_kapi::selector::{Field, FieldSelector, LabelSelector};
+use podns_kapi::selector::Field;
 use podns_kapi::watch::{EvType, event_line};
 use podns_kapi::{ApiError, KINDS};
 
@@ -96,8 +97,18 @@ impl Obj {
     pub fn value(&self) -> Value {
         serde_json::from_slice(&self.bytes).expect("stored bytes are JSON")
     }
+}
 
-    pub fn field(&self, f: Field) -> &str {
+impl Selectable for Obj {
+    fn namespace(&self) -> &str {
+        &self.ns
+    }
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
+
+    fn field(&self, f: Field) -> &str {
         match f {
             Field::Name => &self.name,
             Field::Namespace => &self.ns,
@@ -128,27 +139,8 @@ impl Event {
     }
 }
 
-/// What a list or watch selects.
-#[derive(Clone, Debug, Default)]
-pub struct Filter {
-    pub ns: Option<String>,
-    pub labels: LabelSelector,
-    pub fields: FieldSelector,
-}
-
-impl Filter {
-    pub fn matches(&self, o: &Obj) -> bool {
-        if let Some(ns) = &self.ns
-            && &o.ns != ns
-        {
-            return false;
-        }
-        (self.labels.is_empty() || self.labels.matches(&o.labels))
-            && (self.fields.is_empty() || self.fields.matches(|f| o.field(f)))
-    }
-}
-
-type Key = (String, String);
+/// An object's key: its namespace ("" when cluster-scoped) and name.
+pub type Key = (String, String);
 
 struct Inner {
     rv: u64,
@@ -770,7 +762,7 @@ impl Store {
     pub fn snapshot(&self, kind: Kind, f: &Filter) -> (u64, Vec<Arc<Obj>>) {
         let g = self.lock();
         let items = range_of(&g.objects[kind.idx()], f)
-            .filter(|o| f.matches(o))
+            .filter(|o| f.matches(o.as_ref()))
             .cloned()
             .collect();
         (g.rv, items)
@@ -861,7 +853,7 @@ impl Store {
                 continue;
             }
             let Some(o) = o else { continue };
-            if !f.matches(o) {
+            if !f.matches(o.as_ref()) {
                 continue;
             }
             if items.len() == limit {
@@ -905,7 +897,7 @@ impl Store {
     pub fn pod_keys(&self, f: &Filter) -> Vec<(String, String)> {
         let g = self.lock();
         range_of(&g.objects[Kind::Pod.idx()], f)
-            .filter(|o| f.matches(o))
+            .filter(|o| f.matches(o.as_ref()))
             .map(|o| (o.ns.clone(), o.name.clone()))
             .collect()
     }

@@ -32,13 +32,12 @@ use std::time::Duration;
 
 use axum::extract::Request;
 use axum::response::Response;
-use http::Method;
 use jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
 use podns_kapi::{ApiError, Kind};
 
-use crate::state::Sim;
+use crate::rest::{body_object, json_type, value_response};
 use crate::store::{Store, new_uid};
 
 /// The API server's own audience (`--api-audiences`, by default the
@@ -318,240 +317,71 @@ fn dns1123_subdomain(n: &str) -> bool {
         })
 }
 
-/// The paths this module answers.
-pub(crate) enum Route {
-    /// `/apis/authentication.k8s.io`.
-    Group,
-    /// `/apis/authentication.k8s.io/v1`.
-    GroupV1,
+/// The paths this module answers; both are only created (POST).
+pub enum Route {
     /// `/apis/authentication.k8s.io/v1/tokenreviews`.
     TokenReview,
     /// `/api/v1/namespaces/{ns}/serviceaccounts/{name}/token`.
     TokenRequest { ns: String, name: String },
 }
 
-/// Which of this module's paths `path` (without a trailing `/`) is.
-pub(crate) fn route(path: &str) -> Option<Route> {
-    match path {
-        "/apis/authentication.k8s.io" => Some(Route::Group),
-        "/apis/authentication.k8s.io/v1" => Some(Route::GroupV1),
-        "/apis/authentication.k8s.io/v1/tokenreviews" => Some(Route::TokenReview),
-        _ => {
-            let rest = path.strip_prefix("/api/v1/namespaces/")?;
-            match rest.split('/').collect::<Vec<_>>()[..] {
-                [ns, "serviceaccounts", name, "token"] => Some(Route::TokenRequest {
-                    ns: ns.to_string(),
-                    name: name.to_string(),
-                }),
-                _ => None,
-            }
+impl Route {
+    /// Which of this module's paths `path` (without a trailing `/`) is.
+    pub fn of(path: &str) -> Option<Route> {
+        if path == "/apis/authentication.k8s.io/v1/tokenreviews" {
+            return Some(Route::TokenReview);
+        }
+        let rest = path.strip_prefix("/api/v1/namespaces/")?;
+        match rest.split('/').collect::<Vec<_>>()[..] {
+            [ns, "serviceaccounts", name, "token"] => Some(Route::TokenRequest {
+                ns: ns.to_string(),
+                name: name.to_string(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The resource, as the API server counts and authorizes it.
+    pub fn resource(&self) -> &'static str {
+        match self {
+            Route::TokenReview => "tokenreviews",
+            Route::TokenRequest { .. } => "serviceaccounts/token",
         }
     }
 }
 
-/// The apiserver's answer to a method a path does not serve (go-restful's
-/// 405 as `NewGenericServerResponse` words it).
-pub(crate) fn method_not_allowed() -> ApiError {
-    ApiError::new(
-        405,
-        "MethodNotAllowed",
-        "the server does not allow this method on the requested resource",
-    )
-    .with_details(json!({}))
+/// What discovery lists of this module: TokenRequests as a subresource
+/// of the core group's ServiceAccounts, and the `authentication.k8s.io`
+/// group's TokenReviews.
+pub fn resources() -> [(&'static str, Value); 2] {
+    [
+        (
+            "",
+            json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true,
+                   "group": GROUP, "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}),
+        ),
+        (
+            GROUP,
+            json!({"name": "tokenreviews", "singularName": "tokenreview", "namespaced": false,
+                   "kind": "TokenReview", "verbs": ["create"]}),
+        ),
+    ]
 }
 
-/// Answers one of this module's paths.
-pub(crate) async fn serve(
-    sim: &Arc<Sim>,
-    req: Request,
-    route: Route,
-) -> Result<Response, ApiError> {
-    let ok = |v: &Value| crate::http::json_response(200, serde_json::to_vec(v).unwrap_or_default());
-    match route {
-        Route::Group => {
-            sim.stats.count("get", "discovery");
-            Ok(ok(&crate::discovery::authentication_group()))
-        }
-        Route::GroupV1 => {
-            sim.stats.count("get", "discovery");
-            Ok(ok(&crate::discovery::authentication_v1()))
-        }
+/// Answers a create (POST) on one of this module's paths: 201 with the
+/// review or the token.
+pub async fn serve(tokens: &Tokens, req: Request, route: Route) -> Result<Response, ApiError> {
+    let out = match route {
         Route::TokenReview => {
-            if req.method() != Method::POST {
-                sim.stats.count("unsupported", "tokenreviews");
-                return Err(method_not_allowed());
-            }
-            sim.stats.count("create", "tokenreviews");
             let body = body_object(req, "TokenReview", API_VERSION).await?;
-            let out = token_review(&sim.tokens, body)?;
-            Ok(created(&out))
+            token_review(tokens, body)?
         }
         Route::TokenRequest { ns, name } => {
-            if req.method() != Method::POST {
-                sim.stats.count("unsupported", "serviceaccounts/token");
-                return Err(method_not_allowed());
-            }
-            sim.stats.count("create", "serviceaccounts/token");
             let body = body_object(req, "TokenRequest", API_VERSION).await?;
-            let out = token_request(sim, &ns, &name, body)?;
-            Ok(created(&out))
+            token_request(tokens, &ns, &name, body)?
         }
-    }
-}
-
-fn created(v: &Value) -> Response {
-    crate::http::json_response(201, serde_json::to_vec(v).unwrap_or_default())
-}
-
-/// The body as a JSON object of `kind` in `api_version` (Protobuf only for
-/// the kinds kubectl sends so: TokenRequest and TokenReview).
-pub(crate) async fn body_object(
-    req: Request,
-    kind: &str,
-    api_version: &str,
-) -> Result<Map<String, Value>, ApiError> {
-    let ct = req
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json")
-        .to_string();
-    let protobuf = ct.contains("protobuf");
-    if !protobuf && !ct.contains("json") {
-        return Err(ApiError::new(
-            415,
-            "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json (got {ct:?})"
-            ),
-        ));
-    }
-    let bytes = axum::body::to_bytes(req.into_body(), 1 << 20)
-        .await
-        .map_err(|e| ApiError::bad_request(format!("failed to read body: {e}")))?;
-    let cannot = |why: String| {
-        ApiError::bad_request(format!(
-            "{kind} in version \"v1\" cannot be handled as a {kind}: {why}"
-        ))
     };
-    if protobuf && api_version == API_VERSION {
-        return from_protobuf(&bytes, kind).map_err(|why| cannot(why.into()));
-    }
-    if protobuf {
-        return Err(ApiError::new(
-            415,
-            "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json (got {ct:?})"
-            ),
-        ));
-    }
-    let v: Value = serde_json::from_slice(&bytes).map_err(|e| cannot(e.to_string()))?;
-    let Value::Object(o) = v else {
-        return Err(cannot(format!(
-            "json: cannot unmarshal {} into Go value of type v1.{kind}",
-            json_type(&v)
-        )));
-    };
-    match o.get("apiVersion") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) if s.is_empty() || s == api_version => {}
-        Some(other) => {
-            return Err(cannot(format!(
-                "unsupported apiVersion {other}, expected {api_version:?}"
-            )));
-        }
-    }
-    match o.get("kind") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) if s.is_empty() || s == kind => {}
-        Some(other) => {
-            return Err(cannot(format!(
-                "unexpected kind {other}, expected {kind:?}"
-            )));
-        }
-    }
-    Ok(o)
-}
-
-/// A `k8s\0`-prefixed `runtime.Unknown` holding a TokenRequest or a
-/// TokenReview (kubectl sends Protobuf), as the JSON body it stands for.
-fn from_protobuf(body: &[u8], kind: &str) -> Result<Map<String, Value>, &'static str> {
-    use k8s_pb::api::authentication::v1 as pauth;
-    use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    use k8s_pb::apimachinery::pkg::runtime::Unknown;
-    use prost::Message;
-
-    fn meta(m: Option<ObjectMeta>) -> Value {
-        let m = m.unwrap_or_default();
-        let mut o = Map::new();
-        for (k, v) in [
-            ("name", m.name),
-            ("generateName", m.generate_name),
-            ("namespace", m.namespace),
-        ] {
-            if let Some(v) = v.filter(|v| !v.is_empty()) {
-                o.insert(k.into(), v.into());
-            }
-        }
-        if !m.labels.is_empty() {
-            o.insert("labels".into(), json!(m.labels));
-        }
-        if !m.annotations.is_empty() {
-            o.insert("annotations".into(), json!(m.annotations));
-        }
-        Value::Object(o)
-    }
-
-    let inner = body.strip_prefix(b"k8s\0").ok_or("missing k8s magic")?;
-    let envelope = Unknown::decode(inner).map_err(|_| "not a runtime.Unknown")?;
-    let type_meta = envelope.type_meta.unwrap_or_default();
-    if type_meta
-        .kind
-        .as_deref()
-        .is_some_and(|k| !k.is_empty() && k != kind)
-    {
-        return Err("the protobuf body is of another kind");
-    }
-    let raw = envelope.raw.unwrap_or_default();
-    let mut o = Map::new();
-    match kind {
-        "TokenRequest" => {
-            let tr = pauth::TokenRequest::decode(&raw[..]).map_err(|_| "not a TokenRequest")?;
-            o.insert("metadata".into(), meta(tr.metadata));
-            let spec = tr.spec.unwrap_or_default();
-            let bound = spec.bound_object_ref.map(|r| {
-                json!({"kind": r.kind, "apiVersion": r.api_version, "name": r.name, "uid": r.u_id})
-            });
-            o.insert(
-                "spec".into(),
-                json!({"audiences": spec.audiences, "expirationSeconds": spec.expiration_seconds,
-                       "boundObjectRef": bound}),
-            );
-        }
-        _ => {
-            let tr = pauth::TokenReview::decode(&raw[..]).map_err(|_| "not a TokenReview")?;
-            o.insert("metadata".into(), meta(tr.metadata));
-            let spec = tr.spec.unwrap_or_default();
-            o.insert(
-                "spec".into(),
-                json!({"token": spec.token, "audiences": spec.audiences}),
-            );
-        }
-    }
-    Ok(o)
-}
-
-/// How Go's decoder names a JSON value's type in its errors.
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
+    Ok(value_response(201, &out))
 }
 
 /// A type error in a body, as Go's decoder words it.
@@ -770,7 +600,7 @@ fn binding(store: &Store, ns: &str, sa: &str, r: &Map<String, Value>) -> Result<
 
 /// A TokenRequest for ServiceAccount `ns/name`: the response body.
 fn token_request(
-    sim: &Sim,
+    tokens: &Tokens,
     ns: &str,
     name: &str,
     body: Map<String, Value>,
@@ -805,19 +635,19 @@ fn token_request(
     // Every well-formed name in an existing namespace is a ServiceAccount.
     if !dns1123_subdomain(name)
         || !dns1123_subdomain(ns)
-        || sim.store.get(Kind::Namespace, "", ns).is_err()
+        || tokens.store.get(Kind::Namespace, "", ns).is_err()
     {
         return Err(service_account_not_found(name));
     }
     let binding = bound
         .as_ref()
-        .map(|r| binding(&sim.store, ns, name, r))
+        .map(|r| binding(&tokens.store, ns, name, r))
         .transpose()?;
     if auds.is_empty() {
         auds.push(API_AUDIENCE.to_string());
     }
     let ttl = Duration::from_secs(seconds.unsigned_abs());
-    let (token, expires) = sim.tokens.issue_inner(ns, name, auds.clone(), ttl, binding);
+    let (token, expires) = tokens.issue_inner(ns, name, auds.clone(), ttl, binding);
     // A JWT's `exp` is whole seconds.
     let expires = Timestamp::from_second(expires.as_second()).unwrap_or(expires);
     Ok(json!({
@@ -940,57 +770,6 @@ mod tests {
         );
         // No audiences in the review: the API server's own.
         assert!(t.authenticate(&tok, &[]).is_err());
-    }
-
-    fn envelope(kind: &str, raw: Vec<u8>) -> Vec<u8> {
-        use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
-        use prost::Message;
-        let u = Unknown {
-            type_meta: Some(TypeMeta {
-                api_version: Some(API_VERSION.into()),
-                kind: Some(kind.into()),
-            }),
-            raw: Some(raw),
-            ..Default::default()
-        };
-        [&b"k8s\0"[..], &u.encode_to_vec()].concat()
-    }
-
-    #[test]
-    fn reads_protobuf_bodies() {
-        use k8s_pb::api::authentication::v1 as pauth;
-        use prost::Message;
-        let tr = pauth::TokenRequest {
-            spec: Some(pauth::TokenRequestSpec {
-                audiences: vec!["a".into()],
-                expiration_seconds: Some(1200),
-                bound_object_ref: None,
-            }),
-            ..Default::default()
-        };
-        let o = from_protobuf(
-            &envelope("TokenRequest", tr.encode_to_vec()),
-            "TokenRequest",
-        )
-        .unwrap();
-        assert_eq!(
-            Value::Object(o),
-            json!({"metadata": {}, "spec": {"audiences": ["a"], "expirationSeconds": 1200, "boundObjectRef": null}})
-        );
-        let rv = pauth::TokenReview {
-            spec: Some(pauth::TokenReviewSpec {
-                token: Some("t".into()),
-                audiences: vec![],
-            }),
-            ..Default::default()
-        };
-        let body = envelope("TokenReview", rv.encode_to_vec());
-        let o = from_protobuf(&body, "TokenReview").unwrap();
-        assert_eq!(o["spec"], json!({"token": "t", "audiences": []}));
-        // Another kind, no magic, a truncated envelope.
-        assert!(from_protobuf(&body, "TokenRequest").is_err());
-        assert!(from_protobuf(b"{}", "TokenReview").is_err());
-        assert!(from_protobuf(&body[..body.len() - 3], "TokenReview").is_err());
     }
 
     #[test]

@@ -13,7 +13,9 @@ use super::Workload;
 use super::templates::job_pod;
 use podns_kapi::Kind;
 
-use crate::store::{Filter, Obj};
+use podns_kapi::filter::Filter;
+
+use crate::store::Obj;
 
 impl Workload {
     /// Replaces one random pod; job pods come back under the same hostname.

@@ -19,7 +19,9 @@ use podns_kapi::selector::LabelSelector;
 use podns_kapi::watch::EvType;
 use podns_kapi::{ApiError, Kind};
 
-use crate::store::{Filter, Obj, new_uid, rand_suffix};
+use podns_kapi::filter::Filter;
+
+use crate::store::{Obj, new_uid, rand_suffix};
 
 /// How long the Job controller gathers its pods' changes before it writes
 /// a Job's status (kube-controller-manager's Job controller batches pod
