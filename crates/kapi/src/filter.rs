@@ -16,6 +16,19 @@ pub trait Selectable {
     fn field(&self, field: Field) -> &str;
 }
 
+/// The servers keep their objects shared.
+impl<T: Selectable + ?Sized> Selectable for std::sync::Arc<T> {
+    fn namespace(&self) -> &str {
+        (**self).namespace()
+    }
+    fn label(&self, key: &str) -> Option<&str> {
+        (**self).label(key)
+    }
+    fn field(&self, field: Field) -> &str {
+        (**self).field(field)
+    }
+}
+
 /// A request's namespace, labels and fields.
 #[derive(Clone, Debug, Default)]
 pub struct Filter {

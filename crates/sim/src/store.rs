@@ -762,7 +762,7 @@ impl Store {
     pub fn snapshot(&self, kind: Kind, f: &Filter) -> (u64, Vec<Arc<Obj>>) {
         let g = self.lock();
         let items = range_of(&g.objects[kind.idx()], f)
-            .filter(|o| f.matches(o.as_ref()))
+            .filter(|o| f.matches(*o))
             .cloned()
             .collect();
         (g.rv, items)
@@ -853,7 +853,7 @@ impl Store {
                 continue;
             }
             let Some(o) = o else { continue };
-            if !f.matches(o.as_ref()) {
+            if !f.matches(o) {
                 continue;
             }
             if items.len() == limit {
@@ -897,7 +897,7 @@ impl Store {
     pub fn pod_keys(&self, f: &Filter) -> Vec<(String, String)> {
         let g = self.lock();
         range_of(&g.objects[Kind::Pod.idx()], f)
-            .filter(|o| f.matches(o.as_ref()))
+            .filter(|o| f.matches(*o))
             .map(|o| (o.ns.clone(), o.name.clone()))
             .collect()
     }

@@ -25,8 +25,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use podns_kapi::Kind;
+use podns_kapi::discovery::Discovery;
+use podns_kapi::filter::{Filter, Selectable};
+use podns_kapi::path::Target;
 use podns_kapi::pbenc::{self, Media};
-use podns_kapi::selector::{Field, FieldSelector, LabelSelector};
+use podns_kapi::selector::Field;
 use podns_kapi::status::ApiError;
 use podns_kapi::watch::{EvType, ParamError, WatchParams, bookmark_line, event_line};
 use prometheus_client::metrics::gauge::Gauge;
@@ -237,34 +240,15 @@ fn value_response(v: &Value) -> Reply {
     }
 }
 
-/// What a path names.
-struct Target {
-    kind: Kind,
-    ns: Option<String>,
-    name: Option<String>,
+/// The target of a path of the relayed kinds: no subresource, no
+/// `/watch/` path (404 for those, as for every kind not relayed).
+fn parse_target(path: &str) -> Option<Target> {
+    Target::parse(path, &super::KINDS).filter(|t| !t.status && !t.watch)
 }
 
-fn parse_target(path: &str) -> Option<Target> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let rest = match segs.as_slice() {
-        ["api", "v1", rest @ ..] => (rest, ""),
-        ["apis", "batch", "v1", rest @ ..] => (rest, "batch"),
-        ["apis", "discovery.k8s.io", "v1", rest @ ..] => (rest, "discovery.k8s.io"),
-        _ => return None,
-    };
-    let (rest, group) = rest;
-    let (ns, rest) = match rest {
-        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some((*ns).to_owned()), rest),
-        rest => (None, rest),
-    };
-    let (plural, name) = match rest {
-        [plural] => (*plural, None),
-        [plural, name] if ns.is_some() => (*plural, Some((*name).to_owned())),
-        _ => return None,
-    };
-    let kind = Kind::from_plural(plural).filter(|k| super::KINDS.contains(k))?;
-    (kind.group() == group).then_some(Target { kind, ns, name })
-}
+/// The discovery documents: the relayed kinds, read-only.
+static DISCOVERY: std::sync::LazyLock<Discovery> =
+    std::sync::LazyLock::new(|| Discovery::read_only(&super::KINDS));
 
 async fn serve(s: &Arc<Server>, req: &Head) -> Result<Reply, ApiError> {
     let path = req.uri.path();
@@ -320,30 +304,12 @@ async fn serve(s: &Arc<Server>, req: &Head) -> Result<Reply, ApiError> {
             return Err(ApiError::new(code, reason, message));
         }
     };
-    match path.trim_end_matches('/') {
-        "/version" => return Ok(value_response(&version())),
-        "/api" => {
-            return Ok(value_response(
-                &json!({"kind": "APIVersions", "versions": ["v1"]}),
-            ));
-        }
-        "/apis" => return Ok(value_response(&api_groups())),
-        "/api/v1" => {
-            return Ok(value_response(&resources(
-                "v1",
-                &[Kind::Pod, Kind::Service],
-            )));
-        }
-        "/apis/batch" => return Ok(value_response(&batch_group())),
-        "/apis/batch/v1" => return Ok(value_response(&resources("batch/v1", &[Kind::Job]))),
-        "/apis/discovery.k8s.io" => return Ok(value_response(&discovery_group())),
-        "/apis/discovery.k8s.io/v1" => {
-            return Ok(value_response(&resources(
-                "discovery.k8s.io/v1",
-                &[Kind::EndpointSlice],
-            )));
-        }
-        _ => {}
+    let trimmed = path.trim_end_matches('/');
+    if trimmed == "/version" {
+        return Ok(value_response(&version()));
+    }
+    if let Some(doc) = DISCOVERY.document(trimmed) {
+        return Ok(value_response(&doc));
     }
     let target = parse_target(path).ok_or_else(|| {
         ApiError::new(
@@ -377,7 +343,14 @@ async fn serve(s: &Arc<Server>, req: &Head) -> Result<Reply, ApiError> {
             "the relay has not listed from the API server yet",
         ));
     }
-    let filter = Filter::new(&target, &query)?;
+    // The relay keeps no pod phase: `status.phase` is no field here.
+    let fields: &[Field] = match target.kind {
+        Kind::Pod => &[Field::Name, Field::Namespace, Field::NodeName],
+        _ => &[Field::Name, Field::Namespace],
+    };
+    let filter = Filter::parse(target.ns.clone(), fields, |k| {
+        query.get(k).map(String::as_str)
+    })?;
     if let Some(node) = &reader.node {
         s.in_scope(&reader.user, node, &target, &filter)?;
     }
@@ -402,60 +375,32 @@ async fn serve(s: &Arc<Server>, req: &Head) -> Result<Reply, ApiError> {
     }
 }
 
-/// A request's namespace, labels and fields.
-struct Filter {
-    ns: Option<String>,
-    labels: LabelSelector,
-    fields: FieldSelector,
+/// Whether a watch with this filter may hold objects of namespace `ns`
+/// on these nodes.
+fn holds(filter: &Filter, ns: &str, nodes: &std::collections::HashSet<String>) -> bool {
+    filter.namespace().is_none_or(|n| n == ns)
+        && filter
+            .fields
+            .pinned(Field::NodeName)
+            .is_none_or(|node| nodes.contains(node))
 }
 
-impl Filter {
-    fn new(t: &Target, q: &HashMap<String, String>) -> Result<Self, ApiError> {
-        let bad = |e: podns_kapi::selector::SelectorError| {
-            ApiError::new(400, "BadRequest", e.to_string())
-        };
-        let labels =
-            LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str)).map_err(bad)?;
-        let allowed: &[Field] = match t.kind {
-            Kind::Pod => &[Field::Name, Field::Namespace, Field::NodeName],
-            _ => &[Field::Name, Field::Namespace],
-        };
-        let fields =
-            FieldSelector::parse(q.get("fieldSelector").map_or("", String::as_str), allowed)
-                .map_err(bad)?;
-        Ok(Self {
-            ns: t.ns.clone(),
-            labels,
-            fields,
-        })
+impl Selectable for Item {
+    fn namespace(&self) -> &str {
+        &self.ns
     }
 
-    /// The one namespace this filter reads, by path or field selector.
-    fn namespace(&self) -> Option<&str> {
-        self.ns
-            .as_deref()
-            .or_else(|| self.fields.pinned(Field::Namespace))
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key)
     }
 
-    /// Whether a watch with this filter may hold objects of namespace
-    /// `ns` on these nodes.
-    fn holds(&self, ns: &str, nodes: &std::collections::HashSet<String>) -> bool {
-        self.namespace().is_none_or(|n| n == ns)
-            && self
-                .fields
-                .pinned(Field::NodeName)
-                .is_none_or(|node| nodes.contains(node))
-    }
-
-    fn matches(&self, o: &Item) -> bool {
-        self.ns.as_ref().is_none_or(|ns| *ns == o.ns)
-            && self.labels.matches_with(|k| o.labels.get(k))
-            && self.fields.matches(|f| match f {
-                Field::Name => &o.name,
-                Field::Namespace => &o.ns,
-                Field::NodeName => &o.node_name,
-                Field::Phase => "",
-            })
+    fn field(&self, field: Field) -> &str {
+        match field {
+            Field::Name => &self.name,
+            Field::Namespace => &self.ns,
+            Field::NodeName => &self.node_name,
+            Field::Phase => "",
+        }
     }
 }
 
@@ -661,7 +606,7 @@ impl Subscriber {
         loop {
             if self
                 .cache
-                .stale(&mut epoch, |ns, nodes| self.filter.holds(ns, nodes))
+                .stale(&mut epoch, |ns, nodes| holds(&self.filter, ns, nodes))
             {
                 // Served anew with more labels (`labels`): relist.
                 self.send(out, &[self.gone(cursor, cursor)]).await;
@@ -723,43 +668,6 @@ fn version() -> Value {
         "compiler": "rustc",
         "platform": "linux",
     })
-}
-
-fn batch_group() -> Value {
-    json!({
-        "kind": "APIGroup", "apiVersion": "v1", "name": "batch",
-        "versions": [{"groupVersion": "batch/v1", "version": "v1"}],
-        "preferredVersion": {"groupVersion": "batch/v1", "version": "v1"},
-    })
-}
-
-fn discovery_group() -> Value {
-    json!({
-        "kind": "APIGroup", "apiVersion": "v1", "name": "discovery.k8s.io",
-        "versions": [{"groupVersion": "discovery.k8s.io/v1", "version": "v1"}],
-        "preferredVersion": {"groupVersion": "discovery.k8s.io/v1", "version": "v1"},
-    })
-}
-
-fn api_groups() -> Value {
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [batch_group(), discovery_group()]})
-}
-
-/// The resources of one group version, read-only.
-fn resources(group_version: &str, kinds: &[Kind]) -> Value {
-    let resources: Vec<Value> = kinds
-        .iter()
-        .map(|k| {
-            json!({
-                "name": k.plural(),
-                "singularName": k.name().to_ascii_lowercase(),
-                "namespaced": true,
-                "kind": k.name(),
-                "verbs": ["get", "list", "watch"],
-            })
-        })
-        .collect();
-    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources})
 }
 
 #[cfg(test)]

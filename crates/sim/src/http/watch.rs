@@ -165,11 +165,8 @@ impl WatchTask {
         if ev.kind != self.kind {
             return None;
         }
-        let now = self.filter.matches(ev.obj.as_ref());
-        let before = ev
-            .prev
-            .as_ref()
-            .is_some_and(|p| self.filter.matches(p.as_ref()));
+        let now = self.filter.matches(&ev.obj);
+        let before = ev.prev.as_ref().is_some_and(|p| self.filter.matches(p));
         ev.ty.seen(before, now)
     }
 
