@@ -381,6 +381,22 @@ impl Store {
         obj
     }
 
+    /// Commits one change as [`Store::commit`] does, then (the lock
+    /// released) wakes the watchers and runs the hooks.
+    fn write(
+        &self,
+        mut g: MutexGuard<'_, Inner>,
+        kind: Kind,
+        ty: EvType,
+        v: Value,
+        prev: Option<Arc<Obj>>,
+    ) -> Arc<Obj> {
+        let obj = self.commit(&mut g, kind, ty, v, prev);
+        drop(g);
+        self.after_commit(obj.rv, kind, &obj, ty);
+        obj
+    }
+
     fn after_commit(&self, rv: u64, kind: Kind, obj: &Arc<Obj>, ty: EvType) {
         self.notify.send_replace(rv);
         if kind == Kind::Pod
@@ -533,9 +549,7 @@ impl Store {
         if let Some(st) = status {
             v["status"] = st;
         }
-        let obj = self.commit(&mut g, kind, EvType::Added, v, None);
-        drop(g);
-        self.after_commit(obj.rv, kind, &obj, EvType::Added);
+        let obj = self.write(g, kind, EvType::Added, v, None);
         Ok(obj)
     }
 
@@ -680,9 +694,7 @@ impl Store {
             // A no-op write does not bump the resourceVersion.
             return Ok(old);
         }
-        let obj = self.commit(&mut g, kind, EvType::Modified, new, Some(old));
-        drop(g);
-        self.after_commit(obj.rv, kind, &obj, EvType::Modified);
+        let obj = self.write(g, kind, EvType::Modified, new, Some(old));
         Ok(obj)
     }
 
@@ -722,9 +734,7 @@ impl Store {
                 .unwrap_or_else(|_| at.to_string())
                 .into();
             v["metadata"]["deletionGracePeriodSeconds"] = grace.into();
-            let obj = self.commit(&mut g, kind, EvType::Modified, v, Some(old));
-            drop(g);
-            self.after_commit(obj.rv, kind, &obj, EvType::Modified);
+            let obj = self.write(g, kind, EvType::Modified, v, Some(old));
             return Ok((obj, true));
         }
         let mut removed = Vec::new();

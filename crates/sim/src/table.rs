@@ -20,78 +20,52 @@ fn age(created: &str) -> String {
     }
 }
 
-fn col(name: &str, ty: &str, priority: u8) -> Value {
+/// A column definition; `Created At` is a date, the others strings.
+fn col(name: &str, priority: u8) -> Value {
     let format = if name == "Name" { "name" } else { "" };
+    let ty = if name == "Created At" {
+        "date"
+    } else {
+        "string"
+    };
     json!({"name": name, "type": ty, "format": format, "description": name, "priority": priority})
 }
 
+/// A kind's columns: those `kubectl get` shows, then those only `-o
+/// wide` shows (priority 1).
 fn columns(kind: Kind) -> Vec<Value> {
-    match kind {
-        Kind::Pod => vec![
-            col("Name", "string", 0),
-            col("Ready", "string", 0),
-            col("Status", "string", 0),
-            col("Restarts", "string", 0),
-            col("Age", "string", 0),
-            col("IP", "string", 1),
-            col("Node", "string", 1),
-            col("Nominated Node", "string", 1),
-            col("Readiness Gates", "string", 1),
-        ],
-        Kind::Service => vec![
-            col("Name", "string", 0),
-            col("Type", "string", 0),
-            col("Cluster-IP", "string", 0),
-            col("External-IP", "string", 0),
-            col("Port(s)", "string", 0),
-            col("Age", "string", 0),
-            col("Selector", "string", 1),
-        ],
-        Kind::Namespace => vec![
-            col("Name", "string", 0),
-            col("Status", "string", 0),
-            col("Age", "string", 0),
-        ],
-        Kind::EndpointSlice => vec![
-            col("Name", "string", 0),
-            col("AddressType", "string", 0),
-            col("Ports", "string", 0),
-            col("Endpoints", "string", 0),
-            col("Age", "string", 0),
-        ],
-        Kind::Job => vec![
-            col("Name", "string", 0),
-            col("Status", "string", 0),
-            col("Completions", "string", 0),
-            col("Duration", "string", 0),
-            col("Age", "string", 0),
-            col("Containers", "string", 1),
-            col("Images", "string", 1),
-            col("Selector", "string", 1),
-        ],
-        Kind::Node => vec![
-            col("Name", "string", 0),
-            col("Status", "string", 0),
-            col("Age", "string", 0),
-            col("Pod CIDRs", "string", 1),
-        ],
-        Kind::ServiceCidr => vec![
-            col("Name", "string", 0),
-            col("CIDRs", "string", 0),
-            col("Age", "string", 0),
-        ],
-        Kind::ClusterRole | Kind::Role => {
-            vec![col("Name", "string", 0), col("Created At", "date", 0)]
-        }
-        Kind::ClusterRoleBinding | Kind::RoleBinding => vec![
-            col("Name", "string", 0),
-            col("Role", "string", 0),
-            col("Age", "string", 0),
-            col("Users", "string", 1),
-            col("Groups", "string", 1),
-            col("ServiceAccounts", "string", 1),
-        ],
-    }
+    let (shown, wide): (&[&str], &[&str]) = match kind {
+        Kind::Pod => (
+            &["Name", "Ready", "Status", "Restarts", "Age"],
+            &["IP", "Node", "Nominated Node", "Readiness Gates"],
+        ),
+        Kind::Service => (
+            &[
+                "Name",
+                "Type",
+                "Cluster-IP",
+                "External-IP",
+                "Port(s)",
+                "Age",
+            ],
+            &["Selector"],
+        ),
+        Kind::Namespace => (&["Name", "Status", "Age"], &[]),
+        Kind::EndpointSlice => (&["Name", "AddressType", "Ports", "Endpoints", "Age"], &[]),
+        Kind::Job => (
+            &["Name", "Status", "Completions", "Duration", "Age"],
+            &["Containers", "Images", "Selector"],
+        ),
+        Kind::Node => (&["Name", "Status", "Age"], &["Pod CIDRs"]),
+        Kind::ServiceCidr => (&["Name", "CIDRs", "Age"], &[]),
+        Kind::ClusterRole | Kind::Role => (&["Name", "Created At"], &[]),
+        Kind::ClusterRoleBinding | Kind::RoleBinding => (
+            &["Name", "Role", "Age"],
+            &["Users", "Groups", "ServiceAccounts"],
+        ),
+    };
+    let shown = shown.iter().map(|n| col(n, 0));
+    shown.chain(wide.iter().map(|n| col(n, 1))).collect()
 }
 
 /// A list of strings as kubectl prints it (`a,b`), `<none>` when empty.
