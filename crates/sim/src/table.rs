@@ -83,6 +83,22 @@ fn joined(v: &Value) -> String {
     }
 }
 
+/// A label map as kubectl prints a selector (`k=v,k2=v2`), `<none>`
+/// when empty.
+fn labels_text(v: &Value) -> String {
+    let pairs: Vec<String> = v
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .collect();
+    if pairs.is_empty() {
+        "<none>".into()
+    } else {
+        pairs.join(",")
+    }
+}
+
 fn or_none(v: &Value) -> String {
     match v.as_str() {
         Some(s) if !s.is_empty() => s.to_string(),
@@ -148,19 +164,7 @@ fn cells(kind: Kind, v: &Value) -> Vec<Value> {
             } else {
                 "<none>".to_string()
             };
-            let selector: Vec<String> = spec["selector"]
-                .as_object()
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let selector = if selector.is_empty() {
-                "<none>".into()
-            } else {
-                selector.join(",")
-            };
+            let selector = labels_text(&spec["selector"]);
             vec![
                 name,
                 spec["type"].as_str().unwrap_or("ClusterIP").into(),
@@ -320,19 +324,7 @@ fn job_cells(name: Value, created: String, v: &Value) -> Vec<Value> {
             })
             .unwrap_or_default()
     };
-    let selector: Vec<String> = spec["selector"]["matchLabels"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-                .collect()
-        })
-        .unwrap_or_default();
-    let selector = if selector.is_empty() {
-        "<none>".into()
-    } else {
-        selector.join(",")
-    };
+    let selector = labels_text(&spec["selector"]["matchLabels"]);
     vec![
         name,
         status.into(),
