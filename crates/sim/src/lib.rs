@@ -5,19 +5,22 @@
 //! and 410, Status errors) so that kubectl and kube-rs work against it unchanged, and it
 //! plays kubelet and job controllers to produce realistic workloads.
 //!
+//! - [`state`]: the shared state every handler reads ([`Sim`]); [`args`]:
+//!   the flags.
 //! - [`store`]: objects as JSON bytes, one global resourceVersion, history ring.
 //! - [`service_net`]: Service cluster IPs and IP families, single- or
 //!   dual-stack, as the apiserver's Service registry keeps them.
 //! - [`field`]: field errors and the 422 `Invalid` Status built from them.
-//! - [`selector`]: label and field selectors.
-//! - [`http`]: the Kubernetes REST paths, lists and watches.
+//! - [`http`]: the Kubernetes REST paths, lists and watches, on kapi's
+//!   paths, discovery documents and filters; [`rest`]: the responses and
+//!   bodies every handler shares.
 //! - [`workload`]: kubelet timers, pod IPs, training jobs, churn, scenarios.
 //! - [`tokens`]: ServiceAccount tokens (TokenRequest, TokenReview).
 //! - [`rbac`]: SubjectAccessReviews, decided by the stored RBAC objects.
 //! - [`control`], [`faults`], [`stats`]: the `/sim/` endpoints.
-//! - [`discovery`], [`table`], [`protobuf`]: what kubectl needs besides
-//!   JSON objects (discovery documents, `as=Table` printing, and the
-//!   protobuf bodies it sends, `create namespace` and `create service`).
+//! - [`table`], [`protobuf`]: what kubectl needs besides JSON objects
+//!   (`as=Table` printing, and the protobuf bodies it sends, `create
+//!   namespace` and `create service`).
 
 pub mod args;
 pub mod control;
