@@ -68,35 +68,25 @@ fn columns(kind: Kind) -> Vec<Value> {
     shown.chain(wide.iter().map(|n| col(n, 1))).collect()
 }
 
-/// A list of strings as kubectl prints it (`a,b`), `<none>` when empty.
-fn joined(v: &Value) -> String {
-    let items: Vec<&str> = v
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+/// Items as kubectl prints a list (`a,b`), `<none>` when there are none.
+fn comma_list<S: AsRef<str>>(items: impl Iterator<Item = S>) -> String {
+    let items: Vec<S> = items.collect();
     if items.is_empty() {
-        "<none>".into()
-    } else {
-        items.join(",")
+        return "<none>".into();
     }
+    let items: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
+    items.join(",")
 }
 
-/// A label map as kubectl prints a selector (`k=v,k2=v2`), `<none>`
-/// when empty.
+/// A list of strings (`a,b`).
+fn joined(v: &Value) -> String {
+    comma_list(v.as_array().into_iter().flatten().filter_map(Value::as_str))
+}
+
+/// A label map as kubectl prints a selector (`k=v,k2=v2`).
 fn labels_text(v: &Value) -> String {
-    let pairs: Vec<String> = v
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-        .collect();
-    if pairs.is_empty() {
-        "<none>".into()
-    } else {
-        pairs.join(",")
-    }
+    let pairs = v.as_object().into_iter().flatten();
+    comma_list(pairs.map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))))
 }
 
 fn or_none(v: &Value) -> String {

@@ -164,15 +164,16 @@ fn obj_response(code: u16, o: &Obj, kind: Kind, media: Media) -> Response {
     json_response(code, o.bytes.clone())
 }
 
+/// The request's `Content-Type`, if it has a readable one.
+fn content_type(req: &Request) -> Option<String> {
+    let v = req.headers().get(header::CONTENT_TYPE)?;
+    v.to_str().ok().map(str::to_string)
+}
+
 /// The object a create or an update sends: JSON, or the Protobuf kubectl
 /// sends for its typed creates.
 async fn body_json(req: Request) -> Result<Value, ApiError> {
-    let ct = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json")
-        .to_string();
+    let ct = content_type(&req).unwrap_or_else(|| "application/json".into());
     if ct.contains("protobuf") {
         let bytes = rest::read_body(req, MAX_BODY).await?;
         return protobuf::decode(&bytes).map_err(|e| {
@@ -194,12 +195,7 @@ async fn body_json(req: Request) -> Result<Value, ApiError> {
 /// A patch's body: a JSON merge patch (a strategic merge patch is taken
 /// as one; the simulator's objects have no list merge keys it would use).
 async fn patch_json(req: Request) -> Result<Value, ApiError> {
-    let ct = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
+    let ct = content_type(&req).unwrap_or_default();
     if !(ct.starts_with("application/merge-patch+json")
         || ct.starts_with("application/strategic-merge-patch+json"))
     {
