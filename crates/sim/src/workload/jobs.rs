@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::Workload;
 use super::kubelet::{Placement, Step, Timer, container_id};
 use super::scenario::ensure_namespace;
-use super::templates::{PodTemplate, Tok, job_object, job_pod};
+use super::templates::{JobInfo, PodTemplate, Tok, child_job_name, job_object, job_pod};
 use podns_kapi::selector::LabelSelector;
 use podns_kapi::watch::EvType;
 use podns_kapi::{ApiError, Kind};
@@ -63,41 +63,6 @@ fn default_ranks() -> usize {
 }
 fn default_kind() -> String {
     "indexed-job".into()
-}
-
-#[derive(Clone, Debug)]
-pub(super) struct JobInfo {
-    pub(super) kind: String,
-    pub(super) ranks: usize,
-    /// The uid of the batch/v1 Job that owns the pods (`controller-uid`).
-    pub(super) uid: String,
-    /// The name of that Job: the workload's name for an indexed-job, the
-    /// JobSet's child `<name>-workers-0` for a jobset.
-    pub(super) job_name: String,
-    /// The JobSet's uid (jobset only).
-    pub(super) set_uid: String,
-    pub(super) key: String,
-    pub(super) attempt: u32,
-    /// `--lean-pods`: see [`lean`].
-    pub(super) lean: bool,
-}
-
-impl JobInfo {
-    pub(super) fn jobset(&self) -> bool {
-        self.kind == "jobset"
-    }
-}
-
-/// The replicated job every simulated JobSet has (one Job, index 0).
-pub(super) const REPLICATED_JOB: &str = "workers";
-
-/// The name of the Job that owns a workload's pods.
-pub(super) fn child_job_name(kind: &str, name: &str) -> String {
-    if kind == "jobset" {
-        format!("{name}-{REPLICATED_JOB}-0")
-    } else {
-        name.to_string()
-    }
 }
 
 impl Workload {

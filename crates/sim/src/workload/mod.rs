@@ -32,9 +32,10 @@ use podns_kapi::watch::EvType;
 
 use crate::args::SimArgs;
 use crate::store::{Hooks, Obj, Store};
-use jobs::{JobInfo, JobPods};
+use jobs::JobPods;
 use kubelet::{Step, Timer, timer_loop};
 use pool::PodIps;
+use templates::JobInfo;
 
 mod churn;
 mod jobs;

@@ -4,7 +4,6 @@
 
 use serde_json::{Value, json};
 
-use super::jobs::{JobInfo, REPLICATED_JOB, child_job_name};
 use super::kubelet::{Placement, container_id, mark_ready, set_running};
 use crate::store::{labels_of, new_uid, now_rfc3339, rand_suffix};
 
@@ -32,6 +31,41 @@ const TOKENS: [(&str, Tok); 9] = [
     ("__IP6__", Tok::Ip6),
     ("__CID__", Tok::Cid),
 ];
+
+#[derive(Clone, Debug)]
+pub(super) struct JobInfo {
+    pub(super) kind: String,
+    pub(super) ranks: usize,
+    /// The uid of the batch/v1 Job that owns the pods (`controller-uid`).
+    pub(super) uid: String,
+    /// The name of that Job: the workload's name for an indexed-job, the
+    /// JobSet's child `<name>-workers-0` for a jobset.
+    pub(super) job_name: String,
+    /// The JobSet's uid (jobset only).
+    pub(super) set_uid: String,
+    pub(super) key: String,
+    pub(super) attempt: u32,
+    /// `--lean-pods`: see [`lean`].
+    pub(super) lean: bool,
+}
+
+impl JobInfo {
+    pub(super) fn jobset(&self) -> bool {
+        self.kind == "jobset"
+    }
+}
+
+/// The replicated job every simulated JobSet has (one Job, index 0).
+pub(super) const REPLICATED_JOB: &str = "workers";
+
+/// The name of the Job that owns a workload's pods.
+pub(super) fn child_job_name(kind: &str, name: &str) -> String {
+    if kind == "jobset" {
+        format!("{name}-{REPLICATED_JOB}-0")
+    } else {
+        name.to_string()
+    }
+}
 
 /// The serialized pod of one job with placeholders, so that creating
 /// 100,000 pods is string splicing, not building and serializing JSON
