@@ -150,7 +150,7 @@ async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
         for (k, v) in pl {
             assert_eq!(sl.get(k), Some(v), "{name}: {k} is the pod's");
         }
-        for k in podns_server::index::writer::RANK_LABELS {
+        for k in podns_server::labels::RANK_LABELS {
             assert_eq!(pl.get(*k), sl.get(*k), "{name}: {k} is served");
         }
         assert!(sl.contains_key("controller-uid"));
@@ -258,8 +258,8 @@ async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
 /// rank view's and the operators' labels: no uid, those labels only, no
 /// annotation that repeats one.
 fn as_served(mut p: podns_server::index::types::PodInfo) -> podns_server::index::types::PodInfo {
-    use podns_server::index::writer::RANK_LABELS;
-    use podns_server::relay::labels::OPERATOR_SELECTORS;
+    use podns_server::labels::OPERATOR_SELECTORS;
+    use podns_server::labels::RANK_LABELS;
     p.uid.clear();
     p.labels.retain(|(k, _)| {
         RANK_LABELS.contains(&k.as_str()) || OPERATOR_SELECTORS.contains(&k.as_str())

@@ -25,6 +25,8 @@
 //!   ([`dns::answer`] and the wire fast path) and sockets ([`dns::server`]).
 //! - [`metrics`]: Prometheus metrics; imports nothing of ours, so every
 //!   layer may count.
+//! - [`labels`]: the label and annotation keys podns reads, spelled once;
+//!   imports nothing of ours either.
 //! - [`admin`]: the metrics, health endpoints and `/debug/explain` over HTTP.
 //! - [`config`]: what `serve` and `zonefile` share: config errors, the kube client.
 //! - [`serve`]: the wiring of a server from a [`serve::ServeConfig`].
@@ -80,6 +82,7 @@ pub mod dns;
 pub mod fuzzing;
 pub mod index;
 pub mod k8s;
+pub mod labels;
 pub mod metrics;
 pub mod relay;
 pub mod serve;

@@ -8,6 +8,8 @@ use crate::index::types::{
     ServicePort, SliceEndpoint, SliceInfo, SlicePort, TargetPort,
 };
 
+use crate::labels::SERVICE_NAME;
+
 use super::slim::{
     IntOrStr, Loose, LooseVec, SlimEndpointSlice, SlimJob, SlimMeta, SlimNode, SlimPod,
     SlimService, SlimServiceCidr,
@@ -29,14 +31,11 @@ pub enum ConvertError {
     InvalidTimestamp(String),
     #[error("externalName service without externalName")]
     EmptyExternalName,
-    #[error("EndpointSlice without a valid {SERVICE_NAME_LABEL} label")]
+    #[error("EndpointSlice without a valid {SERVICE_NAME} label")]
     NoServiceName,
     #[error("invalid CIDR {0:?}")]
     InvalidCidr(String),
 }
-
-/// The label that ties an EndpointSlice to its Service.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// The index input of a pod.
 pub fn pod(p: &SlimPod) -> Result<PodInfo, ConvertError> {
@@ -224,7 +223,7 @@ pub fn endpoint_slice(e: &SlimEndpointSlice) -> Result<SliceInfo, ConvertError> 
         .labels
         .iter()
         .rev()
-        .find(|(k, _)| k == SERVICE_NAME_LABEL)
+        .find(|(k, _)| k == SERVICE_NAME)
         .map(|(_, v)| v)
         .filter(|v| is_dns1123_label(v))
         .ok_or(ConvertError::NoServiceName)?

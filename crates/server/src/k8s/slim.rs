@@ -186,19 +186,14 @@ impl KeyFilter for AllKeys {
     }
 }
 
-/// The annotations the index uses: Job and JobSet bookkeeping
-/// (e.g. `batch.kubernetes.io/job-completion-index`).
+/// The annotations the index keeps: Job and JobSet bookkeeping
+/// ([`INDEX_ANNOTATIONS`](crate::labels::INDEX_ANNOTATIONS)).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IndexAnnotations;
 
 impl KeyFilter for IndexAnnotations {
     fn keep(key: &str) -> bool {
-        // Only what the rank view reads: every other annotation would cost
-        // index memory for nothing (a JobSet pod carries five of these).
-        matches!(
-            key,
-            "batch.kubernetes.io/job-completion-index" | "jobset.sigs.k8s.io/coordinator"
-        )
+        crate::labels::INDEX_ANNOTATIONS.contains(&key)
     }
 }
 

@@ -20,30 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
-use crate::index::writer::RANK_LABELS;
-
-/// Label keys the Services of training operators select on (Kubeflow's
-/// training operator and MPI operator, JobSet, LeaderWorkerSet, Volcano,
-/// KubeRay).
-pub const OPERATOR_SELECTORS: &[&str] = &[
-    "training.kubeflow.org/job-name",
-    "training.kubeflow.org/operator-name",
-    "training.kubeflow.org/replica-type",
-    "training.kubeflow.org/replica-index",
-    "training.kubeflow.org/job-role",
-    "jobset.sigs.k8s.io/replicatedjob-name",
-    "jobset.sigs.k8s.io/job-index",
-    "leaderworkerset.sigs.k8s.io/name",
-    "leaderworkerset.sigs.k8s.io/group-index",
-    "leaderworkerset.sigs.k8s.io/worker-index",
-    "volcano.sh/job-name",
-    "volcano.sh/job-namespace",
-    "volcano.sh/task-spec",
-    "volcano.sh/task-index",
-    "ray.io/cluster",
-    "ray.io/node-type",
-    "ray.io/identifier",
-];
+use crate::labels::{OPERATOR_SELECTORS, RANK_LABELS};
 
 /// The label keys served, by namespace.
 #[derive(Debug, Default)]

@@ -8,7 +8,7 @@
 //! and EndpointSlices if the relay serves them),
 //! against the relay, so a rank resolves its whole gang and its Services
 //! from the node. When every pod of a namespace on the node belongs to a
-//! gang by the same label ([`GANG_KEYS`](super::scope::GANG_KEYS): a JobSet, a Job, a training
+//! gang by the same label ([`GANG_KEYS`](crate::labels::GANG_KEYS): a JobSet, a Job, a training
 //! operator's job), only those gangs' pods are watched (`labelSelector=key
 //! in (...)`); the namespace is then held in part (`Update::Partial`) and
 //! its names that other gangs' pods may own are forwarded unless found.

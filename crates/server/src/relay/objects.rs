@@ -9,11 +9,11 @@ use podns_kapi::Kind;
 use serde_json::{Map, Value, json};
 
 use super::cache::Object;
-use crate::index::writer::RANK_LABELS;
 use crate::k8s::pb::PbObject;
 use crate::k8s::slim::{
     IntOrStr, Loose, LooseStr, LooseVec, SlimEndpointSlice, SlimJob, SlimMeta, SlimPod, SlimService,
 };
+use crate::labels::RANK_LABELS;
 
 /// What the relay serves of an object it watches.
 pub trait Relayed {

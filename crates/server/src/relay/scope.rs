@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use podns_kapi::selector::LabelSelector;
 
-use crate::index::writer::{JOB_NAME, JOBSET_NAME, LEGACY_JOB_NAME};
+use crate::labels::GANG_KEYS;
 
 use super::labels::Labels;
 
@@ -36,18 +36,6 @@ pub struct Pod<'a> {
     pub ns: &'a str,
     pub labels: &'a Labels,
 }
-
-/// The labels that name a pod's gang, most encompassing first: a JobSet's
-/// pods also carry their child Job's name, and the JobSet is the gang.
-pub const GANG_KEYS: &[&str] = &[
-    JOBSET_NAME,
-    "leaderworkerset.sigs.k8s.io/name",
-    "training.kubeflow.org/job-name",
-    "volcano.sh/job-name",
-    "ray.io/cluster",
-    JOB_NAME,
-    LEGACY_JOB_NAME,
-];
 
 /// A pod's gang: its first label of [`GANG_KEYS`], as (key, value).
 pub fn gang_of<'a>(label: impl Fn(&str) -> Option<&'a str>) -> Option<(&'static str, String)> {

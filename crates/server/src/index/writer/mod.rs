@@ -35,7 +35,7 @@ mod services;
 mod slices;
 
 use rank_view::{Group, Ranks, group};
-pub use rank_view::{JOB_NAME, JOBSET_NAME, LEGACY_JOB_NAME, RANK_LABELS};
+use rank_view::{JOB_NAME, LEGACY_JOB_NAME};
 #[cfg(test)]
 pub(crate) use services::pins;
 

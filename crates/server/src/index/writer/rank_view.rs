@@ -10,25 +10,12 @@ use super::headless::PodId;
 use crate::index::containers::{HashMap, SmallSet};
 use crate::index::paged::Paged;
 
-pub const JOB_NAME: &str = "batch.kubernetes.io/job-name";
-pub const LEGACY_JOB_NAME: &str = "job-name";
-pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
-pub const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
-pub const GLOBAL_INDEX: &str = "jobset.sigs.k8s.io/job-global-index";
-pub const RESTART_ATTEMPT: &str = "jobset.sigs.k8s.io/restart-attempt";
-pub const COORDINATOR: &str = "jobset.sigs.k8s.io/coordinator";
-
-/// Every pod label the rank view reads (a relay serves these whatever its
-/// Services select on).
-pub const RANK_LABELS: &[&str] = &[
-    JOB_NAME,
-    LEGACY_JOB_NAME,
-    COMPLETION_INDEX,
-    JOBSET_NAME,
-    GLOBAL_INDEX,
+// The label names the rank view reads, for the writer's modules (their
+// one spelling is `crate::labels`).
+pub use crate::labels::{
+    COMPLETION_INDEX, COORDINATOR, GLOBAL_INDEX, JOB_NAME, JOBSET_NAME, LEGACY_JOB_NAME,
     RESTART_ATTEMPT,
-    COORDINATOR,
-];
+};
 
 /// A gang: a Job (`set == false`) or a JobSet (`set == true`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
