@@ -1,5 +1,5 @@
 //! What a pod costs podns to read, JSON (the slim serde path) against
-//! Protobuf (the slim `k8s::pb` decoder), for a realistic and a
+//! Protobuf (the slim decoder of `k8s::objects`), for a realistic and a
 //! `--lean-pods` rank exactly as the simulator writes them: decode time per
 //! pod (bare object and whole watch event), and the bytes each encoding
 //! puts on the wire per pod in a list and per watch event (printed first).
@@ -24,8 +24,8 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use kube::core::WatchEvent;
 
-use podns_server::k8s::pb::{self, PbObject};
-use podns_server::k8s::slim::SlimPod;
+use podns_server::k8s::objects::{Slim, SlimPod};
+use podns_server::k8s::pb;
 use podns_sim::pbenc;
 use podns_sim::store::Kind;
 use podns_sim::workload::sample_job_pod;

@@ -12,8 +12,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::runtime::watcher;
-use podns_server::k8s::convert;
-use podns_server::k8s::slim::SlimPod;
+use podns_server::k8s::objects::{Slim, SlimPod};
 use podns_server::k8s::wire::{Wire, list_page};
 use serde_json::json;
 
@@ -307,7 +306,7 @@ async fn protobuf_and_json_lists_of_the_relay_decode_to_the_same_pods() {
                 };
                 // What DNS reads: the pod converted (of its labels, those
                 // the relay serves), and its version.
-                let (cp, cd) = (convert::pod(p), convert::pod(d).map(as_served));
+                let (cp, cd) = (p.convert(), d.convert().map(as_served));
                 if cp.is_err() || cp.as_ref().ok() != cd.as_ref().ok() {
                     return Err(format!("{cp:?}\n!= {cd:?}"));
                 }

@@ -13,9 +13,11 @@ use crate::dns::answer::{AnswerConfig, Answerer, MAX_UDP_PAYLOAD, Transport, udp
 use crate::dns::testing::World;
 use crate::index::testing::{PodExt, SvcExt, cluster_ip, headless, job, pod, rank_pod};
 use crate::index::{Change, Policy, ServiceInfo, ServiceKind, TargetPort, Update};
-use crate::k8s::pb::PbObject;
-use crate::k8s::slim::{SlimEndpointSlice, SlimJob, SlimPod, SlimService};
-use crate::k8s::{convert, pb};
+use crate::k8s::objects::{
+    Relayed, Served, Slim, SlimEndpointSlice, SlimJob, SlimNode, SlimPod, SlimService,
+    SlimServiceCidr,
+};
+use crate::k8s::pb;
 
 /// A small world with every kind of name: a 40-pod headless gang with
 /// hostnames and ports, a dual-stack pod, ClusterIP and ExternalName
@@ -120,29 +122,35 @@ pub fn request(data: &[u8]) {
 }
 
 /// Arbitrary bytes as a watch event's object: decode leniently, convert or
-/// reject, never panic.
+/// reject, never panic; what the relay serves of it decodes back to what
+/// it served ([`served_round_trip`]).
 pub fn decode(data: &[u8]) {
-    if let Ok(p) = serde_json::from_slice::<SlimPod>(data) {
-        let _ = convert::pod(&p);
+    fn each<K: Slim + serde::de::DeserializeOwned>(data: &[u8], then: impl Fn(&K)) {
+        if let Ok(k) = serde_json::from_slice::<K>(data) {
+            let _ = k.convert();
+            then(&k);
+        }
     }
-    if let Ok(s) = serde_json::from_slice::<SlimService>(data) {
-        let _ = convert::service(&s);
-    }
-    if let Ok(j) = serde_json::from_slice::<SlimJob>(data) {
-        let _ = convert::job(&j);
-    }
-    if let Ok(e) = serde_json::from_slice::<SlimEndpointSlice>(data) {
-        let _ = convert::endpoint_slice(&e);
-    }
+    each::<SlimPod>(data, served_round_trip);
+    each::<SlimService>(data, served_round_trip);
+    each::<SlimJob>(data, served_round_trip);
+    each::<SlimEndpointSlice>(data, served_round_trip);
+    each::<SlimNode>(data, |_| {});
+    each::<SlimServiceCidr>(data, |_| {});
 }
 
 /// Arbitrary bytes through the slim Protobuf decoder as every way podns
 /// meets them: a list body, a watch frame (also cut by the framer), and a
-/// bare object, enveloped or not. Errors are fine, panics are not.
+/// bare object, enveloped or not. Errors are fine, panics are not; what
+/// the relay serves of an object decodes back to what it served.
 pub fn pb(data: &[u8]) {
-    fn each<K: PbObject>(data: &[u8], conv: impl Fn(&K)) {
+    fn each<K: Slim>(data: &[u8], conv: impl Fn(&K)) {
+        let conv = |k: &K| {
+            let _ = k.convert();
+            conv(k);
+        };
         if let Ok(l) = pb::list::<K>(data) {
-            l.items.iter().for_each(&conv);
+            l.items.iter().for_each(conv);
         }
         if let Ok(WatchEvent::Added(k) | WatchEvent::Modified(k) | WatchEvent::Deleted(k)) =
             pb::watch_event::<K>(data)
@@ -154,15 +162,54 @@ pub fn pb(data: &[u8]) {
             conv(&K::decode_pb(env.raw));
         }
     }
-    each::<SlimPod>(data, |p| drop(convert::pod(p)));
-    each::<SlimService>(data, |s| drop(convert::service(s)));
-    each::<SlimJob>(data, |j| drop(convert::job(j)));
-    each::<SlimEndpointSlice>(data, |e| drop(convert::endpoint_slice(e)));
+    each::<SlimPod>(data, served_round_trip);
+    each::<SlimService>(data, served_round_trip);
+    each::<SlimJob>(data, served_round_trip);
+    each::<SlimEndpointSlice>(data, served_round_trip);
+    each::<SlimNode>(data, |_| {});
+    each::<SlimServiceCidr>(data, |_| {});
     // The stream path: frames cut from the same bytes.
     let mut f = pb::Framer::default();
     f.push(data);
     while let Ok(Some(frame)) = f.next_frame() {
         let _ = pb::watch_event::<SlimPod>(frame);
+    }
+}
+
+/// What the relay serves of an object, when it serves it, is a fixed
+/// point: its Protobuf decodes and is served again as the same bytes, and
+/// its JSON decodes and is served as the same Protobuf.
+pub fn served_round_trip<K: Relayed>(k: &K) {
+    let Some(served) = k.served() else {
+        return;
+    };
+    let Ok(item) = served.pb_item() else {
+        return;
+    };
+    let raw = podns_kapi::pbenc::object(&item).expect("an item holds one object");
+    let again = Served::decode(K::KIND, raw).expect("a served object decodes");
+    assert_eq!(again.pb_item().ok().as_ref(), Some(&item), "{again:?}");
+    let json = served.json();
+    let from_json = decode_json(K::KIND, &json).expect("the served JSON decodes");
+    assert_eq!(
+        from_json.pb_item().ok().as_ref(),
+        Some(&item),
+        "{}",
+        String::from_utf8_lossy(&json)
+    );
+}
+
+/// JSON as the relay's clients read it, served again.
+fn decode_json(kind: podns_kapi::Kind, json: &[u8]) -> Option<Served> {
+    fn served<K: Relayed + serde::de::DeserializeOwned>(json: &[u8]) -> Option<Served> {
+        serde_json::from_slice::<K>(json).ok()?.served()
+    }
+    match kind {
+        podns_kapi::Kind::Pod => served::<SlimPod>(json),
+        podns_kapi::Kind::Service => served::<SlimService>(json),
+        podns_kapi::Kind::Job => served::<SlimJob>(json),
+        podns_kapi::Kind::EndpointSlice => served::<SlimEndpointSlice>(json),
+        _ => None,
     }
 }
 

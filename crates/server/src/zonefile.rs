@@ -26,8 +26,7 @@ use crate::dns::Zone;
 use crate::dns::resolve::{AnswerConfig, Data, Owner, Records, Rules};
 use crate::index::names::{IN_ADDR_ARPA, IP6_ARPA};
 use crate::index::{Change, Policy, Rrs, SyncNeeds, Table, Update, Writer};
-use crate::k8s::convert;
-use crate::k8s::slim::{SlimEndpointSlice, SlimJob, SlimPod, SlimService};
+use crate::k8s::objects::{Slim, SlimEndpointSlice, SlimJob, SlimPod, SlimService};
 use crate::k8s::wire::{RawWatched, Wire, list_page};
 use crate::metrics::Metrics;
 
@@ -428,22 +427,19 @@ pub async fn list_into_table(
         slice_scopes: 1,
     };
     let mut writer = Writer::new(table.clone(), policy, Metrics::new(), needs);
-    let slices = slices
-        .iter()
-        .filter_map(|e| convert::endpoint_slice(e).ok())
-        .collect();
+    let slices = slices.iter().filter_map(|e| e.convert().ok()).collect();
     writer.apply(Update::Slice(Change::Reset {
         namespace: None,
         items: slices,
     }));
-    let jobs = jobs.iter().filter_map(|j| convert::job(j).ok()).collect();
+    let jobs = jobs.iter().filter_map(|j| j.convert().ok()).collect();
     writer.apply(Update::Job(Change::Reset {
         namespace: None,
         items: jobs,
     }));
     let pods = pods
         .iter()
-        .filter_map(|p| match convert::pod(p) {
+        .filter_map(|p| match p.convert() {
             Ok(info) => Some(info),
             Err(error) => {
                 tracing::warn!(namespace = ?p.metadata.namespace, name = ?p.metadata.name, %error, "skipping pod");
@@ -453,7 +449,7 @@ pub async fn list_into_table(
         .collect();
     let services = services
         .iter()
-        .filter_map(|s| match convert::service(s) {
+        .filter_map(|s| match s.convert() {
             Ok(info) => Some(info),
             Err(error) => {
                 tracing::warn!(namespace = ?s.metadata.namespace, name = ?s.metadata.name, %error, "skipping service");

@@ -1,12 +1,14 @@
-//! Reading the API server: slim serde types that decode only what DNS needs
-//! ([`slim`]), their conversion into index input ([`convert`]), and the
-//! kube-runtime watchers that feed the index writer ([`watch`]); the slim
-//! Protobuf decoder ([`pb`]) and the raw list/watch loop that asks for it
-//! ([`wire`]); why a request failed, in one line ([`failure`]).
+//! Reading the API server: each kind podns reads in a file of its own
+//! ([`objects`]: its fields declared once, decoded from JSON or Protobuf
+//! into a slim type, converted into index input, served by the relay), the
+//! checks every conversion shares ([`convert`]), the Protobuf framing
+//! ([`pb`]), the raw list/watch loop of both wires ([`wire`]) and the
+//! watchers that feed the index writer ([`watch`]); why a request failed,
+//! in one line ([`failure`]).
 
 pub mod convert;
 pub mod failure;
+pub mod objects;
 pub mod pb;
-pub mod slim;
 pub mod watch;
 pub mod wire;

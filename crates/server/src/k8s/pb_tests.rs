@@ -1,12 +1,10 @@
-//! The slim Protobuf decoder against the simulator's encoder (k8s-pb,
-//! generated from Kubernetes' .proto files): whatever the JSON decoder
-//! makes of an object, the Protobuf decoder makes of its Protobuf form.
+//! The framing around objects (lists, watch frames, bookmarks, errors)
+//! against the simulator's encoder (k8s-pb, generated from Kubernetes'
+//! .proto files), and objects that break off inside a list.
 
 use super::*;
-use crate::index::ObjKey;
-use crate::k8s::convert;
-use podns_sim::pbenc;
-use podns_sim::store::Kind;
+use crate::k8s::objects::SlimPod;
+use podns_kapi::{Kind, pbenc};
 
 fn pb_of(kind: Kind, json: &str) -> Vec<u8> {
     let item = pbenc::list_item(kind, json.as_bytes()).unwrap();
@@ -24,44 +22,6 @@ const POD: &str = r#"{"apiVersion":"v1","kind":"Pod",
     "ports":[{"name":"nccl","containerPort":29500},{"containerPort":5353,"protocol":"UDP"}]}]},
   "status":{"phase":"Running","podIP":"10.0.0.5","podIPs":[{"ip":"10.0.0.5"},{"ip":"fd00::5"}],
     "conditions":[{"type":"Ready","status":"True"}]}}"#;
-
-#[test]
-fn pod_decodes_as_from_json() {
-    let json: SlimPod = serde_json::from_str(POD).unwrap();
-    let pb = SlimPod::decode_pb(&pb_of(Kind::Pod, POD));
-    assert_eq!(pb.malformed, None);
-    assert_eq!(pb.metadata, json.metadata);
-    assert_eq!(pb.meta, json.meta);
-    assert_eq!(convert::pod(&pb).unwrap(), convert::pod(&json).unwrap());
-}
-
-#[test]
-fn service_and_job_decode_as_from_json() {
-    let svc = r#"{"metadata":{"name":"api","namespace":"ml","uid":"s1","resourceVersion":"4"},
-      "spec":{"type":"ClusterIP","clusterIP":"10.96.0.1","clusterIPs":["10.96.0.1","fd00::1"],
-        "selector":{"app":"x"},"publishNotReadyAddresses":true,
-        "ports":[{"name":"http","port":80,"protocol":"TCP","targetPort":"web"},{"port":53,"protocol":"UDP","targetPort":5353}]}}"#;
-    let json: SlimService = serde_json::from_str(svc).unwrap();
-    let pb = SlimService::decode_pb(&pb_of(Kind::Service, svc));
-    assert_eq!(pb.malformed, None);
-    assert_eq!(
-        convert::service(&pb).unwrap(),
-        convert::service(&json).unwrap()
-    );
-    let ext = r#"{"metadata":{"name":"out","namespace":"ml"},"spec":{"type":"ExternalName","externalName":"example.com"}}"#;
-    let json: SlimService = serde_json::from_str(ext).unwrap();
-    let pb = SlimService::decode_pb(&pb_of(Kind::Service, ext));
-    assert_eq!(
-        convert::service(&pb).unwrap(),
-        convert::service(&json).unwrap()
-    );
-
-    let job = r#"{"metadata":{"name":"train","namespace":"ml","uid":"j1","labels":{"a":"b"}},
-      "spec":{"completions":4,"parallelism":4,"completionMode":"Indexed"}}"#;
-    let json: SlimJob = serde_json::from_str(job).unwrap();
-    let pb = SlimJob::decode_pb(&pb_of(Kind::Job, job));
-    assert_eq!(convert::job(&pb).unwrap(), convert::job(&json).unwrap());
-}
 
 #[test]
 fn list_and_watch_frames() {
@@ -149,88 +109,4 @@ fn malformed_objects_are_flagged_not_fatal() {
     assert_eq!(flags, [None, Some("podIP"), None]);
     assert!(envelope(b"k8s").is_err());
     assert!(envelope(b"{\"kind\":\"Pod\"}").is_err());
-}
-
-#[test]
-fn endpoint_slice_decodes_as_from_json() {
-    let slice = r#"{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice",
-      "metadata":{"name":"db-1","namespace":"ml","uid":"e1","resourceVersion":"9",
-        "labels":{"kubernetes.io/service-name":"db"}},
-      "addressType":"IPv6",
-      "endpoints":[
-        {"addresses":["fd00::1"],"hostname":"db-0","conditions":{"ready":true,"serving":true,"terminating":false},
-         "targetRef":{"kind":"Pod","namespace":"ml","name":"db-0"},"nodeName":"n1","zone":"z"},
-        {"addresses":["fd00::2","fd00::3"],"conditions":{"ready":false,"terminating":true}},
-        {"addresses":["fd00::4"]}],
-      "ports":[{"name":"pg","port":5432,"protocol":"TCP","appProtocol":"postgresql"},{"port":53,"protocol":"UDP"}]}"#;
-    let json: SlimEndpointSlice = serde_json::from_str(slice).unwrap();
-    let pb = SlimEndpointSlice::decode_pb(&pb_of(Kind::EndpointSlice, slice));
-    assert_eq!(pb.malformed, None);
-    assert_eq!(pb.metadata, json.metadata);
-    assert_eq!(pb.meta, json.meta);
-    let info = convert::endpoint_slice(&pb).unwrap();
-    assert_eq!(info, convert::endpoint_slice(&json).unwrap());
-    assert_eq!(info.endpoints.len(), 3);
-    assert!(info.endpoints[2].ready, "unset conditions read as ready");
-    assert!(info.endpoints[1].terminating);
-    assert_eq!(info.ports.len(), 2);
-    // A field of the wrong wire type marks the object, as in JSON.
-    let mut broken = pb_of(Kind::EndpointSlice, slice);
-    // addressType (field 4, length-delimited) turned into a varint.
-    let at = broken
-        .windows(4)
-        .position(|w| w == [0x22, 4, b'I', b'P'])
-        .expect("addressType is encoded");
-    broken[at] = 0x20;
-    let bad = SlimEndpointSlice::decode_pb(&broken);
-    assert!(bad.malformed.is_some());
-}
-
-#[test]
-fn node_and_service_cidr_decode_as_from_json_and_read_only_their_ranges() {
-    let node = r#"{"apiVersion":"v1","kind":"Node",
-      "metadata":{"name":"gpu-node-00001","uid":"n1","resourceVersion":"9",
-        "labels":{"kubernetes.io/hostname":"gpu-node-00001","nvidia.com/gpu.product":"H100"},
-        "annotations":{"node.alpha.kubernetes.io/ttl":"0"}},
-      "spec":{"podCIDR":"10.244.1.0/24","podCIDRs":["10.244.1.0/24","fd00:10:244:1::/64"],"providerID":"kwok://n1"},
-      "status":{"addresses":[{"type":"InternalIP","address":"172.16.0.3"}],
-        "conditions":[{"type":"Ready","status":"True","reason":"KubeletReady"}]}}"#;
-    let json: SlimNode = serde_json::from_str(node).unwrap();
-    let pb = SlimNode::decode_pb(&pb_of(Kind::Node, node));
-    assert_eq!(pb.malformed, None);
-    assert_eq!(pb, json);
-    // Identity only: labels and annotations are never kept.
-    assert_eq!(pb.metadata.labels, None);
-    let info = convert::node(&pb).unwrap();
-    assert_eq!(info.key, ObjKey::new("", "gpu-node-00001"));
-    assert_eq!(
-        info.cidrs,
-        [
-            "10.244.1.0/24".parse::<ipnet::IpNet>().unwrap(),
-            "fd00:10:244:1::/64".parse().unwrap()
-        ]
-    );
-
-    let cidr = r#"{"apiVersion":"networking.k8s.io/v1","kind":"ServiceCIDR",
-      "metadata":{"name":"kubernetes","uid":"c1","resourceVersion":"3"},
-      "spec":{"cidrs":["10.96.0.0/12"]},"status":{"conditions":[{"type":"Ready","status":"True",
-        "lastTransitionTime":"2025-01-01T00:00:00Z","reason":"","message":""}]}}"#;
-    let json: SlimServiceCidr = serde_json::from_str(cidr).unwrap();
-    let pb = SlimServiceCidr::decode_pb(&pb_of(Kind::ServiceCidr, cidr));
-    assert_eq!(pb, json);
-    assert_eq!(
-        convert::service_cidr(&pb).unwrap().cidrs,
-        ["10.96.0.0/12".parse::<ipnet::IpNet>().unwrap()]
-    );
-    // A node without a range yet owns none; a bad range skips the object.
-    let bare: SlimNode = serde_json::from_str(r#"{"metadata":{"name":"n"},"spec":{}}"#).unwrap();
-    assert!(convert::node(&bare).unwrap().cidrs.is_empty());
-    let bad: SlimNode =
-        serde_json::from_str(r#"{"metadata":{"name":"n"},"spec":{"podCIDRs":["10.1.0.0/33"]}}"#)
-            .unwrap();
-    assert!(convert::node(&bad).is_err());
-    let bad: SlimNode =
-        serde_json::from_str(r#"{"metadata":{"name":"n"},"spec":{"podCIDRs":"10.1.0.0/16"}}"#)
-            .unwrap();
-    assert_eq!(bad.malformed, Some("podCIDRs"));
 }

@@ -24,14 +24,16 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::convert::{self, ConvertError};
-use super::pb::PbObject;
-use super::slim::{SlimEndpointSlice, SlimJob, SlimNode, SlimPod, SlimService, SlimServiceCidr};
+use super::objects::{
+    Relayed, Served, Slim, SlimEndpointSlice, SlimJob, SlimNode, SlimPod, SlimService,
+    SlimServiceCidr,
+};
 use super::wire::{RawConfig, Wire, raw_watcher};
 use crate::index::types::{
     Arrival, Change, JobInfo, ObjKey, PodInfo, RangesInfo, ServiceInfo, SliceInfo, Update,
 };
 use crate::metrics::{EventLabels, Metrics, PROGRESS_EVERY, ResourceLabels, RestartLabels};
-use crate::relay::{Feed, Relayed};
+use crate::relay::Feed;
 
 /// How the first list is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -209,18 +211,18 @@ where
     }
 }
 
-/// A resource podns watches.
+/// A resource podns watches: a kind ([`Slim`]) and how its watch feeds
+/// the writer (and the relay).
 trait Watched:
-    kube::Resource<DynamicType = ()>
+    Slim<Info: Clone + Send + 'static>
+    + kube::Resource<DynamicType = ()>
     + Clone
     + DeserializeOwned
-    + PbObject
     + Debug
     + Send
     + Sync
     + 'static
 {
-    type Info: Clone + Send + 'static;
     /// The `resource` metric label.
     const RESOURCE: &'static str;
     /// An optional resource (the rank view's Jobs): when the API refuses it
@@ -230,7 +232,6 @@ trait Watched:
     /// What serving without an optional resource means, for the one log
     /// line that says it is missing.
     const WITHOUT: &'static str = "serving without them until it can (check RBAC)";
-    fn convert(&self) -> Result<Self::Info, ConvertError>;
     /// The key of an object that is deleted or no longer converts.
     fn key_of(meta: &kube::api::ObjectMeta) -> Result<ObjKey, ConvertError> {
         convert::key(meta)
@@ -240,84 +241,68 @@ trait Watched:
     /// The kind the relay serves these as, if it does.
     const RELAYED: Option<podns_kapi::Kind> = None;
     /// The object as the relay serves it.
-    fn relayed(&self) -> Option<crate::relay::Object> {
+    fn relayed(&self) -> Option<Served> {
         None
     }
 }
 
 impl Watched for SlimPod {
-    type Info = PodInfo;
     const RESOURCE: &'static str = "pods";
-    fn convert(&self) -> Result<PodInfo, ConvertError> {
-        convert::pod(self)
-    }
     fn key(info: &PodInfo) -> &ObjKey {
         &info.key
     }
     fn update(change: Change<PodInfo>) -> Update {
         Update::Pod(change)
     }
-    const RELAYED: Option<podns_kapi::Kind> = Some(<Self as Relayed>::KIND);
-    fn relayed(&self) -> Option<crate::relay::Object> {
-        Relayed::relayed(self)
+    const RELAYED: Option<podns_kapi::Kind> = Some(Self::KIND);
+    fn relayed(&self) -> Option<Served> {
+        self.served()
     }
 }
 
 impl Watched for SlimService {
-    type Info = ServiceInfo;
     const RESOURCE: &'static str = "services";
-    fn convert(&self) -> Result<ServiceInfo, ConvertError> {
-        convert::service(self)
-    }
     fn key(info: &ServiceInfo) -> &ObjKey {
         &info.key
     }
     fn update(change: Change<ServiceInfo>) -> Update {
         Update::Service(change)
     }
-    const RELAYED: Option<podns_kapi::Kind> = Some(<Self as Relayed>::KIND);
-    fn relayed(&self) -> Option<crate::relay::Object> {
-        Relayed::relayed(self)
+    const RELAYED: Option<podns_kapi::Kind> = Some(Self::KIND);
+    fn relayed(&self) -> Option<Served> {
+        self.served()
     }
 }
 
 impl Watched for SlimJob {
-    type Info = JobInfo;
     const RESOURCE: &'static str = "jobs";
     const OPTIONAL: bool = true;
-    fn convert(&self) -> Result<JobInfo, ConvertError> {
-        convert::job(self)
-    }
     fn key(info: &JobInfo) -> &ObjKey {
         &info.key
     }
     fn update(change: Change<JobInfo>) -> Update {
         Update::Job(change)
     }
-    const RELAYED: Option<podns_kapi::Kind> = Some(<Self as Relayed>::KIND);
-    fn relayed(&self) -> Option<crate::relay::Object> {
-        Relayed::relayed(self)
+    const RELAYED: Option<podns_kapi::Kind> = Some(Self::KIND);
+    fn relayed(&self) -> Option<Served> {
+        self.served()
     }
 }
 
 impl Watched for SlimEndpointSlice {
-    type Info = SliceInfo;
     const RESOURCE: &'static str = "endpointslices";
     /// Without RBAC on them, everything but Services without a selector
     /// is still answered.
     const OPTIONAL: bool = true;
-    fn convert(&self) -> Result<SliceInfo, ConvertError> {
-        convert::endpoint_slice(self)
-    }
     fn key(info: &SliceInfo) -> &ObjKey {
         &info.key
     }
     fn update(change: Change<SliceInfo>) -> Update {
         Update::Slice(change)
     }
-    const RELAYED: Option<podns_kapi::Kind> = Some(<Self as Relayed>::KIND);
-    fn relayed(&self) -> Option<crate::relay::Object> {
-        Relayed::relayed(self)
+    const RELAYED: Option<podns_kapi::Kind> = Some(Self::KIND);
+    fn relayed(&self) -> Option<Served> {
+        self.served()
     }
 }
 
@@ -329,15 +314,11 @@ const WITHOUT_RANGES: &str = "their ranges' reverse names get REFUSED (resolvers
 
 /// The watch of a cluster-scoped kind whose objects are ranges.
 macro_rules! ranges_watched {
-    ($ty:ty, $resource:literal, $convert:path, $update:path) => {
+    ($ty:ty, $resource:literal, $update:path) => {
         impl Watched for $ty {
-            type Info = RangesInfo;
             const RESOURCE: &'static str = $resource;
             const OPTIONAL: bool = true;
             const WITHOUT: &'static str = WITHOUT_RANGES;
-            fn convert(&self) -> Result<RangesInfo, ConvertError> {
-                $convert(self)
-            }
             fn key_of(meta: &kube::api::ObjectMeta) -> Result<ObjKey, ConvertError> {
                 convert::cluster_key(meta)
             }
@@ -351,13 +332,8 @@ macro_rules! ranges_watched {
     };
 }
 
-ranges_watched!(SlimNode, "nodes", convert::node, Update::NodeRanges);
-ranges_watched!(
-    SlimServiceCidr,
-    "servicecidrs",
-    convert::service_cidr,
-    Update::ServiceRanges
-);
+ranges_watched!(SlimNode, "nodes", Update::NodeRanges);
+ranges_watched!(SlimServiceCidr, "servicecidrs", Update::ServiceRanges);
 
 /// Past this many, the set of uids already reported is cleared (so a
 /// persistently bad object is logged again now and then, and memory stays

@@ -4,8 +4,8 @@
 //! over raw HTTP, because kube's `Api` only reads JSON. It asks for the
 //! encoding `--wire` names in `Accept` and decodes what the server sends by
 //! `Content-Type` ([`Codec`]): Protobuf with [`pb`](super::pb), JSON with
-//! the slim serde types. It yields kube-runtime's `watcher::Event`s and
-//! `watcher::Error`s, so the retry loop, its backoffs, fallbacks and
+//! the slim serde types (both declared in [`objects`](super::objects)). It
+//! yields kube-runtime's `watcher::Event`s and `watcher::Error`s, so the retry loop, its backoffs, fallbacks and
 //! metrics in [`watch`](super::watch) are the same for both wires.
 
 use std::fmt::Debug;
@@ -18,7 +18,8 @@ use kube::core::{ObjectList, Status, WatchEvent};
 use kube::runtime::watcher::{self, Event, ListSemantic};
 use serde::de::DeserializeOwned;
 
-use super::pb::{self, INITIAL_EVENTS_END, PROTOBUF, PbObject};
+use super::objects::Slim;
+use super::pb::{self, INITIAL_EVENTS_END, PROTOBUF};
 
 /// Which encoding podns asks the API server for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -52,17 +53,11 @@ impl Wire {
 
 /// What the watcher needs of a slim type.
 pub trait RawWatched:
-    kube::Resource<DynamicType = ()> + PbObject + DeserializeOwned + Clone + Debug + Send + 'static
+    kube::Resource<DynamicType = ()> + Slim + DeserializeOwned + Clone + Debug + Send + 'static
 {
 }
 impl<K> RawWatched for K where
-    K: kube::Resource<DynamicType = ()>
-        + PbObject
-        + DeserializeOwned
-        + Clone
-        + Debug
-        + Send
-        + 'static
+    K: kube::Resource<DynamicType = ()> + Slim + DeserializeOwned + Clone + Debug + Send + 'static
 {
 }
 

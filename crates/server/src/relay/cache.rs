@@ -23,24 +23,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use podns_kapi::watch::{EvType, event_line};
 use podns_kapi::{Kind, pbenc};
-use serde_json::Value;
 use tokio::sync::{Notify, watch};
 
 use super::labels::Labels;
-use super::objects;
 use super::scope::{self, NodeScopes};
-
-/// An object as the relay serves it, before its labels are chosen and it
-/// is encoded.
-#[derive(Debug)]
-pub struct Object {
-    pub ns: String,
-    pub name: String,
-    /// The API server's resourceVersion of this version of the object.
-    pub rv: u64,
-    /// The object, with all its labels.
-    pub value: serde_json::Value,
-}
+use crate::k8s::objects::Served;
+use crate::k8s::objects::loose::{Loose, StrMap};
+use crate::k8s::objects::served::apart_from_version;
 
 /// One relayed object, encoded once, in Protobuf: the history holds
 /// every version of every object for minutes, and the Protobuf is what
@@ -58,58 +47,37 @@ pub struct Item {
     pub node_name: String,
     /// The object as one item of its kind's Protobuf list.
     pub pb_item: Bytes,
-    /// A digest of the served object but for its resourceVersion: two
-    /// versions that serve alike have the same ([`Item::serves_as`]).
-    fingerprint: [u8; 32],
-}
-
-/// The SHA-256 of `bytes`.
-fn digest(bytes: &[u8]) -> [u8; 32] {
-    let d = ring::digest::digest(&ring::digest::SHA256, bytes);
-    d.as_ref().try_into().expect("SHA-256 is 32 bytes")
 }
 
 impl Item {
-    /// `o` encoded with the labels `served` keeps.
-    pub fn new(kind: Kind, o: Object, served: &dyn Fn(&str) -> bool) -> Option<Self> {
-        let Object {
-            ns,
-            name,
-            rv,
-            mut value,
-        } = o;
-        let labels = value["metadata"]["labels"]
-            .as_object()
-            .map(|m| {
-                Labels::new(
-                    m.iter()
-                        .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))),
-                )
-            })
-            .unwrap_or_default();
-        let meta = value["metadata"].as_object_mut()?;
-        if let Some(Value::Object(l)) = meta.get_mut("labels") {
-            l.retain(|k, _| served(k));
-            if l.is_empty() {
-                meta.remove("labels");
-            }
+    /// `o` encoded with the labels `served` keeps; `None` when it has no
+    /// name or resourceVersion, or cannot be served ([`Unfit`]).
+    ///
+    /// [`Unfit`]: crate::k8s::objects::value::Unfit
+    pub fn new(mut o: Served, served: &dyn Fn(&str) -> bool) -> Option<Self> {
+        let meta = o.meta_mut();
+        let ns = meta.namespace.get().cloned().unwrap_or_default();
+        let name = meta.name.get()?.clone();
+        let rv = meta.resource_version.get()?.parse().ok()?;
+        let mut all = match std::mem::take(&mut meta.labels) {
+            Loose::Ok(map) => map,
+            _ => StrMap::default(),
+        };
+        all.normalize();
+        let labels = Labels::new(all.entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        all.entries.retain(|(k, _)| served(k));
+        if !all.entries.is_empty() {
+            meta.labels = Loose::Ok(all);
         }
-        let version = meta.remove("resourceVersion");
-        let fingerprint = digest(&serde_json::to_vec(&value).ok()?);
-        if let Some(v) = version {
-            value["metadata"]["resourceVersion"] = v;
-        }
-        let node_name = value["spec"]["nodeName"].as_str().unwrap_or("").to_owned();
-        let json = serde_json::to_vec(&value).ok()?;
-        let pb_item = pbenc::list_item(kind, &json).ok()?;
+        let node_name = o.node_name().to_owned();
+        let pb_item = Bytes::from(o.pb_item().ok()?);
         Some(Self {
             ns,
             name,
             rv,
             labels,
             node_name,
-            pb_item: Bytes::from(pb_item),
-            fingerprint,
+            pb_item,
         })
     }
 
@@ -123,27 +91,23 @@ impl Item {
     }
 
     /// The object as served in JSON: its Protobuf decoded as podns decodes
-    /// the API server's, and written as the relay writes what it watches
-    /// (the same JSON it was encoded from).
+    /// the API server's, and written as JSON (what it was encoded from).
     pub fn json(&self, kind: Kind) -> Bytes {
-        let value = objects::decoded(kind, self.raw())
-            .map(|o| o.value)
-            .unwrap_or_default();
-        Bytes::from(serde_json::to_vec(&value).unwrap_or_default())
+        Served::decode(kind, self.raw())
+            .map(|o| Bytes::from(o.json()))
+            .unwrap_or_default()
     }
 
     /// This version again, with the labels `served` keeps now.
     pub fn reserved(&self, kind: Kind, served: &dyn Fn(&str) -> bool) -> Option<Self> {
-        let mut o = objects::decoded(kind, self.raw())?;
-        if !self.labels.is_empty() {
-            let all: serde_json::Map<String, Value> = self
-                .labels
-                .iter()
-                .map(|(k, v)| (k.to_owned(), Value::String(v.to_owned())))
-                .collect();
-            o.value["metadata"]["labels"] = Value::Object(all);
-        }
-        let mut again = Self::new(kind, o, served)?;
+        let mut o = Served::decode(kind, self.raw())?;
+        let all: Vec<(String, String)> = self
+            .labels
+            .iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        o.meta_mut().labels = Loose::Ok(StrMap::new(all));
+        let mut again = Self::new(o, served)?;
         if again.labels == self.labels {
             again.labels = self.labels.clone();
         }
@@ -151,12 +115,14 @@ impl Item {
     }
 
     /// Whether this version serves as `other` does, but for its
-    /// resourceVersion: the same served object, the same labels (served or
-    /// not: selectors match on all of them), on the same node.
+    /// resourceVersion: the same served bytes but for the version's field,
+    /// the same labels (served or not: selectors match on all of them), on
+    /// the same node.
     pub fn serves_as(&self, other: &Item) -> bool {
-        self.fingerprint == other.fingerprint
-            && self.node_name == other.node_name
+        self.node_name == other.node_name
             && self.labels == other.labels
+            && apart_from_version(self.raw())
+                .is_some_and(|a| Some(a) == apart_from_version(other.raw()))
     }
 
     /// The enveloped Protobuf object, as a get answers it (made on
@@ -634,7 +600,6 @@ impl Cache {
             labels: prev.labels.clone(),
             node_name: prev.node_name.clone(),
             pb_item: prev.pb_item.clone(),
-            fingerprint: prev.fingerprint,
         });
         let rv = gone.rv;
         self.push(&mut g, rv, EvType::Deleted, gone, Some(prev));
@@ -754,19 +719,19 @@ fn labelled_pod(
     labels: &[(&str, &str)],
     served: &dyn Fn(&str) -> bool,
 ) -> Item {
-    use super::objects::Relayed;
-    let labels: serde_json::Map<String, Value> = labels
+    use crate::k8s::objects::Relayed;
+    let labels: serde_json::Map<String, serde_json::Value> = labels
         .iter()
-        .map(|(k, v)| (k.to_string(), Value::from(*v)))
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
         .collect();
-    let pod: crate::k8s::slim::SlimPod = serde_json::from_value(serde_json::json!({
+    let pod: crate::k8s::objects::SlimPod = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": ns, "resourceVersion": rv.to_string(),
                      "labels": labels},
         "spec": {"nodeName": node, "containers": []},
     }))
     .unwrap();
-    Item::new(Kind::Pod, pod.relayed().unwrap(), served).unwrap()
+    Item::new(pod.served().unwrap(), served).unwrap()
 }
 
 #[cfg(test)]
@@ -789,7 +754,7 @@ mod tests {
     }
 
     fn served_labels(i: &Item) -> Vec<String> {
-        let v: Value = serde_json::from_slice(&i.json(Kind::Pod)).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&i.json(Kind::Pod)).unwrap();
         v["metadata"]["labels"]
             .as_object()
             .map(|m| m.keys().cloned().collect())

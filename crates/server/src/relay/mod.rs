@@ -11,7 +11,7 @@
 //! history; each change encoded once for every subscriber; label and
 //! field selectors (`spec.nodeName`, `metadata.namespace`) evaluated here,
 //! so a subscriber is sent only what it asked for ([`http`]). Objects carry
-//! only what DNS reads ([`objects`]). Clients authenticate with a
+//! only what DNS reads (each kind's serving rules: `k8s::objects`). Clients authenticate with a
 //! ServiceAccount token the relay checks with a TokenReview ([`auth`]).
 //!
 //! The feed ([`Feed`]) is the watch loop's: each watch of a relayed kind
@@ -23,7 +23,6 @@ pub mod conn;
 pub mod http;
 pub mod labels;
 pub mod node;
-pub mod objects;
 pub mod scope;
 pub mod tls;
 
@@ -37,9 +36,10 @@ use std::time::Duration;
 use kube::runtime::watcher::Event;
 use podns_kapi::Kind;
 
-pub use cache::{Cache, Item, Object};
+use crate::k8s::objects::Served;
+
+pub use cache::{Cache, Item};
 use labels::ServedLabels;
-pub use objects::Relayed;
 use scope::NodeScopes;
 
 /// The kinds the relay serves. EndpointSlices only as podns watches them:
@@ -198,7 +198,7 @@ impl Feed {
     pub fn on_event<K: kube::Resource>(
         &mut self,
         event: &Event<K>,
-        object: impl Fn(&K) -> Option<Object>,
+        object: impl Fn(&K) -> Option<Served>,
     ) {
         let kind = self.cache.kind;
         match event {
@@ -251,7 +251,7 @@ impl Feed {
         }
     }
 
-    fn item(&self, o: Object) -> Option<Item> {
+    fn item(&self, o: Served) -> Option<Item> {
         self.widen_for(&o);
         let served = self.labels.read();
         self.item_with(o, &served)
@@ -259,29 +259,29 @@ impl Feed {
 
     /// An object as served: a Pod with the labels served in its
     /// namespace, anything else whole.
-    fn item_with(&self, o: Object, served: &labels::Served<'_>) -> Option<Item> {
-        let kind = self.cache.kind;
-        if kind == Kind::Pod {
-            let ns = o.ns.clone();
-            Item::new(kind, o, &|k: &str| served.serves(&ns, k))
+    fn item_with(&self, o: Served, served: &labels::Served<'_>) -> Option<Item> {
+        if self.cache.kind == Kind::Pod {
+            let ns = o.meta().and_then(|m| m.namespace.get()).cloned();
+            let ns = ns.unwrap_or_default();
+            Item::new(o, &|k: &str| served.serves(&ns, k))
         } else {
-            Item::new(kind, o, &|_: &str| true)
+            Item::new(o, &|_: &str| true)
         }
     }
 
     /// A Service widens the pod labels served in its namespace with the
     /// keys it selects on.
-    fn widen_for(&self, o: &Object) {
-        if self.cache.kind != Kind::Service {
-            return;
-        }
-        let Some(selector) = o.value["spec"]["selector"].as_object() else {
+    fn widen_for(&self, o: &Served) {
+        let keys = o.selects_on();
+        let Some(ns) = o.meta().and_then(|m| m.namespace.get()) else {
             return;
         };
-        let keys = selector.keys().map(String::as_str);
-        self.labels.select(&o.ns, keys, |served| {
+        if keys.is_empty() {
+            return;
+        }
+        self.labels.select(ns, keys, |served| {
             self.pods
-                .rekey(&o.ns, |i| i.reserved(Kind::Pod, &|k: &str| served(k)));
+                .rekey(ns, |i| i.reserved(Kind::Pod, &|k: &str| served(k)));
         });
     }
 
@@ -306,14 +306,14 @@ mod tests {
 
     use super::*;
 
-    fn object<K: serde::Serialize + kube::Resource>(o: &K) -> Option<Object> {
-        let m = o.meta();
-        Some(Object {
-            ns: m.namespace.clone()?,
-            name: m.name.clone()?,
-            rv: m.resource_version.as_deref()?.parse().ok()?,
-            value: serde_json::to_value(o).ok()?,
-        })
+    /// A typed object as the relay serves it: decoded as podns decodes it.
+    fn object<K: serde::Serialize>(o: &K) -> Option<Served> {
+        use crate::k8s::objects::{Relayed, SlimPod, SlimService};
+        let v = serde_json::to_value(o).ok()?;
+        match v["kind"].as_str() {
+            Some("Service") => serde_json::from_value::<SlimService>(v).ok()?.served(),
+            _ => serde_json::from_value::<SlimPod>(v).ok()?.served(),
+        }
     }
 
     fn served(relay: &Relay, name: &str) -> Vec<String> {
