@@ -5,7 +5,7 @@
 //! (`publishNotReadyAddresses`, no ports, as JobSet makes it); every pod
 //! has hostname `<job>-<i>`, subdomain `<job>`, `app=<job>` and the nine
 //! labels of a JobSet / Indexed Job pod, plus the five Job/JobSet
-//! annotations `k8s::slim` keeps. Reported per pod:
+//! annotations `k8s::objects` keeps. Reported per pod:
 //! - input: the `Vec<PodInfo>` the watcher hands over (freed by the relist);
 //! - writer+table: everything the index holds once synced, input dropped;
 //! - table: the name table alone (what DNS reads), after dropping the writer;

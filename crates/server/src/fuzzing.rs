@@ -121,6 +121,19 @@ pub fn request(data: &[u8]) {
     }
 }
 
+/// `$each::<K>(data, then)` for every kind podns decodes, `then` being
+/// [`served_round_trip`] for those the relay serves.
+macro_rules! every_kind {
+    ($each:ident, $data:expr) => {
+        $each::<SlimPod>($data, served_round_trip);
+        $each::<SlimService>($data, served_round_trip);
+        $each::<SlimJob>($data, served_round_trip);
+        $each::<SlimEndpointSlice>($data, served_round_trip);
+        $each::<SlimNode>($data, |_| {});
+        $each::<SlimServiceCidr>($data, |_| {});
+    };
+}
+
 /// Arbitrary bytes as a watch event's object: decode leniently, convert or
 /// reject, never panic; what the relay serves of it decodes back to what
 /// it served ([`served_round_trip`]).
@@ -131,12 +144,7 @@ pub fn decode(data: &[u8]) {
             then(&k);
         }
     }
-    each::<SlimPod>(data, served_round_trip);
-    each::<SlimService>(data, served_round_trip);
-    each::<SlimJob>(data, served_round_trip);
-    each::<SlimEndpointSlice>(data, served_round_trip);
-    each::<SlimNode>(data, |_| {});
-    each::<SlimServiceCidr>(data, |_| {});
+    every_kind!(each, data);
 }
 
 /// Arbitrary bytes through the slim Protobuf decoder as every way podns
@@ -162,12 +170,7 @@ pub fn pb(data: &[u8]) {
             conv(&K::decode_pb(env.raw));
         }
     }
-    each::<SlimPod>(data, served_round_trip);
-    each::<SlimService>(data, served_round_trip);
-    each::<SlimJob>(data, served_round_trip);
-    each::<SlimEndpointSlice>(data, served_round_trip);
-    each::<SlimNode>(data, |_| {});
-    each::<SlimServiceCidr>(data, |_| {});
+    every_kind!(each, data);
     // The stream path: frames cut from the same bytes.
     let mut f = pb::Framer::default();
     f.push(data);

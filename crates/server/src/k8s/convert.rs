@@ -3,6 +3,8 @@
 //! cannot be indexed, keys, DNS labels, ports and protocols, timestamps.
 //! Pure functions: everything the index may rely on is checked here.
 
+use std::net::IpAddr;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::index::types::{ObjKey, Proto};
@@ -34,11 +36,7 @@ pub enum ConvertError {
 
 /// The key of an object, if its metadata has a name and a namespace.
 pub fn key(m: &ObjectMeta) -> Result<ObjKey, ConvertError> {
-    let name = m
-        .name
-        .as_deref()
-        .filter(|n| !n.is_empty())
-        .ok_or(ConvertError::MissingName)?;
+    let name = name(m)?;
     let namespace = m
         .namespace
         .as_deref()
@@ -50,12 +48,45 @@ pub fn key(m: &ObjectMeta) -> Result<ObjKey, ConvertError> {
 /// The key of a cluster-scoped object (Nodes, ServiceCIDRs): its name,
 /// with an empty namespace.
 pub fn cluster_key(m: &ObjectMeta) -> Result<ObjKey, ConvertError> {
-    let name = m
-        .name
+    Ok(ObjKey::new("", name(m)?))
+}
+
+fn name(m: &ObjectMeta) -> Result<&str, ConvertError> {
+    m.name
         .as_deref()
         .filter(|n| !n.is_empty())
-        .ok_or(ConvertError::MissingName)?;
-    Ok(ObjKey::new("", name))
+        .ok_or(ConvertError::MissingName)
+}
+
+/// A kind's addresses where the API keeps both a list and its first
+/// element in a field of its own (`podIPs` and `podIP`, `clusterIPs` and
+/// `clusterIP`): the list when it is set (it is authoritative), else the
+/// single field (all that older API servers send).
+pub fn listed_or_single<'a>(
+    list: impl Iterator<Item = &'a str>,
+    single: &'a Loose<String>,
+) -> Vec<&'a str> {
+    let listed: Vec<&str> = list.collect();
+    if listed.is_empty() {
+        single.get().map(String::as_str).into_iter().collect()
+    } else {
+        listed
+    }
+}
+
+/// Addresses parsed, each once, in their order; one that is not an IP
+/// rejects the object.
+pub fn ips<'a>(raw: impl IntoIterator<Item = &'a str>) -> Result<Vec<IpAddr>, ConvertError> {
+    let mut ips: Vec<IpAddr> = Vec::new();
+    for s in raw {
+        let ip: IpAddr = s
+            .parse()
+            .map_err(|_| ConvertError::InvalidIp(s.to_owned()))?;
+        if !ips.contains(&ip) {
+            ips.push(ip);
+        }
+    }
+    Ok(ips)
 }
 
 pub fn non_empty(s: &Loose<String>) -> Option<String> {

@@ -4,24 +4,9 @@
 
 use super::*;
 use crate::k8s::objects::SlimPod;
+use crate::k8s::objects::pod::tests::POD;
+use crate::k8s::objects::served::tests::pb_of;
 use podns_kapi::{Kind, pbenc};
-
-fn pb_of(kind: Kind, json: &str) -> Vec<u8> {
-    let item = pbenc::list_item(kind, json.as_bytes()).unwrap();
-    pbenc::object(&item).unwrap().to_vec()
-}
-
-const POD: &str = r#"{"apiVersion":"v1","kind":"Pod",
-  "metadata":{"name":"train-0","namespace":"ml","uid":"u-1","resourceVersion":"7",
-    "creationTimestamp":"2024-05-01T10:00:00Z",
-    "labels":{"app":"train","job-name":"train"},
-    "annotations":{"batch.kubernetes.io/job-completion-index":"0","other":"x"},
-    "managedFields":[{"manager":"kubelet","operation":"Update","fieldsType":"FieldsV1","fieldsV1":{"f:status":{}}}]},
-  "spec":{"hostname":"train-0","subdomain":"workers","containers":[{"name":"c","image":"busybox",
-    "env":[{"name":"A","value":"b"}],
-    "ports":[{"name":"nccl","containerPort":29500},{"containerPort":5353,"protocol":"UDP"}]}]},
-  "status":{"phase":"Running","podIP":"10.0.0.5","podIPs":[{"ip":"10.0.0.5"},{"ip":"fd00::5"}],
-    "conditions":[{"type":"Ready","status":"True"}]}}"#;
 
 #[test]
 fn list_and_watch_frames() {

@@ -23,15 +23,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::convert::{self, ConvertError};
+use super::convert::ConvertError;
 use super::objects::{
-    Relayed, Served, Slim, SlimEndpointSlice, SlimJob, SlimNode, SlimPod, SlimService,
-    SlimServiceCidr,
+    Slim, SlimEndpointSlice, SlimJob, SlimNode, SlimPod, SlimService, SlimServiceCidr,
 };
 use super::wire::{RawConfig, Wire, raw_watcher};
-use crate::index::types::{
-    Arrival, Change, JobInfo, ObjKey, PodInfo, RangesInfo, ServiceInfo, SliceInfo, Update,
-};
+use crate::index::types::{Arrival, Change, ObjKey, Update};
 use crate::metrics::{EventLabels, Metrics, PROGRESS_EVERY, ResourceLabels, RestartLabels};
 use crate::relay::Feed;
 
@@ -211,8 +208,8 @@ where
     }
 }
 
-/// A resource podns watches: a kind ([`Slim`]) and how its watch feeds
-/// the writer (and the relay).
+/// A resource podns watches: a kind ([`Slim`]: its conversion, index
+/// update and whether the relay serves it) and what its watch adds.
 trait Watched:
     Slim<Info: Clone + Send + 'static>
     + kube::Resource<DynamicType = ()>
@@ -232,61 +229,19 @@ trait Watched:
     /// What serving without an optional resource means, for the one log
     /// line that says it is missing.
     const WITHOUT: &'static str = "serving without them until it can (check RBAC)";
-    /// The key of an object that is deleted or no longer converts.
-    fn key_of(meta: &kube::api::ObjectMeta) -> Result<ObjKey, ConvertError> {
-        convert::key(meta)
-    }
-    fn key(info: &Self::Info) -> &ObjKey;
-    fn update(change: Change<Self::Info>) -> Update;
-    /// The kind the relay serves these as, if it does.
-    const RELAYED: Option<podns_kapi::Kind> = None;
-    /// The object as the relay serves it.
-    fn relayed(&self) -> Option<Served> {
-        None
-    }
 }
 
 impl Watched for SlimPod {
     const RESOURCE: &'static str = "pods";
-    fn key(info: &PodInfo) -> &ObjKey {
-        &info.key
-    }
-    fn update(change: Change<PodInfo>) -> Update {
-        Update::Pod(change)
-    }
-    const RELAYED: Option<podns_kapi::Kind> = Some(Self::KIND);
-    fn relayed(&self) -> Option<Served> {
-        self.served()
-    }
 }
 
 impl Watched for SlimService {
     const RESOURCE: &'static str = "services";
-    fn key(info: &ServiceInfo) -> &ObjKey {
-        &info.key
-    }
-    fn update(change: Change<ServiceInfo>) -> Update {
-        Update::Service(change)
-    }
-    const RELAYED: Option<podns_kapi::Kind> = Some(Self::KIND);
-    fn relayed(&self) -> Option<Served> {
-        self.served()
-    }
 }
 
 impl Watched for SlimJob {
     const RESOURCE: &'static str = "jobs";
     const OPTIONAL: bool = true;
-    fn key(info: &JobInfo) -> &ObjKey {
-        &info.key
-    }
-    fn update(change: Change<JobInfo>) -> Update {
-        Update::Job(change)
-    }
-    const RELAYED: Option<podns_kapi::Kind> = Some(Self::KIND);
-    fn relayed(&self) -> Option<Served> {
-        self.served()
-    }
 }
 
 impl Watched for SlimEndpointSlice {
@@ -294,16 +249,6 @@ impl Watched for SlimEndpointSlice {
     /// Without RBAC on them, everything but Services without a selector
     /// is still answered.
     const OPTIONAL: bool = true;
-    fn key(info: &SliceInfo) -> &ObjKey {
-        &info.key
-    }
-    fn update(change: Change<SliceInfo>) -> Update {
-        Update::Slice(change)
-    }
-    const RELAYED: Option<podns_kapi::Kind> = Some(Self::KIND);
-    fn relayed(&self) -> Option<Served> {
-        self.served()
-    }
 }
 
 /// Without Nodes or ServiceCIDRs, their ranges are not owned: reverse
@@ -312,28 +257,17 @@ impl Watched for SlimEndpointSlice {
 /// cannot place).
 const WITHOUT_RANGES: &str = "their ranges' reverse names get REFUSED (resolvers fall through to the next server) until it can; grant list/watch on them (deploy/base/rbac.yaml) or pass --reverse-cidr";
 
-/// The watch of a cluster-scoped kind whose objects are ranges.
-macro_rules! ranges_watched {
-    ($ty:ty, $resource:literal, $update:path) => {
-        impl Watched for $ty {
-            const RESOURCE: &'static str = $resource;
-            const OPTIONAL: bool = true;
-            const WITHOUT: &'static str = WITHOUT_RANGES;
-            fn key_of(meta: &kube::api::ObjectMeta) -> Result<ObjKey, ConvertError> {
-                convert::cluster_key(meta)
-            }
-            fn key(info: &RangesInfo) -> &ObjKey {
-                &info.key
-            }
-            fn update(change: Change<RangesInfo>) -> Update {
-                $update(change)
-            }
-        }
-    };
+impl Watched for SlimNode {
+    const RESOURCE: &'static str = "nodes";
+    const OPTIONAL: bool = true;
+    const WITHOUT: &'static str = WITHOUT_RANGES;
 }
 
-ranges_watched!(SlimNode, "nodes", Update::NodeRanges);
-ranges_watched!(SlimServiceCidr, "servicecidrs", Update::ServiceRanges);
+impl Watched for SlimServiceCidr {
+    const RESOURCE: &'static str = "servicecidrs";
+    const OPTIONAL: bool = true;
+    const WITHOUT: &'static str = WITHOUT_RANGES;
+}
 
 /// Past this many, the set of uids already reported is cleared (so a
 /// persistently bad object is logged again now and then, and memory stays

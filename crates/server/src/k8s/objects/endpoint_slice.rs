@@ -2,15 +2,15 @@
 //! their endpoints and ports, what the relay serves, and the index input
 //! ([`SliceInfo`]).
 
-use std::net::IpAddr;
-
 use podns_kapi::Kind;
 
 use super::loose::{Loose, LooseStr, LooseVec};
 use super::meta::Meta;
 use super::served::Relayed;
-use crate::index::types::{SliceEndpoint, SliceInfo, SlicePort};
-use crate::k8s::convert::{ConvertError, dns_label, is_dns1123_label, key, port_number, protocol};
+use crate::index::types::{SliceEndpoint, SliceInfo, SlicePort, Update};
+use crate::k8s::convert::{
+    ConvertError, dns_label, ips, is_dns1123_label, key, port_number, protocol,
+};
 use crate::labels::SERVICE_NAME;
 
 fields! {
@@ -52,7 +52,7 @@ fields! {
 
 slim! {
     /// A discovery.k8s.io/v1 EndpointSlice with only what DNS reads.
-    pub struct SlimEndpointSlice: EndpointSliceRaw(Kind::EndpointSlice, NamespaceResourceScope) -> SliceInfo, convert {
+    pub struct SlimEndpointSlice: EndpointSliceRaw(Kind::EndpointSlice, NamespaceResourceScope) -> SliceInfo, convert, Update::Slice, relayed {
         pub endpoints: LooseVec<EndpointRaw>,
         pub ports: LooseVec<EndpointPortRaw>,
         pub address_type: LooseStr,
@@ -63,9 +63,6 @@ slim! {
 /// endpoints (its addresses are names); an address that is not an IP in
 /// an `IPv4`/`IPv6` slice rejects the object, as a pod's bad IP does.
 fn convert(e: &SlimEndpointSlice) -> Result<SliceInfo, ConvertError> {
-    if let Some(field) = e.malformed {
-        return Err(ConvertError::Malformed(field));
-    }
     let key = key(&e.metadata)?;
     let service = e
         .meta
@@ -80,15 +77,7 @@ fn convert(e: &SlimEndpointSlice) -> Result<SliceInfo, ConvertError> {
     let fqdn = e.address_type.get().is_some_and(|t| t == "FQDN");
     let mut endpoints = Vec::new();
     for ep in e.endpoints.items().filter(|_| !fqdn) {
-        let mut ips: Vec<IpAddr> = Vec::new();
-        for a in ep.addresses.items() {
-            let ip: IpAddr = a
-                .parse()
-                .map_err(|_| ConvertError::InvalidIp(a.to_owned()))?;
-            if !ips.contains(&ip) {
-                ips.push(ip);
-            }
-        }
+        let ips = ips(ep.addresses.items().map(String::as_str))?;
         let conditions = ep.conditions.get();
         let condition = |f: fn(&EndpointConditionsRaw) -> &Loose<bool>| {
             conditions.and_then(|c| f(c).get().copied())
@@ -121,13 +110,7 @@ fn convert(e: &SlimEndpointSlice) -> Result<SliceInfo, ConvertError> {
 }
 
 impl Relayed for SlimEndpointSlice {
-    type Raw = EndpointSliceRaw;
-
-    fn serve(mut raw: EndpointSliceRaw) -> Option<EndpointSliceRaw> {
-        if raw.malformed.is_some() {
-            return None;
-        }
-        raw.metadata.or_default_mut();
+    fn rules(raw: &mut EndpointSliceRaw) {
         // Required by the API's schema, written even when empty:
         // `addressType`, `endpoints`, an endpoint's `addresses`.
         raw.address_type.or_default_mut();
@@ -140,11 +123,6 @@ impl Relayed for SlimEndpointSlice {
             _ => false,
         });
         raw.ports.retain_or_absent(|_| true);
-        Some(raw)
-    }
-
-    fn raw(&self) -> EndpointSliceRaw {
-        self.to_raw()
     }
 }
 

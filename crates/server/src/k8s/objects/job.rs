@@ -6,7 +6,7 @@ use podns_kapi::Kind;
 use super::loose::{Empty, Loose};
 use super::meta::Meta;
 use super::served::Relayed;
-use crate::index::types::JobInfo;
+use crate::index::types::{JobInfo, Update};
 use crate::k8s::convert::{ConvertError, key};
 
 fields! {
@@ -29,16 +29,13 @@ fields! {
 
 slim! {
     /// A batch/v1 Job with only what the rank view reads.
-    pub struct SlimJob: JobRaw(Kind::Job, NamespaceResourceScope) -> JobInfo, convert {
+    pub struct SlimJob: JobRaw(Kind::Job, NamespaceResourceScope) -> JobInfo, convert, Update::Job, relayed {
         pub spec: JobSpecRaw,
     }
 }
 
 /// The index input of a Job (rank view).
 fn convert(j: &SlimJob) -> Result<JobInfo, ConvertError> {
-    if let Some(field) = j.malformed {
-        return Err(ConvertError::Malformed(field));
-    }
     let key = key(&j.metadata)?;
     let count = |v: &Loose<i64>| v.get().and_then(|n| u32::try_from(*n).ok());
     Ok(JobInfo {
@@ -51,19 +48,8 @@ fn convert(j: &SlimJob) -> Result<JobInfo, ConvertError> {
 }
 
 impl Relayed for SlimJob {
-    type Raw = JobRaw;
-
-    fn serve(mut raw: JobRaw) -> Option<JobRaw> {
-        if raw.malformed.is_some() {
-            return None;
-        }
-        raw.metadata.or_default_mut();
+    fn rules(raw: &mut JobRaw) {
         raw.spec.or_default_mut().template = Loose::Ok(Empty);
-        Some(raw)
-    }
-
-    fn raw(&self) -> JobRaw {
-        self.to_raw()
     }
 }
 

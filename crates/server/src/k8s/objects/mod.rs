@@ -21,7 +21,10 @@
 
 use podns_kapi::Kind;
 
-use super::convert::ConvertError;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::convert::{self, ConvertError};
+use crate::index::types::{Change, ObjKey, Update};
 use loose::Loose;
 use proto::{Val, fields as pb_fields};
 use value::Unfit;
@@ -124,16 +127,28 @@ macro_rules! fields {
     };
 }
 
+/// In a relayed kind's [`Slim`] impl: the relay serves it.
+macro_rules! relayed_by {
+    (relayed) => {
+        const RELAYED: Option<podns_kapi::Kind> = Some(<Self as $crate::k8s::objects::Slim>::KIND);
+        fn relayed(&self) -> Option<$crate::k8s::objects::Served> {
+            <Self as $crate::k8s::objects::Relayed>::served(self)
+        }
+    };
+}
+
 /// Declares a kind's slim type from its declared top-level message: the
 /// message's fields but `metadata`, which is split into `metadata` (the
 /// identity kube-runtime reads) and `meta` (the rest); a sub-message
 /// field is its value (absent: the default), any other stays [`Loose`].
 /// It implements the JSON and Protobuf decoders of the kind ([`Slim`],
-/// with its conversion `$convert`) and `kube::Resource`.
+/// with its conversion `$convert` into index input and the index update
+/// `$update` that carries it) and `kube::Resource`; `relayed` when the
+/// relay serves the kind (its [`Relayed`] rules are in its file).
 macro_rules! slim {
     (
         $(#[$meta:meta])*
-        pub struct $name:ident: $raw:ident($kind:expr, $scope:ident) -> $info:ty, $convert:path {
+        pub struct $name:ident: $raw:ident($kind:expr, $scope:ident) -> $info:ty, $convert:path, $update:path $(, $relayed:ident)? {
             $( $(#[$fmeta:meta])* pub $field:ident : $ty:ty, )*
         }
     ) => {
@@ -160,20 +175,11 @@ macro_rules! slim {
                 }
             }
 
-            /// The declared message again (a copy, for serving).
-            pub fn to_raw(&self) -> $raw {
-                $raw {
-                    metadata: $crate::k8s::objects::loose::Loose::Ok(
-                        $crate::k8s::objects::meta::join(&self.metadata, &self.meta),
-                    ),
-                    $( $field: $crate::k8s::objects::Slot::to_slot(&self.$field), )*
-                    malformed: self.malformed,
-                }
-            }
         }
 
         impl $crate::k8s::objects::Slim for $name {
             type Info = $info;
+            type Raw = $raw;
             const KIND: podns_kapi::Kind = $kind;
             fn decode_pb(b: &[u8]) -> Self {
                 let mut raw = $raw::default();
@@ -183,8 +189,27 @@ macro_rules! slim {
                 Self::from_raw(raw, malformed)
             }
             fn convert(&self) -> Result<$info, $crate::k8s::convert::ConvertError> {
+                if let Some(field) = self.malformed {
+                    return Err($crate::k8s::convert::ConvertError::Malformed(field));
+                }
                 $convert(self)
             }
+            fn key(info: &$info) -> &$crate::index::types::ObjKey {
+                &info.key
+            }
+            fn update(change: $crate::index::types::Change<$info>) -> $crate::index::types::Update {
+                $update(change)
+            }
+            fn to_raw(&self) -> $raw {
+                $raw {
+                    metadata: $crate::k8s::objects::loose::Loose::Ok(
+                        $crate::k8s::objects::meta::join(&self.metadata, &self.meta),
+                    ),
+                    $( $field: $crate::k8s::objects::Slot::to_slot(&self.$field), )*
+                    malformed: self.malformed,
+                }
+            }
+            $( relayed_by!($relayed); )?
         }
 
         impl<'de> serde::Deserialize<'de> for $name {
@@ -250,6 +275,8 @@ pub use service::SlimService;
 pub trait Slim: Sized {
     /// What the index is fed.
     type Info;
+    /// Its declared top-level message (`fields!`).
+    type Raw: Message;
     /// The kind, as the API names it.
     const KIND: Kind;
     /// The object from its Protobuf message. Never fails: a broken object
@@ -260,6 +287,28 @@ pub trait Slim: Sized {
     /// (valid DNS labels, parsed IPs, known protocols); an object that
     /// cannot be converted is logged, counted and skipped by the watch.
     fn convert(&self) -> Result<Self::Info, ConvertError>;
+    /// The key of its index input.
+    fn key(info: &Self::Info) -> &ObjKey;
+    /// The index update that applies or deletes one.
+    fn update(change: Change<Self::Info>) -> Update;
+    /// The key of an object that is deleted or no longer converts: its
+    /// namespace and name (a cluster-scoped kind's: its name).
+    fn key_of(meta: &ObjectMeta) -> Result<ObjKey, ConvertError> {
+        if Self::KIND.namespaced() {
+            convert::key(meta)
+        } else {
+            convert::cluster_key(meta)
+        }
+    }
+    /// The declared message again (a copy, for serving).
+    fn to_raw(&self) -> Self::Raw;
+    /// The kind the relay serves these as, if it does.
+    const RELAYED: Option<Kind> = None;
+    /// What the relay serves of this object ([`Relayed::served`]), if it
+    /// serves the kind.
+    fn relayed(&self) -> Option<Served> {
+        None
+    }
 }
 
 /// A declared message (`fields!`): its fields from Protobuf, and both of

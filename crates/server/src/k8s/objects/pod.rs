@@ -1,16 +1,14 @@
 //! Pods: what DNS reads of them (names, addresses, readiness, ports for
 //! SRV), what the relay serves, and the index input ([`PodInfo`]).
 
-use std::net::IpAddr;
-
 use podns_kapi::Kind;
 
 use super::loose::{Loose, LooseStr, LooseVec};
 use super::meta::Meta;
 use super::served::Relayed;
-use crate::index::types::{ContainerPort, Phase, PodInfo};
+use crate::index::types::{ContainerPort, Phase, PodInfo, Update};
 use crate::k8s::convert::{
-    ConvertError, created, dns_label, key, non_empty, port_number, protocol,
+    ConvertError, created, dns_label, ips, key, listed_or_single, non_empty, port_number, protocol,
 };
 use crate::labels::RANK_LABELS;
 
@@ -76,7 +74,7 @@ fields! {
 
 slim! {
     /// A Pod with only what DNS reads.
-    pub struct SlimPod: PodRaw(Kind::Pod, NamespaceResourceScope) -> PodInfo, convert {
+    pub struct SlimPod: PodRaw(Kind::Pod, NamespaceResourceScope) -> PodInfo, convert, Update::Pod, relayed {
         pub spec: PodSpecRaw,
         pub status: PodStatusRaw,
     }
@@ -84,38 +82,18 @@ slim! {
 
 /// The index input of a pod.
 fn convert(p: &SlimPod) -> Result<PodInfo, ConvertError> {
-    if let Some(field) = p.malformed {
-        return Err(ConvertError::Malformed(field));
-    }
     let key = key(&p.metadata)?;
     let (spec, status) = (&p.spec, &p.status);
 
-    // status.podIPs is authoritative when set; podIP is its first element
-    // (and all that older API servers send).
-    let mut ips: Vec<IpAddr> = Vec::new();
-    let listed: Vec<&str> = status
-        .pod_ips
-        .items()
-        .filter_map(|i| i.ip.get().map(String::as_str))
-        .collect();
-    let raw = if listed.is_empty() {
+    let ips = ips(listed_or_single(
         status
-            .pod_ip
-            .get()
-            .map(String::as_str)
-            .into_iter()
-            .collect()
-    } else {
-        listed
-    };
-    for s in raw.into_iter().filter(|s| !s.is_empty()) {
-        let ip: IpAddr = s
-            .parse()
-            .map_err(|_| ConvertError::InvalidIp(s.to_owned()))?;
-        if !ips.contains(&ip) {
-            ips.push(ip);
-        }
-    }
+            .pod_ips
+            .items()
+            .filter_map(|i| i.ip.get().map(String::as_str)),
+        &status.pod_ip,
+    )
+    .into_iter()
+    .filter(|s| !s.is_empty()))?;
 
     let ready = status.conditions.items().any(|c| {
         c.type_.get().is_some_and(|t| t == "Ready") && c.status.get().is_some_and(|s| s == "True")
@@ -155,12 +133,7 @@ fn convert(p: &SlimPod) -> Result<PodInfo, ConvertError> {
 }
 
 impl Relayed for SlimPod {
-    type Raw = PodRaw;
-
-    fn serve(mut raw: PodRaw) -> Option<PodRaw> {
-        if raw.malformed.is_some() {
-            return None;
-        }
+    fn rules(raw: &mut PodRaw) {
         let meta = raw.metadata.or_default_mut();
         // Nothing reads a pod's uid, and it is 40 of the few hundred bytes
         // of every event.
@@ -214,7 +187,6 @@ impl Relayed for SlimPod {
         {
             status.pod_ips = Loose::Absent;
         }
-        Some(raw)
     }
 
     fn node_name(raw: &PodRaw) -> &str {
@@ -223,14 +195,12 @@ impl Relayed for SlimPod {
             .and_then(|s| s.node_name.get())
             .map_or("", String::as_str)
     }
-
-    fn raw(&self) -> PodRaw {
-        self.to_raw()
-    }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use std::net::IpAddr;
+
     use super::*;
     use crate::index::ObjKey;
     use crate::index::types::Proto;
@@ -565,7 +535,8 @@ mod tests {
         );
     }
 
-    const POD: &str = r#"{"apiVersion":"v1","kind":"Pod",
+    /// A training pod as the API server writes it (with what podns skips).
+    pub(crate) const POD: &str = r#"{"apiVersion":"v1","kind":"Pod",
       "metadata":{"name":"train-0","namespace":"ml","uid":"u-1","resourceVersion":"7",
         "creationTimestamp":"2024-05-01T10:00:00Z",
         "labels":{"app":"train","job-name":"train"},

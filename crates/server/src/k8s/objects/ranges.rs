@@ -8,7 +8,7 @@ use podns_kapi::Kind;
 
 use super::loose::{Loose, LooseVec};
 use super::meta::MetaId;
-use crate::index::types::RangesInfo;
+use crate::index::types::{RangesInfo, Update};
 use crate::k8s::convert::{ConvertError, cluster_key};
 
 fields! {
@@ -27,7 +27,7 @@ fields! {
 
 slim! {
     /// A Node with only its name and `spec.podCIDRs`.
-    pub struct SlimNode: NodeRaw(Kind::Node, ClusterResourceScope) -> RangesInfo, node {
+    pub struct SlimNode: NodeRaw(Kind::Node, ClusterResourceScope) -> RangesInfo, node, Update::NodeRanges {
         pub spec: NodeSpecRaw,
     }
 }
@@ -48,7 +48,7 @@ fields! {
 
 slim! {
     /// A networking.k8s.io/v1 ServiceCIDR with only its name and `spec.cidrs`.
-    pub struct SlimServiceCidr: ServiceCidrRaw(Kind::ServiceCidr, ClusterResourceScope) -> RangesInfo, service_cidr {
+    pub struct SlimServiceCidr: ServiceCidrRaw(Kind::ServiceCidr, ClusterResourceScope) -> RangesInfo, service_cidr, Update::ServiceRanges {
         pub spec: ServiceCidrSpecRaw,
     }
 }
@@ -56,17 +56,11 @@ slim! {
 /// The index input of a Node: its `spec.podCIDRs` (none yet is fine:
 /// a node that has no range assigned owns no reverse zone).
 fn node(n: &SlimNode) -> Result<RangesInfo, ConvertError> {
-    if let Some(field) = n.malformed {
-        return Err(ConvertError::Malformed(field));
-    }
     ranges(&n.metadata, &n.spec.pod_cidrs, "podCIDRs")
 }
 
 /// The index input of a ServiceCIDR: its `spec.cidrs`.
 fn service_cidr(s: &SlimServiceCidr) -> Result<RangesInfo, ConvertError> {
-    if let Some(field) = s.malformed {
-        return Err(ConvertError::Malformed(field));
-    }
     ranges(&s.metadata, &s.spec.cidrs, "cidrs")
 }
 

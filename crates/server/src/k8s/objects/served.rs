@@ -10,22 +10,19 @@
 
 use podns_kapi::Kind;
 
+use super::loose::Problem;
 use super::meta::Meta;
 use super::proto::{fields, sub};
 use super::value::{Unfit, Value, json_key, json_str};
 use super::{Message, Slim, SlimEndpointSlice, SlimJob, SlimPod, SlimService, decode_message};
 
 /// A kind the relay serves.
-pub trait Relayed: Slim {
-    /// Its declared top-level message: what is served.
-    type Raw: Message + Clone + Into<Served>;
-
-    /// The object as served: the kind's rules applied (what the API's
-    /// schema requires written even when absent, as the zero value a typed
-    /// client reads for it; what nothing reads left out), or `None` for an
-    /// object podns itself skips as malformed. (Encoding it may still find
-    /// it [`Unfit`].)
-    fn serve(raw: Self::Raw) -> Option<Self::Raw>;
+pub trait Relayed: Slim<Raw: Problem + Clone + Into<Served>> {
+    /// The kind's serving rules, applied to an object podns decodes whole
+    /// ([`Relayed::served`]): what the API's schema requires written even
+    /// when absent, as the zero value a typed client reads for it; what
+    /// nothing reads left out. (Encoding it may still find it [`Unfit`].)
+    fn rules(raw: &mut Self::Raw);
 
     /// The node it runs on (a Pod's `spec.nodeName`; empty for the other
     /// kinds): the relay indexes its watchers by it.
@@ -38,13 +35,22 @@ pub trait Relayed: Slim {
         Vec::new()
     }
 
-    /// This object's declared message (a copy).
-    fn raw(&self) -> Self::Raw;
-
-    /// What the relay serves of this object.
+    /// What the relay serves of this object: `None` for one podns itself
+    /// skips as malformed.
     fn served(&self) -> Option<Served> {
-        Self::serve(self.raw()).map(Into::into)
+        serve::<Self>(self.to_raw())
     }
+}
+
+/// `raw` as `K` serves it ([`Relayed::rules`]), with metadata.
+fn serve<K: Relayed>(mut raw: K::Raw) -> Option<Served> {
+    if raw.problem().is_some() {
+        return None;
+    }
+    K::rules(&mut raw);
+    let mut served: Served = raw.into();
+    served.meta_mut();
+    Some(served)
 }
 
 /// The field of a `…List` that repeats its items: a relayed object is kept
@@ -57,12 +63,12 @@ macro_rules! relayed {
         /// labels: the relay chooses which it serves when it encodes it.
         #[derive(Clone, Debug, PartialEq)]
         pub enum Served {
-            $( $variant(<$slim as Relayed>::Raw), )*
+            $( $variant(<$slim as Slim>::Raw), )*
         }
 
         $(
-            impl From<<$slim as Relayed>::Raw> for Served {
-                fn from(raw: <$slim as Relayed>::Raw) -> Self {
+            impl From<<$slim as Slim>::Raw> for Served {
+                fn from(raw: <$slim as Slim>::Raw) -> Self {
                     Served::$variant(raw)
                 }
             }
@@ -77,8 +83,7 @@ macro_rules! relayed {
             pub fn decode(kind: Kind, raw: &[u8]) -> Option<Self> {
                 $(
                     if kind == <$slim as Slim>::KIND {
-                        let raw = decode_message(raw)?;
-                        return <$slim as Relayed>::serve(raw).map(Served::$variant);
+                        return serve::<$slim>(decode_message(raw)?);
                     }
                 )*
                 None

@@ -2,15 +2,15 @@
 //! name, the selector, ports for SRV), what the relay serves, and the index
 //! input ([`ServiceInfo`]).
 
-use std::net::IpAddr;
-
 use podns_kapi::Kind;
 
 use super::loose::{AllKeys, IntOrStr, Loose, LooseStr, LooseVec, StrMap};
 use super::meta::Meta;
 use super::served::Relayed;
-use crate::index::types::{ServiceInfo, ServiceKind, ServicePort, TargetPort};
-use crate::k8s::convert::{ConvertError, key, non_empty, port_number, protocol};
+use crate::index::types::{ServiceInfo, ServiceKind, ServicePort, TargetPort, Update};
+use crate::k8s::convert::{
+    ConvertError, ips, key, listed_or_single, non_empty, port_number, protocol,
+};
 
 fields! {
     /// `spec.ports[]` of a Service.
@@ -43,16 +43,13 @@ fields! {
 
 slim! {
     /// A Service with only what DNS reads.
-    pub struct SlimService: ServiceRaw(Kind::Service, NamespaceResourceScope) -> ServiceInfo, convert {
+    pub struct SlimService: ServiceRaw(Kind::Service, NamespaceResourceScope) -> ServiceInfo, convert, Update::Service, relayed {
         pub spec: ServiceSpecRaw,
     }
 }
 
 /// The index input of a service.
 fn convert(s: &SlimService) -> Result<ServiceInfo, ConvertError> {
-    if let Some(field) = s.malformed {
-        return Err(ConvertError::Malformed(field));
-    }
     let key = key(&s.metadata)?;
     let spec = &s.spec;
 
@@ -68,28 +65,14 @@ fn convert(s: &SlimService) -> Result<ServiceInfo, ConvertError> {
         ServiceKind::ExternalName(target.to_owned())
     } else {
         // clusterIPs[0] == clusterIP; "None" in either means headless.
-        let listed: Vec<&str> = spec.cluster_ips.items().map(String::as_str).collect();
-        let raw = if listed.is_empty() {
-            spec.cluster_ip
-                .get()
-                .map(String::as_str)
-                .into_iter()
-                .collect()
-        } else {
-            listed
-        };
+        let raw = listed_or_single(
+            spec.cluster_ips.items().map(String::as_str),
+            &spec.cluster_ip,
+        );
         if raw.first().is_some_and(|ip| *ip == "None") {
             ServiceKind::Headless
         } else {
-            let mut ips: Vec<IpAddr> = Vec::new();
-            for r in raw.into_iter().filter(|r| !r.is_empty()) {
-                let ip: IpAddr = r
-                    .parse()
-                    .map_err(|_| ConvertError::InvalidIp(r.to_owned()))?;
-                if !ips.contains(&ip) {
-                    ips.push(ip);
-                }
-            }
+            let ips = ips(raw.into_iter().filter(|r| !r.is_empty()))?;
             ServiceKind::ClusterIp(ips)
         }
     };
@@ -140,13 +123,7 @@ fn convert(s: &SlimService) -> Result<ServiceInfo, ConvertError> {
 }
 
 impl Relayed for SlimService {
-    type Raw = ServiceRaw;
-
-    fn serve(mut raw: ServiceRaw) -> Option<ServiceRaw> {
-        if raw.malformed.is_some() {
-            return None;
-        }
-        raw.metadata.or_default_mut();
+    fn rules(raw: &mut ServiceRaw) {
         let spec = raw.spec.or_default_mut();
         spec.cluster_ips.retain_or_absent(|_| true);
         // A port's `port` is required by the API's schema: written even
@@ -158,7 +135,6 @@ impl Relayed for SlimService {
         if spec.selector.get().is_some_and(|m| m.entries.is_empty()) {
             spec.selector = Loose::Absent;
         }
-        Some(raw)
     }
 
     fn selects_on(raw: &ServiceRaw) -> Vec<&str> {
@@ -167,10 +143,6 @@ impl Relayed for SlimService {
             .and_then(|s| s.selector.get())
             .map(|m| m.entries.iter().map(|(k, _)| k.as_str()).collect())
             .unwrap_or_default()
-    }
-
-    fn raw(&self) -> ServiceRaw {
-        self.to_raw()
     }
 }
 
