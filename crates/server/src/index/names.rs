@@ -524,6 +524,23 @@ mod tests {
     }
 
     #[test]
+    fn dashed_labels_parse_only_in_their_canonical_spelling() {
+        for (label, ip) in [
+            ("10-0-0-1", Some("10.0.0.1")),
+            ("fd00--1", Some("fd00::1")),
+            ("2001-db8--a-b", Some("2001:db8::a:b")),
+            ("10-0-0-01", None),
+            ("fd00-0-0-0-0-0-0-1", None),
+            ("FD00--1", None),
+            ("10-0-0", None),
+            ("web", None),
+            ("1-2-3-4-5", None),
+        ] {
+            assert_eq!(Label(label).ip(), ip.map(|s| s.parse().unwrap()), "{label}");
+        }
+    }
+
+    #[test]
     fn reverse_round_trips() {
         for s in ["10.244.3.7", "fd00::1:2", "2001:db8::"] {
             let ip: IpAddr = s.parse().unwrap();
