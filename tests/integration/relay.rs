@@ -84,7 +84,7 @@ pub(crate) async fn wait_held(
     let want: Vec<String> = namespaces.iter().map(|n| n.to_string()).collect();
     wait_for(&format!("{want:?} held by the node instance"), T, || {
         let (t, want) = (table.clone(), want.clone());
-        async move { t.scope() == want }
+        async move { t.scope().namespaces() == want }
     })
     .await;
 }
@@ -702,7 +702,7 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
     let (table, metrics, dns) = (n.table.clone(), n.metrics.clone(), n.dns_addr);
     wait_held(&table, &["ml"]).await;
     // Every pod here is of gang `train`: `ml` is held in part.
-    assert!(table.is_partial("ml"));
+    assert!(table.scope().is_partial("ml"));
 
     // In scope: answered from the node's own index, byte for byte the
     // relay's answer.
@@ -835,7 +835,9 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
     guest["spec"]["nodeName"] = json!(node);
     create_pod(&env.client, guest).await;
     wait_for("gang eval held on the node", T, || async {
-        table.in_scope("ml") && table.is_partial("ml") && !table.is_unheld("ml", "eval")
+        table.scope().contains("ml")
+            && table.scope().is_partial("ml")
+            && !table.scope().is_unheld("ml", "eval")
     })
     .await;
     for msg in [
@@ -1128,7 +1130,7 @@ async fn a_node_instance_fails_over_to_another_relay_without_a_relist() {
         listed,
         "resumed by resourceVersion, no relist"
     );
-    assert_eq!(table.scope(), vec!["ml".to_string()]);
+    assert_eq!(table.scope().namespaces(), vec!["ml".to_string()]);
     let forwarded_before = forwarded(&metrics, "answered");
     // Every rank still answers right.
     for i in 0..4 {

@@ -203,7 +203,7 @@ async fn a_token_bound_to_a_pod_reads_only_its_nodes_scope() {
         },
     )
     .await;
-    assert!(other.table.scope().is_empty());
+    assert!(other.table.scope().namespaces().is_empty());
 }
 
 /// `podns_node_relay_failures_total{reason}` and the reachable gauge.

@@ -411,7 +411,7 @@ pub fn start(
     };
     let needs = if node {
         // Scopes come and go; the node's own pod list makes it ready.
-        table.set_node_scope();
+        table.scope().set_node();
         SyncNeeds::default()
     } else {
         SyncNeeds {

@@ -1767,7 +1767,7 @@ fn fast_path_takes_options_and_refuses_what_it_does_not_know() {
 /// Service and Job.
 fn partly_held() -> World {
     let table = Table::new();
-    table.set_node_scope();
+    table.scope().set_node();
     let policy = Policy {
         rank_view: true,
         ..Policy::default()
@@ -1824,7 +1824,7 @@ fn forwards(w: &World, name: &str) -> bool {
 fn a_namespace_held_in_part_answers_what_it_finds_and_forwards_what_another_gang_may_own() {
     let mut w = partly_held();
     let table = w.writer.table().clone();
-    assert!(table.in_scope("ml") && table.is_partial("ml"));
+    assert!(table.scope().contains("ml") && table.scope().is_partial("ml"));
     // Found among the held gang's pods, or wholly held (every Service is
     // here; a headless Service that selects only held gangs): answered.
     for name in [
@@ -1856,7 +1856,7 @@ fn a_namespace_held_in_part_answers_what_it_finds_and_forwards_what_another_gang
         namespace: "ml".into(),
         gangs: None,
     });
-    assert!(!table.is_partial("ml"));
+    assert!(!table.scope().is_partial("ml"));
     assert!(!forwards(&w, "eval.ml.svc.cluster.local."));
     assert!(!forwards(&w, "train-7.train.ml.svc.cluster.local."));
     // Out of scope, the mark goes with it.
@@ -1868,5 +1868,5 @@ fn a_namespace_held_in_part_answers_what_it_finds_and_forwards_what_another_gang
         }),
     });
     w.apply(Update::Unscope("ml".into()));
-    assert!(!table.is_partial("ml"));
+    assert!(!table.scope().is_partial("ml"));
 }

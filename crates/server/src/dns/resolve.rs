@@ -27,7 +27,7 @@ use hickory_proto::rr::{DNSClass, Name, RecordType};
 use smallvec::SmallVec;
 
 use crate::index::names::{self, Holder, Place, QName};
-use crate::index::{Lookup, Rrs, Table};
+use crate::index::{Lookup, Rrs, Scope, Table};
 
 /// The largest UDP payload podns sends, whatever the client offers: the
 /// DNS Flag Day 2020 value, which avoids IP fragmentation.
@@ -296,14 +296,14 @@ enum Held {
 /// namespace held in part, one that does not keep to the held gangs; and
 /// there a pod's own name only when it is found), reverse names and names
 /// no rule makes never (any pod may be behind them).
-fn held(table: &Table, place: &Place<'_>) -> Held {
+fn held(scope: &Scope, place: &Place<'_>) -> Held {
     match place {
         Place::Forward { rel, .. } => {
             let q = QName::parse(rel);
             match q.holder() {
                 Holder::Zone => Held::Yes,
                 Holder::Namespace(ns) => {
-                    if !table.in_scope(ns) {
+                    if !scope.contains(ns) {
                         return Held::No;
                     }
                     // A headless Service without a selector answers from
@@ -315,10 +315,10 @@ fn held(table: &Table, place: &Place<'_>) -> Held {
                         _ => None,
                     };
                     match q {
-                        _ if svc.is_some_and(|svc| table.is_unheld(ns, svc)) => Held::No,
+                        _ if svc.is_some_and(|svc| scope.is_unheld(ns, svc)) => Held::No,
                         // Every Service and Job of the namespace is here.
                         QName::Service { .. } | QName::Port { .. } => Held::Yes,
-                        _ if !table.is_partial(ns) => Held::Yes,
+                        _ if !scope.is_partial(ns) => Held::Yes,
                         QName::Host { .. }
                         | QName::Pod { .. }
                         | QName::Gang { .. }
@@ -446,8 +446,9 @@ impl Rules {
             plan.rcode = ResponseCode::Refused;
             return plan;
         }
-        let held = if table.is_node_scoped() {
-            held(table, &place)
+        let scope = table.scope();
+        let held = if scope.is_node() {
+            held(scope, &place)
         } else {
             Held::Yes
         };

@@ -30,7 +30,7 @@ pub mod types;
 pub mod writer;
 
 pub use policy::{Duplicates, Hostnames, Policy, Publish};
-pub use table::{Lookup, Rrs, Srv, SrvSet, Table, Value};
+pub use table::{Lookup, Rrs, Scope, Srv, SrvSet, Table, Value};
 pub use types::*;
 pub use writer::{SyncNeeds, Writer, set_release_memory};
 

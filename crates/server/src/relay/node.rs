@@ -172,7 +172,7 @@ pub async fn run(
         return;
     };
     let slices = slices && wcfg.endpoint_slices;
-    table.set_slices_held(slices);
+    table.scope().set_slices_held(slices);
     let wcfg = WatchConfig {
         endpoint_slices: slices,
         ..wcfg

@@ -22,7 +22,6 @@
 //! group), [`target`] (the names spelled from an address, and where a PTR
 //! points), [`scope`] (a node instance's scope).
 
-use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -44,6 +43,7 @@ use gangs::{Gangs, host_in, numbered};
 use ips::{FactsLists, IpMap};
 use value::Entry;
 
+pub use scope::Scope;
 pub use srv::{Srv, SrvSet};
 pub(crate) use target::{IpName, Target};
 pub use value::{Rrs, Value};
@@ -96,26 +96,20 @@ pub struct Table {
     /// The reverse zones podns owns, swapped whole when they change (see
     /// [`super::reverse`]); every reverse name until `serve` sets them.
     reverse: ArcSwap<ReverseZones>,
-    /// A node instance's scope: the namespaces it holds whole (listed from
-    /// the relay); every other name is forwarded. `None`: not a node
-    /// instance, the index holds everything it answers for.
-    scope: arc_swap::ArcSwapOption<HashSet<Box<str>>>,
-    /// Whether `scope` is set: what every query asks first, one plain load
-    /// (an `ArcSwap` load is not free on the DNS path).
-    node_scoped: AtomicBool,
-    /// On a node instance: headless Services without a selector, by
-    /// namespace, when the relay does not serve EndpointSlices (one from
-    /// before it did): their names are forwarded even in scope.
-    unheld: DashMap<Box<str>, Vec<Box<str>>>,
-    /// Namespaces a node instance holds only in part (some gangs' pods).
-    partial: dashmap::DashSet<Box<str>>,
-    /// A node instance whose relay serves EndpointSlices holds them too.
-    slices_held: AtomicBool,
+    /// A node instance's scope, which the table only carries: what
+    /// `dns::resolve` asks before it looks a name up.
+    scope: Scope,
 }
 
 impl Table {
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// A node instance's scope (on any other server, never set: every
+    /// namespace is held).
+    pub fn scope(&self) -> &Scope {
+        &self.scope
     }
 
     /// Look a key up. Keys are lower case: forward keys relative to the

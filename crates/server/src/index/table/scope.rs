@@ -1,34 +1,62 @@
 //! A node instance's scope: which namespaces its index holds, whole or in
 //! part, and which Services it forwards although their namespace is held.
+//! The table carries one ([`super::Table::scope`]) and never reads it:
+//! `dns::resolve` asks it whether a question is answered here, the writer
+//! keeps it as namespaces are listed, relist and leave.
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::Table;
+use arc_swap::ArcSwapOption;
+use dashmap::{DashMap, DashSet};
 
-impl Table {
-    /// Make this the index of a node instance: nothing in scope yet.
-    pub fn set_node_scope(&self) {
-        self.scope.store(Some(Arc::new(HashSet::new())));
-        self.node_scoped.store(true, Ordering::Release);
+/// What a node instance holds. On any other server it is never set, and
+/// every namespace counts as held.
+#[derive(Debug, Default)]
+pub struct Scope {
+    /// The namespaces held whole (listed from the relay); every other
+    /// name is forwarded. `None`: not a node instance, the index holds
+    /// everything it answers for.
+    namespaces: ArcSwapOption<HashSet<Box<str>>>,
+    /// Whether `namespaces` is set: what every query asks first, one
+    /// plain load (an `ArcSwap` load is not free on the DNS path).
+    node: AtomicBool,
+    /// Headless Services without a selector, by namespace, when the relay
+    /// does not serve EndpointSlices (one from before it did): their
+    /// names are forwarded even in scope.
+    unheld: DashMap<Box<str>, Vec<Box<str>>>,
+    /// Namespaces held only in part (some gangs' pods).
+    partial: DashSet<Box<str>>,
+    /// The relay serves EndpointSlices, so they are held too.
+    slices_held: AtomicBool,
+}
+
+impl Scope {
+    /// Make this the scope of a node instance: nothing in it yet.
+    pub fn set_node(&self) {
+        self.namespaces.store(Some(Arc::new(HashSet::new())));
+        self.node.store(true, Ordering::Release);
     }
 
-    /// Whether this is a node instance's index.
-    pub fn is_node_scoped(&self) -> bool {
-        self.node_scoped.load(Ordering::Relaxed)
+    /// Whether this is a node instance's scope.
+    pub fn is_node(&self) -> bool {
+        self.node.load(Ordering::Relaxed)
     }
 
     /// Whether the names of namespace `ns` are answered from this index
     /// (always, except on a node instance, for the namespaces it holds).
-    pub fn in_scope(&self, ns: &str) -> bool {
-        self.scope.load().as_ref().is_none_or(|s| s.contains(ns))
+    pub fn contains(&self, ns: &str) -> bool {
+        self.namespaces
+            .load()
+            .as_ref()
+            .is_none_or(|s| s.contains(ns))
     }
 
-    /// The namespaces in a node instance's scope.
-    pub fn scope(&self) -> Vec<String> {
+    /// The namespaces in a node instance's scope, sorted.
+    pub fn namespaces(&self) -> Vec<String> {
         let mut v: Vec<String> = self
-            .scope
+            .namespaces
             .load()
             .as_ref()
             .map(|s| s.iter().map(|n| n.to_string()).collect())
@@ -92,8 +120,8 @@ impl Table {
 
     /// Add or drop a namespace of a node instance's scope (the writer);
     /// the number of namespaces in scope after.
-    pub(crate) fn set_in_scope(&self, ns: &str, on: bool) -> usize {
-        let Some(now) = self.scope.load_full() else {
+    pub(crate) fn set_contains(&self, ns: &str, on: bool) -> usize {
+        let Some(now) = self.namespaces.load_full() else {
             return 0;
         };
         if now.contains(ns) == on {
@@ -106,7 +134,7 @@ impl Table {
             next.remove(ns);
         }
         let n = next.len();
-        self.scope.store(Some(Arc::new(next)));
+        self.namespaces.store(Some(Arc::new(next)));
         n
     }
 }

@@ -311,8 +311,8 @@ impl Writer {
                 self.slice_resets.remove(&scope);
                 self.relisting.retain(|(_, n)| *n != ns);
                 self.partial.remove(&ns);
-                self.table.set_partial(&ns, false);
-                let held = self.table.set_in_scope(&ns, false);
+                self.table.scope().set_partial(&ns, false);
+                let held = self.table.scope().set_contains(&ns, false);
                 self.metrics.node_scope_namespaces.set(held as i64);
                 self.flush();
             }
@@ -320,15 +320,15 @@ impl Writer {
                 resource,
                 namespace,
             } => {
-                if self.table.is_node_scoped() {
-                    let held = self.table.set_in_scope(&namespace, false);
+                if self.table.scope().is_node() {
+                    let held = self.table.scope().set_contains(&namespace, false);
                     self.metrics.node_scope_namespaces.set(held as i64);
                     self.relisting.insert((resource, namespace));
                 }
             }
             Update::Partial { namespace, gangs } => {
-                if self.table.is_node_scoped() {
-                    self.table.set_partial(&namespace, gangs.is_some());
+                if self.table.scope().is_node() {
+                    self.table.scope().set_partial(&namespace, gangs.is_some());
                     match gangs {
                         Some(g) => self.partial.insert(namespace.clone(), g),
                         None => self.partial.remove(&namespace),
@@ -342,7 +342,7 @@ impl Writer {
                         .collect();
                     for k in keys {
                         let unheld = self.services.get(&k).is_some_and(|s| self.is_unheld(s));
-                        self.table.set_unheld(&k.namespace, &k.name, unheld);
+                        self.table.scope().set_unheld(&k.namespace, &k.name, unheld);
                     }
                 }
             }
@@ -375,7 +375,7 @@ impl Writer {
         // A node instance answers a namespace from here once all its
         // watches have listed; until then its names are forwarded.
         if let Some(ns) = namespace.as_deref()
-            && self.table.is_node_scoped()
+            && self.table.scope().is_node()
         {
             let resource = match kind {
                 Kind::Pods => "pods",
@@ -390,9 +390,9 @@ impl Writer {
                 && self.pod_resets.contains(&scope)
                 && self.service_resets.contains(&scope)
                 && (!self.policy.rank_view || self.job_resets.contains(&scope))
-                && (!self.table.slices_held() || self.slice_resets.contains(&scope));
+                && (!self.table.scope().slices_held() || self.slice_resets.contains(&scope));
             if whole {
-                let held = self.table.set_in_scope(ns, true);
+                let held = self.table.scope().set_contains(ns, true);
                 self.metrics.node_scope_namespaces.set(held as i64);
             }
         }
@@ -710,7 +710,7 @@ mod scope_tests {
     #[test]
     fn a_relisting_namespace_is_out_of_a_node_instances_scope_until_listed() {
         let table = Table::new();
-        table.set_node_scope();
+        table.scope().set_node();
         let needs = SyncNeeds {
             pod_scopes: 1,
             service_scopes: 1,
@@ -734,35 +734,41 @@ mod scope_tests {
             }));
         };
         all(&mut w);
-        assert!(table.in_scope("ml"));
+        assert!(table.scope().contains("ml"));
         w.apply(Update::Relisting {
             resource: "pods",
             namespace: "ml".into(),
         });
-        assert!(!table.in_scope("ml"), "forwarded while its pods relist");
+        assert!(
+            !table.scope().contains("ml"),
+            "forwarded while its pods relist"
+        );
         w.apply(Update::Service(Change::Reset {
             namespace: ns(),
             items: vec![],
         }));
-        assert!(!table.in_scope("ml"), "the pods are still listing");
+        assert!(!table.scope().contains("ml"), "the pods are still listing");
         w.apply(Update::Pod(Change::Reset {
             namespace: ns(),
             items: vec![],
         }));
-        assert!(table.in_scope("ml"));
+        assert!(table.scope().contains("ml"));
         w.apply(Update::Relisting {
             resource: "jobs",
             namespace: "ml".into(),
         });
         w.apply(Update::Unscope("ml".into()));
         all(&mut w);
-        assert!(table.in_scope("ml"), "scoped anew, nothing left relisting");
+        assert!(
+            table.scope().contains("ml"),
+            "scoped anew, nothing left relisting"
+        );
     }
 
     fn node_writer(slices: bool) -> (Arc<Table>, Writer) {
         let table = Table::new();
-        table.set_node_scope();
-        table.set_slices_held(slices);
+        table.scope().set_node();
+        table.scope().set_slices_held(slices);
         let w = Writer::new(
             table.clone(),
             Policy::default(),
@@ -801,14 +807,14 @@ mod scope_tests {
         // namespace only once its slices are listed too.
         let (table, mut w) = node_writer(true);
         list_all(&mut w, false);
-        assert!(!table.in_scope("ml"), "slices not listed yet");
+        assert!(!table.scope().contains("ml"), "slices not listed yet");
         list_all(&mut w, true);
-        assert!(table.in_scope("ml"));
-        assert!(!table.is_unheld("ml", "db"));
+        assert!(table.scope().contains("ml"));
+        assert!(!table.scope().is_unheld("ml", "db"));
         // One from before: their names are forwarded.
         let (table, mut w) = node_writer(false);
         list_all(&mut w, false);
-        assert!(table.in_scope("ml"));
-        assert!(table.is_unheld("ml", "db"));
+        assert!(table.scope().contains("ml"));
+        assert!(table.scope().is_unheld("ml", "db"));
     }
 }

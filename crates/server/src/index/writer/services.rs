@@ -84,7 +84,7 @@ impl Writer {
             return false;
         }
         match &svc.selector {
-            None => !self.table.slices_held(),
+            None => !self.table.scope().slices_held(),
             Some(selector) => self
                 .partial
                 .get(&svc.key.namespace)
@@ -94,9 +94,11 @@ impl Writer {
 
     pub(super) fn link_service(&mut self, svc: ServiceInfo) {
         let key = svc.key.clone();
-        if self.table.is_node_scoped() {
+        if self.table.scope().is_node() {
             let unheld = self.is_unheld(&svc);
-            self.table.set_unheld(&key.namespace, &key.name, unheld);
+            self.table
+                .scope()
+                .set_unheld(&key.namespace, &key.name, unheld);
         }
         self.stale_sets.insert(key.clone());
         let ns = key.namespace.clone();
@@ -137,8 +139,10 @@ impl Writer {
         let Some(svc) = self.services.remove(key) else {
             return;
         };
-        if self.table.is_node_scoped() {
-            self.table.set_unheld(&key.namespace, &key.name, false);
+        if self.table.scope().is_node() {
+            self.table
+                .scope()
+                .set_unheld(&key.namespace, &key.name, false);
         }
         self.sets.remove(key);
         self.stale_sets.insert(key.clone());
