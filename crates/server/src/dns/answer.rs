@@ -15,46 +15,8 @@ use super::fast::Fast;
 use super::resolve::{self, ClientEdns, Data, Owner, Plan, Records, Request, Rules};
 use crate::index::Table;
 
+pub use super::reply::{Reply, ReplyMeta, Transport};
 pub use super::resolve::{AnswerConfig, DNS_SCHEMA_VERSION, MAX_UDP_PAYLOAD};
-
-/// Transport the query came over: it decides the size limit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transport {
-    Udp,
-    Tcp,
-}
-
-impl Transport {
-    pub fn label(self) -> &'static str {
-        match self {
-            Transport::Udp => "udp",
-            Transport::Tcp => "tcp",
-        }
-    }
-}
-
-/// An encoded reply and what the server counts about it.
-#[derive(Debug)]
-pub struct Reply {
-    pub bytes: Vec<u8>,
-    pub rcode: ResponseCode,
-    pub qtype: Option<RecordType>,
-    pub truncated: bool,
-    /// Not answered here: a node instance forwards it ([`Answerer::forwarded`]);
-    /// `bytes` is empty.
-    pub forward: bool,
-}
-
-/// What the server counts about a reply written into its buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReplyMeta {
-    pub rcode: ResponseCode,
-    pub qtype: Option<RecordType>,
-    pub truncated: bool,
-    /// Not answered here: the buffer was not written; a node instance
-    /// forwards the question ([`Answerer::forward_udp`]).
-    pub forward: bool,
-}
 
 /// Answers questions from the index. Cheap to share behind an `Arc`.
 pub struct Answerer {
@@ -147,13 +109,7 @@ impl Answerer {
         if meta.forward {
             out.clear();
         }
-        Some(Reply {
-            bytes: out,
-            rcode: meta.rcode,
-            qtype: meta.qtype,
-            truncated: meta.truncated,
-            forward: meta.forward,
-        })
+        Some(meta.with(out))
     }
 
     /// [`Self::handle`] into a buffer the caller keeps between queries:
@@ -165,8 +121,7 @@ impl Answerer {
         transport: Transport,
         out: &mut Vec<u8>,
     ) -> Option<ReplyMeta> {
-        let udp = transport == Transport::Udp;
-        let reply = match super::fast::answer(bytes, udp, &self.table, &self.rules, out) {
+        let reply = match self.fast(bytes, transport, out) {
             Fast::Done(meta) => return Some(meta),
             // Resolved already: only the encoding is left to do here.
             Fast::Plan(plan) => match Message::from_vec(bytes) {
@@ -178,13 +133,9 @@ impl Answerer {
             },
             Fast::Declined => self.handle_general(bytes, transport)?,
         };
+        let meta = reply.meta();
         *out = reply.bytes;
-        Some(ReplyMeta {
-            rcode: reply.rcode,
-            qtype: reply.qtype,
-            truncated: reply.truncated,
-            forward: reply.forward,
-        })
+        Some(meta)
     }
 
     /// The wire fast path alone; `None` when it hands the query over.
@@ -195,11 +146,16 @@ impl Answerer {
         transport: Transport,
         out: &mut Vec<u8>,
     ) -> Option<ReplyMeta> {
-        let udp = transport == Transport::Udp;
-        match super::fast::answer(bytes, udp, &self.table, &self.rules, out) {
+        match self.fast(bytes, transport, out) {
             Fast::Done(meta) => Some(meta),
             Fast::Plan(_) | Fast::Declined => None,
         }
+    }
+
+    /// What the wire fast path makes of `bytes`.
+    fn fast(&self, bytes: &[u8], transport: Transport, out: &mut Vec<u8>) -> Fast<'_> {
+        let udp = transport == Transport::Udp;
+        super::fast::answer(bytes, udp, &self.table, &self.rules, out)
     }
 
     /// The general path: parse into a `Message`, resolve, encode with
@@ -277,13 +233,7 @@ pub fn udp_limit(req: &Message) -> u16 {
 /// by record, cut as the plan says ([`Plan::cut`]) and encoded again.
 fn encode(req: &Message, mut plan: Plan<'_>, qtype: Option<RecordType>) -> Option<Reply> {
     if plan.forward {
-        return Some(Reply {
-            bytes: Vec::new(),
-            rcode: plan.rcode,
-            qtype,
-            truncated: false,
-            forward: true,
-        });
+        return Some(ReplyMeta::of(&plan, qtype).with(Vec::new()));
     }
     // A reply known not to fit is cut at once; any other is written
     // whole first. A set too big to fit is not built whole even then: a
@@ -298,23 +248,11 @@ fn encode(req: &Message, mut plan: Plan<'_>, qtype: Option<RecordType>) -> Optio
         // #3917). Such a reply did not fit either.
         let cut_by_hickory = bytes.get(2).is_some_and(|f| f & 0x02 != 0);
         if bytes.len() <= plan.limit && !cut_by_hickory {
-            return Some(Reply {
-                bytes,
-                rcode: plan.rcode,
-                qtype,
-                truncated: plan.tc,
-                forward: false,
-            });
+            return Some(ReplyMeta::of(&plan, qtype).with(bytes));
         }
     }
     let bytes = cut(req, &mut plan)?.to_vec().ok()?;
-    Some(Reply {
-        bytes,
-        rcode: plan.rcode,
-        qtype,
-        truncated: plan.tc,
-        forward: false,
-    })
+    Some(ReplyMeta::of(&plan, qtype).with(bytes))
 }
 
 /// SERVFAIL for a query no relay answered: the question echoed, no AA.

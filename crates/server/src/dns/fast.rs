@@ -20,7 +20,7 @@
 use hickory_proto::op::OpCode;
 use hickory_proto::rr::{DNSClass, RecordType};
 
-use super::answer::ReplyMeta;
+use super::reply::ReplyMeta;
 use super::resolve::{self, ClientEdns, Data, Owner, Plan, Request, Rules};
 use crate::index::Table;
 
@@ -94,12 +94,7 @@ pub(super) fn answer<'a>(
     let mut plan = rules.resolve(table, &req);
     if plan.forward {
         // A node instance's question for the relays: nothing is written.
-        return Fast::Done(ReplyMeta {
-            rcode: plan.rcode,
-            qtype: Some(RecordType::from(q.qtype)),
-            truncated: false,
-            forward: true,
-        });
+        return Fast::Done(ReplyMeta::of(&plan, Some(RecordType::from(q.qtype))));
     }
     if !fits_shape(&plan) {
         return Fast::Plan(plan);
@@ -117,12 +112,7 @@ pub(super) fn answer<'a>(
             return Fast::Plan(plan);
         }
     }
-    Fast::Done(ReplyMeta {
-        rcode: plan.rcode,
-        qtype: Some(RecordType::from(q.qtype)),
-        truncated: plan.tc,
-        forward: false,
-    })
+    Fast::Done(ReplyMeta::of(&plan, Some(RecordType::from(q.qtype))))
 }
 
 /// The plans this encoder writes: the question echoed, address records

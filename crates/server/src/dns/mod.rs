@@ -1,6 +1,7 @@
 //! DNS: served zones ([`zone`]), the record rules ([`resolve`]: question
 //! → answer plan), the encoders of a plan ([`answer`] through
-//! hickory-proto, `fast` straight into bytes) and the sockets
+//! hickory-proto, `fast` straight into bytes), what a reply is to the
+//! server ([`reply`]: both encoders make theirs there) and the sockets
 //! ([`server`], their buffer sizes in [`buffers`]).
 
 #[cfg(any(test, feature = "testing"))]
@@ -13,6 +14,7 @@ mod fast;
 pub mod forward;
 #[cfg(target_os = "linux")]
 mod mmsg;
+pub mod reply;
 pub mod resolve;
 pub mod rrl;
 pub mod server;

@@ -20,9 +20,10 @@ use crate::metrics::{
 };
 use prometheus_client::metrics::counter::Counter;
 
-use super::answer::{Answerer, ReplyMeta, Transport};
+use super::answer::Answerer;
 use super::buffers::{self, Granted, UdpBuffers};
 use super::datagrams::{self, Datagrams};
+use super::reply::{ReplyMeta, Transport};
 use super::rrl::{self, Rrl, Verdict};
 
 /// How long an idle TCP connection is kept (default of `--tcp-idle-timeout`).
@@ -443,12 +444,7 @@ async fn serve_tcp_conn(
         let Some(reply) = answerer.handle(&buf, Transport::Tcp) else {
             continue;
         };
-        let meta = ReplyMeta {
-            rcode: reply.rcode,
-            qtype: reply.qtype,
-            truncated: reply.truncated,
-            forward: reply.forward,
-        };
+        let meta = reply.meta();
         let reply_bytes = if meta.forward {
             match answerer.forwarded(&buf, true).await {
                 Some(bytes) => bytes,
