@@ -23,7 +23,6 @@ use crate::metrics::{Metrics, PROGRESS_EVERY};
 mod build;
 mod by_name;
 pub mod explain;
-mod findings;
 mod headless;
 mod model;
 mod pods;
@@ -167,7 +166,7 @@ pub struct Writer {
     /// A node instance's namespaces held in part, and the gangs held.
     partial: HashMap<String, GangSelector>,
     /// `podns explain` requests, answered between batches (`--admin-debug`).
-    explain_rx: Option<findings::ExplainReceiver>,
+    explain_rx: Option<explain::ExplainReceiver>,
     /// A list was applied since [`RELEASE_MEMORY`] last ran.
     listed_since_release: bool,
     /// The ranges learned for the reverse zones ([`Self::with_ranges`]).

@@ -31,7 +31,9 @@ use crate::index::names::{Label, QName, Tree};
 use crate::index::table::Target;
 use crate::index::{Lookup, names};
 
-pub use super::findings::{ExplainReceiver, ExplainRequest, Findings, MAX_LISTED, Object, Reason};
+mod findings;
+
+pub use findings::{ExplainReceiver, ExplainRequest, Findings, MAX_LISTED, Object, Reason};
 
 impl Writer {
     /// Give the writer the receiving end of the explain channel; requests

@@ -1,6 +1,7 @@
 //! What `podns explain` reports, as data: the question sent to the
 //! writer, and its findings (the reason, a sentence, the objects). The
-//! writer works them out in `explain.rs`; the admin side serves them.
+//! writer works them out in the files beside this one; the admin side
+//! serves them.
 
 use std::net::IpAddr;
 
