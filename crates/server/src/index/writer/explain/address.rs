@@ -21,8 +21,7 @@ impl Writer {
             )
             .ns(ns);
         };
-        let mut holders: Vec<&Pod> = self.ip_holders(ip).filter(|p| **p.ns() == *ns).collect();
-        holders.sort_by(|a, b| a.duplicate_order(b));
+        let holders = self.holders(ip, Some(ns));
         if let Some(p) = holders.iter().find(|p| self.makes_pod_name(p, ns)) {
             return Findings::new(
                 Reason::PodIp,
@@ -41,11 +40,7 @@ impl Writer {
             )
             .ns(ns);
         };
-        let why = if p.host_network() {
-            Reason::PodHostNetwork
-        } else {
-            self.not_published(p, false).unwrap_or(Reason::NoSuchName)
-        };
+        let why = self.why_unnamed(p);
         Findings::new(
             why,
             format!(
@@ -127,20 +122,14 @@ impl Writer {
             .ns(pod.ns())
             .with(vec![self.pod_object(pod, "answers", None)]);
         }
-        let mut holders: Vec<&Pod> = self.ip_holders(ip).collect();
-        holders.sort_by(|a, b| a.duplicate_order(b));
+        let holders = self.holders(ip, None);
         let Some(first) = holders.first() else {
             return Findings::new(
                 Reason::NoPodWithIp,
                 format!("no pod or Service has IP {ip}"),
             );
         };
-        let why = if first.host_network() {
-            Reason::PodHostNetwork
-        } else {
-            self.not_published(first, false)
-                .unwrap_or(Reason::NoSuchName)
-        };
+        let why = self.why_unnamed(first);
         let detail = if why == Reason::PodHostNetwork {
             format!(
                 "{ip} is held by hostNetwork pod {}/{}: it is the node's IP, so podns gives it no PTR",

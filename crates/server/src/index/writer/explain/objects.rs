@@ -1,6 +1,8 @@
 //! The objects an explanation names, as it shows them, and why a pod
 //! is not published for a name.
 
+use std::net::IpAddr;
+
 use super::*;
 
 impl Writer {
@@ -73,5 +75,27 @@ impl Writer {
             return Some(Reason::HostnameNeedsService);
         }
         self.not_published(pod, svc.is_some_and(|s| s.publish_not_ready))
+    }
+
+    /// The pods that hold `ip` (those of namespace `ns`, if given), in
+    /// the duplicate rule's order: the first is the one a name would
+    /// answer with.
+    pub(super) fn holders(&self, ip: IpAddr, ns: Option<&str>) -> Vec<&Pod> {
+        let mut holders: Vec<&Pod> = self
+            .ip_holders(ip)
+            .filter(|p| ns.is_none_or(|ns| **p.ns() == *ns))
+            .collect();
+        holders.sort_by(|a, b| a.duplicate_order(b));
+        holders
+    }
+
+    /// Why a pod that holds an address has no name spelled from it: a
+    /// hostNetwork pod's address is its node's, else it is not published.
+    pub(super) fn why_unnamed(&self, pod: &Pod) -> Reason {
+        if pod.host_network() {
+            Reason::PodHostNetwork
+        } else {
+            self.not_published(pod, false).unwrap_or(Reason::NoSuchName)
+        }
     }
 }

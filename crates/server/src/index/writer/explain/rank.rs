@@ -31,14 +31,13 @@ impl Writer {
                         .first()
                         .map(|a| IpAddr::V4(*a))
                         .or_else(|| rrs.aaaa.first().map(|a| IpAddr::V6(*a)));
-                    let mut holders: Vec<&Pod> = ip
+                    // The published pod that holds the address and comes
+                    // first by the duplicate rule.
+                    let objects: Vec<Object> = ip
+                        .map(|ip| self.holders(ip, Some(ns)))
+                        .unwrap_or_default()
                         .into_iter()
-                        .flat_map(|ip| self.ip_holders(ip))
-                        .filter(|p| **p.ns() == *ns && self.published(p, true))
-                        .collect();
-                    holders.sort_by(|a, b| a.duplicate_order(b));
-                    let objects: Vec<Object> = holders
-                        .into_iter()
+                        .filter(|p| self.published(p, true))
                         .take(1)
                         .map(|p| self.pod_object(p, "answers", None))
                         .collect();

@@ -178,11 +178,7 @@ impl Writer {
     /// `<a-b-c-d>.<svc>.<ns>.svc` of a headless Service.
     pub(super) fn explain_member(&self, svc: &ServiceInfo, ip: IpAddr) -> Findings {
         let sk = &svc.key;
-        let mut holders: Vec<&Pod> = self
-            .ip_holders(ip)
-            .filter(|p| **p.ns() == *sk.namespace)
-            .collect();
-        holders.sort_by(|a, b| a.duplicate_order(b));
+        let holders = self.holders(ip, Some(&sk.namespace));
         let members: Vec<&Pod> = holders
             .iter()
             .copied()
