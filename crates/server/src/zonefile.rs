@@ -420,12 +420,7 @@ pub async fn list_into_table(
         Vec::new()
     };
     let table = Table::new();
-    let needs = SyncNeeds {
-        pod_scopes: 1,
-        service_scopes: 1,
-        job_scopes: 1,
-        slice_scopes: 1,
-    };
+    let needs = SyncNeeds::one_list(true, true);
     let mut writer = Writer::new(table.clone(), policy, Metrics::new(), needs);
     let slices = slices.iter().filter_map(|e| e.convert().ok()).collect();
     writer.apply(Update::Slice(Change::Reset {

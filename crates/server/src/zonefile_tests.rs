@@ -36,12 +36,7 @@ fn world() -> Arc<Table> {
         table.clone(),
         Policy::default(),
         Metrics::new(),
-        SyncNeeds {
-            pod_scopes: 1,
-            service_scopes: 1,
-            job_scopes: 0,
-            slice_scopes: 0,
-        },
+        SyncNeeds::one_list(false, false),
     );
     let pods = vec![
         pod("ml", "gang-0", "10.1.0.1")

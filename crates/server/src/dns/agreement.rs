@@ -108,12 +108,7 @@ impl Shape {
         let mut w = if self.synced {
             synced_writer(policy)
         } else {
-            let needs = SyncNeeds {
-                pod_scopes: 1,
-                service_scopes: 1,
-                job_scopes: 0,
-                slice_scopes: 0,
-            };
+            let needs = SyncNeeds::one_list(false, false);
             Writer::new(Table::new(), policy, Metrics::new(), needs)
         };
         for s in &self.services {

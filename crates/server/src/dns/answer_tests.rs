@@ -570,12 +570,7 @@ fn held_addresses_outside_the_owned_zones_answer_their_ptr() {
 
 #[test]
 fn before_the_first_lists_held_reverse_names_are_refused_too() {
-    let needs = SyncNeeds {
-        pod_scopes: 1,
-        service_scopes: 1,
-        job_scopes: 0,
-        slice_scopes: 0,
-    };
+    let needs = SyncNeeds::one_list(false, false);
     let writer = Writer::new(Table::new(), Policy::default(), Metrics::new(), needs);
     writer
         .table()
@@ -626,12 +621,7 @@ fn servfail_in_zone_until_synced_refused_outside() {
         table.clone(),
         Policy::default(),
         Metrics::new(),
-        SyncNeeds {
-            pod_scopes: 1,
-            service_scopes: 1,
-            job_scopes: 0,
-            slice_scopes: 0,
-        },
+        SyncNeeds::one_list(false, false),
     );
     let a = Answerer::new(table, AnswerConfig::default());
     let ask = |a: &Answerer, n| a.answer(&query(n, RecordType::A)).metadata.response_code;

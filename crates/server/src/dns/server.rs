@@ -22,7 +22,7 @@ use prometheus_client::metrics::counter::Counter;
 
 use super::answer::Answerer;
 use super::buffers::{self, Granted, UdpBuffers};
-use super::datagrams::{self, Datagrams};
+use super::datagrams::Datagrams;
 use super::reply::{ReplyMeta, Transport};
 use super::rrl::{self, Rrl, Verdict};
 
@@ -223,26 +223,7 @@ pub fn run_udp_blocking(
 #[cfg(target_os = "linux")]
 type NativeDatagrams = super::mmsg::Batch;
 #[cfg(not(target_os = "linux"))]
-type NativeDatagrams = datagrams::OneByOne;
-
-/// [`run_udp_blocking`] with the portable one-datagram-per-call I/O, as
-/// on systems without `recvmmsg` (here so a test runs it on Linux too).
-pub fn run_udp_portable(
-    socket: std::net::UdpSocket,
-    answerer: Arc<Answerer>,
-    metrics: Metrics,
-    rrl: Option<Arc<Rrl>>,
-    shutdown: CancellationToken,
-) {
-    run_udp_with(
-        datagrams::OneByOne::default(),
-        socket,
-        answerer,
-        metrics,
-        rrl,
-        shutdown,
-    )
-}
+type NativeDatagrams = super::datagrams::OneByOne;
 
 fn run_udp_with(
     mut batch: impl Datagrams,
@@ -547,7 +528,18 @@ mod tests {
 
     #[test]
     fn the_portable_loop_answers_as_the_batched_one() {
-        let portable = replies(run_udp_portable);
+        // The portable one-datagram-per-call I/O, as on systems without
+        // `recvmmsg`, here on Linux too.
+        let portable = replies(|socket, answerer, metrics, rrl, stop| {
+            run_udp_with(
+                crate::dns::datagrams::OneByOne::default(),
+                socket,
+                answerer,
+                metrics,
+                rrl,
+                stop,
+            )
+        });
         let rcodes: Vec<ResponseCode> = portable
             .iter()
             .map(|b| Message::from_vec(b).unwrap().response_code)

@@ -164,13 +164,7 @@ pub fn rank_pod(ns: &str, job: &str, index: u32, ip: &str) -> PodInfo {
 /// A writer over a fresh table, synced with nothing in it: each watch has
 /// delivered an empty first list.
 pub fn synced_writer(policy: super::Policy) -> super::Writer {
-    let jobs = usize::from(policy.rank_view);
-    let needs = super::SyncNeeds {
-        pod_scopes: 1,
-        service_scopes: 1,
-        job_scopes: jobs,
-        slice_scopes: 0,
-    };
+    let needs = super::SyncNeeds::one_list(policy.rank_view, false);
     let mut w = super::Writer::new(
         super::Table::new(),
         policy,

@@ -193,34 +193,31 @@ impl Table {
     /// Give `ip` the name `name` (answering the address). Returns whether
     /// the name is new.
     pub(crate) fn add_ip_name(&self, ip: IpAddr, name: IpName) -> bool {
-        let fresh = self.change_facts(ip, true, |names, ptr, n| {
-            if names.contains(&name) {
-                return (None, false);
-            }
-            let mut now = Vec::with_capacity(names.len() + 1);
-            now.extend(names.iter().cloned());
-            now.push(name.clone());
-            now.sort_unstable();
-            let ptr = ptr.map(|p| moved(p, names, &now, ip));
-            let facts = Facts {
-                names: now.into_boxed_slice(),
-                ptr,
-            };
-            (Some((facts, n)), true)
-        }) == Some(true);
-        if fresh {
-            self.count_ancestors(&name.key(ip), 1);
-        }
-        fresh
+        self.change_name(ip, &name, true)
     }
 
     /// Take name `name` from `ip`. Returns whether it had it.
     pub(crate) fn remove_ip_name(&self, ip: IpAddr, name: &IpName) -> bool {
-        let had = self.change_facts(ip, false, |names, ptr, n| {
-            if !names.contains(name) {
+        self.change_name(ip, name, false)
+    }
+
+    /// Give `ip` the name `name` (`add`) or take it; whether that changed
+    /// anything. A PTR pointing at one of its names follows it
+    /// ([`moved`]); the name's ancestors count it.
+    fn change_name(&self, ip: IpAddr, name: &IpName, add: bool) -> bool {
+        let changed = self.change_facts(ip, add, |names, ptr, n| {
+            if names.contains(name) == add {
                 return (None, false);
             }
-            let now: Vec<IpName> = names.iter().filter(|x| *x != name).cloned().collect();
+            let now: Vec<IpName> = if add {
+                let mut now = Vec::with_capacity(names.len() + 1);
+                now.extend(names.iter().cloned());
+                now.push(name.clone());
+                now.sort_unstable();
+                now
+            } else {
+                names.iter().filter(|x| *x != name).cloned().collect()
+            };
             let ptr = ptr.map(|p| moved(p, names, &now, ip));
             let facts = Facts {
                 names: now.into_boxed_slice(),
@@ -228,10 +225,10 @@ impl Table {
             };
             (Some((facts, n)), true)
         }) == Some(true);
-        if had {
-            self.count_ancestors(&name.key(ip), -1);
+        if changed {
+            self.count_ancestors(&name.key(ip), if add { 1 } else { -1 });
         }
-        had
+        changed
     }
 
     /// Set (or clear) the PTR of `ip`. Returns +1 for a new name, -1 for a

@@ -103,6 +103,20 @@ pub struct SyncNeeds {
     pub slice_scopes: usize,
 }
 
+impl SyncNeeds {
+    /// One complete list of each resource, cluster-wide (what `zonefile`
+    /// reads): Pods and Services, and Jobs when `jobs`, EndpointSlices
+    /// when `slices`.
+    pub fn one_list(jobs: bool, slices: bool) -> Self {
+        Self {
+            pod_scopes: 1,
+            service_scopes: 1,
+            job_scopes: usize::from(jobs),
+            slice_scopes: usize::from(slices),
+        }
+    }
+}
+
 pub struct Writer {
     table: Arc<Table>,
     policy: Policy,
@@ -615,12 +629,7 @@ mod release_tests {
     #[test]
     fn memory_is_handed_back_after_each_list_not_after_each_event() {
         set_release_memory(record);
-        let needs = SyncNeeds {
-            pod_scopes: 1,
-            service_scopes: 1,
-            job_scopes: 0,
-            slice_scopes: 0,
-        };
+        let needs = SyncNeeds::one_list(false, false);
         let policy = Policy {
             rank_view: false,
             ..Policy::default()
@@ -710,12 +719,7 @@ mod scope_tests {
     fn a_relisting_namespace_is_out_of_a_node_instances_scope_until_listed() {
         let table = Table::new();
         table.scope().set_node();
-        let needs = SyncNeeds {
-            pod_scopes: 1,
-            service_scopes: 1,
-            job_scopes: 1,
-            slice_scopes: 0,
-        };
+        let needs = SyncNeeds::one_list(true, false);
         let mut w = Writer::new(table.clone(), Policy::default(), Metrics::new(), needs);
         let ns = || Some("ml".to_string());
         let all = |w: &mut Writer| {

@@ -262,12 +262,7 @@ fn coordinator_annotation_names_the_leader() {
 #[test]
 fn the_rank_view_can_be_off() {
     let table = Table::new();
-    let needs = SyncNeeds {
-        pod_scopes: 1,
-        service_scopes: 1,
-        job_scopes: 0,
-        slice_scopes: 0,
-    };
+    let needs = SyncNeeds::one_list(false, false);
     let mut writer = Writer::new(table.clone(), Policy::default(), Metrics::new(), needs);
     writer.apply(Update::Pod(Change::Reset {
         namespace: None,
