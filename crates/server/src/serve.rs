@@ -21,7 +21,8 @@ use crate::dns::rrl::Rrl;
 use crate::dns::server;
 use crate::dns::server::TcpLimits;
 use crate::index::reverse::ReverseZones;
-use crate::index::{Policy, SyncNeeds, Table, Writer};
+use crate::index::writer::explain::ExplainRequest;
+use crate::index::{Arrival, Policy, SyncNeeds, Table, Writer};
 use crate::k8s::watch::StreamingList;
 use crate::k8s::watch::{self, WatchConfig};
 use crate::k8s::wire::Wire;
@@ -347,6 +348,10 @@ pub fn answer_config(args: &ServeConfig) -> AnswerConfig {
 }
 
 /// Start everything on already-bound sockets. Returns once tasks are spawned.
+///
+/// In the order of the data flow: the relay (which the watches feed), the
+/// index writer and what feeds it, the DNS servers that read its table,
+/// and the admin server, which stops last.
 pub fn start(
     args: &ServeConfig,
     client: kube::Client,
@@ -354,49 +359,75 @@ pub fn start(
     shutdown: CancellationToken,
 ) -> Running {
     let metrics = Metrics::new();
-    let as_gauge = |bytes: usize| i64::try_from(bytes).unwrap_or(i64::MAX);
-    metrics
-        .udp_receive_buffer
-        .set(as_gauge(listeners.udp_buffers.recv));
-    metrics
-        .udp_send_buffer
-        .set(as_gauge(listeners.udp_buffers.send));
+    count_udp_buffers(&metrics, listeners.udp_buffers);
     let table = Table::new();
     // A node instance says why it is not ready (its relay's failures).
     let (why_tx, why_rx) = tokio::sync::watch::channel(None);
     let health = Health::waiting_on(table.clone(), args.node.is_some().then_some(why_rx));
-    let dns_addr = listeners.dns_addr();
-    let admin_addr = listeners.admin_addr();
-    let mut tasks = JoinSet::new();
+    let (dns_addr, admin_addr) = (listeners.dns_addr(), listeners.admin_addr());
+    let mut spawn = Spawner {
+        tasks: JoinSet::new(),
+        metrics: metrics.clone(),
+        shutdown,
+    };
     let relay = args.relay.as_ref().map(|r| {
         let unseen = metrics.relay_unseen.clone();
         Relay::new(r.history, args.namespaces.clone(), r.scope_linger, unseen)
     });
-    let mut relay_addr = None;
-    if let (Some(relay), Some(cfg), Some((listener, tls))) = (&relay, &args.relay, listeners.relay)
-    {
-        relay_addr = listener.local_addr().ok();
-        let auth = Auth::new(client.clone(), cfg.audience.clone());
-        let cfg = cfg.clone();
-        if let (Some(path), Some(addr)) = (&cfg.kubeconfig_out, relay_addr) {
-            tasks.spawn(write_relay_kubeconfig(
-                client.clone(),
-                path.clone(),
-                (addr, dns_addr),
-                (tls.ca_pem.clone(), tls.server_name.clone()),
-                cfg.kubeconfig_account.clone(),
-                cfg.audience.clone(),
-            ));
+    let relay_addr = match (&relay, &args.relay, listeners.relay) {
+        (Some(relay), Some(cfg), Some(listening)) => {
+            spawn.relay(relay, cfg, listening, &client, dns_addr)
         }
-        let (relay, stop) = (relay.clone(), shutdown.clone());
-        let m = metrics.clone();
-        tasks.spawn(async move {
-            crate::relay::http::run(listener, tls, relay, auth, &cfg, m, stop).await
-        });
-    }
+        _ => None,
+    };
 
+    let wcfg = watch_config(args, relay);
+    let (writer, explain) = index_writer(args, &table, &metrics, &wcfg);
+    let (tx, rx) = mpsc::channel(4096);
+    spawn.tasks.spawn_blocking(move || writer.run_blocking(rx));
+    let answerer = Arc::new(answerer(args, &table, &metrics));
+    spawn.sources(args, client, wcfg, tx, &table, why_tx);
+    let explainer = explain.map(|writer| admin::explain::Explainer {
+        answerer: answerer.clone(),
+        writer,
+        namespaces: args.namespaces.clone(),
+        label_selector: args.label_selector.clone(),
+    });
+    spawn.dns(args, listeners.udp, listeners.tcp, answerer);
+
+    let admin_shutdown = CancellationToken::new();
+    let admin_task = tokio::spawn(admin::http::run(
+        listeners.admin,
+        metrics.clone(),
+        health.clone(),
+        explainer,
+        admin_shutdown.clone(),
+    ));
+    Running {
+        dns_addr,
+        admin_addr,
+        relay_addr,
+        table,
+        health,
+        metrics,
+        tasks: spawn.tasks,
+        admin_task,
+        admin_shutdown,
+    }
+}
+
+/// The UDP socket buffers the kernel granted, as gauges.
+fn count_udp_buffers(metrics: &Metrics, granted: Granted) {
+    let as_gauge = |bytes: usize| i64::try_from(bytes).unwrap_or(i64::MAX);
+    metrics.udp_receive_buffer.set(as_gauge(granted.recv));
+    metrics.udp_send_buffer.set(as_gauge(granted.send));
+}
+
+/// What the watches list and how: the flags', on a node instance for each
+/// namespace it holds (`relay::node` narrows it further).
+fn watch_config(args: &ServeConfig, relay: Option<Arc<Relay>>) -> WatchConfig {
     let node = args.node.is_some();
-    let wcfg = WatchConfig {
+    WatchConfig {
         namespaces: args.namespaces.clone(),
         label_selector: args.label_selector.clone(),
         consistent_list: args.consistent_list,
@@ -408,17 +439,29 @@ pub fn start(
         wire: args.wire,
         ranges: args.reverse_cidrs.is_empty() && !node,
         relay,
-    };
+    }
+}
+
+/// The index writer: the complete lists it waits for before the table is
+/// synced, where the reverse zones come from, and with `--admin-debug` the
+/// channel explain requests reach it on (returned, for the admin server).
+fn index_writer(
+    args: &ServeConfig,
+    table: &Arc<Table>,
+    metrics: &Metrics,
+    wcfg: &WatchConfig,
+) -> (Writer, Option<mpsc::Sender<ExplainRequest>>) {
+    let node = args.node.is_some();
     let needs = if node {
         // Scopes come and go; the node's own pod list makes it ready.
         table.scope().set_node();
         SyncNeeds::default()
     } else {
         SyncNeeds {
-            pod_scopes: watch::pod_scopes(&wcfg),
-            service_scopes: watch::service_scopes(&wcfg),
-            job_scopes: watch::job_scopes(&wcfg),
-            slice_scopes: watch::slice_scopes(&wcfg),
+            pod_scopes: watch::pod_scopes(wcfg),
+            service_scopes: watch::service_scopes(wcfg),
+            job_scopes: watch::job_scopes(wcfg),
+            slice_scopes: watch::slice_scopes(wcfg),
         }
     };
     let mut writer = Writer::new(table.clone(), args.policy, metrics.clone(), needs);
@@ -440,107 +483,153 @@ pub fn start(
     if args.admin_debug {
         writer = writer.with_explain(explain_rx);
     }
-    let (tx, rx) = mpsc::channel(4096);
-    tasks.spawn_blocking(move || writer.run_blocking(rx));
-    let mut answerer = Answerer::new(table.clone(), answer_config(args));
-    match &args.node {
-        Some(cfg) => {
-            match crate::dns::forward::Forwarder::new(cfg.relay_dns.clone(), FORWARD_TIMEOUT) {
-                Ok(forwarder) => {
-                    let result = |result| {
-                        metrics
-                            .forwarded
-                            .get_or_create(&ResultLabels { result })
-                            .clone()
-                    };
-                    answerer = answerer.with_forwarding(Forwarding {
-                        forwarder,
-                        runtime: tokio::runtime::Handle::current(),
-                        answered: result("answered"),
-                        failed: result("failed"),
-                    });
+    (writer, args.admin_debug.then_some(explain_tx))
+}
+
+/// The answerer over `table`; a node instance's also forwards what it does
+/// not hold to the relays' DNS.
+fn answerer(args: &ServeConfig, table: &Arc<Table>, metrics: &Metrics) -> Answerer {
+    let answerer = Answerer::new(table.clone(), answer_config(args));
+    let Some(cfg) = &args.node else {
+        return answerer;
+    };
+    match crate::dns::forward::Forwarder::new(cfg.relay_dns.clone(), FORWARD_TIMEOUT) {
+        Ok(forwarder) => {
+            let result = |result| {
+                metrics
+                    .forwarded
+                    .get_or_create(&ResultLabels { result })
+                    .clone()
+            };
+            answerer.with_forwarding(Forwarding {
+                forwarder,
+                runtime: tokio::runtime::Handle::current(),
+                answered: result("answered"),
+                failed: result("failed"),
+            })
+        }
+        Err(error) => {
+            tracing::error!(%error, "cannot forward to the relays: out-of-scope names get SERVFAIL");
+            answerer
+        }
+    }
+}
+
+/// Where `start` puts what it spawns: the tasks `Running` joins (all but
+/// the admin server), the metrics they count into, the token that stops
+/// them.
+struct Spawner {
+    tasks: JoinSet<()>,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+}
+
+impl Spawner {
+    /// The relay's HTTPS server and, with `--relay-kubeconfig-out`, the
+    /// writer of the kubeconfig node instances read. Returns its address.
+    fn relay(
+        &mut self,
+        relay: &Arc<Relay>,
+        cfg: &RelayConfig,
+        (listener, tls): (TcpListener, crate::relay::tls::Tls),
+        client: &kube::Client,
+        dns_addr: SocketAddr,
+    ) -> Option<SocketAddr> {
+        let relay_addr = listener.local_addr().ok();
+        let auth = Auth::new(client.clone(), cfg.audience.clone());
+        let cfg = cfg.clone();
+        if let (Some(path), Some(addr)) = (&cfg.kubeconfig_out, relay_addr) {
+            self.tasks.spawn(write_relay_kubeconfig(
+                client.clone(),
+                path.clone(),
+                (addr, dns_addr),
+                (tls.ca_pem.clone(), tls.server_name.clone()),
+                cfg.kubeconfig_account.clone(),
+                cfg.audience.clone(),
+            ));
+        }
+        let (relay, stop) = (relay.clone(), self.shutdown.clone());
+        let m = self.metrics.clone();
+        self.tasks.spawn(async move {
+            crate::relay::http::run(listener, tls, relay, auth, &cfg, m, stop).await
+        });
+        relay_addr
+    }
+
+    /// What feeds the writer on `tx`: the watches, or on a node instance
+    /// its node's pods followed through the relay (which tells `why` when
+    /// it cannot reach one).
+    fn sources(
+        &mut self,
+        args: &ServeConfig,
+        client: kube::Client,
+        wcfg: WatchConfig,
+        tx: mpsc::Sender<Arrival>,
+        table: &Arc<Table>,
+        why: tokio::sync::watch::Sender<Option<String>>,
+    ) {
+        let Some(cfg) = &args.node else {
+            let (metrics, shutdown) = (self.metrics.clone(), self.shutdown.clone());
+            watch::spawn_watchers(client, &wcfg, tx, metrics, &mut self.tasks, shutdown);
+            return;
+        };
+        let span = tracing::info_span!("node", node = %cfg.node);
+        // The URL `run` read from the kubeconfig; a caller of `start`
+        // alone gets the kubeconfig's name.
+        let url = match (&cfg.relay_url, &args.kubeconfig) {
+            (u, _) if !u.is_empty() => u.clone(),
+            (_, Some(path)) => format!("of {}", path.display()),
+            (_, None) => "(no kubeconfig)".into(),
+        };
+        let reach = crate::relay::node::Reach::new(&url, self.metrics.clone(), why);
+        self.tasks.spawn(
+            crate::relay::node::run(
+                client,
+                cfg.clone(),
+                wcfg,
+                tx,
+                table.clone(),
+                (self.metrics.clone(), reach),
+                self.shutdown.clone(),
+            )
+            .instrument(span),
+        );
+    }
+
+    /// The DNS servers: a loop per UDP socket on a blocking thread (with
+    /// `--rrl`, one limiter they share), and the TCP server.
+    fn dns(
+        &mut self,
+        args: &ServeConfig,
+        udp: Vec<UdpSocket>,
+        tcp: TcpListener,
+        answerer: Arc<Answerer>,
+    ) {
+        let rrl = args.rrl.map(|rate| Arc::new(Rrl::new(rate)));
+        for sock in udp {
+            let (a, m, stop) = (
+                answerer.clone(),
+                self.metrics.clone(),
+                self.shutdown.clone(),
+            );
+            let rrl = rrl.clone();
+            match sock.into_std() {
+                Ok(sock) => {
+                    self.tasks
+                        .spawn_blocking(move || server::run_udp_blocking(sock, a, m, rrl, stop));
                 }
                 Err(error) => {
-                    tracing::error!(%error, "cannot forward to the relays: out-of-scope names get SERVFAIL")
+                    tracing::error!(%error, "udp socket could not be detached from the runtime")
                 }
             }
-            let span = tracing::info_span!("node", node = %cfg.node);
-            // The URL `run` read from the kubeconfig; a caller of `start`
-            // alone gets the kubeconfig's name.
-            let url = match (&cfg.relay_url, &args.kubeconfig) {
-                (u, _) if !u.is_empty() => u.clone(),
-                (_, Some(path)) => format!("of {}", path.display()),
-                (_, None) => "(no kubeconfig)".into(),
-            };
-            let reach = crate::relay::node::Reach::new(&url, metrics.clone(), why_tx);
-            tasks.spawn(
-                crate::relay::node::run(
-                    client,
-                    cfg.clone(),
-                    wcfg,
-                    tx,
-                    table.clone(),
-                    (metrics.clone(), reach),
-                    shutdown.clone(),
-                )
-                .instrument(span),
-            );
         }
-        None => watch::spawn_watchers(
-            client,
-            &wcfg,
-            tx,
-            metrics.clone(),
-            &mut tasks,
-            shutdown.clone(),
-        ),
-    }
-    let answerer = Arc::new(answerer);
-    let explainer = args.admin_debug.then(|| admin::explain::Explainer {
-        answerer: answerer.clone(),
-        writer: explain_tx,
-        namespaces: args.namespaces.clone(),
-        label_selector: args.label_selector.clone(),
-    });
-    let rrl = args.rrl.map(|rate| Arc::new(Rrl::new(rate)));
-    for sock in listeners.udp {
-        let (a, m, stop) = (answerer.clone(), metrics.clone(), shutdown.clone());
-        let rrl = rrl.clone();
-        match sock.into_std() {
-            Ok(sock) => {
-                tasks.spawn_blocking(move || server::run_udp_blocking(sock, a, m, rrl, stop));
-            }
-            Err(error) => {
-                tracing::error!(%error, "udp socket could not be detached from the runtime")
-            }
-        }
-    }
-    tasks.spawn(server::run_tcp(
-        listeners.tcp,
-        answerer,
-        metrics.clone(),
-        args.tcp,
-        shutdown.clone(),
-    ));
-
-    let admin_shutdown = CancellationToken::new();
-    let admin_task = tokio::spawn(admin::http::run(
-        listeners.admin,
-        metrics.clone(),
-        health.clone(),
-        explainer,
-        admin_shutdown.clone(),
-    ));
-    Running {
-        dns_addr,
-        admin_addr,
-        relay_addr,
-        table,
-        health,
-        metrics,
-        tasks,
-        admin_task,
-        admin_shutdown,
+        self.tasks.spawn(server::run_tcp(
+            tcp,
+            answerer,
+            self.metrics.clone(),
+            args.tcp,
+            self.shutdown.clone(),
+        ));
     }
 }
 
