@@ -38,48 +38,65 @@ impl Writer {
             )
             .ns(ns);
         }
-        let Some(winner) = self.host_winner(ns, sub, host) else {
-            // Nobody is published: the nearest reason is the pod the
-            // duplicate rule would have chosen.
-            let mut sorted = pods.clone();
-            sorted.sort_by(|a, b| a.duplicate_order(b));
-            let first = sorted[0];
-            let why = self.host_not_published(first).unwrap_or(Reason::NoSuchName);
-            let detail = match why {
-                Reason::PodNoIp => {
-                    format!(
-                        "pod {ns}/{} has hostname {host} but no IP yet",
-                        first.name()
-                    )
-                }
-                Reason::PodTerminating => format!(
-                    "pod {ns}/{} has hostname {host} but is terminating (deletionTimestamp set)",
+        match self.host_winner(ns, sub, host) {
+            Some(winner) => self.explain_host_answered(ns, sub, host, &pods, winner),
+            None => self.explain_host_unpublished(ns, sub, host, &pods),
+        }
+    }
+
+    /// A hostname name no pod answers: the nearest reason is the pod the
+    /// duplicate rule would have chosen.
+    fn explain_host_unpublished(&self, ns: &str, sub: &str, host: &str, pods: &[&Pod]) -> Findings {
+        let mut sorted = pods.to_vec();
+        sorted.sort_by(|a, b| a.duplicate_order(b));
+        let first = sorted[0];
+        let why = self.host_not_published(first).unwrap_or(Reason::NoSuchName);
+        let detail = match why {
+            Reason::PodNoIp => {
+                format!(
+                    "pod {ns}/{} has hostname {host} but no IP yet",
                     first.name()
-                ),
-                Reason::PodTerminal => format!(
-                    "pod {ns}/{} has hostname {host} but is {:?}, a terminal phase",
-                    first.name(),
-                    first.phase
-                ),
-                Reason::PodNotReady => format!(
-                    "pod {ns}/{} has hostname {host} but is not Ready, and --publish ready publishes Ready pods only (unless the Service {sub} sets publishNotReadyAddresses)",
-                    first.name()
-                ),
-                Reason::HostnameNeedsService => format!(
-                    "pod {ns}/{} has hostname {host}, but --hostnames service requires a headless Service {ns}/{sub}, and there is none",
-                    first.name()
-                ),
-                _ => format!(
-                    "pod {ns}/{} has hostname {host} but is not published",
-                    first.name()
-                ),
-            };
-            let objects = sorted
-                .iter()
-                .map(|p| self.pod_object(p, "has the hostname", self.host_not_published(p)))
-                .collect();
-            return Findings::new(why, detail).ns(ns).with(objects);
+                )
+            }
+            Reason::PodTerminating => format!(
+                "pod {ns}/{} has hostname {host} but is terminating (deletionTimestamp set)",
+                first.name()
+            ),
+            Reason::PodTerminal => format!(
+                "pod {ns}/{} has hostname {host} but is {:?}, a terminal phase",
+                first.name(),
+                first.phase
+            ),
+            Reason::PodNotReady => format!(
+                "pod {ns}/{} has hostname {host} but is not Ready, and --publish ready publishes Ready pods only (unless the Service {sub} sets publishNotReadyAddresses)",
+                first.name()
+            ),
+            Reason::HostnameNeedsService => format!(
+                "pod {ns}/{} has hostname {host}, but --hostnames service requires a headless Service {ns}/{sub}, and there is none",
+                first.name()
+            ),
+            _ => format!(
+                "pod {ns}/{} has hostname {host} but is not published",
+                first.name()
+            ),
         };
+        let objects = sorted
+            .iter()
+            .map(|p| self.pod_object(p, "has the hostname", self.host_not_published(p)))
+            .collect();
+        Findings::new(why, detail).ns(ns).with(objects)
+    }
+
+    /// A hostname name `winner` answers: the pods that share the hostname,
+    /// and which step of the duplicate rule chose it over the next.
+    fn explain_host_answered(
+        &self,
+        ns: &str,
+        sub: &str,
+        host: &str,
+        pods: &[&Pod],
+        winner: &Pod,
+    ) -> Findings {
         let mut objects = vec![self.pod_object(winner, "answers", None)];
         let mut others: Vec<&Pod> = pods
             .iter()
