@@ -10,7 +10,7 @@
 //! - the write side: [`writer`], one file per resource (`pods.rs`,
 //!   `services.rs`, `ranks.rs` for Jobs) and per derived view
 //!   (`headless.rs`, `by_name.rs`, `rank_view.rs`, `build.rs` for the
-//!   names, `publish.rs` for the publication rules), and `explain.rs`,
+//!   names, `publish.rs` for the publication rules), and `explain/`,
 //!   which reads the model without changing it;
 //! - `containers`: the general containers both sides hold (hash-map
 //!   aliases, `SmallSet`, `Interned`).

@@ -9,7 +9,7 @@
 //! has a file (`pods.rs`, `services.rs`, `ranks.rs` for Jobs and the rank
 //! view), and so has each derived view (`by_name.rs`, `headless.rs`,
 //! `rank_view.rs`, the names in `build.rs`), the publication rules
-//! (`publish.rs`) and `podns explain` (`explain.rs`, `findings.rs`). The
+//! (`publish.rs`) and `podns explain` (`explain/`, with `findings.rs`). The
 //! files that add to `impl Writer` import this one; it imports none of
 //! them, only the data they define.
 
