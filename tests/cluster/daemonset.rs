@@ -8,7 +8,6 @@
 //! leaves the node clean.
 
 use std::net::SocketAddr;
-use std::time::Instant;
 
 use crate::forward_target::*;
 use crate::real_node::*;
@@ -39,36 +38,13 @@ pub fn wait_for_gang(n: &Node, job: &str) -> String {
 pub fn install_daemonset(n: &Node, pns: &mut PodnsNamespace, extra: &[&str]) -> f64 {
     let ns = pns.name.clone();
     relay_tls_secret(n.c, &ns, "podns-relay-tls", &format!("{FULLNAME}.{ns}.svc"));
-    let chart = format!("{}/deploy/helm/podns", env!("CARGO_MANIFEST_DIR"));
-    let mut args: Vec<String> = vec![
-        "install".into(),
-        RELEASE.into(),
-        chart,
-        "-n".into(),
-        ns.clone(),
-        "--set=mode=daemonset".into(),
+    let mut args = vec![
+        "--set=mode=daemonset".to_string(),
+        format!("--set=daemonset.linkLocal.image={}", n.image("busybox")),
+        format!("--set=daemonset.linkLocal.digest={}", n.digest("busybox")),
     ];
-    args.extend(n.helm_placement());
-    args.push(format!(
-        "--set=daemonset.linkLocal.image={}",
-        n.image("busybox")
-    ));
-    args.push(format!(
-        "--set=daemonset.linkLocal.digest={}",
-        n.digest("busybox")
-    ));
     args.extend(extra.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let t0 = Instant::now();
-    n.helm(&args).unwrap();
-    pns.uninstall.push(vec![
-        "helm".into(),
-        "uninstall".into(),
-        RELEASE.into(),
-        "-n".into(),
-        ns.clone(),
-        "--wait".into(),
-    ]);
+    let t0 = pns.helm_install(&args, true);
     n.rollout_status(&ns, &format!("deployment/{FULLNAME}"), 180);
     n.rollout_status(&ns, &format!("daemonset/{FULLNAME}"), 180);
     since(t0)

@@ -234,6 +234,34 @@ impl<'a> PodnsNamespace<'a> {
             node: n,
         }
     }
+
+    /// `helm install` of the chart as release RELEASE in this namespace,
+    /// placed on the real node, with `extra` flags; the uninstall (with
+    /// `--wait` when `wait`) runs when the namespace is dropped. Returns
+    /// when helm did, with the time it was started.
+    pub fn helm_install(&mut self, extra: &[String], wait: bool) -> Instant {
+        let chart = format!("{}/deploy/helm/podns", env!("CARGO_MANIFEST_DIR"));
+        let mut args: Vec<String> = vec![
+            "install".into(),
+            RELEASE.into(),
+            chart,
+            "-n".into(),
+            self.name.clone(),
+        ];
+        args.extend(self.node.helm_placement());
+        args.extend(extra.iter().cloned());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let t0 = Instant::now();
+        self.node.helm(&args).unwrap();
+        let mut uninstall: Vec<String> = ["helm", "uninstall", RELEASE, "-n", &self.name]
+            .map(String::from)
+            .to_vec();
+        if wait {
+            uninstall.push("--wait".into());
+        }
+        self.uninstall.push(uninstall);
+        t0
+    }
 }
 
 impl Drop for PodnsNamespace<'_> {
@@ -321,25 +349,7 @@ fn forward_target_by_helm_resolves_a_gang_through_coredns() {
     let Some(n) = real_node(&c) else { return };
     let mut pns = PodnsNamespace::new(&n, "podns-helm", "restricted");
     let ns = pns.name.clone();
-    let chart = format!("{}/deploy/helm/podns", env!("CARGO_MANIFEST_DIR"));
-    let mut args = vec![
-        "install".to_string(),
-        RELEASE.into(),
-        chart,
-        "-n".into(),
-        ns.clone(),
-    ];
-    args.extend(n.helm_placement());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let t0 = Instant::now();
-    n.helm(&args).unwrap();
-    pns.uninstall.push(vec![
-        "helm".into(),
-        "uninstall".into(),
-        RELEASE.into(),
-        "-n".into(),
-        ns.clone(),
-    ]);
+    let t0 = pns.helm_install(&[], false);
     n.rollout_status(&ns, &format!("deployment/{FULLNAME}"), 180);
     let ready = since(t0);
     // Ready through the kubelet's probes: /readyz answered 200.

@@ -48,24 +48,7 @@ fn sigterm_from_the_kubelet_drains_then_exits_before_the_grace_period() {
     let Some(n) = real_node(&c) else { return };
     let mut pns = PodnsNamespace::new(&n, "podns-term", "restricted");
     let ns = pns.name.clone();
-    let chart = format!("{}/deploy/helm/podns", env!("CARGO_MANIFEST_DIR"));
-    let mut args = vec![
-        "install".to_string(),
-        RELEASE.into(),
-        chart,
-        "-n".into(),
-        ns.clone(),
-    ];
-    args.extend(n.helm_placement());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    n.helm(&args).unwrap();
-    pns.uninstall.push(vec![
-        "helm".into(),
-        "uninstall".into(),
-        RELEASE.into(),
-        "-n".into(),
-        ns.clone(),
-    ]);
+    pns.helm_install(&[], false);
     n.rollout_status(&ns, &format!("deployment/{FULLNAME}"), 180);
     let pod = n.pods(&ns, "app.kubernetes.io/name=podns")[0].clone();
     let ip = n.pod_ip(&ns, &pod);
