@@ -123,18 +123,26 @@ pub fn check_getent(n: &Node, ns: &str, pod: &str, ips: &[String]) {
     let zone = "cluster.local";
     let mut set = ips.to_vec();
     set.sort();
-    assert_eq!(
-        getent(n, ns, pod, "hosts", "trainer-0.trainer").unwrap(),
-        [ips[0].clone()]
-    );
-    assert_eq!(
-        getent(n, ns, pod, "ahostsv4", &format!("trainer.{ns}.svc.{zone}.")).unwrap(),
-        set
-    );
-    assert_eq!(
-        getent(n, ns, pod, "hosts", &format!("0.trainer.{ns}.rank.{zone}")).unwrap(),
-        [ips[0].clone()]
-    );
+    for (what, name, want) in [
+        (
+            "hosts",
+            "trainer-0.trainer".to_string(),
+            vec![ips[0].clone()],
+        ),
+        ("ahostsv4", format!("trainer.{ns}.svc.{zone}."), set),
+        (
+            "hosts",
+            format!("0.trainer.{ns}.rank.{zone}"),
+            vec![ips[0].clone()],
+        ),
+    ] {
+        let got = getent(n, ns, pod, what, &name);
+        assert!(
+            got.as_ref() == Some(&want),
+            "getent {what} {name}: want {want:?}, got {got:?}\n{}",
+            n.describe(ns)
+        );
+    }
 }
 
 /// PTR of a rank's IP (its hostname name) through both resolvers and

@@ -241,7 +241,16 @@ volumePluginDir: $n/volume-plugins
 # Preloaded images are all there is: never collect them.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard: {memory.available: 100Mi, nodefs.available: 2%, imagefs.available: 2%}
+# A test node shares the machine's disk, which CI fills to a few percent
+# free: a disk-pressure taint would stop scheduling and evict the tests'
+# pods. "0%" switches a signal off (the kubelet ignores 0% and 100%); every
+# disk signal is named, as 1.37 merges defaults into a partial map.
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: "0%"
+  nodefs.inodesFree: "0%"
+  imagefs.available: "0%"
+  imagefs.inodesFree: "0%"
 registerWithTaints:
   - {key: $RN_TAINT, value: "true", effect: NoSchedule}
 serializeImagePulls: false

@@ -221,7 +221,26 @@ impl Node<'_> {
                 None,
             )
             .unwrap_or_else(|e| e);
-        format!("pods:\n{pods}\nevents:\n{events}\nlogs:\n{logs}")
+        // A pod that stays Pending names "untolerated taint(s)" but not
+        // which: the node's own taints and conditions say (disk pressure,
+        // a kubelet that stopped posting).
+        let node = self
+            .c
+            .try_kubectl(
+                &[
+                    "get",
+                    "node",
+                    &self.name,
+                    "-o",
+                    "jsonpath={range .spec.taints[*]}taint {.key}={.value}:{.effect}{\"\\n\"}{end}{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{\"\\n\"}{end}",
+                ],
+                None,
+            )
+            .unwrap_or_else(|e| e);
+        format!(
+            "node {}:\n{node}\npods:\n{pods}\nevents:\n{events}\nlogs:\n{logs}",
+            self.name
+        )
     }
 
     /// `kubectl exec` in `pod`'s first container.
