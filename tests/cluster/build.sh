@@ -3,8 +3,15 @@
 # versions pinned in versions.env, into a cache directory shared by every
 # checkout on the machine:
 #
-#   tests/cluster/build.sh            build what is missing, print the bin dir
-#   tests/cluster/build.sh helm       also helm (for the chart tests)
+#   tests/cluster/build.sh                  every pinned part and version
+#   tests/cluster/build.sh --k8s V PART…    PARTs (etcd kubernetes kwok coredns
+#                                           helm, or all) for Kubernetes V only
+#
+# and prints the bin dir. Each binary is $bin/NAME-VERSION; the unversioned
+# $bin/NAME links to the default release (K8S_VERSION, its etcd,
+# COREDNS_VERSION), so a PATH with $bin on it has the default's kubectl.
+# `coredns` builds both CoreDNS pins; `kubernetes` and `etcd` build the
+# release --k8s names (default: every release in K8S_VERSIONS).
 #
 # The cache is $PODNS_CLUSTER_CACHE (default ~/.cache/podns-cluster); each
 # part lands in a directory named by its version, so a change of pin builds
@@ -34,24 +41,34 @@ export CGO_ENABLED=0
 
 log() { echo "build: $*" >&2; }
 
-# install NAME DIR: move DIR/NAME.tmp into place as $bin/NAME-VERSION and
-# link $bin/NAME to it.
+# link NAME VERSIONED: $bin/NAME -> VERSIONED's file name.
 link() {
   local name="$1" versioned="$2"
   ln -sfn "$(basename "$versioned")" "$bin/$name"
+}
+# link_default NAME…: the unversioned names of the default release's
+# Kubernetes binaries, once that release is built (building another release
+# never moves them).
+link_default() {
+  local c
+  for c in "$@"; do
+    [[ -x "$bin/$c-$default_k8s" ]] && link "$c" "$bin/$c-$default_k8s"
+  done
+  return 0
 }
 
 # A wrapper module that requires MODULE@VERSION, pins the replace lines the
 # module's own go.mod carries for its in-tree (staging) modules to that
 # release's published versions, and builds the given main packages.
 build_k8s() {
+  local K8S_VERSION="$1"
   # kubelet and kube-proxy run the real node (up.sh --real-node).
   local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
   local missing=()
   for c in "${want[@]}"; do
     [[ -x "$bin/$c-$K8S_VERSION" ]] || missing+=("$c")
   done
-  ((${#missing[@]})) || { for c in "${want[@]}"; do link "$c" "$bin/$c-$K8S_VERSION"; done; return 0; }
+  ((${#missing[@]})) || { link_default "${want[@]}"; return 0; }
   local dir="$cache/src/kubernetes-$K8S_VERSION"
   mkdir -p "$dir"
   local staging="v0.${K8S_VERSION#v1.}"
@@ -94,15 +111,18 @@ build_k8s() {
     (cd "$dir" && go build -ldflags "$ld" -o "$bin/$c-$K8S_VERSION.tmp" "k8s.io/kubernetes/cmd/$c")
     mv "$bin/$c-$K8S_VERSION.tmp" "$bin/$c-$K8S_VERSION"
   done
-  for c in "${want[@]}"; do link "$c" "$bin/$c-$K8S_VERSION"; done
+  link_default "${want[@]}"
 }
 
 # build_plain NAME MODULE VERSION PACKAGE: a wrapper module that requires
 # MODULE@VERSION and builds PACKAGE (works whether or not the module's own
 # go.mod has replace lines, which `go install pkg@version` refuses).
 build_plain() {
-  local name="$1" module="$2" version="$3" pkg="$4"
-  if [[ -x "$bin/$name-$version" ]]; then link "$name" "$bin/$name-$version"; return 0; fi
+  local name="$1" module="$2" version="$3" pkg="$4" default="${5:-$3}"
+  if [[ -x "$bin/$name-$version" ]]; then
+    [[ "$version" == "$default" ]] && link "$name" "$bin/$name-$version"
+    return 0
+  fi
   local dir="$cache/src/$name-$version"
   mkdir -p "$dir"
   log "$name $version ($pkg)"
@@ -111,28 +131,31 @@ build_plain() {
   (cd "$dir" && go mod tidy >/dev/null 2>"$dir/tidy.log") || { cat "$dir/tidy.log" >&2; die "go mod tidy failed for $module@$version"; }
   (cd "$dir" && go build -ldflags "-s -w" -o "$bin/$name-$version.tmp" "$pkg")
   mv "$bin/$name-$version.tmp" "$bin/$name-$version"
-  link "$name" "$bin/$name-$version"
+  [[ "$version" == "$default" ]] && link "$name" "$bin/$name-$version"
+  return 0
 }
 
 build_etcd() {
-  if [[ -x "$bin/etcd-$ETCD_VERSION" ]]; then link etcd "$bin/etcd-$ETCD_VERSION"; return 0; fi
-  if build_plain etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3 2>"$cache/src/etcd.log"; then
+  local v="$1"
+  if build_plain etcd go.etcd.io/etcd/server/v3 "$v" go.etcd.io/etcd/server/v3 "$ETCD_VERSION" 2>"$cache/src/etcd-$v.log"; then
     return 0
   fi
-  cat "$cache/src/etcd.log" >&2
+  cat "$cache/src/etcd-$v.log" >&2
   # Fallback: Debian's etcd-server, when the module build is not possible.
   if command -v etcd >/dev/null 2>&1 || [[ -x /usr/bin/etcd ]]; then
     log "etcd: module build failed; using $(command -v etcd || echo /usr/bin/etcd)"
-    ln -sfn "$(command -v etcd || echo /usr/bin/etcd)" "$bin/etcd"
+    ln -sfn "$(command -v etcd || echo /usr/bin/etcd)" "$bin/etcd-$v"
+    [[ "$v" == "$ETCD_VERSION" ]] && ln -sfn "$(command -v etcd || echo /usr/bin/etcd)" "$bin/etcd"
     return 0
   fi
-  die "etcd $ETCD_VERSION did not build; apt-get install etcd-server is the fallback"
+  die "etcd $v did not build; apt-get install etcd-server is the fallback"
 }
 
 # CoreDNS's default plugin set (its plugin.cfg, compiled into zplugin.go in
 # the published module) includes kubernetes, forward, cache and prometheus.
 build_coredns() {
   build_plain coredns github.com/coredns/coredns "$COREDNS_VERSION" github.com/coredns/coredns
+  build_plain coredns github.com/coredns/coredns "$COREDNS_LATEST" github.com/coredns/coredns "$COREDNS_VERSION"
 }
 
 build_kwok() {
@@ -143,16 +166,27 @@ build_helm() {
   build_plain helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
 }
 
+default_k8s="$K8S_VERSION"
+releases=($K8S_VERSIONS)
+if [[ "${1:-}" == --k8s ]]; then
+  [[ $# -ge 2 ]] || die "--k8s needs a version (one of: $K8S_VERSIONS)"
+  v="$2"; [[ "$v" == v* ]] || v="v$v"
+  etcd_for "$v" >/dev/null || die "Kubernetes $v is not pinned in versions.env (pinned: $K8S_VERSIONS)"
+  releases=("$v")
+  shift 2
+fi
 parts=("$@")
-((${#parts[@]})) || parts=(etcd kubernetes kwok coredns)
+((${#parts[@]})) || parts=(all)
+k8s_all() { local r; for r in "${releases[@]}"; do build_k8s "$r"; done; }
+etcd_all() { local r; for r in "${releases[@]}"; do build_etcd "$(etcd_for "$r")"; done; }
 for p in "${parts[@]}"; do
   case "$p" in
-    etcd) build_etcd ;;
-    kubernetes | k8s) build_k8s ;;
+    etcd) etcd_all ;;
+    kubernetes | k8s) k8s_all ;;
     kwok) build_kwok ;;
     coredns) build_coredns ;;
     helm) build_helm ;;
-    all) build_etcd; build_k8s; build_kwok; build_coredns; build_helm ;;
+    all) etcd_all; k8s_all; build_kwok; build_coredns; build_helm ;;
     *) die "unknown part '$p' (etcd, kubernetes, kwok, coredns, helm, all)" ;;
   esac
 done

@@ -77,7 +77,7 @@ image busybox docker.io/podns-test/busybox:1.35.0 \
   --env PATH=/bin --cmd '["sh"]'
 
 image coredns "docker.io/podns-test/coredns:$COREDNS_VERSION" \
-  --file "$bin/coredns:/coredns:0755" "${passwd[@]}" \
+  --file "$bin/coredns-$COREDNS_VERSION:/coredns:0755" "${passwd[@]}" \
   --entrypoint '["/coredns"]' --expose 53/udp --expose 53/tcp
 
 (cd "$here/images/resolve" && CGO_ENABLED=1 go build -trimpath -buildvcs=false -ldflags=-s -o "$work/resolve" .)
