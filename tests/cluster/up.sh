@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on loopback, in one command:
 #
-#   tests/cluster/up.sh DIR [NODES] [--real-node]
+#   tests/cluster/up.sh DIR [NODES] [--real-node] [--k8s VERSION]
 #
 # builds what is missing (tests/cluster/build.sh, pinned in versions.env),
 # then starts etcd, kube-apiserver (secure port on 127.0.0.1, its own CA and
@@ -31,23 +31,37 @@
 # CONTAINERD_SOCK=, CLUSTER_DNS= and each image's NAME_IMAGE= and
 # NAME_DIGEST=. A part missing from the machine is named, with how to
 # install it, before anything starts (exit 2). One real node per machine.
+#
+# --k8s VERSION (or PODNS_K8S=VERSION) runs another Kubernetes release
+# pinned in versions.env (default K8S_VERSION) with its etcd: DIR/bin holds
+# links to that release's binaries (NAME-VERSION in build.sh's cache, never
+# the unversioned names, which stay the default's), and DIR/env's KUBECTL
+# and CLUSTER_BIN point there, so the tests' kubectl is the cluster's own.
+# DIR/env's K8S_VERSION says which release runs.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
 . "$here/versions.env"
 die() { echo "tests/cluster/up.sh: $*" >&2; exit 2; }
 
+usage="usage: tests/cluster/up.sh DIR [NODES] [--real-node] [--k8s VERSION]"
 real_node=0
+k8s="${PODNS_K8S:-$K8S_VERSION}"
 args=()
-for a in "$@"; do
-  case "$a" in
+while (($#)); do
+  case "$1" in
     --real-node) real_node=1 ;;
-    -*) die "unknown flag '$a' (usage: tests/cluster/up.sh DIR [NODES] [--real-node])" ;;
-    *) args+=("$a") ;;
+    --k8s) [[ $# -ge 2 ]] || die "--k8s needs a version ($usage)"; k8s="$2"; shift ;;
+    --k8s=*) k8s="${1#--k8s=}" ;;
+    -*) die "unknown flag '$1' ($usage)" ;;
+    *) args+=("$1") ;;
   esac
+  shift
 done
+[[ "$k8s" == v* ]] || k8s="v$k8s"
+etcd_version="$(etcd_for "$k8s")" || die "Kubernetes $k8s is not pinned in tests/cluster/versions.env (pinned: $K8S_VERSIONS)"
 set -- "${args[@]}"
-[[ $# -ge 1 && $# -le 2 && -n "$1" ]] || die "usage: tests/cluster/up.sh DIR [NODES] [--real-node]"
+[[ $# -ge 1 && $# -le 2 && -n "$1" ]] || die "$usage"
 mkdir -p "$1"
 dir="$(cd "$1" && pwd)"
 nodes="${2:-4}"
@@ -62,13 +76,24 @@ for tool in openssl curl python3; do
 done
 
 ((real_node)) && real_node_preflight
-bin="$("$here/build.sh")" || exit 2
+parts=(etcd kubernetes kwok coredns)
+# helm for the tests that install the chart on the node.
+((real_node)) && parts+=(helm)
+cache_bin="$("$here/build.sh" --k8s "$k8s" "${parts[@]}")" || exit 2
+# This cluster's binaries, by version.
+bin="$dir/bin"
+mkdir -p "$bin"
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
+  ln -sfn "$cache_bin/$b-$k8s" "$bin/$b"
+done
+ln -sfn "$cache_bin/etcd-$etcd_version" "$bin/etcd"
+ln -sfn "$cache_bin/kwok-$KWOK_VERSION" "$bin/kwok"
+ln -sfn "$cache_bin/coredns-$COREDNS_VERSION" "$bin/coredns"
+((real_node)) && ln -sfn "$cache_bin/helm-$HELM_VERSION" "$bin/helm"
 for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok coredns kubelet kube-proxy; do
   [[ -x "$bin/$b" ]] || die "$bin/$b was not built"
 done
 if ((real_node)); then
-  # helm for the tests that install the chart on the node.
-  "$here/build.sh" helm >/dev/null || exit 2
   # Every image first (podns's is the release build of this tree): a build
   # that fails leaves nothing started.
   "$here/images.sh" "$dir/images" || die "the images did not build (tests/cluster/images.sh $dir/images)"
@@ -169,6 +194,7 @@ start() { # NAME command…
 write_env() {
   {
     echo "KUBECONFIG=$dir/kubeconfig"
+    echo "K8S_VERSION=$k8s"
     echo "KUBECTL=$bin/kubectl"
     echo "COREDNS=$bin/coredns"
     echo "CLUSTER_BIN=$bin"
@@ -189,7 +215,7 @@ write_env() {
       local n="${p%%:*}"
       echo "$(echo "$n" | tr 'a-z-' 'A-Z_')_PID=${p##*:}"
     done
-    echo "export KUBECONFIG KUBECTL COREDNS CLUSTER_BIN ETCD_URL APISERVER_URL CLUSTER_CA CLUSTER_DIR"
+    echo "export K8S_VERSION KUBECONFIG KUBECTL COREDNS CLUSTER_BIN ETCD_URL APISERVER_URL CLUSTER_CA CLUSTER_DIR"
   } >"$dir/env"
 }
 fail() {
@@ -213,6 +239,7 @@ if ((real_node)); then
   real_node_network_up "$dir" || fail "could not set up the real node's network"
 fi
 
+log "Kubernetes $k8s, etcd $etcd_version"
 log "etcd on 127.0.0.1:$etcd_port"
 start etcd "$bin/etcd" --name podns-test --data-dir "$dir/etcd" \
   --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
