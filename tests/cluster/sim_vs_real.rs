@@ -257,8 +257,13 @@ fn simulator_and_real_control_plane_serve_the_same_zone() {
     let ns = ns.name.as_str();
     let dir = tempfile::tempdir().unwrap();
     let sim_kc = dir.path().join("sim.kubeconfig");
+    // From 1.35 the API server copies a node's zone and region labels onto
+    // the pods bound to it (PodTopologyLabels admission); the simulator
+    // does so unless told the cluster is older.
+    let topology_labels = c.k8s_minor() >= 35;
     let _sim = Sim(Command::new(BIN)
         .args(["sim", "--kubelet", "--listen=127.0.0.1:0"])
+        .arg(format!("--pod-topology-labels={topology_labels}"))
         .arg(format!("--kubeconfig-out={}", sim_kc.display()))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
@@ -398,6 +403,15 @@ fn simulator_and_real_control_plane_serve_the_same_zone() {
         "objects differ:\n  {}",
         differ.join("\n  ")
     );
+    // Including the node's zone on every pod from 1.35 (up.sh's nodes are
+    // in zone-a), and on none before.
+    let zone = ".metadata.labels.topology.kubernetes.io/zone";
+    let pods: Vec<_> = real.iter().filter(|(k, _)| k.starts_with("Pod/")).collect();
+    assert_eq!(pods.len(), 8);
+    for (key, fields) in pods {
+        let want = topology_labels.then(|| Value::from("zone-a"));
+        assert_eq!(fields.get(zone), want.as_ref(), "{key}'s zone label");
+    }
 }
 
 /// The Services, Jobs and Job pods of `ns` as path → value, keyed by kind

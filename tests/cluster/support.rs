@@ -67,6 +67,19 @@ pub fn cluster() -> Option<Cluster> {
 }
 
 impl Cluster {
+    /// The API server's Kubernetes minor version (`/version`'s `minor`,
+    /// without a distribution's `+`): behaviour that changed between the
+    /// releases `tests/cluster/up.sh --k8s` runs is checked by it.
+    pub fn k8s_minor(&self) -> u32 {
+        let v: serde_json::Value =
+            serde_json::from_str(&self.kubectl(&["get", "--raw", "/version"])).unwrap();
+        let minor = v["minor"].as_str().unwrap_or_default();
+        minor
+            .trim_end_matches('+')
+            .parse()
+            .unwrap_or_else(|_| panic!("/version's minor is {minor:?}"))
+    }
+
     /// Run kubectl as the cluster admin; panics with its stderr on failure.
     pub fn kubectl(&self, args: &[&str]) -> String {
         self.kubectl_in(args, None)

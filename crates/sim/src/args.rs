@@ -84,6 +84,11 @@ pub struct SimArgs {
     /// a client's fallback.
     #[arg(long)]
     pub no_protobuf: bool,
+    /// Copy the node's `topology.kubernetes.io/{zone,region}` labels onto
+    /// the pods bound to it, as kube-apiserver's PodTopologyLabels
+    /// admission does from Kubernetes 1.35 on; `false` for 1.34 and older.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub pod_topology_labels: bool,
 }
 
 impl Default for SimArgs {
@@ -111,6 +116,7 @@ impl Default for SimArgs {
             job_kind: "indexed-job".into(),
             lean_pods: false,
             no_protobuf: false,
+            pod_topology_labels: true,
         }
     }
 }

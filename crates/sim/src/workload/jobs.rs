@@ -191,7 +191,14 @@ impl Workload {
         let v6 = self.ips.dual_stack();
         // The start-up workload is a cluster that has been running: with
         // the kubelet on, its pods exist already scheduled, running, Ready.
-        let tpl = PodTemplate::new(&req.namespace, &req.name, &info, prerun, v6);
+        let tpl = PodTemplate::new(
+            &req.namespace,
+            &req.name,
+            &info,
+            prerun,
+            v6,
+            self.topology_labels,
+        );
         let mut names = Vec::with_capacity(req.ranks);
         for i in 0..req.ranks {
             let o = self.insert_from_template(&tpl, &req.namespace, &info.job_name, i)?;

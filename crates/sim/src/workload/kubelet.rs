@@ -107,9 +107,10 @@ impl Workload {
     /// allocates the pod's IPs.
     pub(super) fn place(&self, uid: &str, node: Option<&str>) -> Placement {
         let (v4, v6) = self.ips.alloc(uid);
-        let node = match node {
-            Some(n) if !n.is_empty() => n.to_string(),
-            _ => format!(
+        let given = node.filter(|n| !n.is_empty());
+        let node = match given {
+            Some(n) => n.to_string(),
+            None => format!(
                 "gpu-node-{:05}",
                 self.nodes.fetch_add(1, Ordering::Relaxed) / 8
             ),
@@ -120,11 +121,24 @@ impl Workload {
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
         let host_ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(172, 16, 0, 0)) + node_idx + 2);
+        let topology = match given {
+            _ if !self.topology_labels => vec![],
+            // A node the pod named: its labels, if it is stored (the
+            // admission plugin skips a node it does not find).
+            Some(n) => self.store.get(Kind::Node, "", n).map_or(vec![], |o| {
+                TOPOLOGY_LABELS
+                    .iter()
+                    .filter_map(|k| Some((k.to_string(), o.labels.get(*k)?.clone())))
+                    .collect()
+            }),
+            None => implied_node_topology(true),
+        };
         Placement {
             node,
             host_ip: host_ip.to_string(),
             ip4: v4.to_string(),
             ip6: v6.map(|a| a.to_string()),
+            topology,
         }
     }
 
@@ -144,6 +158,30 @@ pub(super) struct Placement {
     pub(super) host_ip: String,
     pub(super) ip4: String,
     pub(super) ip6: Option<String>,
+    /// The node's `topology.kubernetes.io/{zone,region}` labels, which the
+    /// API server copies onto a pod when it binds it there, overwriting
+    /// the pod's own: the PodTopologyLabels admission plugin, on by
+    /// default since Kubernetes 1.35 (feature gate
+    /// PodTopologyLabelsAdmission), off before (`--pod-topology-labels`).
+    pub(super) topology: Vec<(String, String)>,
+}
+
+/// The labels PodTopologyLabels copies from a Node to its pods.
+const TOPOLOGY_LABELS: [&str; 2] = [
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+];
+
+/// The zone of the GPU nodes the simulator places pods on (they are not
+/// stored; its training pods' node affinity asks for this zone).
+pub(super) const GPU_NODE_ZONE: &str = "zone-a";
+
+/// The topology labels of the simulator's implied GPU nodes, when the
+/// API server copies them (`on`).
+pub(super) fn implied_node_topology(on: bool) -> Vec<(String, String)> {
+    on.then(|| (TOPOLOGY_LABELS[0].to_string(), GPU_NODE_ZONE.to_string()))
+        .into_iter()
+        .collect()
 }
 
 pub(super) fn container_id() -> String {
@@ -157,6 +195,9 @@ pub(super) fn container_id() -> String {
 /// The status a kubelet writes when the pod's containers start.
 pub(super) fn set_running(v: &mut Value, p: &Placement, cid: &str) {
     v["spec"]["nodeName"] = p.node.clone().into();
+    for (k, val) in &p.topology {
+        v["metadata"]["labels"][k] = val.clone().into();
+    }
     let now = now_rfc3339();
     let mut pod_ips = vec![json!({"ip": p.ip4})];
     if let Some(a) = &p.ip6 {
@@ -270,6 +311,85 @@ pub(super) async fn timer_loop(
             if fired.is_multiple_of(256) {
                 // Let API requests in between long bursts.
                 tokio::task::yield_now().await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+    use crate::workload::JobRequest;
+    use podns_kapi::filter::Filter;
+
+    /// Kubernetes 1.35 and later copy the node's zone and region labels
+    /// onto each pod bound to it (PodTopologyLabels admission), over the
+    /// pod's own; 1.34 and older do not (`--pod-topology-labels=false`).
+    #[tokio::test]
+    async fn bound_pods_carry_their_nodes_topology_labels() {
+        const ZONE: &str = "topology.kubernetes.io/zone";
+        const REGION: &str = "topology.kubernetes.io/region";
+        for on in [true, false] {
+            let store = Store::new(1000);
+            let args = crate::SimArgs {
+                kubelet: true,
+                pod_topology_labels: on,
+                ..Default::default()
+            };
+            let w = Workload::new(store.clone(), &args, CancellationToken::new()).unwrap();
+            store
+                .create(
+                    Kind::Node,
+                    "",
+                    json!({"metadata": {"name": "n1", "labels": {ZONE: "z1", REGION: "r1", "rack": "7"}}}),
+                )
+                .unwrap();
+            let pod = |node: &str| {
+                json!({"metadata": {"name": "p", "namespace": "ml", "uid": new_uid(),
+                                    "labels": {"app": "x", ZONE: "mine"}},
+                       "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}})
+            };
+            let labels = |v: &Value| v["metadata"]["labels"].clone();
+            // Placed by the simulator: its GPU nodes are in zone-a.
+            let want = if on {
+                json!({"app": "x", ZONE: GPU_NODE_ZONE})
+            } else {
+                json!({"app": "x", ZONE: "mine"})
+            };
+            assert_eq!(labels(&w.run_pod(&pod(""))), want, "on={on}");
+            // A stored node: its zone and region, nothing else.
+            let want = if on {
+                json!({"app": "x", ZONE: "z1", REGION: "r1"})
+            } else {
+                json!({"app": "x", ZONE: "mine"})
+            };
+            assert_eq!(labels(&w.run_pod(&pod("n1"))), want, "on={on}");
+            // A node that is not stored: nothing copied.
+            let v = w.run_pod(&pod("gone"));
+            assert_eq!(labels(&v), json!({"app": "x", ZONE: "mine"}), "on={on}");
+            // The start-up workload's pods, made from a template.
+            w.prerun.store(true, Ordering::Relaxed);
+            let req = JobRequest {
+                namespace: "ml".into(),
+                name: "j".into(),
+                ranks: 2,
+                kind: "indexed-job".into(),
+            };
+            w.create_job(&req).unwrap();
+            let (_, pods) = store.snapshot(Kind::Pod, &Filter::default());
+            assert_eq!(pods.len(), 2);
+            for o in pods {
+                let zone = o.value()["metadata"]["labels"][ZONE].clone();
+                assert_eq!(
+                    zone,
+                    if on {
+                        json!(GPU_NODE_ZONE)
+                    } else {
+                        Value::Null
+                    }
+                );
+                assert_eq!(o.labels.contains_key(ZONE), on);
             }
         }
     }

@@ -90,6 +90,8 @@ pub struct Workload {
     pub prerun: std::sync::atomic::AtomicBool,
     /// `--lean-pods`: job pods without the fields DNS never reads.
     lean: bool,
+    /// `--pod-topology-labels`: see [`kubelet::Placement::topology`].
+    topology_labels: bool,
 }
 
 impl Hooks for Workload {
@@ -126,6 +128,7 @@ impl Workload {
             churned: AtomicU64::new(0),
             prerun: std::sync::atomic::AtomicBool::new(false),
             lean: args.lean_pods,
+            topology_labels: args.pod_topology_labels,
         });
         store.set_hooks(w.clone());
         tokio::spawn(timer_loop(Arc::downgrade(&w), rx, shutdown));

@@ -4,7 +4,9 @@
 
 use serde_json::{Value, json};
 
-use super::kubelet::{Placement, container_id, mark_ready, set_running};
+use super::kubelet::{
+    GPU_NODE_ZONE, Placement, container_id, implied_node_topology, mark_ready, set_running,
+};
 use crate::store::{labels_of, new_uid, now_rfc3339, rand_suffix};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,7 +79,16 @@ pub(super) struct PodTemplate {
 }
 
 impl PodTemplate {
-    pub(super) fn new(ns: &str, job: &str, info: &JobInfo, running: bool, v6: bool) -> PodTemplate {
+    /// `topology`: whether the API server copies the node's topology
+    /// labels onto the pod it binds (see [`Placement::topology`]).
+    pub(super) fn new(
+        ns: &str,
+        job: &str,
+        info: &JobInfo,
+        running: bool,
+        v6: bool,
+        topology: bool,
+    ) -> PodTemplate {
         let mut v = job_pod_with(ns, job, "__IDX__", "__SFX__", info);
         v["metadata"]["uid"] = "__UID__".into();
         v["metadata"]["resourceVersion"] = "__RV__".into();
@@ -90,6 +101,7 @@ impl PodTemplate {
                 host_ip: "__HOSTIP__".into(),
                 ip4: "__IP4__".into(),
                 ip6: v6.then(|| "__IP6__".to_string()),
+                topology: implied_node_topology(topology),
             };
             set_running(&mut v, &p, "__CID__");
             mark_ready(&mut v);
@@ -166,6 +178,7 @@ pub fn sample_job_pod(lean: bool) -> Value {
         host_ip: "10.128.0.42".into(),
         ip4: "10.0.4.17".into(),
         ip6: None,
+        topology: vec![],
     };
     set_running(&mut v, &p, &container_id());
     v
@@ -410,7 +423,7 @@ fn affinity(info: &JobInfo) -> Value {
     json!({
         "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
             {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
-            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [GPU_NODE_ZONE]}
         ]}]}},
         "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
             "labelSelector": {"matchExpressions": [{"key": "job-name", "operator": "In", "values": [info.job_name]}]},
