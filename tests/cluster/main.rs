@@ -33,4 +33,5 @@ mod sim_vs_real;
 mod slices;
 mod support;
 mod termination;
+mod watch_encoding;
 mod wires;
