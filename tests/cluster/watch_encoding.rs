@@ -1,8 +1,9 @@
 //! The watch stream's encoding on the real API server. From Kubernetes
 //! 1.37 (WatchListCompression, beta and on by default) a streaming list
 //! (`sendInitialEvents`) asked with `Accept-Encoding: gzip` comes back
-//! gzip with one member per event, which broke watchers that asked for
-//! gzip and decoded the first member only (kube-rs#2079). podns asks every
+//! gzip with one member per flush (the initial events together, then each
+//! later event or burst alone), which broke watchers that asked for gzip
+//! and decoded the first member only (kube-rs#2079). podns asks every
 //! watch for `identity`: its streams are plain on every release, and its
 //! streaming list syncs and follows a new pod on each.
 
@@ -10,19 +11,26 @@ use std::process::Command;
 
 use crate::support::*;
 
-/// A streaming list of `ns`'s ConfigMaps, ended by the server after 2 s:
+/// A streaming list of `ns`'s ConfigMaps, with ConfigMap `then` created
+/// once the initial events came, read until `done` holds for the body:
 /// the response headers (lowercase) and the body as sent.
-fn stream(c: &Cluster, ns: &str, accept_encoding: &str) -> (String, Vec<u8>) {
+fn stream(
+    c: &Cluster,
+    ns: &str,
+    accept_encoding: &str,
+    then: &str,
+    done: impl Fn(&[u8]) -> bool,
+) -> (String, Vec<u8>) {
     let dir = tempfile::tempdir().unwrap();
     let (headers, body) = (dir.path().join("headers"), dir.path().join("body"));
     let pki = c.dir.join("pki");
     let url = format!(
         "{}/api/v1/namespaces/{ns}/configmaps?watch=1&sendInitialEvents=true\
-         &resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=2",
+         &resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=120",
         c.env["APISERVER_URL"]
     );
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "20", "-D"])
+    let mut curl = Command::new("curl")
+        .args(["-sS", "--max-time", "120", "-N", "-D"])
         .arg(&headers)
         .arg("-o")
         .arg(&body)
@@ -33,22 +41,29 @@ fn stream(c: &Cluster, ns: &str, accept_encoding: &str) -> (String, Vec<u8>) {
         .arg("--key")
         .arg(pki.join("admin.key"))
         .args(["-H", &format!("Accept-Encoding: {accept_encoding}"), &url])
-        .output()
+        .spawn()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "curl: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let read = || std::fs::read(&body).unwrap_or_default();
+    wait_for("the initial events", secs(20), || {
+        (!read().is_empty()).then_some(())
+    });
+    c.apply(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {then}, namespace: {ns}}}\n"
+    ));
+    wait_for(&format!("{then}'s event"), secs(30), || {
+        done(&read()).then_some(())
+    });
+    let _ = curl.kill();
+    let _ = curl.wait();
     (
         std::fs::read_to_string(headers).unwrap().to_lowercase(),
-        std::fs::read(body).unwrap(),
+        read(),
     )
 }
 
 /// The gzip members of `body`, each inflated, by Python's zlib (which
 /// reads one member at a time and leaves the rest as `unused_data`).
-fn gzip_members(body: &[u8]) -> Vec<String> {
+fn gzip_members(body: &[u8]) -> Option<Vec<String>> {
     let mut child = Command::new("python3")
         .args([
             "-c",
@@ -68,8 +83,9 @@ fn gzip_members(body: &[u8]) -> Vec<String> {
     std::io::Write::write_all(child.stdin.as_mut().unwrap(), body).unwrap();
     drop(child.stdin.take());
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "not gzip members");
-    serde_json::from_slice(&out.stdout).unwrap()
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).unwrap())
 }
 
 #[test]
@@ -86,33 +102,45 @@ fn streaming_lists_are_gzip_only_when_asked_and_podns_asks_identity() {
     }
     let compressed = c.k8s_minor() >= 37;
 
-    // Asked for gzip: from 1.37, one gzip member per event (the three
-    // ConfigMaps, the namespace's kube-root-ca.crt, the bookmark that
-    // ends the initial events); before, plain.
-    let (headers, body) = stream(&c, ns, "gzip");
+    // Asked for gzip: from 1.37, one gzip member per flush (the initial
+    // events, sent at once, in the first; the ConfigMap made afterwards in
+    // a member of its own); before, plain.
+    let has = |text: &str, name: &str| text.contains(&format!(r#""name":"{name}""#));
+    let (headers, body) = stream(&c, ns, "gzip", "d", |b| {
+        if compressed {
+            gzip_members(b).is_some_and(|m| m.last().is_some_and(|t| has(t, "d")))
+        } else {
+            has(&String::from_utf8_lossy(b), "d")
+        }
+    });
     assert_eq!(
         headers.contains("content-encoding: gzip"),
         compressed,
         "{headers}"
     );
     let events: Vec<String> = if compressed {
-        let members = gzip_members(&body);
-        assert!(members.len() >= 5, "a member per event: {members:#?}");
+        let members = gzip_members(&body).unwrap();
+        assert!(
+            members.len() >= 2 && !has(&members[0], "d"),
+            "the later event in a member of its own: {members:#?}"
+        );
         members
     } else {
         vec![String::from_utf8(body).unwrap()]
     };
     let text = events.concat();
-    for n in names {
-        assert!(text.contains(&format!(r#""name":"{n}""#)), "{text}");
+    for n in names.iter().chain(&["d"]) {
+        assert!(has(&text, n), "{text}");
     }
     assert!(text.contains("k8s.io/initial-events-end"), "{text}");
 
     // What podns asks: identity, plain on every release.
-    let (headers, body) = stream(&c, ns, "identity");
+    let (headers, body) = stream(&c, ns, "identity", "e", |b| {
+        has(&String::from_utf8_lossy(b), "e")
+    });
     assert!(!headers.contains("content-encoding"), "{headers}");
     let text = String::from_utf8(body).expect("a plain stream");
-    assert!(text.contains(r#""name":"a""#), "{text}");
+    assert!(has(&text, "a") && has(&text, "e"), "{text}");
 
     // podns's own streaming list against this server: it syncs, answers
     // the pods there, and follows a pod created afterwards.
