@@ -412,6 +412,40 @@ fn simulator_and_real_control_plane_serve_the_same_zone() {
         let want = topology_labels.then(|| Value::from("zone-a"));
         assert_eq!(fields.get(zone), want.as_ref(), "{key}'s zone label");
     }
+    // A pod created on a named node has that node's zone in the create's
+    // answer (the same plugin, on the pod's create: no binding follows).
+    c.kubectl_at(
+        &sim_kc,
+        &[
+            "label",
+            "node",
+            "sim-node-0",
+            "topology.kubernetes.io/zone=zone-a",
+        ],
+        None,
+    );
+    let pinned = |node: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: pinned, namespace: {ns}, \
+             labels: {{topology.kubernetes.io/zone: mine}}}}\n\
+             spec: {{nodeName: {node}, containers: [{{name: c, image: fake}}]}}\n"
+        )
+    };
+    let create = ["create", "-f", "-", "-o", "json"];
+    for (side, created) in [
+        ("real", c.kubectl_in(&create, Some(&pinned("kwok-node-0")))),
+        (
+            "simulator",
+            c.kubectl_at(&sim_kc, &create, Some(&pinned("sim-node-0"))),
+        ),
+    ] {
+        let v: Value = serde_json::from_str(&created).unwrap();
+        let want = if topology_labels { "zone-a" } else { "mine" };
+        assert_eq!(
+            v["metadata"]["labels"]["topology.kubernetes.io/zone"], want,
+            "{side}: {created}"
+        );
+    }
 }
 
 /// The Services, Jobs and Job pods of `ns` as path → value, keyed by kind

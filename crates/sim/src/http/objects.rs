@@ -112,7 +112,10 @@ pub(super) async fn serve(sim: &Arc<Sim>, req: Request, t: Target) -> Result<Res
                     "create needs a namespaced path",
                 ));
             }
-            let v = body_json(req).await?;
+            let mut v = body_json(req).await?;
+            if t.kind == Kind::Pod {
+                sim.workload.admit_pod(&mut v);
+            }
             let o = sim.store.create(t.kind, &ns, v)?;
             Ok(obj_response(201, &o, t.kind, media))
         }

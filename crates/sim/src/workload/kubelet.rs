@@ -121,17 +121,12 @@ impl Workload {
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
         let host_ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(172, 16, 0, 0)) + node_idx + 2);
+        // The simulator binds the pod to its node: the binding carries
+        // the node's topology labels. A pod that named its node got them
+        // on create (`admit_pod`); starting it binds nothing.
         let topology = match given {
-            _ if !self.topology_labels => vec![],
-            // A node the pod named: its labels, if it is stored (the
-            // admission plugin skips a node it does not find).
-            Some(n) => self.store.get(Kind::Node, "", n).map_or(vec![], |o| {
-                TOPOLOGY_LABELS
-                    .iter()
-                    .filter_map(|k| Some((k.to_string(), o.labels.get(*k)?.clone())))
-                    .collect()
-            }),
-            None => implied_node_topology(true),
+            Some(_) => vec![],
+            None => implied_node_topology(self.topology_labels),
         };
         Placement {
             node,
@@ -139,6 +134,38 @@ impl Workload {
             ip4: v4.to_string(),
             ip6: v6.map(|a| a.to_string()),
             topology,
+        }
+    }
+
+    /// PodTopologyLabels on a client's pod create: a pod that names its
+    /// node gets that node's `topology.kubernetes.io/{zone,region}` labels
+    /// over its own, if the node is stored (the plugin skips a node it
+    /// does not find). A body that is not a pod's shape is left for the
+    /// store to judge.
+    pub fn admit_pod(&self, v: &mut Value) {
+        if !self.topology_labels {
+            return;
+        }
+        let Some(node) = v["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) else {
+            return;
+        };
+        let Ok(node) = self.store.get(Kind::Node, "", node) else {
+            return;
+        };
+        let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) else {
+            return;
+        };
+        let labels = meta.entry("labels").or_insert(Value::Null);
+        if labels.is_null() {
+            *labels = json!({});
+        }
+        let Some(labels) = labels.as_object_mut() else {
+            return;
+        };
+        for k in TOPOLOGY_LABELS {
+            if let Some(val) = node.labels.get(k) {
+                labels.insert(k.to_string(), val.clone().into());
+            }
         }
     }
 
@@ -163,6 +190,8 @@ pub(super) struct Placement {
     /// the pod's own: the PodTopologyLabels admission plugin, on by
     /// default since Kubernetes 1.35 (feature gate
     /// PodTopologyLabelsAdmission), off before (`--pod-topology-labels`).
+    /// The plugin also admits a pod's create that names its node
+    /// ([`Workload::admit_pod`]); this is the binding's half.
     pub(super) topology: Vec<(String, String)>,
 }
 
@@ -324,10 +353,11 @@ mod tests {
     use podns_kapi::filter::Filter;
 
     /// Kubernetes 1.35 and later copy the node's zone and region labels
-    /// onto each pod bound to it (PodTopologyLabels admission), over the
-    /// pod's own; 1.34 and older do not (`--pod-topology-labels=false`).
+    /// onto each pod bound to it or created on it (PodTopologyLabels
+    /// admission), over the pod's own; 1.34 and older do not
+    /// (`--pod-topology-labels=false`).
     #[tokio::test]
-    async fn bound_pods_carry_their_nodes_topology_labels() {
+    async fn pods_carry_their_nodes_topology_labels() {
         const ZONE: &str = "topology.kubernetes.io/zone";
         const REGION: &str = "topology.kubernetes.io/region";
         for on in [true, false] {
@@ -351,23 +381,50 @@ mod tests {
                        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}})
             };
             let labels = |v: &Value| v["metadata"]["labels"].clone();
-            // Placed by the simulator: its GPU nodes are in zone-a.
+            let own = json!({"app": "x", ZONE: "mine"});
+            // Placed by the simulator, which binds it: its GPU nodes are
+            // in zone-a.
             let want = if on {
                 json!({"app": "x", ZONE: GPU_NODE_ZONE})
             } else {
-                json!({"app": "x", ZONE: "mine"})
+                own.clone()
             };
             assert_eq!(labels(&w.run_pod(&pod(""))), want, "on={on}");
-            // A stored node: its zone and region, nothing else.
+            // Created on a stored node: its zone and region, nothing else,
+            // on create; starting it (no binding) copies nothing more.
+            let mut v = pod("n1");
+            w.admit_pod(&mut v);
             let want = if on {
                 json!({"app": "x", ZONE: "z1", REGION: "r1"})
             } else {
-                json!({"app": "x", ZONE: "mine"})
+                own.clone()
             };
-            assert_eq!(labels(&w.run_pod(&pod("n1"))), want, "on={on}");
+            assert_eq!(labels(&v), want, "on={on}");
+            let mut v = pod("n1");
+            v["metadata"]["labels"] = Value::Null;
+            w.admit_pod(&mut v);
+            let want = if on {
+                json!({ZONE: "z1", REGION: "r1"})
+            } else {
+                Value::Null
+            };
+            assert_eq!(labels(&v), want, "on={on}");
+            assert_eq!(labels(&w.run_pod(&pod("n1"))), own, "on={on}");
             // A node that is not stored: nothing copied.
-            let v = w.run_pod(&pod("gone"));
-            assert_eq!(labels(&v), json!({"app": "x", ZONE: "mine"}), "on={on}");
+            let mut v = pod("gone");
+            w.admit_pod(&mut v);
+            assert_eq!(labels(&v), own, "on={on}");
+            // Not a pod's shape: left for the store to refuse or read.
+            for mut bad in [
+                json!({"metadata": "x", "spec": {"nodeName": "n1"}}),
+                json!({"metadata": {"labels": [1]}, "spec": {"nodeName": "n1"}}),
+                json!({"spec": {"nodeName": 7}}),
+                json!([1]),
+            ] {
+                let before = bad.clone();
+                w.admit_pod(&mut bad);
+                assert_eq!(bad, before);
+            }
             // The start-up workload's pods, made from a template.
             w.prerun.store(true, Ordering::Relaxed);
             let req = JobRequest {

@@ -23,7 +23,7 @@ impl Workload {
             collect_objects(v, &mut objs);
         }
         let mut n = 0;
-        for o in objs {
+        for mut o in objs {
             let kind = match o["kind"].as_str().and_then(Kind::from_name) {
                 Some(k) => k,
                 None => {
@@ -43,6 +43,10 @@ impl Workload {
                 }
             } else {
                 ensure_namespace(&self.store, &ns)?;
+            }
+            // A scenario's objects are a client's creates.
+            if kind == Kind::Pod {
+                self.admit_pod(&mut o);
             }
             self.store.create(kind, &ns, o)?;
             n += 1;
