@@ -84,6 +84,7 @@ pub mod index;
 pub mod k8s;
 pub mod labels;
 pub mod metrics;
+pub mod node;
 pub mod relay;
 pub mod serve;
 pub mod zonefile;

@@ -28,7 +28,7 @@ use crate::k8s::watch::{self, WatchConfig};
 use crate::k8s::wire::Wire;
 use crate::metrics::{Metrics, ResultLabels};
 use crate::relay::auth::Auth;
-use crate::relay::node::NodeConfig;
+use crate::node::NodeConfig;
 use crate::relay::{Relay, RelayConfig};
 
 /// Everything `podns serve` needs; the CLI maps its flags into this.
@@ -581,9 +581,9 @@ impl Spawner {
             (_, Some(path)) => format!("of {}", path.display()),
             (_, None) => "(no kubeconfig)".into(),
         };
-        let reach = crate::relay::node::Reach::new(&url, self.metrics.clone(), why);
+        let reach = crate::node::Reach::new(&url, self.metrics.clone(), why);
         self.tasks.spawn(
-            crate::relay::node::run(
+            crate::node::run(
                 client,
                 cfg.clone(),
                 wcfg,

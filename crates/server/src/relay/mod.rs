@@ -22,7 +22,6 @@ pub mod cache;
 pub mod conn;
 pub mod http;
 pub mod labels;
-pub mod node;
 pub mod scope;
 pub mod tls;
 
@@ -88,7 +87,7 @@ impl RelayConfig {
             tls_key: None,
             tls_ca: None,
             audience: auth::AUDIENCE.to_owned(),
-            scope_linger: node::LINGER,
+            scope_linger: crate::node::LINGER,
         }
     }
 }

@@ -135,10 +135,10 @@ impl Reach {
     }
 }
 
-/// A pod's gang ([`super::scope::gang_of`]) from its labels.
+/// A pod's gang ([`crate::relay::scope::gang_of`]) from its labels.
 fn gang_of(p: &Pod) -> Option<(&'static str, String)> {
     let labels = p.metadata.labels.as_ref()?;
-    super::scope::gang_of(|k| labels.get(k).map(String::as_str))
+    crate::relay::scope::gang_of(|k| labels.get(k).map(String::as_str))
 }
 
 /// One namespace in scope: its watches, since when it has no pod here,
