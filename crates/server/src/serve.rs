@@ -27,8 +27,8 @@ use crate::k8s::watch::StreamingList;
 use crate::k8s::watch::{self, WatchConfig};
 use crate::k8s::wire::Wire;
 use crate::metrics::{Metrics, ResultLabels};
-use crate::relay::auth::Auth;
 use crate::node::NodeConfig;
+use crate::relay::auth::Auth;
 use crate::relay::{Relay, RelayConfig};
 
 /// Everything `podns serve` needs; the CLI maps its flags into this.
@@ -424,7 +424,7 @@ fn count_udp_buffers(metrics: &Metrics, granted: Granted) {
 }
 
 /// What the watches list and how: the flags', on a node instance for each
-/// namespace it holds (`relay::node` narrows it further).
+/// namespace it holds (`node` narrows it further).
 fn watch_config(args: &ServeConfig, relay: Option<Arc<Relay>>) -> WatchConfig {
     let node = args.node.is_some();
     WatchConfig {
@@ -434,7 +434,7 @@ fn watch_config(args: &ServeConfig, relay: Option<Arc<Relay>>) -> WatchConfig {
         streaming: args.streaming_list,
         jobs: args.policy.rank_view,
         // A node instance watches EndpointSlices only if its relay serves
-        // them (`relay::node` asks it); reverse names it forwards.
+        // them (`node` asks it); reverse names it forwards.
         endpoint_slices: args.endpoint_slices,
         wire: args.wire,
         ranges: args.reverse_cidrs.is_empty() && !node,

@@ -13,7 +13,7 @@
 //! in (...)`); the namespace is then held in part (`Update::Partial`) and
 //! its names that other gangs' pods may own are forwarded unless found.
 //! A namespace whose last pod left the node stays for
-//! [`LINGER`] (a gang restart deletes and recreates its pods: no relist
+//! `--scope-linger` (a gang restart deletes and recreates its pods: no relist
 //! storm), then its watches stop and its objects leave the index. Names
 //! outside the scope (and reverse names, which any pod may be behind) are
 //! forwarded to the relays over DNS (`dns::forward`), so every name of the
@@ -39,9 +39,6 @@ use crate::index::types::{Arrival, GangSelector, Update};
 use crate::k8s::failure::Failure;
 use crate::k8s::watch::{self, WatchConfig};
 use crate::metrics::{Metrics, ReasonLabels};
-
-/// How long a namespace stays in scope after its last pod left the node.
-pub const LINGER: Duration = Duration::from_secs(5 * 60);
 
 /// `--node` and where the relays answer DNS.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,10 +132,10 @@ impl Reach {
     }
 }
 
-/// A pod's gang ([`crate::relay::scope::gang_of`]) from its labels.
+/// A pod's gang ([`crate::labels::gang_of`]) from its labels.
 fn gang_of(p: &Pod) -> Option<(&'static str, String)> {
     let labels = p.metadata.labels.as_ref()?;
-    crate::relay::scope::gang_of(|k| labels.get(k).map(String::as_str))
+    crate::labels::gang_of(|k| labels.get(k).map(String::as_str))
 }
 
 /// One namespace in scope: its watches, since when it has no pod here,

@@ -87,7 +87,7 @@ impl RelayConfig {
             tls_key: None,
             tls_ca: None,
             audience: auth::AUDIENCE.to_owned(),
-            scope_linger: crate::node::LINGER,
+            scope_linger: scope::LINGER,
         }
     }
 }
