@@ -30,7 +30,7 @@ use super::objects::{
 use super::wire::{RawConfig, Wire, raw_watcher};
 use crate::index::types::{Arrival, Change, ObjKey, Update};
 use crate::metrics::{EventLabels, Metrics, PROGRESS_EVERY, ResourceLabels, RestartLabels};
-use crate::relay::Feed;
+use crate::relay::feed::Feed;
 
 /// How the first list is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
