@@ -10,5 +10,7 @@ pub mod convert;
 pub mod failure;
 pub mod objects;
 pub mod pb;
+pub mod tap;
+pub mod updates;
 pub mod watch;
 pub mod wire;
