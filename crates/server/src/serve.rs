@@ -23,6 +23,7 @@ use crate::dns::server::TcpLimits;
 use crate::index::reverse::ReverseZones;
 use crate::index::writer::explain::ExplainRequest;
 use crate::index::{Arrival, Policy, SyncNeeds, Table, Writer};
+use crate::k8s::updates::ToWriter;
 use crate::k8s::watch::StreamingList;
 use crate::k8s::watch::{self, WatchConfig};
 use crate::k8s::wire::Wire;
@@ -381,12 +382,16 @@ pub fn start(
         _ => None,
     };
 
-    let wcfg = watch_config(args, relay);
+    let wcfg = watch_config(args);
     let (writer, explain) = index_writer(args, &table, &metrics, &wcfg);
     let (tx, rx) = mpsc::channel(4096);
     spawn.tasks.spawn_blocking(move || writer.run_blocking(rx));
     let answerer = Arc::new(answerer(args, &table, &metrics));
-    spawn.sources(args, client, wcfg, tx, &table, why_tx);
+    if args.node.is_some() {
+        spawn.node(args, client, wcfg, tx, &table, why_tx);
+    } else {
+        spawn.watches(client, &wcfg, relay.as_deref(), tx);
+    }
     let explainer = explain.map(|writer| admin::explain::Explainer {
         answerer: answerer.clone(),
         writer,
@@ -425,7 +430,7 @@ fn count_udp_buffers(metrics: &Metrics, granted: Granted) {
 
 /// What the watches list and how: the flags', on a node instance for each
 /// namespace it holds (`node` narrows it further).
-fn watch_config(args: &ServeConfig, relay: Option<Arc<Relay>>) -> WatchConfig {
+fn watch_config(args: &ServeConfig) -> WatchConfig {
     let node = args.node.is_some();
     WatchConfig {
         namespaces: args.namespaces.clone(),
@@ -438,7 +443,6 @@ fn watch_config(args: &ServeConfig, relay: Option<Arc<Relay>>) -> WatchConfig {
         endpoint_slices: args.endpoint_slices,
         wire: args.wire,
         ranges: args.reverse_cidrs.is_empty() && !node,
-        relay,
     }
 }
 
@@ -556,10 +560,26 @@ impl Spawner {
         relay_addr
     }
 
-    /// What feeds the writer on `tx`: the watches, or on a node instance
-    /// its node's pods followed through the relay (which tells `why` when
-    /// it cannot reach one).
-    fn sources(
+    /// The watches, which feed the writer on `tx` and, with
+    /// `--relay-listen`, the relay: each event reaches the relay's feed,
+    /// then the writer (whose channel may hold it back when full).
+    fn watches(
+        &mut self,
+        client: kube::Client,
+        wcfg: &WatchConfig,
+        relay: Option<&Relay>,
+        tx: mpsc::Sender<Arrival>,
+    ) {
+        let (metrics, shutdown) = (self.metrics.clone(), self.shutdown.clone());
+        let taps = (relay, ToWriter::new(tx, metrics.clone(), shutdown.clone()));
+        watch::spawn_watchers(client, wcfg, &taps, metrics, &mut self.tasks, shutdown);
+    }
+
+    /// A node instance (`--node`; nothing without it): its node's pods
+    /// followed through the relay, and the watches of the namespaces they
+    /// are in, which feed the writer on `tx` (it tells `why` when it
+    /// cannot reach a relay).
+    fn node(
         &mut self,
         args: &ServeConfig,
         client: kube::Client,
@@ -569,8 +589,6 @@ impl Spawner {
         why: tokio::sync::watch::Sender<Option<String>>,
     ) {
         let Some(cfg) = &args.node else {
-            let (metrics, shutdown) = (self.metrics.clone(), self.shutdown.clone());
-            watch::spawn_watchers(client, &wcfg, tx, metrics, &mut self.tasks, shutdown);
             return;
         };
         let span = tracing::info_span!("node", node = %cfg.node);

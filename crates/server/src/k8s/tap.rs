@@ -1,23 +1,36 @@
-//! The kinds the watches read ([`Watched`]): each one's decoding and
-//! conversion ([`Slim`]), its `resource` metric label, and whether the
+//! What a watch hands its events to. Each watch has one [`Tap`], made for
+//! it by [`Taps`] from the kind and the namespace it watches: the index
+//! writer's ([`updates`](super::updates): events become index updates) and,
+//! on a relay, the relay's feed (`relay::feed`: events become the relay's
+//! objects and history). The retry loop ([`watch`](super::watch)) knows
+//! neither: it lists, watches, resumes and relists, and hands each event,
+//! in order, to its tap. A pair of taps is a tap, and so is an optional
+//! one.
+//!
+//! [`Watched`] is what the loop and the taps ask of a kind: its decoding
+//! and conversion ([`Slim`]), its `resource` metric label, and whether the
 //! cluster may refuse it.
 
-use std::fmt::Debug;
+use std::future::Future;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Instant;
 
-use serde::de::DeserializeOwned;
+use kube::runtime::watcher::Event;
 
 use super::objects::{
     Slim, SlimEndpointSlice, SlimJob, SlimNode, SlimPod, SlimService, SlimServiceCidr,
 };
 
-/// A resource podns watches: a kind ([`Slim`]: its conversion, index
-/// update and whether the relay serves it) and what its watch adds.
+/// A resource podns watches: a kind ([`Slim`]: its decoding, conversion,
+/// index update and whether the relay serves it) and what its watch adds.
 pub trait Watched:
     Slim<Info: Clone + Send + 'static>
     + kube::Resource<DynamicType = ()>
     + Clone
-    + DeserializeOwned
-    + Debug
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
     + Send
     + Sync
     + 'static
@@ -25,8 +38,9 @@ pub trait Watched:
     /// The `resource` metric label.
     const RESOURCE: &'static str;
     /// An optional resource (the rank view's Jobs): when the API refuses it
-    /// (403 without RBAC, 404 on a server without it), the index is told it
-    /// is empty so DNS still becomes ready, and the watch keeps retrying.
+    /// (403 without RBAC, 404 on a server without it), the taps are told
+    /// ([`Tap::refused`]) so DNS still becomes ready, and the watch keeps
+    /// retrying.
     const OPTIONAL: bool = false;
     /// What serving without an optional resource means, for the one log
     /// line that says it is missing.
@@ -69,4 +83,104 @@ impl Watched for SlimServiceCidr {
     const RESOURCE: &'static str = "servicecidrs";
     const OPTIONAL: bool = true;
     const WITHOUT: &'static str = WITHOUT_RANGES;
+}
+
+/// What one watch hands its events to.
+pub trait Tap<K>: Send {
+    /// One event of the watch, in the order the watcher yields them; `at`
+    /// when it came off the wire. `Break`: nobody reads on, and the watch
+    /// ends.
+    fn event(
+        &mut self,
+        event: &Event<K>,
+        at: Instant,
+    ) -> impl Future<Output = ControlFlow<()>> + Send;
+
+    /// The API server refuses an optional resource ([`Watched::OPTIONAL`]):
+    /// what stands in for its list, once a watch.
+    fn refused(&mut self, at: Instant) -> impl Future<Output = ControlFlow<()>> + Send {
+        let _ = at;
+        std::future::ready(ControlFlow::Continue(()))
+    }
+
+    /// Where the watcher publishes the resourceVersion it would resume
+    /// from (a list's at its end, then each event's and bookmark's), for a
+    /// tap that reads it.
+    fn resume_version(&self) -> Option<Arc<AtomicU64>> {
+        None
+    }
+}
+
+/// Two taps: each event reaches the first, then the second.
+impl<K: Sync, A: Tap<K>, B: Tap<K>> Tap<K> for (A, B) {
+    async fn event(&mut self, event: &Event<K>, at: Instant) -> ControlFlow<()> {
+        self.0.event(event, at).await?;
+        self.1.event(event, at).await
+    }
+
+    async fn refused(&mut self, at: Instant) -> ControlFlow<()> {
+        self.0.refused(at).await?;
+        self.1.refused(at).await
+    }
+
+    fn resume_version(&self) -> Option<Arc<AtomicU64>> {
+        self.0.resume_version().or_else(|| self.1.resume_version())
+    }
+}
+
+/// A tap or none.
+impl<K: Sync, T: Tap<K>> Tap<K> for Option<T> {
+    async fn event(&mut self, event: &Event<K>, at: Instant) -> ControlFlow<()> {
+        match self {
+            Some(tap) => tap.event(event, at).await,
+            None => ControlFlow::Continue(()),
+        }
+    }
+
+    async fn refused(&mut self, at: Instant) -> ControlFlow<()> {
+        match self {
+            Some(tap) => tap.refused(at).await,
+            None => ControlFlow::Continue(()),
+        }
+    }
+
+    fn resume_version(&self) -> Option<Arc<AtomicU64>> {
+        self.as_ref().and_then(Tap::resume_version)
+    }
+}
+
+/// Makes the tap of each watch.
+pub trait Taps {
+    /// A watch's tap, which its task owns.
+    type Tap<K: Watched>: Tap<K> + 'static;
+
+    /// The tap of the watch of `K` in `namespace` (`None`: every
+    /// namespace, or a cluster-scoped kind).
+    fn tap<K: Watched>(&self, namespace: Option<&str>) -> Self::Tap<K>;
+}
+
+/// Both: each watch's tap is the pair of theirs.
+impl<A: Taps, B: Taps> Taps for (A, B) {
+    type Tap<K: Watched> = (A::Tap<K>, B::Tap<K>);
+
+    fn tap<K: Watched>(&self, namespace: Option<&str>) -> Self::Tap<K> {
+        (self.0.tap(namespace), self.1.tap(namespace))
+    }
+}
+
+/// Taps or none (a relay's, on a server that relays nothing).
+impl<T: Taps> Taps for Option<T> {
+    type Tap<K: Watched> = Option<T::Tap<K>>;
+
+    fn tap<K: Watched>(&self, namespace: Option<&str>) -> Self::Tap<K> {
+        self.as_ref().map(|t| t.tap(namespace))
+    }
+}
+
+impl<T: Taps> Taps for &T {
+    type Tap<K: Watched> = T::Tap<K>;
+
+    fn tap<K: Watched>(&self, namespace: Option<&str>) -> Self::Tap<K> {
+        (**self).tap(namespace)
+    }
 }

@@ -1,14 +1,91 @@
-//! A watch's events as index updates, for the one index writer.
+//! The index writer's tap: a watch's events as index updates ([`Mapper`]),
+//! sent to the one writer on its channel ([`ToWriter`]). Objects are
+//! converted here; one that does not convert is logged, counted and
+//! skipped (or, changed into one, withdrawn).
 
 use std::collections::HashSet;
+use std::ops::ControlFlow;
 
 use kube::runtime::watcher::Event;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::convert::ConvertError;
-use super::tap::Watched;
-use crate::index::types::{Change, ObjKey, Update};
+use super::tap::{Tap, Taps, Watched};
+use crate::index::types::{Arrival, Change, ObjKey, Update};
 use crate::metrics::{EventLabels, Metrics, PROGRESS_EVERY, ResourceLabels};
+
+/// Every watch's events, as index updates, to the writer's channel.
+#[derive(Clone)]
+pub struct ToWriter {
+    tx: mpsc::Sender<Arrival>,
+    metrics: Metrics,
+    /// A send waiting on a full channel gives up when this is cancelled.
+    shutdown: CancellationToken,
+}
+
+impl ToWriter {
+    pub fn new(tx: mpsc::Sender<Arrival>, metrics: Metrics, shutdown: CancellationToken) -> Self {
+        Self {
+            tx,
+            metrics,
+            shutdown,
+        }
+    }
+}
+
+impl Taps for ToWriter {
+    type Tap<K: Watched> = WriterTap<K>;
+
+    fn tap<K: Watched>(&self, namespace: Option<&str>) -> WriterTap<K> {
+        WriterTap {
+            mapper: Mapper::new(namespace.map(str::to_owned), self.metrics.clone()),
+            tx: self.tx.clone(),
+            shutdown: self.shutdown.clone(),
+        }
+    }
+}
+
+/// One watch's events, as index updates, to the writer.
+pub struct WriterTap<K: Watched> {
+    mapper: Mapper<K>,
+    tx: mpsc::Sender<Arrival>,
+    shutdown: CancellationToken,
+}
+
+impl<K: Watched> Tap<K> for WriterTap<K> {
+    async fn event(&mut self, event: &Event<K>, at: std::time::Instant) -> ControlFlow<()> {
+        let Some(update) = self.mapper.on_event(event) else {
+            return ControlFlow::Continue(());
+        };
+        let send = self.tx.send(Arrival { update, at });
+        tokio::select! {
+            biased;
+            () = self.shutdown.cancelled() => ControlFlow::Break(()),
+            sent = send => match sent {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(_) => {
+                    tracing::debug!("index writer gone, stopping watch");
+                    ControlFlow::Break(())
+                }
+            },
+        }
+    }
+
+    /// The index is told the resource is empty, so DNS still becomes
+    /// ready.
+    async fn refused(&mut self, at: std::time::Instant) -> ControlFlow<()> {
+        let update = K::update(Change::Reset {
+            namespace: self.mapper.namespace.clone(),
+            items: Vec::new(),
+        });
+        match self.tx.send(Arrival { update, at }).await {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(_) => ControlFlow::Break(()),
+        }
+    }
+}
 
 /// Past this many, the set of uids already reported is cleared (so a
 /// persistently bad object is logged again now and then, and memory stays
@@ -16,7 +93,7 @@ use crate::metrics::{EventLabels, Metrics, PROGRESS_EVERY, ResourceLabels};
 const REPORTED_MAX: usize = 10_000;
 
 /// Turns watcher events of one watch into index updates.
-pub(crate) struct Mapper<K: Watched> {
+struct Mapper<K: Watched> {
     namespace: Option<String>,
     /// The list in progress (between `Init` and `InitDone`).
     buffer: Option<Listing<K::Info>>,
@@ -52,7 +129,7 @@ impl<K: Watched> Mapper<K> {
         }
     }
 
-    pub(crate) fn new(namespace: Option<String>, metrics: Metrics) -> Self {
+    fn new(namespace: Option<String>, metrics: Metrics) -> Self {
         Self {
             namespace,
             buffer: None,
@@ -82,10 +159,6 @@ impl<K: Watched> Mapper<K> {
         }
     }
 
-    pub(crate) fn namespace(&self) -> Option<&str> {
-        self.namespace.as_deref()
-    }
-
     fn count(&self, event: &'static str) {
         self.metrics
             .watch_events
@@ -96,7 +169,7 @@ impl<K: Watched> Mapper<K> {
             .inc();
     }
 
-    pub(crate) fn on_event(&mut self, event: Event<K>) -> Option<Update> {
+    fn on_event(&mut self, event: &Event<K>) -> Option<Update> {
         match event {
             Event::Init => {
                 self.count("init");
@@ -115,7 +188,7 @@ impl<K: Watched> Mapper<K> {
             Event::InitApply(obj) => {
                 self.count("init_apply");
                 self.listed_one();
-                let info = self.convert(&obj)?;
+                let info = self.convert(obj)?;
                 if self.buffer.is_none() {
                     self.buffer = Some(self.new_listing());
                 }
@@ -160,7 +233,7 @@ impl<K: Watched> Mapper<K> {
             }
             Event::Apply(obj) => {
                 self.count("apply");
-                match self.convert(&obj) {
+                match self.convert(obj) {
                     Some(info) => Some(K::update(Change::Apply(info))),
                     // The object is now malformed: withdraw what we knew of
                     // it rather than keep answering with stale data.
@@ -174,7 +247,7 @@ impl<K: Watched> Mapper<K> {
                 match K::key_of(obj.meta()) {
                     Ok(key) => Some(K::update(Change::Delete(key))),
                     Err(error) => {
-                        self.skip(&obj, &error);
+                        self.skip(obj, &error);
                         None
                     }
                 }
@@ -256,21 +329,24 @@ pub(crate) mod tests {
     fn events_map_to_updates() {
         let metrics = Metrics::new();
         let mut m = Mapper::<SlimPod>::new(Some("ml".into()), metrics.clone());
-        assert!(m.on_event(Event::Init).is_none());
+        assert!(m.on_event(&Event::Init).is_none());
         // The first list: each object is also applied at once.
         let Some(Update::Pod(Change::Apply(early))) =
-            m.on_event(Event::InitApply(pod("a", json!("10.0.0.1"))))
+            m.on_event(&Event::InitApply(pod("a", json!("10.0.0.1"))))
         else {
             panic!("expected an early apply")
         };
         assert_eq!(early.key, ObjKey::new("ml", "a"));
-        assert!(m.on_event(Event::InitApply(pod("bad", json!(7)))).is_none());
+        assert!(
+            m.on_event(&Event::InitApply(pod("bad", json!(7))))
+                .is_none()
+        );
         assert!(matches!(
-            m.on_event(Event::InitApply(pod("b", json!("10.0.0.2")))),
+            m.on_event(&Event::InitApply(pod("b", json!("10.0.0.2")))),
             Some(Update::Pod(Change::Apply(_)))
         ));
         // Its end names what was listed; the objects themselves went ahead.
-        let Some(Update::Pod(Change::Listed { namespace, keys })) = m.on_event(Event::InitDone)
+        let Some(Update::Pod(Change::Listed { namespace, keys })) = m.on_event(&Event::InitDone)
         else {
             panic!("expected the end of a first list")
         };
@@ -280,14 +356,14 @@ pub(crate) mod tests {
         assert_eq!(skipped(&metrics), 1);
 
         let Some(Update::Pod(Change::Apply(p))) =
-            m.on_event(Event::Apply(pod("c", json!("10.0.0.3"))))
+            m.on_event(&Event::Apply(pod("c", json!("10.0.0.3"))))
         else {
             panic!("expected an apply")
         };
         assert_eq!(p.key, ObjKey::new("ml", "c"));
 
         let Some(Update::Pod(Change::Delete(k))) =
-            m.on_event(Event::Delete(pod("c", json!("10.0.0.3"))))
+            m.on_event(&Event::Delete(pod("c", json!("10.0.0.3"))))
         else {
             panic!("expected a delete")
         };
@@ -295,17 +371,17 @@ pub(crate) mod tests {
 
         // A second list starts from an empty buffer, and its objects wait
         // for the Reset (a relist is never seen half-applied).
-        m.on_event(Event::Init);
+        m.on_event(&Event::Init);
         assert!(
-            m.on_event(Event::InitApply(pod("d", json!("10.0.0.4"))))
+            m.on_event(&Event::InitApply(pod("d", json!("10.0.0.4"))))
                 .is_none()
         );
-        let Some(Update::Pod(Change::Reset { items, .. })) = m.on_event(Event::InitDone) else {
+        let Some(Update::Pod(Change::Reset { items, .. })) = m.on_event(&Event::InitDone) else {
             panic!("expected a reset")
         };
         assert_eq!(items.len(), 1);
-        m.on_event(Event::Init);
-        let Some(Update::Pod(Change::Reset { items, .. })) = m.on_event(Event::InitDone) else {
+        m.on_event(&Event::Init);
+        let Some(Update::Pod(Change::Reset { items, .. })) = m.on_event(&Event::InitDone) else {
             panic!("expected a reset")
         };
         assert!(items.is_empty());
@@ -326,7 +402,7 @@ pub(crate) mod tests {
         let mut m = Mapper::<SlimPod>::new(None, metrics.clone());
         for _ in 0..3 {
             let Some(Update::Pod(Change::Delete(k))) =
-                m.on_event(Event::Apply(pod("a", json!({"x": 1}))))
+                m.on_event(&Event::Apply(pod("a", json!({"x": 1}))))
             else {
                 panic!("expected a delete")
             };
@@ -336,7 +412,7 @@ pub(crate) mod tests {
         assert_eq!(m.reported.len(), 1);
         // Fixed, then forgotten, so a new breakage is logged again.
         assert!(matches!(
-            m.on_event(Event::Apply(pod("a", json!("10.0.0.1")))),
+            m.on_event(&Event::Apply(pod("a", json!("10.0.0.1")))),
             Some(Update::Pod(Change::Apply(_)))
         ));
         assert!(m.reported.is_empty());
@@ -344,8 +420,8 @@ pub(crate) mod tests {
         // Without a name there is nothing to delete.
         let nameless: SlimPod =
             serde_json::from_value(json!({"metadata": {"namespace": "ml"}})).unwrap();
-        assert!(m.on_event(Event::Apply(nameless.clone())).is_none());
-        assert!(m.on_event(Event::Delete(nameless)).is_none());
+        assert!(m.on_event(&Event::Apply(nameless.clone())).is_none());
+        assert!(m.on_event(&Event::Delete(nameless)).is_none());
         assert_eq!(skipped(&metrics), 5);
     }
 
@@ -353,7 +429,7 @@ pub(crate) mod tests {
     fn reported_set_is_bounded() {
         let mut m = Mapper::<SlimPod>::new(None, Metrics::new());
         for i in 0..(REPORTED_MAX + 10) {
-            m.on_event(Event::Apply(pod(&format!("p{i}"), json!(1))));
+            m.on_event(&Event::Apply(pod(&format!("p{i}"), json!(1))));
         }
         assert!(m.reported.len() <= REPORTED_MAX);
     }

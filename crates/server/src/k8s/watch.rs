@@ -1,33 +1,33 @@
-//! The Pod, Service, Job and EndpointSlice watchers: the list/watch loop of
-//! [`wire`](super::wire) (kube-runtime's watcher states, for either wire)
-//! over the slim types, converted and sent to the single index writer.
+//! The retry loop of every watch: one task per (resource, namespace
+//! scope) lists and watches through [`wire`](super::wire) (kube-runtime's
+//! watcher states, for either wire), resumes from the last
+//! resourceVersion, relists after 410 Gone, and waits out its backoff; it
+//! hands each event to the watch's [`Tap`](super::tap::Tap), which the
+//! caller chose (the index writer's, a relay's feed). It knows no reader.
 //!
-//! One task per (resource, namespace scope). Each task owns its retry loop
-//! instead of kube-runtime's `.default_backoff()`, because it must also
-//! honour a 429's `retryAfterSeconds`, count restarts by reason, and
-//! rebuild the watcher without streaming lists when the server refuses
-//! them (kube-runtime does not fall back by itself).
+//! Each task owns its retry loop instead of kube-runtime's
+//! `.default_backoff()`, because it must also honour a 429's
+//! `retryAfterSeconds`, count restarts by reason, and rebuild the watcher
+//! without streaming lists when the server refuses them (kube-runtime does
+//! not fall back by itself).
 
-use std::fmt::Debug;
+use std::marker::PhantomData;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use futures::StreamExt;
 use kube::core::Status;
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, DefaultBackoff, Event, ListSemantic};
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::objects::{SlimEndpointSlice, SlimJob, SlimNode, SlimPod, SlimService, SlimServiceCidr};
-use super::tap::Watched;
-use super::updates::Mapper;
+use super::tap::{Tap, Taps, Watched};
 use super::wire::{RawConfig, Wire, raw_watcher};
-use crate::index::types::{Arrival, Change};
 use crate::metrics::{Metrics, ResourceLabels, RestartLabels};
-use crate::relay::feed::Feed;
 
 /// How the first list is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -62,9 +62,6 @@ pub struct WatchConfig {
     /// Also watch Nodes and ServiceCIDRs: the reverse zones are learned
     /// from their ranges (off with `--reverse-cidr`).
     pub ranges: bool,
-    /// Relay what is watched (`--relay-listen`): Pods, Services and Jobs
-    /// also go to the relay's caches.
-    pub relay: Option<std::sync::Arc<crate::relay::Relay>>,
 }
 
 impl WatchConfig {
@@ -122,59 +119,82 @@ pub fn slice_scopes(cfg: &WatchConfig) -> usize {
 /// as hand-written slices often are.
 pub const USER_SLICES: &str = "endpointslice.kubernetes.io/managed-by!=endpointslice-controller.k8s.io,kubernetes.io/service-name";
 
-/// Starts one pod and one service watch per scope in `tasks`. They run until
-/// `shutdown` is cancelled or the writer's receiver is dropped.
+/// Starts the watches `cfg` asks for in `tasks`, each handing its events
+/// to its tap from `taps`: per namespace scope one of Pods and one of
+/// Services (and of Jobs and EndpointSlices when asked), and with
+/// `ranges` one of Nodes and one of ServiceCIDRs. They run until
+/// `shutdown` is cancelled or a tap reads no more (the writer is gone).
 pub fn spawn_watchers(
     client: kube::Client,
     cfg: &WatchConfig,
-    tx: mpsc::Sender<Arrival>,
+    taps: &impl Taps,
     metrics: Metrics,
     tasks: &mut JoinSet<()>,
     shutdown: CancellationToken,
 ) {
+    let start = Start {
+        client: &client,
+        cfg,
+        taps,
+        metrics: &metrics,
+        shutdown: &shutdown,
+    };
     for scope in cfg.scopes() {
-        let parts = (&client, &scope, cfg, &tx, &metrics, &shutdown);
-        let pods = Watch::<SlimPod>::new(parts, cfg.label_selector.clone());
-        let services = Watch::<SlimService>::new(parts, None);
-        let ns = scope.as_deref().unwrap_or("*").to_owned();
+        let ns = scope.as_deref();
         if cfg.jobs {
-            let jobs = Watch::<SlimJob>::new(parts, None);
-            tasks.spawn(
-                jobs.run()
-                    .instrument(tracing::info_span!("watch", resource = "jobs", namespace = %ns)),
-            );
+            start.spawn::<SlimJob>(tasks, ns, None);
         }
         if cfg.endpoint_slices {
-            let slices = Watch::<SlimEndpointSlice>::new(parts, Some(USER_SLICES.to_owned()));
-            tasks.spawn(slices.run().instrument(
-                tracing::info_span!("watch", resource = "endpointslices", namespace = %ns),
-            ));
+            start.spawn::<SlimEndpointSlice>(tasks, ns, Some(USER_SLICES.to_owned()));
         }
-        tasks.spawn(
-            pods.run()
-                .instrument(tracing::info_span!("watch", resource = "pods", namespace = %ns)),
-        );
-        tasks.spawn(
-            services
-                .run()
-                .instrument(tracing::info_span!("watch", resource = "services", namespace = %ns)),
-        );
+        start.spawn::<SlimPod>(tasks, ns, cfg.label_selector.clone());
+        start.spawn::<SlimService>(tasks, ns, None);
     }
     if cfg.ranges {
         // Cluster-scoped, one watch each whatever the namespaces.
-        let parts = (&client, &None, cfg, &tx, &metrics, &shutdown);
-        let nodes = Watch::<SlimNode>::new(parts, None);
-        let cidrs = Watch::<SlimServiceCidr>::new(parts, None);
-        tasks.spawn(
-            nodes
-                .run()
-                .instrument(tracing::info_span!("watch", resource = "nodes")),
-        );
-        tasks.spawn(
-            cidrs
-                .run()
-                .instrument(tracing::info_span!("watch", resource = "servicecidrs")),
-        );
+        start.spawn::<SlimNode>(tasks, None, None);
+        start.spawn::<SlimServiceCidr>(tasks, None, None);
+    }
+}
+
+/// What every watch [`spawn_watchers`] starts shares: the client, the
+/// configuration, the taps, the metrics and the shutdown token.
+struct Start<'a, T> {
+    client: &'a kube::Client,
+    cfg: &'a WatchConfig,
+    taps: &'a T,
+    metrics: &'a Metrics,
+    shutdown: &'a CancellationToken,
+}
+
+impl<T: Taps> Start<'_, T> {
+    /// The watch of `K` in `namespace` (`None`: every namespace, or a
+    /// cluster-scoped kind), with its tap.
+    fn spawn<K: Watched>(
+        &self,
+        tasks: &mut JoinSet<()>,
+        namespace: Option<&str>,
+        label_selector: Option<String>,
+    ) {
+        let tap = self.taps.tap::<K>(namespace);
+        let mut config = raw_config::<K>(namespace, self.cfg, label_selector);
+        config.seen = tap.resume_version();
+        let watch = Watch {
+            client: self.client.clone(),
+            config,
+            streaming: self.cfg.streaming,
+            tap,
+            metrics: self.metrics.clone(),
+            shutdown: self.shutdown.clone(),
+            kind: PhantomData,
+        };
+        let span = if K::KIND.namespaced() {
+            let ns = namespace.unwrap_or("*");
+            tracing::info_span!("watch", resource = K::RESOURCE, namespace = %ns)
+        } else {
+            tracing::info_span!("watch", resource = K::RESOURCE)
+        };
+        tasks.spawn(watch.run().instrument(span));
     }
 }
 
@@ -210,57 +230,97 @@ where
 /// streaming lists ignores `sendInitialEvents` and never sends the bookmark.
 const STREAMING_INIT_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// What every watch of one scope shares: client, scope, configuration,
-/// the writer's channel, metrics and the shutdown token.
-type WatchParts<'a> = (
-    &'a kube::Client,
-    &'a Option<String>,
-    &'a WatchConfig,
-    &'a mpsc::Sender<Arrival>,
-    &'a Metrics,
-    &'a CancellationToken,
-);
-
 /// One watch and its retry loop.
-struct Watch<K: Watched> {
+struct Watch<K, T> {
     client: kube::Client,
     config: RawConfig,
-    /// The relay's feed, when this kind is relayed.
-    feed: Option<Feed>,
     streaming: StreamingList,
-    mapper: Mapper<K>,
-    tx: mpsc::Sender<Arrival>,
+    /// Where each event goes.
+    tap: T,
     metrics: Metrics,
     shutdown: CancellationToken,
+    kind: PhantomData<fn() -> K>,
 }
 
-impl<K: Watched> Watch<K> {
-    /// One scope's watch of `K`, from what every watch of the scope shares.
-    fn new(
-        (client, scope, cfg, tx, metrics, shutdown): WatchParts<'_>,
-        label_selector: Option<String>,
-    ) -> Self {
-        let mut config = raw_config::<K>(scope.as_deref(), cfg, label_selector);
-        let feed = match (&cfg.relay, K::RELAYED) {
-            (Some(relay), Some(kind)) => {
-                let feed = relay.feed(kind, scope.clone());
-                config.seen = feed.as_ref().map(Feed::seen);
-                feed
-            }
-            _ => None,
-        };
+/// How one watcher ended.
+enum Ended {
+    /// Shut down, or the tap reads no more: the watch is over.
+    Stop,
+    /// `--streaming-list auto` falls back to list-then-watch.
+    StreamingRefused,
+    /// The stream ended: a new watcher starts.
+    Again,
+}
+
+/// What the retry loop carries from one watcher to the next.
+struct Attempts {
+    /// Ask for a streaming list.
+    streaming: bool,
+    /// Auto may fall back until the first streaming list completes.
+    may_fall_back: bool,
+    /// Two backoffs, chosen by what the watcher does next. A relist is
+    /// the expensive request ("reconnecting clients flood list operations
+    /// during recovery"), so it keeps client-go's long backoff; a watch
+    /// from a known resourceVersion costs the API server little, so it
+    /// comes back within a second or so of the server's return instead of
+    /// after a backoff that grew all through an outage.
+    relist_backoff: DefaultBackoff,
+    resume_backoff: ResumeBackoff,
+    /// An optional resource was refused and its tap told so (once).
+    stood_in: bool,
+}
+
+/// Where one watcher is.
+#[derive(Default)]
+struct Progress {
+    /// Its list is complete: after an error it resumes from the last
+    /// resourceVersion instead of listing again.
+    resumable: bool,
+    /// When a streaming list that may still fall back gives up.
+    init_deadline: Option<Instant>,
+}
+
+impl Attempts {
+    fn new(streaming: StreamingList) -> Self {
         Self {
-            client: client.clone(),
-            config,
-            feed,
-            streaming: cfg.streaming,
-            mapper: Mapper::new(scope.clone(), metrics.clone()),
-            tx: tx.clone(),
-            metrics: metrics.clone(),
-            shutdown: shutdown.clone(),
+            streaming: streaming != StreamingList::Off,
+            may_fall_back: streaming == StreamingList::Auto,
+            relist_backoff: DefaultBackoff::default(),
+            resume_backoff: ResumeBackoff::default(),
+            stood_in: false,
         }
     }
 
+    /// An event came: the server answers again, and a list starts or ends.
+    fn on_event<K>(&mut self, event: &Event<K>, at: &mut Progress) {
+        // kube-runtime's watcher (`--wire json`) sends `Init` before it
+        // asks for the list: it proves nothing answered. Resetting on it
+        // kept the backoff at its first step all through an outage.
+        if !matches!(event, Event::Init) {
+            self.relist_backoff.reset();
+            self.resume_backoff.reset();
+        }
+        match event {
+            Event::Init => at.resumable = false,
+            Event::InitDone => at.resumable = true,
+            _ => {}
+        }
+        if self.may_fall_back {
+            match event {
+                Event::Init => {
+                    at.init_deadline = Some(Instant::now() + STREAMING_INIT_TIMEOUT);
+                }
+                Event::InitDone => {
+                    self.may_fall_back = false;
+                    at.init_deadline = None;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+impl<K: Watched, T: Tap<K>> Watch<K, T> {
     fn restart(&self, reason: &'static str, retry: Retry) {
         debug_assert!(RESTART_REASONS.contains(&reason), "unlisted {reason}");
         self.metrics
@@ -273,10 +333,10 @@ impl<K: Watched> Watch<K> {
             .inc();
     }
 
-    async fn run(mut self) {
-        // Every reason at 0 before the first error, so the restart alert's
-        // increase() counts the first restart too (see metrics.rs);
-        // the same for the first skipped object.
+    /// Every reason at 0 before the first error, so the restart alert's
+    /// increase() counts the first restart too (see metrics.rs); the same
+    /// for the first skipped object.
+    fn count_from_zero(&self) {
         let _ = self.metrics.watch_skipped.get_or_create(&ResourceLabels {
             resource: K::RESOURCE,
         });
@@ -289,150 +349,125 @@ impl<K: Watched> Watch<K> {
                 });
             }
         }
-        let mut streaming = self.streaming != StreamingList::Off;
-        // Auto may fall back until the first streaming list completes.
-        let mut may_fall_back = self.streaming == StreamingList::Auto;
-        // Two backoffs, chosen by what the watcher does next. A relist is
-        // the expensive request ("reconnecting clients flood list operations
-        // during recovery"), so it keeps client-go's long backoff; a watch
-        // from a known resourceVersion costs the API server little, so it
-        // comes back within a second or so of the server's return instead of
-        // after a backoff that grew all through an outage.
-        let mut relist_backoff = DefaultBackoff::default();
-        let mut resume_backoff = ResumeBackoff::default();
-        let mut stood_in = false;
+    }
+
+    async fn run(mut self) {
+        self.count_from_zero();
+        let mut attempts = Attempts::new(self.streaming);
         loop {
-            // A new watcher starts empty: its first request is a list.
-            let mut resumable = false;
-            tracing::debug!(streaming, "starting watcher");
-            let mut stream = raw_watcher::<K>(
-                self.client.clone(),
-                RawConfig {
-                    streaming,
-                    ..self.config.clone()
-                },
-            )
-            .boxed();
-            let mut init_deadline: Option<Instant> = None;
-            let refused = loop {
-                let next = tokio::select! {
-                    biased;
-                    () = self.shutdown.cancelled() => return,
-                    () = sleep_until(init_deadline) => {
+            match self.watcher(&mut attempts).await {
+                Ended::Stop => return,
+                Ended::StreamingRefused => {
+                    self.restart("streaming_refused", Retry::Relist);
+                    attempts.streaming = false;
+                    attempts.may_fall_back = false;
+                }
+                Ended::Again => {}
+            }
+        }
+    }
+
+    /// One watcher, from its first request (a list) until it ends: each
+    /// event to the tap, each error retried after its wait.
+    async fn watcher(&mut self, attempts: &mut Attempts) -> Ended {
+        // A new watcher starts empty: its first request is a list.
+        let mut at = Progress::default();
+        tracing::debug!(streaming = attempts.streaming, "starting watcher");
+        let mut stream = raw_watcher::<K>(
+            self.client.clone(),
+            RawConfig {
+                streaming: attempts.streaming,
+                ..self.config.clone()
+            },
+        )
+        .boxed();
+        loop {
+            let next = tokio::select! {
+                biased;
+                () = self.shutdown.cancelled() => return Ended::Stop,
+                () = sleep_until(at.init_deadline) => {
+                    tracing::warn!(
+                        timeout = ?STREAMING_INIT_TIMEOUT,
+                        "streaming list did not complete, falling back to list-then-watch"
+                    );
+                    return Ended::StreamingRefused;
+                }
+                next = stream.next() => next,
+            };
+            let arrived = std::time::Instant::now();
+            let flow = match next {
+                // The watcher never ends; if it did, start a new one.
+                None => return Ended::Again,
+                Some(Ok(event)) => {
+                    attempts.on_event(&event, &mut at);
+                    self.tap.event(&event, arrived).await
+                }
+                Some(Err(error)) => {
+                    if attempts.may_fall_back && streaming_refused(&error) {
                         tracing::warn!(
-                            timeout = ?STREAMING_INIT_TIMEOUT,
-                            "streaming list did not complete, falling back to list-then-watch"
+                            %error,
+                            "server refused streaming list, falling back to list-then-watch"
                         );
-                        break true;
+                        return Ended::StreamingRefused;
                     }
-                    next = stream.next() => next,
-                };
-                let at = std::time::Instant::now();
-                match next {
-                    // The watcher never ends; if it did, start a new one.
-                    None => break false,
-                    Some(Ok(event)) => {
-                        // kube-runtime's watcher (`--wire json`) sends
-                        // `Init` before it asks for the list: it proves
-                        // nothing answered. Resetting on it kept the
-                        // backoff at its first step all through an outage.
-                        if !matches!(event, Event::Init) {
-                            relist_backoff.reset();
-                            resume_backoff.reset();
-                        }
-                        match event {
-                            Event::Init => resumable = false,
-                            Event::InitDone => resumable = true,
-                            _ => {}
-                        }
-                        if may_fall_back {
-                            match event {
-                                Event::Init => {
-                                    init_deadline = Some(Instant::now() + STREAMING_INIT_TIMEOUT);
-                                }
-                                Event::InitDone => {
-                                    may_fall_back = false;
-                                    init_deadline = None;
-                                }
-                                _ => {}
-                            }
-                        }
-                        if let Some(feed) = &mut self.feed {
-                            feed.on_event(&event, K::relayed);
-                        }
-                        if let Some(update) = self.mapper.on_event(event) {
-                            let send = self.tx.send(Arrival { update, at });
-                            tokio::select! {
-                                biased;
-                                () = self.shutdown.cancelled() => return,
-                                sent = send => if sent.is_err() {
-                                    tracing::debug!("index writer gone, stopping watch");
-                                    return;
-                                },
-                            }
-                        }
-                    }
-                    Some(Err(error)) => {
-                        if may_fall_back && streaming_refused(&error) {
-                            tracing::warn!(
-                                %error,
-                                "server refused streaming list, falling back to list-then-watch"
-                            );
-                            break true;
-                        }
-                        if K::OPTIONAL
-                            && !stood_in
-                            && status(&error).is_some_and(|s| s.code == 403 || s.code == 404)
-                        {
-                            stood_in = true;
-                            tracing::error!(
-                                error = %super::failure::Failure::of_watcher(&error),
-                                "cannot list {}: {}",
-                                K::RESOURCE,
-                                K::WITHOUT
-                            );
-                            let update = K::update(Change::Reset {
-                                namespace: self.mapper.namespace().map(str::to_owned),
-                                items: Vec::new(),
-                            });
-                            if self.tx.send(Arrival { update, at }).await.is_err() {
-                                return;
-                            }
-                        }
-                        resumable = resumable && !relists(&error);
-                        let retry = if resumable {
-                            Retry::Resume
-                        } else {
-                            Retry::Relist
-                        };
-                        let reason = restart_reason(&error);
-                        self.restart(reason, retry);
-                        let delay = retry_after(&error)
-                            .or_else(|| match retry {
-                                Retry::Resume => resume_backoff.next(),
-                                Retry::Relist => relist_backoff.next(),
-                            })
-                            .unwrap_or(Duration::from_secs(30));
-                        tracing::warn!(
-                            error = %super::failure::Failure::of_watcher(&error),
-                            reason,
-                            retry = retry.label(),
-                            ?delay,
-                            "watch failed, retrying"
-                        );
-                        tokio::select! {
-                            biased;
-                            () = self.shutdown.cancelled() => return,
-                            () = tokio::time::sleep(delay) => {}
-                        }
-                    }
+                    at.resumable = at.resumable && !relists(&error);
+                    self.retry(&error, attempts, at.resumable, arrived).await
                 }
             };
-            if refused {
-                self.restart("streaming_refused", Retry::Relist);
-                streaming = false;
-                may_fall_back = false;
+            if flow.is_break() {
+                return Ended::Stop;
             }
+        }
+    }
+
+    /// After an error: an optional resource the server refuses is stood
+    /// in for once (the tap is told), the restart is counted, and the next
+    /// attempt waits for the server's `retryAfterSeconds`, else for the
+    /// backoff of what comes next (a resume or a relist).
+    async fn retry(
+        &mut self,
+        error: &watcher::Error,
+        attempts: &mut Attempts,
+        resumable: bool,
+        arrived: std::time::Instant,
+    ) -> ControlFlow<()> {
+        if K::OPTIONAL
+            && !attempts.stood_in
+            && status(error).is_some_and(|s| s.code == 403 || s.code == 404)
+        {
+            attempts.stood_in = true;
+            tracing::error!(
+                error = %super::failure::Failure::of_watcher(error),
+                "cannot list {}: {}",
+                K::RESOURCE,
+                K::WITHOUT
+            );
+            self.tap.refused(arrived).await?;
+        }
+        let retry = if resumable {
+            Retry::Resume
+        } else {
+            Retry::Relist
+        };
+        let reason = restart_reason(error);
+        self.restart(reason, retry);
+        let delay = retry_after(error)
+            .or_else(|| match retry {
+                Retry::Resume => attempts.resume_backoff.next(),
+                Retry::Relist => attempts.relist_backoff.next(),
+            })
+            .unwrap_or(Duration::from_secs(30));
+        tracing::warn!(
+            error = %super::failure::Failure::of_watcher(error),
+            reason,
+            retry = retry.label(),
+            ?delay,
+            "watch failed, retrying"
+        );
+        tokio::select! {
+            biased;
+            () = self.shutdown.cancelled() => ControlFlow::Break(()),
+            () = tokio::time::sleep(delay) => ControlFlow::Continue(()),
         }
     }
 }
@@ -570,9 +605,11 @@ pub fn streaming_refused(error: &watcher::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::types::{ObjKey, Update};
+    use crate::index::types::{Change, ObjKey, Update};
+    use crate::k8s::updates::ToWriter;
     use crate::k8s::updates::tests::skipped;
     use serde_json::json;
+    use tokio::sync::mpsc;
 
     fn api_err(code: u16, retry: Option<u32>) -> kube::Error {
         let mut v = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
@@ -818,10 +855,11 @@ mod tests {
             let metrics = Metrics::new();
             let shutdown = CancellationToken::new();
             let mut tasks = JoinSet::new();
+            let taps = ToWriter::new(tx, metrics.clone(), shutdown.clone());
             spawn_watchers(
                 client,
                 &WatchConfig::default(),
-                tx,
+                &taps,
                 metrics.clone(),
                 &mut tasks,
                 shutdown.clone(),

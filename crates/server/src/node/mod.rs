@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use crate::index::Table;
 use crate::index::types::{Arrival, GangSelector, Update};
 use crate::k8s::failure::Failure;
+use crate::k8s::updates::ToWriter;
 use crate::k8s::watch::{self, WatchConfig};
 use crate::metrics::{Metrics, ReasonLabels};
 
@@ -404,10 +405,11 @@ async fn rescope(
                         .or_else(|| wcfg.label_selector.clone()),
                     ..wcfg.clone()
                 };
+                let taps = ToWriter::new(tx.clone(), metrics.clone(), stop.clone());
                 watch::spawn_watchers(
                     client.clone(),
                     &one,
-                    tx.clone(),
+                    &taps,
                     metrics.clone(),
                     &mut tasks,
                     stop.clone(),

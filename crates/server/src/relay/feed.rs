@@ -1,8 +1,10 @@
 //! The relay's feed: what one watch of a relayed kind hands the relay, as
 //! its events arrive.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use kube::runtime::watcher::Event;
 use podns_kapi::Kind;
@@ -11,6 +13,29 @@ use super::Relay;
 use super::cache::{Cache, Item};
 use super::labels::{self, ServedLabels};
 use crate::k8s::objects::Served;
+use crate::k8s::tap::{Tap, Taps, Watched};
+
+/// Each watch of a kind the relay serves feeds its cache.
+impl Taps for Relay {
+    type Tap<K: Watched> = Option<Feed>;
+
+    fn tap<K: Watched>(&self, namespace: Option<&str>) -> Option<Feed> {
+        self.feed(K::RELAYED?, namespace.map(str::to_owned))
+    }
+}
+
+/// The object as the relay serves it is the kind's to say
+/// (`k8s::objects`, [`Slim::relayed`](crate::k8s::objects::Slim::relayed)).
+impl<K: Watched> Tap<K> for Feed {
+    async fn event(&mut self, event: &Event<K>, _at: Instant) -> ControlFlow<()> {
+        self.on_event(event, K::relayed);
+        ControlFlow::Continue(())
+    }
+
+    fn resume_version(&self) -> Option<Arc<AtomicU64>> {
+        Some(self.seen())
+    }
+}
 
 impl Relay {
     /// The feed of one watch (`kind` in `namespace`, or all).

@@ -108,14 +108,6 @@ impl std::fmt::Debug for Relay {
     }
 }
 
-/// One relay is equal only to itself (the watch configuration compares).
-impl PartialEq for Relay {
-    fn eq(&self, other: &Self) -> bool {
-        std::ptr::eq(self, other)
-    }
-}
-impl Eq for Relay {}
-
 impl Relay {
     /// `unseen` counts the changes no client could see (`cache`).
     /// `linger`: how long a node may read what its pods left (`scope`).
