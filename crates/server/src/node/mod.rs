@@ -19,6 +19,8 @@
 //! forwarded to the relays over DNS (`dns::forward`), so every name of the
 //! zone answers right from any node.
 
+mod reach;
+
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,7 +41,8 @@ use crate::index::types::{Arrival, GangSelector, Update};
 use crate::k8s::failure::Failure;
 use crate::k8s::updates::ToWriter;
 use crate::k8s::watch::{self, WatchConfig};
-use crate::metrics::{Metrics, ReasonLabels};
+use crate::metrics::Metrics;
+pub use reach::Reach;
 
 /// `--node` and where the relays answer DNS.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,85 +55,6 @@ pub struct NodeConfig {
     pub linger: Duration,
     /// The relay's URL, as its kubeconfig names it (for the log).
     pub relay_url: String,
-}
-
-/// How often a node instance says at WARN that it still cannot read its
-/// relay for the same reason (each failure is counted; the rest are
-/// logged at debug level).
-const WARN_EVERY: Duration = Duration::from_secs(10);
-
-/// Whether this node instance can read its relay: each failure counted by
-/// reason and said in words (rate-limited), the gauges a
-/// `PodnsNodeRelayUnreachable` alert reads, and what `/readyz` says until
-/// the first list.
-pub struct Reach {
-    url: String,
-    metrics: Metrics,
-    why: tokio::sync::watch::Sender<Option<String>>,
-    state: std::sync::Mutex<ReachState>,
-}
-
-#[derive(Default)]
-struct ReachState {
-    /// Failures since the last success.
-    failing: u32,
-    /// The last WARN line: when, and for which reason.
-    warned: Option<(Instant, &'static str)>,
-}
-
-impl Reach {
-    pub fn new(
-        url: &str,
-        metrics: Metrics,
-        why: tokio::sync::watch::Sender<Option<String>>,
-    ) -> Self {
-        Self {
-            url: url.to_owned(),
-            metrics,
-            why,
-            state: Default::default(),
-        }
-    }
-
-    /// An attempt to read the relay failed.
-    pub fn failed(&self, what: &str, f: &Failure) {
-        self.metrics.node_relay_reachable.set(0);
-        self.metrics
-            .node_relay_failures
-            .get_or_create(&ReasonLabels { reason: f.reason })
-            .inc();
-        self.why.send_replace(Some(format!(
-            "cannot read the relay {}: {}",
-            self.url, f.words
-        )));
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.failing += 1;
-        let now = Instant::now();
-        let due = s
-            .warned
-            .is_none_or(|(at, reason)| reason != f.reason || now.duration_since(at) >= WARN_EVERY);
-        if due {
-            s.warned = Some((now, f.reason));
-            tracing::warn!(relay = %self.url, reason = f.reason, error = %f.words, failures = s.failing, "cannot {what} on the relay; retrying");
-        } else {
-            tracing::debug!(relay = %self.url, reason = f.reason, error = %f.words, failures = s.failing, "cannot {what} on the relay; retrying");
-        }
-    }
-
-    /// An attempt to read the relay worked.
-    pub fn worked(&self) {
-        self.metrics.node_relay_reachable.set(1);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        self.metrics.node_relay_last_success.set(now);
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if s.failing > 0 {
-            tracing::info!(relay = %self.url, failures = s.failing, "reading the relay works again");
-            self.why.send_replace(None);
-        }
-        *s = ReachState::default();
-    }
 }
 
 /// A pod's gang ([`crate::labels::gang_of`]) from its labels.
