@@ -2,6 +2,7 @@
 //! starting and stopping their watches as its node's pods come and go.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -9,7 +10,6 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::NodeConfig;
 use crate::index::types::{Arrival, GangSelector, Update};
 use crate::k8s::updates::ToWriter;
 use crate::k8s::watch::{self, WatchConfig};
@@ -18,9 +18,9 @@ use crate::metrics::Metrics;
 /// One namespace in scope: its watches, since when it has no pod here,
 /// the gangs held when it is held in part, and since when each held gang
 /// has no pod here.
-pub(super) struct InScope {
-    pub(super) stop: CancellationToken,
-    pub(super) tasks: JoinSet<()>,
+struct InScope {
+    stop: CancellationToken,
+    tasks: JoinSet<()>,
     empty_since: Option<Instant>,
     gangs: Option<GangSelector>,
     gang_gone: HashMap<String, Instant>,
@@ -84,121 +84,174 @@ impl InScope {
     }
 }
 
-/// Start the watches of namespaces new to the scope, restart those whose
-/// held gangs changed; stop those of namespaces empty for longer than the
-/// linger, and drop their objects.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn rescope(
-    here: &Here,
-    scope: &mut HashMap<String, InScope>,
-    cfg: &NodeConfig,
-    client: &kube::Client,
-    wcfg: &WatchConfig,
-    tx: &mpsc::Sender<Arrival>,
-    metrics: &Metrics,
-    shutdown: &CancellationToken,
-) {
-    let wanted: HashSet<&str> = here.keys().map(|(ns, _)| ns.as_str()).collect();
-    let now = Instant::now();
-    for ns in &wanted {
-        // Gangs only without a selector of the operator's own.
-        let gangs = match scope.get_mut(*ns) {
-            _ if wcfg.label_selector.is_some() => None,
-            Some(s) => s.gangs_to_hold(gangs_here(here, ns), cfg.linger, now),
-            None => gangs_here(here, ns),
+/// The namespaces in scope, each with its watches, and what starting
+/// them takes.
+pub(super) struct Held {
+    scope: HashMap<String, InScope>,
+    /// How long a namespace or gang stays after its last pod here left.
+    linger: Duration,
+    client: kube::Client,
+    wcfg: WatchConfig,
+    /// The writer's channel: every watch's, and the scope's own updates.
+    tx: mpsc::Sender<Arrival>,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+}
+
+impl Held {
+    pub(super) fn new(
+        linger: Duration,
+        client: kube::Client,
+        wcfg: WatchConfig,
+        tx: mpsc::Sender<Arrival>,
+        (metrics, shutdown): (Metrics, CancellationToken),
+    ) -> Self {
+        Self {
+            scope: HashMap::new(),
+            linger,
+            client,
+            wcfg,
+            tx,
+            metrics,
+            shutdown,
+        }
+    }
+
+    /// Start the watches of namespaces new to the scope, restart those
+    /// whose held gangs changed; stop those of namespaces empty for longer
+    /// than the linger, and drop their objects.
+    pub(super) async fn rescope(&mut self, here: &Here) {
+        let wanted: HashSet<&str> = here.keys().map(|(ns, _)| ns.as_str()).collect();
+        let now = Instant::now();
+        for ns in &wanted {
+            // Gangs only without a selector of the operator's own.
+            let gangs = match self.scope.get_mut(*ns) {
+                _ if self.wcfg.label_selector.is_some() => None,
+                Some(s) => s.gangs_to_hold(gangs_here(here, ns), self.linger, now),
+                None => gangs_here(here, ns),
+            };
+            let before = match self.scope.get_mut(*ns) {
+                Some(s) if s.gangs == gangs => {
+                    s.empty_since = None;
+                    continue;
+                }
+                Some(_) => self.scope.remove(*ns),
+                None => None,
+            };
+            if self.hold(ns, gangs, before).await.is_break() {
+                return;
+            }
+        }
+        self.release(&wanted, now).await;
+    }
+
+    /// Hold `ns` (only `gangs`' pods, if any): the watches that held it
+    /// otherwise (`before`) stop, the writer is told, its watches start.
+    async fn hold(
+        &mut self,
+        ns: &str,
+        gangs: Option<GangSelector>,
+        before: Option<InScope>,
+    ) -> ControlFlow<()> {
+        // A gang kept for the linger keeps the moment it left.
+        let mut gang_gone = HashMap::new();
+        if let Some(mut s) = before {
+            gang_gone = std::mem::take(&mut s.gang_gone);
+            s.stop.cancel();
+            // Every event the old watches sent is in the channel before
+            // what follows.
+            s.tasks.shutdown().await;
+            tracing::info!(namespace = %ns, gangs = ?gangs.as_ref().map(GangSelector::to_label_selector), "held gangs changed");
+            // Forwarded until the pods are listed anew.
+            self.send(Update::Relisting {
+                resource: "pods",
+                namespace: ns.to_string(),
+            })
+            .await?;
+        } else {
+            tracing::info!(namespace = %ns, gangs = ?gangs.as_ref().map(GangSelector::to_label_selector), "namespace in scope");
+        }
+        self.send(Update::Partial {
+            namespace: ns.to_string(),
+            gangs: gangs.clone(),
+        })
+        .await?;
+        let stop = self.shutdown.child_token();
+        let mut tasks = JoinSet::new();
+        let one = WatchConfig {
+            namespaces: vec![ns.to_string()],
+            label_selector: gangs
+                .as_ref()
+                .map(GangSelector::to_label_selector)
+                .or_else(|| self.wcfg.label_selector.clone()),
+            ..self.wcfg.clone()
         };
-        match scope.get_mut(*ns) {
-            Some(s) if s.gangs == gangs => s.empty_since = None,
-            held => {
-                // A gang kept for the linger keeps the moment it left.
-                let mut gang_gone = HashMap::new();
-                if let Some(s) = held {
-                    gang_gone = std::mem::take(&mut s.gang_gone);
-                    s.stop.cancel();
-                    // Every event the old watches sent is in the channel
-                    // before what follows.
-                    s.tasks.shutdown().await;
-                    tracing::info!(namespace = %ns, gangs = ?gangs.as_ref().map(GangSelector::to_label_selector), "held gangs changed");
-                    // Forwarded until the pods are listed anew.
-                    let relisting = Arrival {
-                        update: Update::Relisting {
-                            resource: "pods",
-                            namespace: ns.to_string(),
-                        },
-                        at: std::time::Instant::now(),
-                    };
-                    if tx.send(relisting).await.is_err() {
-                        return;
-                    }
-                } else {
-                    tracing::info!(namespace = %ns, gangs = ?gangs.as_ref().map(GangSelector::to_label_selector), "namespace in scope");
-                }
-                let partial = Arrival {
-                    update: Update::Partial {
-                        namespace: ns.to_string(),
-                        gangs: gangs.clone(),
-                    },
-                    at: std::time::Instant::now(),
-                };
-                if tx.send(partial).await.is_err() {
-                    return;
-                }
-                let stop = shutdown.child_token();
-                let mut tasks = JoinSet::new();
-                let one = WatchConfig {
-                    namespaces: vec![ns.to_string()],
-                    label_selector: gangs
-                        .as_ref()
-                        .map(GangSelector::to_label_selector)
-                        .or_else(|| wcfg.label_selector.clone()),
-                    ..wcfg.clone()
-                };
-                let taps = ToWriter::new(tx.clone(), metrics.clone(), stop.clone());
-                watch::spawn_watchers(
-                    client.clone(),
-                    &one,
-                    &taps,
-                    metrics.clone(),
-                    &mut tasks,
-                    stop.clone(),
-                );
-                scope.insert(
-                    ns.to_string(),
-                    InScope {
-                        stop,
-                        tasks,
-                        empty_since: None,
-                        gangs,
-                        gang_gone,
-                    },
-                );
+        let taps = ToWriter::new(self.tx.clone(), self.metrics.clone(), stop.clone());
+        watch::spawn_watchers(
+            self.client.clone(),
+            &one,
+            &taps,
+            self.metrics.clone(),
+            &mut tasks,
+            stop.clone(),
+        );
+        self.scope.insert(
+            ns.to_string(),
+            InScope {
+                stop,
+                tasks,
+                empty_since: None,
+                gangs,
+                gang_gone,
+            },
+        );
+        ControlFlow::Continue(())
+    }
+
+    /// Stop the watches of the namespaces not `wanted` for longer than the
+    /// linger, and drop their objects.
+    async fn release(&mut self, wanted: &HashSet<&str>, now: Instant) {
+        let mut gone = Vec::new();
+        for (ns, s) in self.scope.iter_mut() {
+            if wanted.contains(ns.as_str()) {
+                continue;
+            }
+            let since = *s.empty_since.get_or_insert(now);
+            if now.duration_since(since) >= self.linger {
+                gone.push(ns.clone());
+            }
+        }
+        for ns in gone {
+            let Some(mut s) = self.scope.remove(&ns) else {
+                continue;
+            };
+            s.stop.cancel();
+            // Every event its watches sent is in the channel before this.
+            s.tasks.shutdown().await;
+            tracing::info!(namespace = %ns, "namespace out of scope");
+            if self.send(Update::Unscope(ns)).await.is_break() {
+                return;
             }
         }
     }
-    let mut gone = Vec::new();
-    for (ns, s) in scope.iter_mut() {
-        if wanted.contains(ns.as_str()) {
-            continue;
-        }
-        let since = *s.empty_since.get_or_insert(now);
-        if now.duration_since(since) >= cfg.linger {
-            gone.push(ns.clone());
-        }
-    }
-    for ns in gone {
-        let Some(mut s) = scope.remove(&ns) else {
-            continue;
-        };
-        s.stop.cancel();
-        // Every event its watches sent is in the channel before this.
-        s.tasks.shutdown().await;
-        tracing::info!(namespace = %ns, "namespace out of scope");
-        let unscope = Arrival {
-            update: Update::Unscope(ns),
+
+    /// One update for the writer; `Break` when it is gone.
+    async fn send(&self, update: Update) -> ControlFlow<()> {
+        let arrival = Arrival {
+            update,
             at: std::time::Instant::now(),
         };
-        if tx.send(unscope).await.is_err() {
-            return;
+        match self.tx.send(arrival).await {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(_) => ControlFlow::Break(()),
+        }
+    }
+
+    /// Stop every watch (at shutdown).
+    pub(super) async fn stop(mut self) {
+        for (_, mut s) in self.scope.drain() {
+            s.stop.cancel();
+            s.tasks.shutdown().await;
         }
     }
 }

@@ -40,7 +40,7 @@ use crate::index::types::Arrival;
 use crate::k8s::failure::Failure;
 use crate::k8s::watch::WatchConfig;
 use crate::metrics::Metrics;
-use held::{Here, InScope, rescope};
+use held::{Held, Here};
 pub use reach::Reach;
 
 /// `--node` and where the relays answer DNS.
@@ -96,7 +96,13 @@ pub async fn run(
     // Pods on this node.
     let mut here: Here = HashMap::new();
     let mut listing: Option<Here> = None;
-    let mut scope: HashMap<String, InScope> = HashMap::new();
+    let mut held = Held::new(
+        cfg.linger,
+        client.clone(),
+        wcfg,
+        tx,
+        (metrics, shutdown.clone()),
+    );
     let mut tick = tokio::time::interval(
         Duration::from_secs(5).min(cfg.linger.max(Duration::from_millis(100))),
     );
@@ -142,16 +148,10 @@ pub async fn run(
             },
         };
         if changed {
-            rescope(
-                &here, &mut scope, &cfg, &client, &wcfg, &tx, &metrics, &shutdown,
-            )
-            .await;
+            held.rescope(&here).await;
         }
     }
-    for (_, mut s) in scope.drain() {
-        s.stop.cancel();
-        s.tasks.shutdown().await;
-    }
+    held.stop().await;
 }
 
 /// Ask the relay whether it serves EndpointSlices, until it answers;
