@@ -184,3 +184,100 @@ impl<T: Taps> Taps for &T {
         (**self).tap(namespace)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A tap that notes each event it sees, by its name, and reads no more
+    /// after `stop_after` of them.
+    struct Note {
+        name: &'static str,
+        seen: Arc<Mutex<Vec<String>>>,
+        stop_after: Option<usize>,
+        events: usize,
+        version: Option<Arc<AtomicU64>>,
+    }
+
+    impl Note {
+        fn new(name: &'static str, seen: &Arc<Mutex<Vec<String>>>) -> Self {
+            Self {
+                name,
+                seen: seen.clone(),
+                stop_after: None,
+                events: 0,
+                version: None,
+            }
+        }
+    }
+
+    impl Tap<u32> for Note {
+        async fn event(&mut self, event: &Event<u32>, _at: Instant) -> ControlFlow<()> {
+            let what = match event {
+                Event::Apply(n) => n.to_string(),
+                _ => "other".to_owned(),
+            };
+            self.seen
+                .lock()
+                .unwrap()
+                .push(format!("{}:{what}", self.name));
+            self.events += 1;
+            if self.stop_after == Some(self.events) {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        }
+
+        async fn refused(&mut self, _at: Instant) -> ControlFlow<()> {
+            self.seen
+                .lock()
+                .unwrap()
+                .push(format!("{}:refused", self.name));
+            ControlFlow::Continue(())
+        }
+
+        fn resume_version(&self) -> Option<Arc<AtomicU64>> {
+            self.version.clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pair_hands_each_event_to_the_first_then_the_second_until_one_reads_no_more() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let now = Instant::now();
+        let mut first = Note::new("a", &seen);
+        first.stop_after = Some(2);
+        let mut pair = (first, Some(Note::new("b", &seen)));
+        assert!(pair.event(&Event::Apply(1), now).await.is_continue());
+        assert!(pair.refused(now).await.is_continue());
+        assert!(pair.event(&Event::Apply(2), now).await.is_break());
+        assert_eq!(
+            *seen.lock().unwrap(),
+            ["a:1", "b:1", "a:refused", "b:refused", "a:2"],
+            "the second never sees what the first stopped at"
+        );
+
+        // No tap reads on forever and sees nothing.
+        let mut none: Option<Note> = None;
+        assert!(none.event(&Event::Apply(3), now).await.is_continue());
+        assert!(none.refused(now).await.is_continue());
+        assert!(none.resume_version().is_none());
+        assert_eq!(seen.lock().unwrap().len(), 5);
+    }
+
+    #[test]
+    fn a_pair_publishes_the_resource_version_where_one_of_them_reads_it() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let version = Arc::new(AtomicU64::new(0));
+        let mut reads = Note::new("b", &seen);
+        reads.version = Some(version.clone());
+        let pair = (Note::new("a", &seen), reads);
+        let published = pair.resume_version().expect("the second's");
+        assert!(Arc::ptr_eq(&published, &version));
+        let neither = (Note::new("a", &seen), Note::new("b", &seen));
+        assert!(neither.resume_version().is_none());
+    }
+}

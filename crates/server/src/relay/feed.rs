@@ -181,12 +181,13 @@ impl Feed {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use k8s_openapi::api::core::v1::{Pod, Service};
     use serde_json::json;
 
-    use std::time::Duration;
-
     use super::*;
+    use crate::k8s::objects::{SlimJob, SlimNode, SlimPod, SlimServiceCidr};
 
     /// A typed object as the relay serves it: decoded as podns decodes it.
     fn object<K: serde::Serialize>(o: &K) -> Option<Served> {
@@ -238,5 +239,23 @@ mod tests {
         pods.on_event(&Event::<Pod>::InitDone, object);
         assert_eq!(served(&relay, "a"), ["job-name", "tier"]);
         assert_eq!(served(&relay, "b"), ["job-name"], "another namespace");
+    }
+
+    #[test]
+    fn the_relay_taps_the_watches_of_the_kinds_it_serves_only() {
+        let relay = Relay::new(
+            Duration::from_secs(600),
+            vec![],
+            Duration::from_secs(60),
+            Default::default(),
+        );
+        let pods = Taps::tap::<SlimPod>(&*relay, Some("ml")).expect("pods are relayed");
+        assert_eq!(pods.namespace.as_deref(), Some("ml"));
+        // The watcher publishes where it would resume: the feed reads it.
+        let version = Tap::<SlimPod>::resume_version(&pods).expect("read by the feed");
+        assert!(Arc::ptr_eq(&version, &pods.seen));
+        assert!(Taps::tap::<SlimJob>(&*relay, None).is_some());
+        assert!(Taps::tap::<SlimNode>(&*relay, None).is_none());
+        assert!(Taps::tap::<SlimServiceCidr>(&*relay, None).is_none());
     }
 }
