@@ -189,6 +189,16 @@ mod tests {
     use super::*;
     use crate::k8s::objects::{SlimJob, SlimNode, SlimPod, SlimServiceCidr};
 
+    /// A relay of every namespace, with ten minutes of history.
+    fn relay() -> Arc<Relay> {
+        Relay::new(
+            Duration::from_secs(600),
+            vec![],
+            Duration::from_secs(60),
+            Default::default(),
+        )
+    }
+
     /// A typed object as the relay serves it: decoded as podns decodes it.
     fn object<K: serde::Serialize>(o: &K) -> Option<Served> {
         use crate::k8s::objects::{Relayed, SlimPod, SlimService};
@@ -210,12 +220,7 @@ mod tests {
 
     #[test]
     fn a_service_widening_while_pods_list_has_them_served_with_its_key() {
-        let relay = Relay::new(
-            Duration::from_secs(600),
-            vec![],
-            Duration::from_secs(60),
-            Default::default(),
-        );
+        let relay = relay();
         let mut pods = relay.feed(Kind::Pod, None).unwrap();
         let mut services = relay.feed(Kind::Service, None).unwrap();
         let pod = |ns: &str, name: &str| -> Pod {
@@ -243,12 +248,7 @@ mod tests {
 
     #[test]
     fn the_relay_taps_the_watches_of_the_kinds_it_serves_only() {
-        let relay = Relay::new(
-            Duration::from_secs(600),
-            vec![],
-            Duration::from_secs(60),
-            Default::default(),
-        );
+        let relay = relay();
         let pods = Taps::tap::<SlimPod>(&*relay, Some("ml")).expect("pods are relayed");
         assert_eq!(pods.namespace.as_deref(), Some("ml"));
         // The watcher publishes where it would resume: the feed reads it.
