@@ -1,4 +1,4 @@
-//! The index writer's tap: a watch's events as index updates ([`Mapper`]),
+//! The index writer's tap: a watch's events as index updates (`Mapper`),
 //! sent to the one writer on its channel ([`ToWriter`]). Objects are
 //! converted here; one that does not convert is logged, counted and
 //! skipped (or, changed into one, withdrawn).

@@ -2,7 +2,7 @@
 //! scope) lists and watches through [`wire`](super::wire) (kube-runtime's
 //! watcher states, for either wire), resumes from the last
 //! resourceVersion, relists after 410 Gone, and waits out its backoff; it
-//! hands each event to the watch's [`Tap`](super::tap::Tap), which the
+//! hands each event to the watch's [`Tap`], which the
 //! caller chose (the index writer's, a relay's feed). It knows no reader.
 //!
 //! Each task owns its retry loop instead of kube-runtime's
