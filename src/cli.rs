@@ -15,8 +15,8 @@ use podns_server::dns::server::TcpLimits;
 use podns_server::index::{Duplicates, Hostnames, Policy, Publish};
 use podns_server::k8s::watch::StreamingList;
 use podns_server::k8s::wire::Wire;
+use podns_server::node::NodeConfig;
 use podns_server::relay::RelayConfig;
-use podns_server::relay::node::NodeConfig;
 use podns_server::serve::ServeConfig;
 use podns_server::zonefile::ZonefileConfig;
 

@@ -56,6 +56,14 @@ pub const GANG_KEYS: &[&str] = &[
     LEGACY_JOB_NAME,
 ];
 
+/// A pod's gang: its first label of [`GANG_KEYS`], as (key, value);
+/// `label` looks a label of the pod up.
+pub fn gang_of<'a>(label: impl Fn(&str) -> Option<&'a str>) -> Option<(&'static str, String)> {
+    GANG_KEYS
+        .iter()
+        .find_map(|k| Some((*k, label(k)?.to_owned())))
+}
+
 /// Label keys the Services of training operators select on (Kubeflow's
 /// training operator and MPI operator, JobSet, LeaderWorkerSet, Volcano,
 /// KubeRay): a relay serves them whatever its Services select on, so that

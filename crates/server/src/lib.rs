@@ -20,6 +20,9 @@
 //! ```
 //!
 //! - [`k8s`]: what we read from the API server and how it becomes index input.
+//! - [`relay`]: the relay server (`--relay-listen`): the feed it taps the
+//!   watches with, its store, its HTTP API. [`node`]: a node instance
+//!   (`--node`), a client of the relays. Neither imports the other.
 //! - [`index`]: the in-memory name table, its single writer and its [`index::Policy`].
 //! - [`dns`]: zones, the record rules ([`dns::resolve`]), their encoders
 //!   ([`dns::answer`] and the wire fast path) and sockets ([`dns::server`]).
@@ -84,6 +87,7 @@ pub mod index;
 pub mod k8s;
 pub mod labels;
 pub mod metrics;
+pub mod node;
 pub mod relay;
 pub mod serve;
 pub mod zonefile;

@@ -23,12 +23,13 @@ use crate::dns::server::TcpLimits;
 use crate::index::reverse::ReverseZones;
 use crate::index::writer::explain::ExplainRequest;
 use crate::index::{Arrival, Policy, SyncNeeds, Table, Writer};
+use crate::k8s::updates::ToWriter;
 use crate::k8s::watch::StreamingList;
 use crate::k8s::watch::{self, WatchConfig};
 use crate::k8s::wire::Wire;
 use crate::metrics::{Metrics, ResultLabels};
+use crate::node::NodeConfig;
 use crate::relay::auth::Auth;
-use crate::relay::node::NodeConfig;
 use crate::relay::{Relay, RelayConfig};
 
 /// Everything `podns serve` needs; the CLI maps its flags into this.
@@ -381,12 +382,16 @@ pub fn start(
         _ => None,
     };
 
-    let wcfg = watch_config(args, relay);
+    let wcfg = watch_config(args);
     let (writer, explain) = index_writer(args, &table, &metrics, &wcfg);
     let (tx, rx) = mpsc::channel(4096);
     spawn.tasks.spawn_blocking(move || writer.run_blocking(rx));
     let answerer = Arc::new(answerer(args, &table, &metrics));
-    spawn.sources(args, client, wcfg, tx, &table, why_tx);
+    if args.node.is_some() {
+        spawn.node(args, client, wcfg, tx, &table, why_tx);
+    } else {
+        spawn.watches(client, &wcfg, relay.as_deref(), tx);
+    }
     let explainer = explain.map(|writer| admin::explain::Explainer {
         answerer: answerer.clone(),
         writer,
@@ -424,8 +429,8 @@ fn count_udp_buffers(metrics: &Metrics, granted: Granted) {
 }
 
 /// What the watches list and how: the flags', on a node instance for each
-/// namespace it holds (`relay::node` narrows it further).
-fn watch_config(args: &ServeConfig, relay: Option<Arc<Relay>>) -> WatchConfig {
+/// namespace it holds (`node` narrows it further).
+fn watch_config(args: &ServeConfig) -> WatchConfig {
     let node = args.node.is_some();
     WatchConfig {
         namespaces: args.namespaces.clone(),
@@ -434,11 +439,10 @@ fn watch_config(args: &ServeConfig, relay: Option<Arc<Relay>>) -> WatchConfig {
         streaming: args.streaming_list,
         jobs: args.policy.rank_view,
         // A node instance watches EndpointSlices only if its relay serves
-        // them (`relay::node` asks it); reverse names it forwards.
+        // them (`node` asks it); reverse names it forwards.
         endpoint_slices: args.endpoint_slices,
         wire: args.wire,
         ranges: args.reverse_cidrs.is_empty() && !node,
-        relay,
     }
 }
 
@@ -556,10 +560,26 @@ impl Spawner {
         relay_addr
     }
 
-    /// What feeds the writer on `tx`: the watches, or on a node instance
-    /// its node's pods followed through the relay (which tells `why` when
-    /// it cannot reach one).
-    fn sources(
+    /// The watches, which feed the writer on `tx` and, with
+    /// `--relay-listen`, the relay: each event reaches the relay's feed,
+    /// then the writer (whose channel may hold it back when full).
+    fn watches(
+        &mut self,
+        client: kube::Client,
+        wcfg: &WatchConfig,
+        relay: Option<&Relay>,
+        tx: mpsc::Sender<Arrival>,
+    ) {
+        let (metrics, shutdown) = (self.metrics.clone(), self.shutdown.clone());
+        let taps = (relay, ToWriter::new(tx, metrics.clone(), shutdown.clone()));
+        watch::spawn_watchers(client, wcfg, &taps, metrics, &mut self.tasks, shutdown);
+    }
+
+    /// A node instance (`--node`; nothing without it): its node's pods
+    /// followed through the relay, and the watches of the namespaces they
+    /// are in, which feed the writer on `tx` (it tells `why` when it
+    /// cannot reach a relay).
+    fn node(
         &mut self,
         args: &ServeConfig,
         client: kube::Client,
@@ -569,8 +589,6 @@ impl Spawner {
         why: tokio::sync::watch::Sender<Option<String>>,
     ) {
         let Some(cfg) = &args.node else {
-            let (metrics, shutdown) = (self.metrics.clone(), self.shutdown.clone());
-            watch::spawn_watchers(client, &wcfg, tx, metrics, &mut self.tasks, shutdown);
             return;
         };
         let span = tracing::info_span!("node", node = %cfg.node);
@@ -581,9 +599,9 @@ impl Spawner {
             (_, Some(path)) => format!("of {}", path.display()),
             (_, None) => "(no kubeconfig)".into(),
         };
-        let reach = crate::relay::node::Reach::new(&url, self.metrics.clone(), why);
+        let reach = crate::node::Reach::new(&url, self.metrics.clone(), why);
         self.tasks.spawn(
-            crate::relay::node::run(
+            crate::node::run(
                 client,
                 cfg.clone(),
                 wcfg,

@@ -2,13 +2,16 @@
 //! ([`objects`]: its fields declared once, decoded from JSON or Protobuf
 //! into a slim type, converted into index input, served by the relay), the
 //! checks every conversion shares ([`convert`]), the Protobuf framing
-//! ([`pb`]), the raw list/watch loop of both wires ([`wire`]) and the
-//! watchers that feed the index writer ([`watch`]); why a request failed,
-//! in one line ([`failure`]).
+//! ([`pb`]), the raw list/watch loop of both wires ([`wire`]), the retry
+//! loop of every watch ([`watch`]), which hands each event to a tap
+//! ([`tap`]): the index writer's ([`updates`]) or a relay's feed; why a
+//! request failed, in one line ([`failure`]).
 
 pub mod convert;
 pub mod failure;
 pub mod objects;
 pub mod pb;
+pub mod tap;
+pub mod updates;
 pub mod watch;
 pub mod wire;

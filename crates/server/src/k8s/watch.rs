@@ -1,36 +1,33 @@
-//! The Pod, Service, Job and EndpointSlice watchers: the list/watch loop of
-//! [`wire`](super::wire) (kube-runtime's watcher states, for either wire)
-//! over the slim types, converted and sent to the single index writer.
+//! The retry loop of every watch: one task per (resource, namespace
+//! scope) lists and watches through [`wire`](super::wire) (kube-runtime's
+//! watcher states, for either wire), resumes from the last
+//! resourceVersion, relists after 410 Gone, and waits out its backoff; it
+//! hands each event to the watch's [`Tap`], which the
+//! caller chose (the index writer's, a relay's feed). It knows no reader.
 //!
-//! One task per (resource, namespace scope). Each task owns its retry loop
-//! instead of kube-runtime's `.default_backoff()`, because it must also
-//! honour a 429's `retryAfterSeconds`, count restarts by reason, and
-//! rebuild the watcher without streaming lists when the server refuses
-//! them (kube-runtime does not fall back by itself).
+//! Each task owns its retry loop instead of kube-runtime's
+//! `.default_backoff()`, because it must also honour a 429's
+//! `retryAfterSeconds`, count restarts by reason, and rebuild the watcher
+//! without streaming lists when the server refuses them (kube-runtime does
+//! not fall back by itself).
 
-use std::collections::HashSet;
-use std::fmt::Debug;
+use std::marker::PhantomData;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use futures::StreamExt;
 use kube::core::Status;
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, DefaultBackoff, Event, ListSemantic};
-use serde::de::DeserializeOwned;
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::convert::ConvertError;
-use super::objects::{
-    Slim, SlimEndpointSlice, SlimJob, SlimNode, SlimPod, SlimService, SlimServiceCidr,
-};
+use super::objects::{SlimEndpointSlice, SlimJob, SlimNode, SlimPod, SlimService, SlimServiceCidr};
+use super::tap::{Tap, Taps, Watched};
 use super::wire::{RawConfig, Wire, raw_watcher};
-use crate::index::types::{Arrival, Change, ObjKey, Update};
-use crate::metrics::{EventLabels, Metrics, PROGRESS_EVERY, ResourceLabels, RestartLabels};
-use crate::relay::Feed;
+use crate::metrics::{Metrics, ResourceLabels, RestartLabels};
 
 /// How the first list is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -65,9 +62,6 @@ pub struct WatchConfig {
     /// Also watch Nodes and ServiceCIDRs: the reverse zones are learned
     /// from their ranges (off with `--reverse-cidr`).
     pub ranges: bool,
-    /// Relay what is watched (`--relay-listen`): Pods, Services and Jobs
-    /// also go to the relay's caches.
-    pub relay: Option<std::sync::Arc<crate::relay::Relay>>,
 }
 
 impl WatchConfig {
@@ -125,59 +119,82 @@ pub fn slice_scopes(cfg: &WatchConfig) -> usize {
 /// as hand-written slices often are.
 pub const USER_SLICES: &str = "endpointslice.kubernetes.io/managed-by!=endpointslice-controller.k8s.io,kubernetes.io/service-name";
 
-/// Starts one pod and one service watch per scope in `tasks`. They run until
-/// `shutdown` is cancelled or the writer's receiver is dropped.
+/// Starts the watches `cfg` asks for in `tasks`, each handing its events
+/// to its tap from `taps`: per namespace scope one of Pods and one of
+/// Services (and of Jobs and EndpointSlices when asked), and with
+/// `ranges` one of Nodes and one of ServiceCIDRs. They run until
+/// `shutdown` is cancelled or a tap reads no more (the writer is gone).
 pub fn spawn_watchers(
     client: kube::Client,
     cfg: &WatchConfig,
-    tx: mpsc::Sender<Arrival>,
+    taps: &impl Taps,
     metrics: Metrics,
     tasks: &mut JoinSet<()>,
     shutdown: CancellationToken,
 ) {
+    let start = Start {
+        client: &client,
+        cfg,
+        taps,
+        metrics: &metrics,
+        shutdown: &shutdown,
+    };
     for scope in cfg.scopes() {
-        let parts = (&client, &scope, cfg, &tx, &metrics, &shutdown);
-        let pods = Watch::<SlimPod>::new(parts, cfg.label_selector.clone());
-        let services = Watch::<SlimService>::new(parts, None);
-        let ns = scope.as_deref().unwrap_or("*").to_owned();
+        let ns = scope.as_deref();
         if cfg.jobs {
-            let jobs = Watch::<SlimJob>::new(parts, None);
-            tasks.spawn(
-                jobs.run()
-                    .instrument(tracing::info_span!("watch", resource = "jobs", namespace = %ns)),
-            );
+            start.spawn::<SlimJob>(tasks, ns, None);
         }
         if cfg.endpoint_slices {
-            let slices = Watch::<SlimEndpointSlice>::new(parts, Some(USER_SLICES.to_owned()));
-            tasks.spawn(slices.run().instrument(
-                tracing::info_span!("watch", resource = "endpointslices", namespace = %ns),
-            ));
+            start.spawn::<SlimEndpointSlice>(tasks, ns, Some(USER_SLICES.to_owned()));
         }
-        tasks.spawn(
-            pods.run()
-                .instrument(tracing::info_span!("watch", resource = "pods", namespace = %ns)),
-        );
-        tasks.spawn(
-            services
-                .run()
-                .instrument(tracing::info_span!("watch", resource = "services", namespace = %ns)),
-        );
+        start.spawn::<SlimPod>(tasks, ns, cfg.label_selector.clone());
+        start.spawn::<SlimService>(tasks, ns, None);
     }
     if cfg.ranges {
         // Cluster-scoped, one watch each whatever the namespaces.
-        let parts = (&client, &None, cfg, &tx, &metrics, &shutdown);
-        let nodes = Watch::<SlimNode>::new(parts, None);
-        let cidrs = Watch::<SlimServiceCidr>::new(parts, None);
-        tasks.spawn(
-            nodes
-                .run()
-                .instrument(tracing::info_span!("watch", resource = "nodes")),
-        );
-        tasks.spawn(
-            cidrs
-                .run()
-                .instrument(tracing::info_span!("watch", resource = "servicecidrs")),
-        );
+        start.spawn::<SlimNode>(tasks, None, None);
+        start.spawn::<SlimServiceCidr>(tasks, None, None);
+    }
+}
+
+/// What every watch [`spawn_watchers`] starts shares: the client, the
+/// configuration, the taps, the metrics and the shutdown token.
+struct Start<'a, T> {
+    client: &'a kube::Client,
+    cfg: &'a WatchConfig,
+    taps: &'a T,
+    metrics: &'a Metrics,
+    shutdown: &'a CancellationToken,
+}
+
+impl<T: Taps> Start<'_, T> {
+    /// The watch of `K` in `namespace` (`None`: every namespace, or a
+    /// cluster-scoped kind), with its tap.
+    fn spawn<K: Watched>(
+        &self,
+        tasks: &mut JoinSet<()>,
+        namespace: Option<&str>,
+        label_selector: Option<String>,
+    ) {
+        let tap = self.taps.tap::<K>(namespace);
+        let mut config = raw_config::<K>(namespace, self.cfg, label_selector);
+        config.seen = tap.resume_version();
+        let watch = Watch {
+            client: self.client.clone(),
+            config,
+            streaming: self.cfg.streaming,
+            tap,
+            metrics: self.metrics.clone(),
+            shutdown: self.shutdown.clone(),
+            kind: PhantomData,
+        };
+        let span = if K::KIND.namespaced() {
+            let ns = namespace.unwrap_or("*");
+            tracing::info_span!("watch", resource = K::RESOURCE, namespace = %ns)
+        } else {
+            tracing::info_span!("watch", resource = K::RESOURCE)
+        };
+        tasks.spawn(watch.run().instrument(span));
     }
 }
 
@@ -208,345 +225,102 @@ where
     }
 }
 
-/// A resource podns watches: a kind ([`Slim`]: its conversion, index
-/// update and whether the relay serves it) and what its watch adds.
-trait Watched:
-    Slim<Info: Clone + Send + 'static>
-    + kube::Resource<DynamicType = ()>
-    + Clone
-    + DeserializeOwned
-    + Debug
-    + Send
-    + Sync
-    + 'static
-{
-    /// The `resource` metric label.
-    const RESOURCE: &'static str;
-    /// An optional resource (the rank view's Jobs): when the API refuses it
-    /// (403 without RBAC, 404 on a server without it), the index is told it
-    /// is empty so DNS still becomes ready, and the watch keeps retrying.
-    const OPTIONAL: bool = false;
-    /// What serving without an optional resource means, for the one log
-    /// line that says it is missing.
-    const WITHOUT: &'static str = "serving without them until it can (check RBAC)";
-}
-
-impl Watched for SlimPod {
-    const RESOURCE: &'static str = "pods";
-}
-
-impl Watched for SlimService {
-    const RESOURCE: &'static str = "services";
-}
-
-impl Watched for SlimJob {
-    const RESOURCE: &'static str = "jobs";
-    const OPTIONAL: bool = true;
-}
-
-impl Watched for SlimEndpointSlice {
-    const RESOURCE: &'static str = "endpointslices";
-    /// Without RBAC on them, everything but Services without a selector
-    /// is still answered.
-    const OPTIONAL: bool = true;
-}
-
-/// Without Nodes or ServiceCIDRs, their ranges are not owned: reverse
-/// names there get REFUSED and resolvers ask their next server, so node
-/// DNS keeps working (never an authoritative NXDOMAIN for a range podns
-/// cannot place).
-const WITHOUT_RANGES: &str = "their ranges' reverse names get REFUSED (resolvers fall through to the next server) until it can; grant list/watch on them (deploy/base/rbac.yaml) or pass --reverse-cidr";
-
-impl Watched for SlimNode {
-    const RESOURCE: &'static str = "nodes";
-    const OPTIONAL: bool = true;
-    const WITHOUT: &'static str = WITHOUT_RANGES;
-}
-
-impl Watched for SlimServiceCidr {
-    const RESOURCE: &'static str = "servicecidrs";
-    const OPTIONAL: bool = true;
-    const WITHOUT: &'static str = WITHOUT_RANGES;
-}
-
-/// Past this many, the set of uids already reported is cleared (so a
-/// persistently bad object is logged again now and then, and memory stays
-/// bounded).
-const REPORTED_MAX: usize = 10_000;
-
-/// Turns watcher events of one watch into index updates.
-struct Mapper<K: Watched> {
-    namespace: Option<String>,
-    /// The list in progress (between `Init` and `InitDone`).
-    buffer: Option<Listing<K::Info>>,
-    /// A list of this watch has completed before. Until then the index
-    /// holds nothing from this scope and is not ready, so each listed
-    /// object is sent at once as an `Apply` and only its key is kept: the
-    /// writer builds names on its own core while the rest of the list is
-    /// still decoded, and the closing `Listed` removes what the list no
-    /// longer has. Later relists are buffered whole and sent as one
-    /// `Reset`, so a relist's state is never seen half-applied.
-    listed_once: bool,
-    /// Uids of malformed objects already logged.
-    reported: HashSet<String>,
-    /// The list in progress: when it started, objects so far, last log.
-    progress: Option<(Instant, u64, Instant)>,
-    metrics: Metrics,
-}
-
-/// What a list in progress keeps until its end.
-enum Listing<T> {
-    /// The first list: the objects went to the writer already.
-    Keys(Vec<ObjKey>),
-    /// A relist: the objects, applied together at the end.
-    Items(Vec<T>),
-}
-
-impl<K: Watched> Mapper<K> {
-    fn new_listing(&self) -> Listing<K::Info> {
-        if self.listed_once {
-            Listing::Items(Vec::new())
-        } else {
-            Listing::Keys(Vec::new())
-        }
-    }
-
-    fn new(namespace: Option<String>, metrics: Metrics) -> Self {
-        Self {
-            namespace,
-            buffer: None,
-            listed_once: false,
-            reported: HashSet::new(),
-            progress: None,
-            metrics,
-        }
-    }
-
-    /// One more listed object; every few seconds a line saying how far the
-    /// list got (a 1M-pod list takes a while).
-    fn listed_one(&mut self) {
-        let now = Instant::now();
-        let (started, n, logged) = self.progress.get_or_insert((now, 0, now));
-        *n += 1;
-        if *n % 1024 == 0 && now.duration_since(*logged) >= PROGRESS_EVERY {
-            *logged = now;
-            let secs = now.duration_since(*started).as_secs_f64();
-            tracing::info!(
-                phase = "listing",
-                resource = K::RESOURCE,
-                listed = *n,
-                per_second = (*n as f64 / secs) as u64,
-                "sync in progress"
-            );
-        }
-    }
-
-    fn namespace(&self) -> Option<&str> {
-        self.namespace.as_deref()
-    }
-
-    fn count(&self, event: &'static str) {
-        self.metrics
-            .watch_events
-            .get_or_create(&EventLabels {
-                resource: K::RESOURCE,
-                event,
-            })
-            .inc();
-    }
-
-    fn on_event(&mut self, event: Event<K>) -> Option<Update> {
-        match event {
-            Event::Init => {
-                self.count("init");
-                self.progress = None;
-                self.buffer = Some(self.new_listing());
-                // A relist of one namespace: a node instance stops
-                // answering it until the list is in.
-                match (&self.namespace, self.listed_once) {
-                    (Some(ns), true) => Some(Update::Relisting {
-                        resource: K::RESOURCE,
-                        namespace: ns.clone(),
-                    }),
-                    _ => None,
-                }
-            }
-            Event::InitApply(obj) => {
-                self.count("init_apply");
-                self.listed_one();
-                let info = self.convert(&obj)?;
-                if self.buffer.is_none() {
-                    self.buffer = Some(self.new_listing());
-                }
-                match self.buffer.as_mut() {
-                    Some(Listing::Keys(keys)) => {
-                        keys.push(K::key(&info).clone());
-                        Some(K::update(Change::Apply(info)))
-                    }
-                    Some(Listing::Items(items)) => {
-                        items.push(info);
-                        None
-                    }
-                    None => None,
-                }
-            }
-            Event::InitDone => {
-                self.count("init_done");
-                if let Some((started, n, _)) = self.progress.take()
-                    && started.elapsed() >= PROGRESS_EVERY
-                {
-                    tracing::info!(
-                        resource = K::RESOURCE,
-                        listed = n,
-                        seconds = started.elapsed().as_secs(),
-                        "list complete"
-                    );
-                }
-                self.listed_once = true;
-                let namespace = self.namespace.clone();
-                Some(K::update(
-                    match self.buffer.take().unwrap_or_else(|| self.new_listing()) {
-                        Listing::Keys(keys) => {
-                            tracing::debug!(items = keys.len(), "first list complete");
-                            Change::Listed { namespace, keys }
-                        }
-                        Listing::Items(items) => {
-                            tracing::debug!(items = items.len(), "list complete");
-                            Change::Reset { namespace, items }
-                        }
-                    },
-                ))
-            }
-            Event::Apply(obj) => {
-                self.count("apply");
-                match self.convert(&obj) {
-                    Some(info) => Some(K::update(Change::Apply(info))),
-                    // The object is now malformed: withdraw what we knew of
-                    // it rather than keep answering with stale data.
-                    None => K::key_of(obj.meta())
-                        .ok()
-                        .map(|key| K::update(Change::Delete(key))),
-                }
-            }
-            Event::Delete(obj) => {
-                self.count("delete");
-                match K::key_of(obj.meta()) {
-                    Ok(key) => Some(K::update(Change::Delete(key))),
-                    Err(error) => {
-                        self.skip(&obj, &error);
-                        None
-                    }
-                }
-            }
-        }
-    }
-
-    fn convert(&mut self, obj: &K) -> Option<K::Info> {
-        match obj.convert() {
-            Ok(info) => {
-                if !self.reported.is_empty()
-                    && let Some(uid) = obj.meta().uid.as_deref()
-                {
-                    // Fixed: report it again if it breaks again.
-                    self.reported.remove(uid);
-                }
-                Some(info)
-            }
-            Err(error) => {
-                self.skip(obj, &error);
-                None
-            }
-        }
-    }
-
-    /// Counts a skipped object and logs it the first time its uid is seen.
-    fn skip(&mut self, obj: &K, error: &ConvertError) {
-        self.metrics
-            .watch_skipped
-            .get_or_create(&ResourceLabels {
-                resource: K::RESOURCE,
-            })
-            .inc();
-        let meta = obj.meta();
-        let id = match (&meta.uid, &meta.namespace, &meta.name) {
-            (Some(uid), _, _) => uid.clone(),
-            (None, ns, name) => format!(
-                "{}/{}",
-                ns.as_deref().unwrap_or(""),
-                name.as_deref().unwrap_or("")
-            ),
-        };
-        if self.reported.len() >= REPORTED_MAX {
-            self.reported.clear();
-        }
-        if self.reported.insert(id) {
-            let key = ObjKey::new(
-                meta.namespace.as_deref().unwrap_or("?"),
-                meta.name.as_deref().unwrap_or("?"),
-            );
-            tracing::warn!(%key, uid = meta.uid.as_deref().unwrap_or(""), %error, "skipping malformed object");
-        } else {
-            tracing::debug!(%error, "skipping malformed object again");
-        }
-    }
-}
-
 /// How long a streaming list may run without its end bookmark before
 /// `--streaming-list auto` gives up on it. An API server that predates
 /// streaming lists ignores `sendInitialEvents` and never sends the bookmark.
 const STREAMING_INIT_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// What every watch of one scope shares: client, scope, configuration,
-/// the writer's channel, metrics and the shutdown token.
-type WatchParts<'a> = (
-    &'a kube::Client,
-    &'a Option<String>,
-    &'a WatchConfig,
-    &'a mpsc::Sender<Arrival>,
-    &'a Metrics,
-    &'a CancellationToken,
-);
-
 /// One watch and its retry loop.
-struct Watch<K: Watched> {
+struct Watch<K, T> {
     client: kube::Client,
     config: RawConfig,
-    /// The relay's feed, when this kind is relayed.
-    feed: Option<Feed>,
     streaming: StreamingList,
-    mapper: Mapper<K>,
-    tx: mpsc::Sender<Arrival>,
+    /// Where each event goes.
+    tap: T,
     metrics: Metrics,
     shutdown: CancellationToken,
+    kind: PhantomData<fn() -> K>,
 }
 
-impl<K: Watched> Watch<K> {
-    /// One scope's watch of `K`, from what every watch of the scope shares.
-    fn new(
-        (client, scope, cfg, tx, metrics, shutdown): WatchParts<'_>,
-        label_selector: Option<String>,
-    ) -> Self {
-        let mut config = raw_config::<K>(scope.as_deref(), cfg, label_selector);
-        let feed = match (&cfg.relay, K::RELAYED) {
-            (Some(relay), Some(kind)) => {
-                let feed = relay.feed(kind, scope.clone());
-                config.seen = feed.as_ref().map(Feed::seen);
-                feed
-            }
-            _ => None,
-        };
+/// How one watcher ended.
+enum Ended {
+    /// Shut down, or the tap reads no more: the watch is over.
+    Stop,
+    /// `--streaming-list auto` falls back to list-then-watch.
+    StreamingRefused,
+    /// The stream ended: a new watcher starts.
+    Again,
+}
+
+/// What the retry loop carries from one watcher to the next.
+struct Attempts {
+    /// Ask for a streaming list.
+    streaming: bool,
+    /// Auto may fall back until the first streaming list completes.
+    may_fall_back: bool,
+    /// Two backoffs, chosen by what the watcher does next. A relist is
+    /// the expensive request ("reconnecting clients flood list operations
+    /// during recovery"), so it keeps client-go's long backoff; a watch
+    /// from a known resourceVersion costs the API server little, so it
+    /// comes back within a second or so of the server's return instead of
+    /// after a backoff that grew all through an outage.
+    relist_backoff: DefaultBackoff,
+    resume_backoff: ResumeBackoff,
+    /// An optional resource was refused and its tap told so (once).
+    stood_in: bool,
+}
+
+/// Where one watcher is.
+#[derive(Default)]
+struct Progress {
+    /// Its list is complete: after an error it resumes from the last
+    /// resourceVersion instead of listing again.
+    resumable: bool,
+    /// When a streaming list that may still fall back gives up.
+    init_deadline: Option<Instant>,
+}
+
+impl Attempts {
+    fn new(streaming: StreamingList) -> Self {
         Self {
-            client: client.clone(),
-            config,
-            feed,
-            streaming: cfg.streaming,
-            mapper: Mapper::new(scope.clone(), metrics.clone()),
-            tx: tx.clone(),
-            metrics: metrics.clone(),
-            shutdown: shutdown.clone(),
+            streaming: streaming != StreamingList::Off,
+            may_fall_back: streaming == StreamingList::Auto,
+            relist_backoff: DefaultBackoff::default(),
+            resume_backoff: ResumeBackoff::default(),
+            stood_in: false,
         }
     }
 
+    /// An event came: the server answers again, and a list starts or ends.
+    fn on_event<K>(&mut self, event: &Event<K>, at: &mut Progress) {
+        // kube-runtime's watcher (`--wire json`) sends `Init` before it
+        // asks for the list: it proves nothing answered. Resetting on it
+        // kept the backoff at its first step all through an outage.
+        if !matches!(event, Event::Init) {
+            self.relist_backoff.reset();
+            self.resume_backoff.reset();
+        }
+        match event {
+            Event::Init => at.resumable = false,
+            Event::InitDone => at.resumable = true,
+            _ => {}
+        }
+        if self.may_fall_back {
+            match event {
+                Event::Init => {
+                    at.init_deadline = Some(Instant::now() + STREAMING_INIT_TIMEOUT);
+                }
+                Event::InitDone => {
+                    self.may_fall_back = false;
+                    at.init_deadline = None;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+impl<K: Watched, T: Tap<K>> Watch<K, T> {
     fn restart(&self, reason: &'static str, retry: Retry) {
         debug_assert!(RESTART_REASONS.contains(&reason), "unlisted {reason}");
         self.metrics
@@ -559,10 +333,10 @@ impl<K: Watched> Watch<K> {
             .inc();
     }
 
-    async fn run(mut self) {
-        // Every reason at 0 before the first error, so the restart alert's
-        // increase() counts the first restart too (see metrics.rs);
-        // the same for the first skipped object.
+    /// Every reason at 0 before the first error, so the restart alert's
+    /// increase() counts the first restart too (see metrics.rs); the same
+    /// for the first skipped object.
+    fn count_from_zero(&self) {
         let _ = self.metrics.watch_skipped.get_or_create(&ResourceLabels {
             resource: K::RESOURCE,
         });
@@ -575,150 +349,125 @@ impl<K: Watched> Watch<K> {
                 });
             }
         }
-        let mut streaming = self.streaming != StreamingList::Off;
-        // Auto may fall back until the first streaming list completes.
-        let mut may_fall_back = self.streaming == StreamingList::Auto;
-        // Two backoffs, chosen by what the watcher does next. A relist is
-        // the expensive request ("reconnecting clients flood list operations
-        // during recovery"), so it keeps client-go's long backoff; a watch
-        // from a known resourceVersion costs the API server little, so it
-        // comes back within a second or so of the server's return instead of
-        // after a backoff that grew all through an outage.
-        let mut relist_backoff = DefaultBackoff::default();
-        let mut resume_backoff = ResumeBackoff::default();
-        let mut stood_in = false;
+    }
+
+    async fn run(mut self) {
+        self.count_from_zero();
+        let mut attempts = Attempts::new(self.streaming);
         loop {
-            // A new watcher starts empty: its first request is a list.
-            let mut resumable = false;
-            tracing::debug!(streaming, "starting watcher");
-            let mut stream = raw_watcher::<K>(
-                self.client.clone(),
-                RawConfig {
-                    streaming,
-                    ..self.config.clone()
-                },
-            )
-            .boxed();
-            let mut init_deadline: Option<Instant> = None;
-            let refused = loop {
-                let next = tokio::select! {
-                    biased;
-                    () = self.shutdown.cancelled() => return,
-                    () = sleep_until(init_deadline) => {
+            match self.watcher(&mut attempts).await {
+                Ended::Stop => return,
+                Ended::StreamingRefused => {
+                    self.restart("streaming_refused", Retry::Relist);
+                    attempts.streaming = false;
+                    attempts.may_fall_back = false;
+                }
+                Ended::Again => {}
+            }
+        }
+    }
+
+    /// One watcher, from its first request (a list) until it ends: each
+    /// event to the tap, each error retried after its wait.
+    async fn watcher(&mut self, attempts: &mut Attempts) -> Ended {
+        // A new watcher starts empty: its first request is a list.
+        let mut at = Progress::default();
+        tracing::debug!(streaming = attempts.streaming, "starting watcher");
+        let mut stream = raw_watcher::<K>(
+            self.client.clone(),
+            RawConfig {
+                streaming: attempts.streaming,
+                ..self.config.clone()
+            },
+        )
+        .boxed();
+        loop {
+            let next = tokio::select! {
+                biased;
+                () = self.shutdown.cancelled() => return Ended::Stop,
+                () = sleep_until(at.init_deadline) => {
+                    tracing::warn!(
+                        timeout = ?STREAMING_INIT_TIMEOUT,
+                        "streaming list did not complete, falling back to list-then-watch"
+                    );
+                    return Ended::StreamingRefused;
+                }
+                next = stream.next() => next,
+            };
+            let arrived = std::time::Instant::now();
+            let flow = match next {
+                // The watcher never ends; if it did, start a new one.
+                None => return Ended::Again,
+                Some(Ok(event)) => {
+                    attempts.on_event(&event, &mut at);
+                    self.tap.event(&event, arrived).await
+                }
+                Some(Err(error)) => {
+                    if attempts.may_fall_back && streaming_refused(&error) {
                         tracing::warn!(
-                            timeout = ?STREAMING_INIT_TIMEOUT,
-                            "streaming list did not complete, falling back to list-then-watch"
+                            %error,
+                            "server refused streaming list, falling back to list-then-watch"
                         );
-                        break true;
+                        return Ended::StreamingRefused;
                     }
-                    next = stream.next() => next,
-                };
-                let at = std::time::Instant::now();
-                match next {
-                    // The watcher never ends; if it did, start a new one.
-                    None => break false,
-                    Some(Ok(event)) => {
-                        // kube-runtime's watcher (`--wire json`) sends
-                        // `Init` before it asks for the list: it proves
-                        // nothing answered. Resetting on it kept the
-                        // backoff at its first step all through an outage.
-                        if !matches!(event, Event::Init) {
-                            relist_backoff.reset();
-                            resume_backoff.reset();
-                        }
-                        match event {
-                            Event::Init => resumable = false,
-                            Event::InitDone => resumable = true,
-                            _ => {}
-                        }
-                        if may_fall_back {
-                            match event {
-                                Event::Init => {
-                                    init_deadline = Some(Instant::now() + STREAMING_INIT_TIMEOUT);
-                                }
-                                Event::InitDone => {
-                                    may_fall_back = false;
-                                    init_deadline = None;
-                                }
-                                _ => {}
-                            }
-                        }
-                        if let Some(feed) = &mut self.feed {
-                            feed.on_event(&event, K::relayed);
-                        }
-                        if let Some(update) = self.mapper.on_event(event) {
-                            let send = self.tx.send(Arrival { update, at });
-                            tokio::select! {
-                                biased;
-                                () = self.shutdown.cancelled() => return,
-                                sent = send => if sent.is_err() {
-                                    tracing::debug!("index writer gone, stopping watch");
-                                    return;
-                                },
-                            }
-                        }
-                    }
-                    Some(Err(error)) => {
-                        if may_fall_back && streaming_refused(&error) {
-                            tracing::warn!(
-                                %error,
-                                "server refused streaming list, falling back to list-then-watch"
-                            );
-                            break true;
-                        }
-                        if K::OPTIONAL
-                            && !stood_in
-                            && status(&error).is_some_and(|s| s.code == 403 || s.code == 404)
-                        {
-                            stood_in = true;
-                            tracing::error!(
-                                error = %super::failure::Failure::of_watcher(&error),
-                                "cannot list {}: {}",
-                                K::RESOURCE,
-                                K::WITHOUT
-                            );
-                            let update = K::update(Change::Reset {
-                                namespace: self.mapper.namespace().map(str::to_owned),
-                                items: Vec::new(),
-                            });
-                            if self.tx.send(Arrival { update, at }).await.is_err() {
-                                return;
-                            }
-                        }
-                        resumable = resumable && !relists(&error);
-                        let retry = if resumable {
-                            Retry::Resume
-                        } else {
-                            Retry::Relist
-                        };
-                        let reason = restart_reason(&error);
-                        self.restart(reason, retry);
-                        let delay = retry_after(&error)
-                            .or_else(|| match retry {
-                                Retry::Resume => resume_backoff.next(),
-                                Retry::Relist => relist_backoff.next(),
-                            })
-                            .unwrap_or(Duration::from_secs(30));
-                        tracing::warn!(
-                            error = %super::failure::Failure::of_watcher(&error),
-                            reason,
-                            retry = retry.label(),
-                            ?delay,
-                            "watch failed, retrying"
-                        );
-                        tokio::select! {
-                            biased;
-                            () = self.shutdown.cancelled() => return,
-                            () = tokio::time::sleep(delay) => {}
-                        }
-                    }
+                    at.resumable = at.resumable && !relists(&error);
+                    self.retry(&error, attempts, at.resumable, arrived).await
                 }
             };
-            if refused {
-                self.restart("streaming_refused", Retry::Relist);
-                streaming = false;
-                may_fall_back = false;
+            if flow.is_break() {
+                return Ended::Stop;
             }
+        }
+    }
+
+    /// After an error: an optional resource the server refuses is stood
+    /// in for once (the tap is told), the restart is counted, and the next
+    /// attempt waits for the server's `retryAfterSeconds`, else for the
+    /// backoff of what comes next (a resume or a relist).
+    async fn retry(
+        &mut self,
+        error: &watcher::Error,
+        attempts: &mut Attempts,
+        resumable: bool,
+        arrived: std::time::Instant,
+    ) -> ControlFlow<()> {
+        if K::OPTIONAL
+            && !attempts.stood_in
+            && status(error).is_some_and(|s| s.code == 403 || s.code == 404)
+        {
+            attempts.stood_in = true;
+            tracing::error!(
+                error = %super::failure::Failure::of_watcher(error),
+                "cannot list {}: {}",
+                K::RESOURCE,
+                K::WITHOUT
+            );
+            self.tap.refused(arrived).await?;
+        }
+        let retry = if resumable {
+            Retry::Resume
+        } else {
+            Retry::Relist
+        };
+        let reason = restart_reason(error);
+        self.restart(reason, retry);
+        let delay = retry_after(error)
+            .or_else(|| match retry {
+                Retry::Resume => attempts.resume_backoff.next(),
+                Retry::Relist => attempts.relist_backoff.next(),
+            })
+            .unwrap_or(Duration::from_secs(30));
+        tracing::warn!(
+            error = %super::failure::Failure::of_watcher(error),
+            reason,
+            retry = retry.label(),
+            ?delay,
+            "watch failed, retrying"
+        );
+        tokio::select! {
+            biased;
+            () = self.shutdown.cancelled() => ControlFlow::Break(()),
+            () = tokio::time::sleep(delay) => ControlFlow::Continue(()),
         }
     }
 }
@@ -856,127 +605,11 @@ pub fn streaming_refused(error: &watcher::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::types::{Change, ObjKey, Update};
+    use crate::k8s::updates::ToWriter;
+    use crate::k8s::updates::tests::skipped;
     use serde_json::json;
-
-    fn pod(name: &str, ip: serde_json::Value) -> SlimPod {
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"), "resourceVersion": "1"},
-            "status": {"phase": "Running", "podIP": ip}
-        }))
-        .unwrap()
-    }
-
-    fn skipped(m: &Metrics) -> u64 {
-        m.watch_skipped
-            .get_or_create(&ResourceLabels { resource: "pods" })
-            .get()
-    }
-
-    #[test]
-    fn events_map_to_updates() {
-        let metrics = Metrics::new();
-        let mut m = Mapper::<SlimPod>::new(Some("ml".into()), metrics.clone());
-        assert!(m.on_event(Event::Init).is_none());
-        // The first list: each object is also applied at once.
-        let Some(Update::Pod(Change::Apply(early))) =
-            m.on_event(Event::InitApply(pod("a", json!("10.0.0.1"))))
-        else {
-            panic!("expected an early apply")
-        };
-        assert_eq!(early.key, ObjKey::new("ml", "a"));
-        assert!(m.on_event(Event::InitApply(pod("bad", json!(7)))).is_none());
-        assert!(matches!(
-            m.on_event(Event::InitApply(pod("b", json!("10.0.0.2")))),
-            Some(Update::Pod(Change::Apply(_)))
-        ));
-        // Its end names what was listed; the objects themselves went ahead.
-        let Some(Update::Pod(Change::Listed { namespace, keys })) = m.on_event(Event::InitDone)
-        else {
-            panic!("expected the end of a first list")
-        };
-        assert_eq!(namespace.as_deref(), Some("ml"));
-        let names: Vec<_> = keys.iter().map(|k| k.name.as_str()).collect();
-        assert_eq!(names, ["a", "b"]);
-        assert_eq!(skipped(&metrics), 1);
-
-        let Some(Update::Pod(Change::Apply(p))) =
-            m.on_event(Event::Apply(pod("c", json!("10.0.0.3"))))
-        else {
-            panic!("expected an apply")
-        };
-        assert_eq!(p.key, ObjKey::new("ml", "c"));
-
-        let Some(Update::Pod(Change::Delete(k))) =
-            m.on_event(Event::Delete(pod("c", json!("10.0.0.3"))))
-        else {
-            panic!("expected a delete")
-        };
-        assert_eq!(k, ObjKey::new("ml", "c"));
-
-        // A second list starts from an empty buffer, and its objects wait
-        // for the Reset (a relist is never seen half-applied).
-        m.on_event(Event::Init);
-        assert!(
-            m.on_event(Event::InitApply(pod("d", json!("10.0.0.4"))))
-                .is_none()
-        );
-        let Some(Update::Pod(Change::Reset { items, .. })) = m.on_event(Event::InitDone) else {
-            panic!("expected a reset")
-        };
-        assert_eq!(items.len(), 1);
-        m.on_event(Event::Init);
-        let Some(Update::Pod(Change::Reset { items, .. })) = m.on_event(Event::InitDone) else {
-            panic!("expected a reset")
-        };
-        assert!(items.is_empty());
-
-        let events = metrics
-            .watch_events
-            .get_or_create(&EventLabels {
-                resource: "pods",
-                event: "init_apply",
-            })
-            .get();
-        assert_eq!(events, 4);
-    }
-
-    #[test]
-    fn malformed_apply_deletes_and_is_reported_once() {
-        let metrics = Metrics::new();
-        let mut m = Mapper::<SlimPod>::new(None, metrics.clone());
-        for _ in 0..3 {
-            let Some(Update::Pod(Change::Delete(k))) =
-                m.on_event(Event::Apply(pod("a", json!({"x": 1}))))
-            else {
-                panic!("expected a delete")
-            };
-            assert_eq!(k, ObjKey::new("ml", "a"));
-        }
-        assert_eq!(skipped(&metrics), 3);
-        assert_eq!(m.reported.len(), 1);
-        // Fixed, then forgotten, so a new breakage is logged again.
-        assert!(matches!(
-            m.on_event(Event::Apply(pod("a", json!("10.0.0.1")))),
-            Some(Update::Pod(Change::Apply(_)))
-        ));
-        assert!(m.reported.is_empty());
-
-        // Without a name there is nothing to delete.
-        let nameless: SlimPod =
-            serde_json::from_value(json!({"metadata": {"namespace": "ml"}})).unwrap();
-        assert!(m.on_event(Event::Apply(nameless.clone())).is_none());
-        assert!(m.on_event(Event::Delete(nameless)).is_none());
-        assert_eq!(skipped(&metrics), 5);
-    }
-
-    #[test]
-    fn reported_set_is_bounded() {
-        let mut m = Mapper::<SlimPod>::new(None, Metrics::new());
-        for i in 0..(REPORTED_MAX + 10) {
-            m.on_event(Event::Apply(pod(&format!("p{i}"), json!(1))));
-        }
-        assert!(m.reported.len() <= REPORTED_MAX);
-    }
+    use tokio::sync::mpsc;
 
     fn api_err(code: u16, retry: Option<u32>) -> kube::Error {
         let mut v = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
@@ -1222,10 +855,11 @@ mod tests {
             let metrics = Metrics::new();
             let shutdown = CancellationToken::new();
             let mut tasks = JoinSet::new();
+            let taps = ToWriter::new(tx, metrics.clone(), shutdown.clone());
             spawn_watchers(
                 client,
                 &WatchConfig::default(),
-                tx,
+                &taps,
                 metrics.clone(),
                 &mut tasks,
                 shutdown.clone(),

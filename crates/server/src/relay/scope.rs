@@ -10,8 +10,8 @@
 //! - in a namespace where a pod of its node is, or was within the
 //!   linger: its Services, Jobs and EndpointSlices, and its Pods;
 //! - but when every pod of its node there names a gang by the same label
-//!   ([`GANG_KEYS`]), only those gangs' Pods (`labelSelector=key in (…)`):
-//!   the pods a node instance holds then (`relay::node`).
+//!   ([`GANG_KEYS`](crate::labels::GANG_KEYS)), only those gangs' Pods (`labelSelector=key in (…)`):
+//!   the pods a node instance holds then (`node`).
 //!
 //! Gangs and namespaces stay readable for the linger after their last pod
 //! left the node, as a node instance keeps them (a gang restart deletes
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use podns_kapi::selector::LabelSelector;
 
-use crate::labels::GANG_KEYS;
+use crate::labels::gang_of;
 
 use super::labels::Labels;
 
@@ -37,12 +37,10 @@ pub struct Pod<'a> {
     pub labels: &'a Labels,
 }
 
-/// A pod's gang: its first label of [`GANG_KEYS`], as (key, value).
-pub fn gang_of<'a>(label: impl Fn(&str) -> Option<&'a str>) -> Option<(&'static str, String)> {
-    GANG_KEYS
-        .iter()
-        .find_map(|k| Some((*k, label(k)?.to_owned())))
-}
+/// How long a node may still read a namespace or gang after its last pod
+/// there left, unless `--scope-linger` says otherwise (a node instance
+/// keeps them as long by default).
+pub const LINGER: Duration = Duration::from_secs(5 * 60);
 
 type Gang = Option<(&'static str, String)>;
 

@@ -1,0 +1,214 @@
+//! A node instance (`podns serve --relay-kubeconfig FILE --node NAME`): the
+//! DaemonSet's podns, which watches the relays, never the API server, and
+//! holds only what its own pods can ask about.
+//!
+//! It follows the pods on its node (`fieldSelector=spec.nodeName=NAME`);
+//! their namespaces are its scope. For each namespace in scope it runs the
+//! same watches `podns serve` runs for `--namespace` (Pods, Services, Jobs,
+//! and EndpointSlices if the relay serves them),
+//! against the relay, so a rank resolves its whole gang and its Services
+//! from the node. When every pod of a namespace on the node belongs to a
+//! gang by the same label ([`GANG_KEYS`](crate::labels::GANG_KEYS): a JobSet, a Job, a training
+//! operator's job), only those gangs' pods are watched (`labelSelector=key
+//! in (...)`); the namespace is then held in part (`Update::Partial`) and
+//! its names that other gangs' pods may own are forwarded unless found.
+//! A namespace whose last pod left the node stays for
+//! `--scope-linger` (a gang restart deletes and recreates its pods: no relist
+//! storm), then its watches stop and its objects leave the index. Names
+//! outside the scope (and reverse names, which any pod may be behind) are
+//! forwarded to the relays over DNS (`dns::forward`), so every name of the
+//! zone answers right from any node.
+
+mod held;
+mod reach;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::index::Table;
+use crate::index::types::Arrival;
+use crate::k8s::failure::Failure;
+use crate::k8s::watch::WatchConfig;
+use crate::metrics::Metrics;
+use held::{Held, Here};
+pub use reach::Reach;
+
+/// `--node` and where the relays answer DNS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeConfig {
+    /// This node's name (the DaemonSet passes `spec.nodeName`).
+    pub node: String,
+    /// The relays' DNS addresses, for the questions out of scope.
+    pub relay_dns: Vec<SocketAddr>,
+    /// How long a namespace lingers after its last pod left.
+    pub linger: Duration,
+    /// The relay's URL, as its kubeconfig names it (for the log).
+    pub relay_url: String,
+}
+
+/// A pod's gang ([`crate::labels::gang_of`]) from its labels.
+fn gang_of(p: &Pod) -> Option<(&'static str, String)> {
+    let labels = p.metadata.labels.as_ref()?;
+    crate::labels::gang_of(|k| labels.get(k).map(String::as_str))
+}
+
+/// Follow this node's pods and keep the scope's watches running.
+pub async fn run(
+    client: kube::Client,
+    cfg: NodeConfig,
+    wcfg: WatchConfig,
+    tx: mpsc::Sender<Arrival>,
+    table: Arc<Table>,
+    (metrics, reach): (Metrics, Reach),
+    shutdown: CancellationToken,
+) {
+    // Whether the relay serves EndpointSlices (one from before it did
+    // does not): if it does, Services without a selector are held here
+    // too; if not, their names are forwarded.
+    let Some(slices) = relay_serves_slices(&client, &reach, &shutdown).await else {
+        return;
+    };
+    let slices = slices && wcfg.endpoint_slices;
+    table.scope().set_slices_held(slices);
+    let wcfg = WatchConfig {
+        endpoint_slices: slices,
+        ..wcfg
+    };
+    let api: Api<Pod> = Api::all(client.clone());
+    let selector = format!("spec.nodeName={}", cfg.node);
+    // Without `Init`, which the watcher sends before it asks for a list:
+    // the backoff resets on every item, and on `Init` it would never grow
+    // while the relays are down (every node retrying about once a second).
+    let mut pods = watcher::watcher(api, watcher::Config::default().fields(&selector))
+        .try_filter(|e| std::future::ready(!matches!(e, Event::Init)))
+        .default_backoff()
+        .boxed();
+    // Pods on this node.
+    let mut here: Here = HashMap::new();
+    let mut listing: Option<Here> = None;
+    let mut held = Held::new(
+        cfg.linger,
+        client.clone(),
+        wcfg,
+        tx,
+        (metrics, shutdown.clone()),
+    );
+    let mut tick = tokio::time::interval(
+        Duration::from_secs(5).min(cfg.linger.max(Duration::from_millis(100))),
+    );
+    loop {
+        let changed = tokio::select! {
+            () = shutdown.cancelled() => break,
+            _ = tick.tick() => true,
+            next = pods.next() => match next {
+                None => break,
+                Some(Err(error)) => {
+                    reach.failed("watch this node's pods", &Failure::of_watcher(&error));
+                    // The watcher lists again from the start.
+                    listing = None;
+                    false
+                }
+                Some(Ok(event)) => {
+                    reach.worked();
+                    match event {
+                        Event::Init => {}
+                        Event::InitApply(p) => {
+                            if let Some(k) = key(&p) {
+                                listing.get_or_insert_with(HashMap::new).insert(k, gang_of(&p));
+                            }
+                        }
+                        Event::InitDone => {
+                            here = listing.take().unwrap_or_default();
+                            // The scope is known: ready, even with no pod here.
+                            table.set_synced(true);
+                        }
+                        Event::Apply(p) => {
+                            if let Some(k) = key(&p) {
+                                here.insert(k, gang_of(&p));
+                            }
+                        }
+                        Event::Delete(p) => {
+                            if let Some(k) = key(&p) {
+                                here.remove(&k);
+                            }
+                        }
+                    }
+                    listing.is_none()
+                }
+            },
+        };
+        if changed {
+            held.rescope(&here).await;
+        }
+    }
+    held.stop().await;
+}
+
+/// Ask the relay whether it serves EndpointSlices, until it answers;
+/// `None` on shutdown.
+async fn relay_serves_slices(
+    client: &kube::Client,
+    reach: &Reach,
+    shutdown: &CancellationToken,
+) -> Option<bool> {
+    let mut wait = Duration::from_millis(500);
+    loop {
+        match client.list_api_group_resources("discovery.k8s.io/v1").await {
+            Ok(list) => {
+                reach.worked();
+                return Some(list.resources.iter().any(|r| r.name == "endpointslices"));
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                reach.worked();
+                tracing::info!(
+                    "the relay serves no EndpointSlices: names of Services without a selector are forwarded"
+                );
+                return Some(false);
+            }
+            Err(error) => reach.failed("ask what it serves", &Failure::of(&error)),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return None,
+            () = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(Duration::from_secs(30));
+    }
+}
+
+fn key(p: &Pod) -> Option<(String, String)> {
+    Some((p.metadata.namespace.clone()?, p.metadata.name.clone()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn a_pods_gang_is_its_most_encompassing_label() {
+        let mut p = Pod::default();
+        assert_eq!(gang_of(&p), None);
+        p.metadata.labels = Some(
+            [
+                ("batch.kubernetes.io/job-name", "js-workers-0"),
+                ("jobset.sigs.k8s.io/jobset-name", "js"),
+                ("app", "x"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        );
+        assert_eq!(
+            gang_of(&p),
+            Some(("jobset.sigs.k8s.io/jobset-name", "js".to_string()))
+        );
+    }
+}
