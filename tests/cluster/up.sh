@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on loopback, in one command:
 #
-#   tests/cluster/up.sh DIR [NODES] [--real-node]
+#   tests/cluster/up.sh DIR [NODES] [--real-node] [--no-taint-eviction]
 #
 # builds what is missing (tests/cluster/build.sh, pinned in versions.env),
 # then starts etcd, kube-apiserver (secure port on 127.0.0.1, its own CA and
@@ -31,6 +31,13 @@
 # CONTAINERD_SOCK=, CLUSTER_DNS= and each image's NAME_IMAGE= and
 # NAME_DIGEST=. A part missing from the machine is named, with how to
 # install it, before anything starts (exit 2). One real node per machine.
+#
+# --no-taint-eviction starts kube-controller-manager without its
+# taint-eviction controller (`--controllers '*,-taint-eviction-controller'`),
+# for benches with tens of thousands of pods: there kwok's node heartbeats
+# fall behind, the node lifecycle controller taints the nodes unreachable
+# (NoExecute) and, 300 s later, taint eviction deletes every pod. The taints
+# and the pods' Ready=false still come; the pods and their IPs stay.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
@@ -38,16 +45,18 @@ here="$(cd "$(dirname "$0")" && pwd)"
 die() { echo "tests/cluster/up.sh: $*" >&2; exit 2; }
 
 real_node=0
+kcm_controllers='*'
 args=()
 for a in "$@"; do
   case "$a" in
     --real-node) real_node=1 ;;
-    -*) die "unknown flag '$a' (usage: tests/cluster/up.sh DIR [NODES] [--real-node])" ;;
+    --no-taint-eviction) kcm_controllers='*,-taint-eviction-controller' ;;
+    -*) die "unknown flag '$a' (usage: tests/cluster/up.sh DIR [NODES] [--real-node] [--no-taint-eviction])" ;;
     *) args+=("$a") ;;
   esac
 done
 set -- "${args[@]}"
-[[ $# -ge 1 && $# -le 2 && -n "$1" ]] || die "usage: tests/cluster/up.sh DIR [NODES] [--real-node]"
+[[ $# -ge 1 && $# -le 2 && -n "$1" ]] || die "usage: tests/cluster/up.sh DIR [NODES] [--real-node] [--no-taint-eviction]"
 mkdir -p "$1"
 dir="$(cd "$1" && pwd)"
 nodes="${2:-4}"
@@ -262,7 +271,7 @@ start controller-manager "$bin/kube-controller-manager" \
   --use-service-account-credentials=true \
   --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
   --service-cluster-ip-range 10.96.0.0/16,fd00:96::/108 \
-  --controllers '*' --leader-elect=false --v=1
+  --controllers "$kcm_controllers" --leader-elect=false --v=1
 start scheduler "$bin/kube-scheduler" \
   --kubeconfig "$dir/scheduler.kubeconfig" \
   --authentication-kubeconfig "$dir/scheduler.kubeconfig" \
