@@ -25,9 +25,17 @@ Stages (--stages, default all):
          pod is created: time from its IP status write to the first NOERROR
          with its address through the cache.
   rss    RSS of each server after it has synced SIZES pods (each process
-         after sync).
+         fresh, after sync), and its time from start to answering the last pod.
   qps    dnsperf at a fixed rate on one query mix (hostname names, headless
          dashed names, 10% NXDOMAIN), CPU-ms per 1,000 answers; then max QPS.
+  rss and qps run in --rounds rounds at each size: podns, then each CoreDNS
+  build (--coredns NAME=PATH, repeated; default the cluster's) in each
+  configuration (--coredns-configs: plain, cache = `cache 30`,
+  cache+multisocket = also `multisocket N`, N = --multisocket, default the
+  cores), one at a time; per-round rows carry the 1-minute load, summary rows
+  the median, min, max and spread, and the best CoreDNS configuration (by
+  median max QPS) is named. The prop stage also asks every configuration.
+  benches/harness/vs_coredns_table.py turns the CSV into Markdown tables.
   api    API-server cost per pod change: objects written (pods and
          EndpointSlices, apiserver_request_total) and watch bytes sent
          (apiserver_watch_events_sizes), with no DNS server, podns JSON,
