@@ -34,7 +34,7 @@ Stages (--stages, default all):
   cache+multisocket = also `multisocket N`, N = --multisocket, default the
   cores), one at a time; per-round rows carry the 1-minute load, summary rows
   the median, min, max and spread, and the best CoreDNS configuration (by
-  median max QPS) is named. The prop stage also asks every configuration.
+  median max QPS) is named.
   benches/harness/vs_coredns_table.py turns the CSV into Markdown tables.
   api    API-server cost per pod change: objects written (pods and
          EndpointSlices, apiserver_request_total) and watch bytes sent
@@ -718,8 +718,6 @@ class Bench:
                 cd = self.start_coredns("coredns")
                 cdv = self.start_coredns("coredns-pods-verified", pods="verified")
                 servers = [podns, cd, cdv]
-                if "prop" in stages:
-                    servers += [self.start_coredns(n, binary=b, config=c) for n, b, c in self.coredns_specs()]
                 if "prop" in stages:
                     self.prop(servers, "quiet")
                     stop = threading.Event()
