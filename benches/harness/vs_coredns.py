@@ -25,9 +25,17 @@ Stages (--stages, default all):
          pod is created: time from its IP status write to the first NOERROR
          with its address through the cache.
   rss    RSS of each server after it has synced SIZES pods (each process
-         after sync).
+         fresh, after sync), and its time from start to answering the last pod.
   qps    dnsperf at a fixed rate on one query mix (hostname names, headless
          dashed names, 10% NXDOMAIN), CPU-ms per 1,000 answers; then max QPS.
+  rss and qps run in --rounds rounds at each size: podns, then each CoreDNS
+  build (--coredns NAME=PATH, repeated; default the cluster's) in each
+  configuration (--coredns-configs: plain, cache = `cache 30`,
+  cache+multisocket = also `multisocket N`, N = --multisocket, default the
+  cores), one at a time; per-round rows carry the 1-minute load, summary rows
+  the median, min, max and spread, and the best CoreDNS configuration (by
+  median max QPS) is named.
+  benches/harness/vs_coredns_table.py turns the CSV into Markdown tables.
   api    API-server cost per pod change: objects written (pods and
          EndpointSlices, apiserver_request_total) and watch bytes sent
          (apiserver_watch_events_sizes), with no DNS server, podns JSON,
@@ -233,6 +241,18 @@ def dashed(ip):
     return ip.replace(".", "-").replace(":", "-")
 
 
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def spread(xs):
+    """(max - min) / median, in percent."""
+    m = median(xs)
+    return (max(xs) - min(xs)) / m * 100 if m else 0
+
+
 def pct(xs, q):
     xs = sorted(xs)
     if not xs:
@@ -247,6 +267,14 @@ class Bench:
         self.env = load_env(a.cluster)
         self.kubeconfig = self.env["KUBECONFIG"]
         self.coredns = self.env["COREDNS"]
+        # The CoreDNS builds to compare (NAME=PATH, --coredns), each in every
+        # configuration of --coredns-configs; one row per build says whether
+        # it has the multisocket plugin (a config that needs it is skipped
+        # for a build without it, and says so).
+        self.builds = [tuple(x.split("=", 1)) for x in a.coredns] or [("coredns", self.coredns)]
+        self.configs = [c for c in a.coredns_configs.split(",") if c]
+        for c in self.configs:
+            assert set(c.split("+")) <= {"plain", "cache", "multisocket"}, f"unknown CoreDNS config {c!r}"
         self.logs = tempfile.mkdtemp(prefix="vs-coredns-")
         self.rows = []
         self.procs = []
@@ -256,6 +284,24 @@ class Bench:
         self.csv.write("stage,server,metric,value,note\n")
         self.csv.flush()
         self.nodes = [n["metadata"]["name"] for n in self.k.req("GET", "/api/v1/nodes?labelSelector=type%3Dkwok")["items"]]
+        self.has_multisocket = {}
+        for name, path in self.builds:
+            out = subprocess.run([path, "-version"], capture_output=True, text=True).stdout.split()
+            plugins = subprocess.run([path, "-plugins"], capture_output=True, text=True).stdout.split()
+            self.has_multisocket[name] = "multisocket" in plugins
+            self.row("meta", f"coredns-{name}", "build", out[0] if out else "?",
+                     f"path={path} multisocket={'yes' if self.has_multisocket[name] else 'NO'}")
+
+    def coredns_specs(self):
+        """(server name, binary, config) for each build and configuration."""
+        specs = []
+        for name, path in self.builds:
+            for c in self.configs:
+                if "multisocket" in c and not self.has_multisocket[name]:
+                    self.row("meta", f"coredns-{name}/{c}", "skipped", 0, "this build has no multisocket plugin")
+                    continue
+                specs.append((f"coredns-{name}/{c}", path, c))
+        return specs
 
     def row(self, stage, server, metric, value, note=""):
         self.rows.append((stage, server, metric, value, note))
@@ -281,14 +327,23 @@ class Bench:
         self.procs.append(p)
         return p
 
-    def start_coredns(self, name="coredns", pods="disabled"):
+    def start_coredns(self, name="coredns", pods="disabled", binary=None, config="plain"):
+        """CoreDNS with its kubernetes plugin as a cluster runs it; `config`
+        adds `cache` (30 s, the default Corefile's) and/or `multisocket`
+        (one SO_REUSEPORT socket per core, --multisocket)."""
         port = free_port()
-        cf = os.path.join(self.logs, f"{name}.Corefile")
+        parts = config.split("+")
+        extra = ""
+        if "cache" in parts:
+            extra += "    cache 30\n"
+        if "multisocket" in parts:
+            extra += f"    multisocket {self.a.multisocket}\n"
+        cf = os.path.join(self.logs, f"{name.replace('/', '_')}.Corefile")
         with open(cf, "w") as f:
             f.write(f""".:{port} {{
     bind 127.0.0.1
     errors
-    kubernetes cluster.local in-addr.arpa ip6.arpa {{
+{extra}    kubernetes cluster.local in-addr.arpa ip6.arpa {{
         kubeconfig {self.kubeconfig}
         pods {pods}
         endpoint_pod_names
@@ -297,7 +352,8 @@ class Bench:
     }}
 }}
 """)
-        p = Proc(name, [self.coredns, "-conf", cf], self.logs)
+        p = Proc(name.replace("/", "_"), [binary or self.coredns, "-conf", cf], self.logs)
+        p.name = name
         p.dns = port
         # Ready once it answers for the API server's own Service.
         wait_answer(port, "kubernetes.default.svc.cluster.local", 120)
@@ -507,60 +563,103 @@ class Bench:
             time.sleep(2)
         self.row("rss", "cluster", f"pods-{count}-populate-s", round(time.time() - t0, 1), f"pods with IPs: {n_ip}")
 
-    def rss(self):
-        ns = "h2h-rss"
-        for count in self.a.sizes:
-            self.populate(ns, count)
-            last = f"p-{count - 1}.gang{(count - 1) // 1000}.{ns}.svc.cluster.local"
-            # Fresh processes at each size: RSS after the initial sync.
-            for kind in ("podns", "coredns"):
-                t0 = time.time()
-                s = self.start_podns() if kind == "podns" else self.start_coredns()
-                ok = wait_answer(s.dns, last, 1800)
-                time.sleep(2)  # let a just-finished sync settle before sampling RSS
-                self.row("rss", kind, f"rss-{count}-MiB", round(rss_kib(s.pid) / 1024, 1),
-                         f"synced={ok} ready_s={time.time() - t0:.1f} cpu_s={cpu_s(s.pid):.1f}")
-                s.stop()
-                self.procs.remove(s)
-
     # --- stage qps
-    def qps(self, servers):
-        if not shutil.which("dnsperf"):
-            self.row("qps", "-", "skipped", 0, "dnsperf not installed (apt-get install dnsperf)")
-            return
-        ns = "h2h-rss"
-        qf = os.path.join(self.logs, "queries.txt")
-        items = self.k.req("GET", f"/api/v1/namespaces/{ns}/pods?limit=2000")["items"]
+    def query_file(self, ns, count):
+        """The query mix over `count` pods: 2,000 pods spread over every gang,
+        their hostname names, a dashed name for every 4th, NXDOMAIN for every 9th."""
+        qf = os.path.join(self.logs, f"queries-{count}.txt")
+        items = self.k.req("GET", f"/api/v1/namespaces/{ns}/pods?limit=100000", timeout=300)["items"]
+        items = [p for p in items if p.get("status", {}).get("podIP")]
+        step = max(1, len(items) // 2000)
         with open(qf, "w") as f:
-            for i, p in enumerate(items[:2000]):
+            for i, p in enumerate(items[::step][:2000]):
                 h, sub, ip = p["spec"]["hostname"], p["spec"]["subdomain"], p["status"]["podIP"]
                 f.write(f"{h}.{sub}.{ns}.svc.cluster.local A\n")
                 if i % 4 == 0:
                     f.write(f"{dashed(ip)}.{sub}.{ns}.svc.cluster.local A\n")
                 if i % 9 == 0:
                     f.write(f"missing-{i}.{sub}.{ns}.svc.cluster.local A\n")
-        for s in servers:
-            for rate in (self.a.rate, None):
-                c0 = cpu_s(s.pid)
-                argv = ["dnsperf", "-s", "127.0.0.1", "-p", str(s.dns), "-d", qf, "-l", str(self.a.qps_seconds), "-c", "4", "-q", "500"]
-                if rate:
-                    argv += ["-Q", str(rate)]
-                out = subprocess.run(argv, capture_output=True, text=True, timeout=self.a.qps_seconds + 60).stdout
-                c1 = cpu_s(s.pid)
-                done = lost = 0
-                q = 0.0
-                for line in out.splitlines():
-                    line = line.strip()
-                    if line.startswith("Queries completed:"):
-                        done = int(line.split()[2])
-                    elif line.startswith("Queries lost:"):
-                        lost = int(line.split()[2])
-                    elif line.startswith("Queries per second:"):
-                        q = float(line.split()[3])
-                tag = f"fixed-{rate}" if rate else "max"
-                self.row("qps", s.name, f"{tag}-qps", round(q), f"lost={lost}")
-                if done:
-                    self.row("qps", s.name, f"{tag}-cpu-ms-per-1k", round((c1 - c0) * 1e6 / done, 2), "")
+        return qf
+
+    def qps(self, s, qf, count, rnd):
+        """dnsperf against one server: at --rate (CPU-ms per 1,000 answers),
+        then unpaced (max QPS). Returns {metric: value}."""
+        got = {}
+        for rate in (self.a.rate, None):
+            c0 = cpu_s(s.pid)
+            argv = ["dnsperf", "-s", "127.0.0.1", "-p", str(s.dns), "-d", qf, "-l", str(self.a.qps_seconds), "-c", "4", "-q", "500"]
+            if rate:
+                argv += ["-Q", str(rate)]
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=self.a.qps_seconds + 60).stdout
+            c1 = cpu_s(s.pid)
+            done = lost = 0
+            q = 0.0
+            for line in out.splitlines():
+                line = line.strip()
+                if line.startswith("Queries completed:"):
+                    done = int(line.split()[2])
+                elif line.startswith("Queries lost:"):
+                    lost = int(line.split()[2])
+                elif line.startswith("Queries per second:"):
+                    q = float(line.split()[3])
+            tag = f"fixed-{rate}" if rate else "max"
+            load = open("/proc/loadavg").read().split()[0]
+            self.row("qps", s.name, f"{count}-{tag}-qps", round(q), f"round={rnd} lost={lost} load1={load}")
+            got[f"{count}-{tag}-qps"] = q
+            if done:
+                v = (c1 - c0) * 1e6 / done
+                self.row("qps", s.name, f"{count}-{tag}-cpu-ms-per-1k", round(v, 2), f"round={rnd} load1={load}")
+                got[f"{count}-{tag}-cpu-ms-per-1k"] = v
+        return got
+
+    # --- stages rss and qps, in rounds
+    def rounds(self, stages):
+        """At each size: ROUNDS rounds, each starting podns then every CoreDNS
+        build x configuration in turn, one at a time and fresh: RSS, time to
+        ready and CPU after the initial sync (rss), then dnsperf (qps). The
+        machine is shared: alternating in rounds spreads its noise over every
+        server; a summary row per server and metric gives min/median/max."""
+        if "qps" in stages and not shutil.which("dnsperf"):
+            self.row("qps", "-", "skipped", 0, "dnsperf not installed (apt-get install dnsperf)")
+            stages = [x for x in stages if x != "qps"]
+        ns = "h2h-rss"
+        specs = [("podns", None, None)] + self.coredns_specs()
+        for count in self.a.sizes:
+            self.populate(ns, count)
+            last = f"p-{count - 1}.gang{(count - 1) // 1000}.{ns}.svc.cluster.local"
+            qf = self.query_file(ns, count) if "qps" in stages else None
+            got = {name: {} for name, _, _ in specs}
+            for rnd in range(1, self.a.rounds + 1):
+                for name, path, config in specs:
+                    t0 = time.time()
+                    s = self.start_podns() if path is None else self.start_coredns(name, binary=path, config=config)
+                    ok = wait_answer(s.dns, last, 1800)
+                    ready = time.time() - t0
+                    time.sleep(2)  # let a just-finished sync settle before sampling RSS
+                    if "rss" in stages:
+                        v = rss_kib(s.pid) / 1024
+                        load = open("/proc/loadavg").read().split()[0]
+                        self.row("rss", name, f"rss-{count}-MiB", round(v, 1),
+                                 f"round={rnd} synced={ok} ready_s={ready:.1f} cpu_s={cpu_s(s.pid):.2f} load1={load}")
+                        got[name].setdefault(f"rss-{count}-MiB", []).append(v)
+                        got[name].setdefault(f"ready-{count}-s", []).append(ready)
+                    if "qps" in stages:
+                        for k, v in self.qps(s, qf, count, rnd).items():
+                            got[name].setdefault(k, []).append(v)
+                    s.stop()
+                    self.procs.remove(s)
+            for name, metrics in got.items():
+                for metric, xs in metrics.items():
+                    self.row("summary", name, f"{metric}-median", round(median(xs), 2),
+                             f"n={len(xs)} min={min(xs):.2f} max={max(xs):.2f} spread={spread(xs):.0f}%")
+            # The best CoreDNS configuration at this size: highest median max QPS.
+            key = f"{count}-max-qps"
+            cds = [n for n, _, _ in specs if n != "podns" and key in got[n]]
+            if cds:
+                best = max(cds, key=lambda n: median(got[n][key]))
+                p = got["podns"].get(key)
+                ratio = f" podns/best={median(p) / median(got[best][key]):.2f}x" if p else ""
+                self.row("summary", best, f"{count}-best-coredns", round(median(got[best][key])), f"by median max QPS{ratio}")
 
     # --- stage api
     def api(self):
@@ -614,7 +713,7 @@ class Bench:
     def run(self):
         stages = self.a.stages.split(",")
         try:
-            if "prop" in stages or "nx" in stages or "qps" in stages:
+            if "prop" in stages or "nx" in stages:
                 podns = self.start_podns()
                 cd = self.start_coredns("coredns")
                 cdv = self.start_coredns("coredns-pods-verified", pods="verified")
@@ -631,17 +730,9 @@ class Bench:
                 if "nx" in stages:
                     caches = [self.start_cache("cache>podns", podns.dns), self.start_cache("cache>coredns", cd.dns)]
                     self.nx(caches)
-                if "qps" in stages:
-                    self.populate("h2h-rss", min(self.a.sizes))
-                    # Restart both so each has the query mix's pods synced.
-                    self.stop_all()
-                    podns = self.start_podns()
-                    cd = self.start_coredns()
-                    wait_answer(cd.dns, "p-0.gang0.h2h-rss.svc.cluster.local", 300)
-                    self.qps([podns, cd])
                 self.stop_all()
-            if "rss" in stages:
-                self.rss()
+            if "rss" in stages or "qps" in stages:
+                self.rounds([x for x in stages if x in ("rss", "qps")])
             if "api" in stages:
                 self.api()
         finally:
@@ -666,6 +757,12 @@ def main():
     ap.add_argument("--rate", type=int, default=20000, help="dnsperf fixed rate (queries/s)")
     ap.add_argument("--qps-seconds", type=int, default=15)
     ap.add_argument("--api-seconds", type=int, default=30)
+    ap.add_argument("--coredns", action="append", default=[], metavar="NAME=PATH",
+                    help="a CoreDNS build to compare (repeat); default the cluster's (COREDNS in DIR/env)")
+    ap.add_argument("--coredns-configs", default="cache,cache+multisocket",
+                    help="CoreDNS configurations, each of plain|cache|multisocket joined by +")
+    ap.add_argument("--multisocket", type=int, default=os.cpu_count(), help="multisocket's socket count (default: cores)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the rss/qps stages, servers alternating")
     a = ap.parse_args()
     a.sizes = [int(x) for x in a.sizes.split(",")]
     Bench(a).run()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on loopback, in one command:
 #
-#   tests/cluster/up.sh DIR [NODES] [--real-node] [--k8s VERSION]
+#   tests/cluster/up.sh DIR [NODES] [--real-node] [--k8s VERSION] [--no-taint-eviction]
 #
 # builds what is missing (tests/cluster/build.sh, pinned in versions.env),
 # then starts etcd, kube-apiserver (secure port on 127.0.0.1, its own CA and
@@ -38,21 +38,30 @@
 # the unversioned names, which stay the default's), and DIR/env's KUBECTL
 # and CLUSTER_BIN point there, so the tests' kubectl is the cluster's own.
 # DIR/env's K8S_VERSION says which release runs.
+#
+# --no-taint-eviction starts kube-controller-manager without its
+# taint-eviction controller (`--controllers '*,-taint-eviction-controller'`),
+# for benches with tens of thousands of pods: there kwok's node heartbeats
+# fall behind, the node lifecycle controller taints the nodes unreachable
+# (NoExecute) and, 300 s later, taint eviction deletes every pod. The taints
+# and the pods' Ready=false still come; the pods and their IPs stay.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
 . "$here/versions.env"
 die() { echo "tests/cluster/up.sh: $*" >&2; exit 2; }
 
-usage="usage: tests/cluster/up.sh DIR [NODES] [--real-node] [--k8s VERSION]"
+usage="usage: tests/cluster/up.sh DIR [NODES] [--real-node] [--k8s VERSION] [--no-taint-eviction]"
 real_node=0
 k8s="${PODNS_K8S:-$K8S_VERSION}"
+kcm_controllers='*'
 args=()
 while (($#)); do
   case "$1" in
     --real-node) real_node=1 ;;
     --k8s) [[ $# -ge 2 ]] || die "--k8s needs a version ($usage)"; k8s="$2"; shift ;;
     --k8s=*) k8s="${1#--k8s=}" ;;
+    --no-taint-eviction) kcm_controllers='*,-taint-eviction-controller' ;;
     -*) die "unknown flag '$1' ($usage)" ;;
     *) args+=("$1") ;;
   esac
@@ -289,7 +298,7 @@ start controller-manager "$bin/kube-controller-manager" \
   --use-service-account-credentials=true \
   --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
   --service-cluster-ip-range 10.96.0.0/16,fd00:96::/108 \
-  --controllers '*' --leader-elect=false --v=1
+  --controllers "$kcm_controllers" --leader-elect=false --v=1
 start scheduler "$bin/kube-scheduler" \
   --kubeconfig "$dir/scheduler.kubeconfig" \
   --authentication-kubeconfig "$dir/scheduler.kubeconfig" \
