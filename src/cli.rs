@@ -27,7 +27,8 @@ use crate::wait::{Timeout, WaitConfig, parse_server, resolv_conf_servers};
 #[command(
     name = "podns",
     version = env!("PODNS_VERSION"),
-    about = "Authoritative DNS for Kubernetes training jobs, answered from a direct pod watch"
+    about = "Authoritative DNS for Kubernetes training jobs, answered from a direct pod watch",
+    after_long_help = EXIT_CODES
 )]
 pub struct Cli {
     /// Log format.
@@ -36,6 +37,15 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// What `podns --help` says of exit codes, the same in every command.
+const EXIT_CODES: &str = "\
+Exit codes, the same in every command:
+  0   success (serve, sim, demo: stopped by SIGTERM or SIGINT after draining)
+  1   a failure at run time: `wait` timed out or no DNS server answered, `explain` could not
+      reach podns's admin API, the API server failed a `zonefile` list
+  64  usage or configuration: a bad flag (one line saying what is wrong), no kubeconfig, an
+      address that cannot be bound, a `wait` server that does not serve --zone";
 
 #[derive(Subcommand, Debug)]
 pub enum Command {

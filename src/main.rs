@@ -13,8 +13,8 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Hand the pages freed by a list back to the OS now: mimalloc purges
 /// them only when it is next used, so a server that goes idle after its
-/// first sync kept them resident (≈ 25 MiB at 100k pods, BENCHMARKS.md
-/// "Cold start and memory").
+/// first sync kept them resident (≈ 25 MiB at 100k pods,
+/// benches/results/notes/2026-12-03-index-history.md).
 fn release_memory() {
     // SAFETY: mi_collect takes no pointers and may be called from any
     // thread at any time; `force` also purges the arenas' freed pages.
@@ -24,7 +24,7 @@ fn release_memory() {
 /// No transparent huge pages for this process. mimalloc asks for them
 /// (`MADV_HUGEPAGE`) on its arenas, and a 2 MiB page that holds one live
 /// block is resident whole: at 100k pods they were 53 of 139 MiB of RSS
-/// (BENCHMARKS.md "Cold start and memory"). The kernel checks the flag at
+/// (benches/results/notes/2026-12-03-index-history.md). The kernel checks the flag at
 /// each fault, so it holds for memory mimalloc reserved before `main`. An
 /// operator who wants them sets `MIMALLOC_ALLOW_THP=1` (mimalloc's own
 /// option).

@@ -85,9 +85,77 @@ pub fn man_pages_to(dir: &Path) -> Result<Vec<PathBuf>, ManError> {
     Ok(written)
 }
 
+/// The flag reference, `docs/cli.md`: what `podns --help` and every
+/// `podns COMMAND --help` print, as markdown. Environment values are left
+/// out (clap shows a variable's value when it is set), so the page is the
+/// same wherever it is made. A test holds the checked-in page to it.
+pub fn cli_markdown() -> String {
+    fn hide_env_values(cmd: clap::Command) -> clap::Command {
+        cmd.mut_args(|a| a.hide_env_values(true))
+            .mut_subcommands(hide_env_values)
+    }
+    let top = hide_env_values(Cli::command());
+    let mut commands = vec![String::from("podns")];
+    for sub in top.get_subcommands().filter(|c| c.get_name() != "help") {
+        commands.push(format!("podns {}", sub.get_name()));
+    }
+    let mut md = String::from(
+        "# Command-line reference\n\n\
+         What `podns --help` and `podns COMMAND --help` print, made from the\n\
+         clap definitions in `src/cli.rs` (and the simulator's in\n\
+         `crates/sim/src/args.rs`) by `podns::manual::cli_markdown`. Do not edit\n\
+         it by hand: `cargo test` fails when it differs from them, and\n\
+         `PODNS_BLESS=1 cargo test --lib manual` writes it anew. Every flag\n\
+         with `[env: NAME]` also reads that environment variable.\n\n",
+    );
+    for name in &commands {
+        md.push_str(&format!("- [`{name}`](#{})\n", name.replace(' ', "-")));
+    }
+    for name in commands {
+        // What `--help` prints: clap's own choice of the long or short form.
+        let args = name.split(' ').chain(["--help"]);
+        let help = match top.clone().try_get_matches_from(args) {
+            Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => e.render().to_string(),
+            other => panic!("{name} --help: {other:?}"),
+        };
+        let help: Vec<&str> = help.lines().map(str::trim_end).collect();
+        md.push_str(&format!(
+            "\n## {name}\n\n```text\n{}\n```\n",
+            help.join("\n").trim_end()
+        ));
+    }
+    md
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `docs/cli.md` is what clap prints (with the simulator's commands, as
+    /// a default build has them).
+    #[cfg(feature = "sim")]
+    #[test]
+    fn docs_cli_md_is_what_help_prints() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md");
+        let want = cli_markdown();
+        if std::env::var_os("PODNS_BLESS").is_some() {
+            std::fs::write(path, &want).unwrap();
+            return;
+        }
+        let have = std::fs::read_to_string(path).unwrap_or_default();
+        if have != want {
+            let line = have
+                .lines()
+                .zip(want.lines())
+                .position(|(a, b)| a != b)
+                .unwrap_or(have.lines().count().min(want.lines().count()));
+            panic!(
+                "docs/cli.md differs from the clap definitions (first at line {}): \
+                 run `PODNS_BLESS=1 cargo test --lib manual` and commit it",
+                line + 1
+            );
+        }
+    }
 
     #[test]
     fn a_command_page_names_its_flags_and_the_top_page_its_commands() {

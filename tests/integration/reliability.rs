@@ -422,7 +422,7 @@ fn thp_enabled(pid: &str) -> Option<String> {
 
 /// The binary turns transparent huge pages off for itself (mimalloc asks
 /// for them, and a 2 MiB page holding one live block is resident whole:
-/// BENCHMARKS.md §6 item 9), and `MIMALLOC_ALLOW_THP` keeps them. The flag
+/// benches/results/notes/2026-12-03-index-history.md), and `MIMALLOC_ALLOW_THP` keeps them. The flag
 /// is inherited, so the second half runs only where this test's own
 /// process has them on; a kernel that does not show the flag skips both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,7 @@
 //! Batched UDP I/O on Linux: `recvmmsg(2)` and `sendmmsg(2)` move up to
 //! [`BATCH`] datagrams per system call. Under load most of a DNS server's
-//! time is the kernel's per-call cost (the profile in BENCHMARKS.md: two
+//! time is the kernel's per-call cost (the profile in
+//! benches/results/notes/2026-12-03-index-history.md: two
 //! thirds of podns's CPU was one `recvfrom` and one `sendto` per query);
 //! NSD and Knot batch the same way.
 //!

@@ -71,7 +71,7 @@ pub(crate) struct HeadlessSet {
     /// SRV records by Service port index, for the named SRV names of a
     /// Service with more than one port. With one port, that port's records
     /// are `srv`: a second B-tree of the same records cost 72 bytes a
-    /// member (BENCHMARKS.md §6). Unnamed ports have no name of their own.
+    /// member (`cargo bench --bench memory`). Unnamed ports have no name of their own.
     by_port: HashMap<u16, SrvSet>,
     /// Which port indexes `by_port` keeps (empty: none, one port or none).
     split: Box<[bool]>,
