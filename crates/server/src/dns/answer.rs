@@ -31,7 +31,7 @@ pub struct Forwarding {
     pub forwarder: Arc<super::forward::Forwarder>,
     /// The runtime a blocking UDP loop hands forwarded questions to.
     pub runtime: tokio::runtime::Handle,
-    /// `podns_forwarded_total{result}`.
+    /// `podns_dns_forwarded_total{result}`.
     pub answered: prometheus_client::metrics::counter::Counter,
     pub failed: prometheus_client::metrics::counter::Counter,
 }

@@ -136,7 +136,10 @@ impl Counters {
         }
     }
 
-    fn count(&mut self, reply: &ReplyMeta, transport: Transport, started: Instant) {
+    /// Count a query received: every one, a forwarded one too (a node
+    /// instance forwards what is outside its scope; its answer is counted
+    /// by `podns_dns_forwarded_total{result}`, not here).
+    fn received(&mut self, reply: &ReplyMeta, transport: Transport) {
         let labels = RequestLabels {
             qtype: qtype_label(reply.qtype),
             proto: transport.label(),
@@ -146,6 +149,11 @@ impl Counters {
             family.get_or_create(labels).clone()
         })
         .inc();
+    }
+
+    /// Count a query received and answered here.
+    fn count(&mut self, reply: &ReplyMeta, transport: Transport, started: Instant) {
+        self.received(reply, transport);
         let rcode = rcode_label(reply.rcode);
         let family = &self.metrics.responses;
         cached(&mut self.responses, rcode, |&rcode| {
@@ -283,6 +291,7 @@ fn run_udp_with(
                 continue;
             };
             if meta.forward {
+                counters.received(&meta, Transport::Udp);
                 if let Some(socket) = &reply_socket {
                     answerer.forward_udp(query.to_vec(), src, socket.clone());
                 }
@@ -427,6 +436,7 @@ async fn serve_tcp_conn(
         };
         let meta = reply.meta();
         let reply_bytes = if meta.forward {
+            counters.received(&meta, Transport::Tcp);
             match answerer.forwarded(&buf, true).await {
                 Some(bytes) => bytes,
                 None => continue,
