@@ -8,6 +8,7 @@
 //! leaves the node clean.
 
 use std::net::SocketAddr;
+use std::time::Instant;
 
 use crate::forward_target::*;
 use crate::real_node::*;
@@ -80,6 +81,12 @@ pub fn relay_admins(n: &Node, ns: &str) -> Vec<SocketAddr> {
 /// The node instance's admin address (the node IP, 9154: hostNetwork).
 pub fn node_admin(n: &Node) -> SocketAddr {
     format!("{}:9154", n.ip).parse().unwrap()
+}
+
+/// The questions a node instance forwarded to the relays (answered or
+/// failed: each is counted before its answer goes back).
+pub fn forwarded(admin: SocketAddr) -> f64 {
+    metric_at(admin, "podns_dns_forwarded_total")
 }
 
 pub fn requests(admins: &[SocketAddr]) -> f64 {
@@ -182,12 +189,36 @@ fn daemonset_node_instance_answers_the_gang_and_uninstalls_clean() {
 
     let node = [node_admin(&n)];
     let relays = relay_admins(&n, &ns);
+    // The node instance holds the namespace once it has seen a pod of it on
+    // the node and listed the namespace from a relay; until then it
+    // forwards the names (right answers, from the relays). The gang's pods
+    // are Ready, so that is done or moments away: one name answered by
+    // the node instance itself, nothing forwarded, within a deadline.
+    let t = Instant::now();
+    wait_for(
+        "the node instance to answer the gang without forwarding",
+        secs(60),
+        || {
+            let before = forwarded(node[0]);
+            let (ok, _, got) = lookup(&n, tns, "client", "cgo", "trainer-0.trainer");
+            (ok && got == ips[0] && forwarded(node[0]) == before).then_some(())
+        },
+    );
+    eprintln!(
+        "the node instance held the gang {:.1} s after it was Ready",
+        t.elapsed().as_secs_f64()
+    );
     // In scope: the node instance answers, the relays are not asked.
     let (node_before, relays_before) = (requests(&node), requests(&relays));
     check_forward_names(&n, tns, "client", &ips);
     let (node_after, relays_after) = (requests(&node), requests(&relays));
     check_getent(&n, tns, "client", &ips);
-    assert!(node_after > node_before, "the node instance was not asked");
+    assert!(
+        node_after > node_before,
+        "the node instance was not asked: {node_before} -> {node_after} queries (its admin {}: {})",
+        node[0],
+        http_get(node[0], "/readyz").1.trim()
+    );
     let forwarded: Vec<String> = http_get(node[0], "/metrics")
         .1
         .lines()
