@@ -81,13 +81,19 @@ fn getent(n: &Node, ns: &str, pod: &str, what: &str, name: &str) -> Option<Vec<S
 /// search path), the headless set, a rank and the leader.
 pub fn check_forward_names(n: &Node, ns: &str, pod: &str, ips: &[String]) {
     let zone = "cluster.local";
-    // The whole path settles first: CoreDNS reloading its Corefile, the
+    // The whole path settles first: CoreDNS running its new Corefile, the
     // Service's endpoints in kube-proxy's rules (slow right after the tests
-    // that restart the API server). Then every name must answer at once.
+    // that restart the API server). A rank name settles it: only podns
+    // answers one (the kubernetes plugin of a CoreDNS still on the old
+    // Corefile answers the hostname names too, and NXDOMAIN for a rank),
+    // three times in a row. Then every name must answer at once.
     let t = Instant::now();
-    wait_for("the gang's first name through CoreDNS", secs(90), || {
-        let (ok, _, got) = lookup(n, ns, pod, "cgo", "trainer-0.trainer");
-        (ok && got == ips[0]).then_some(())
+    let rank = format!("0.trainer.{ns}.rank.cluster.local");
+    let mut in_a_row = 0;
+    wait_for("the gang's rank name through CoreDNS", secs(90), || {
+        let (ok, _, got) = lookup(n, ns, pod, "cgo", &rank);
+        in_a_row = if ok && got == ips[0] { in_a_row + 1 } else { 0 };
+        (in_a_row == 3).then_some(())
     });
     eprintln!(
         "path settled {:.1} s after the pods were Ready",

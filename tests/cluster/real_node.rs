@@ -378,6 +378,7 @@ impl Node<'_> {
         self.c.apply(&format!(
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: coredns, namespace: kube-system}}\ndata:\n  Corefile: |\n{indented}"
         ));
+        let old = self.pods("kube-system", "k8s-app=kube-dns");
         self.c.kubectl(&[
             "-n",
             "kube-system",
@@ -386,6 +387,23 @@ impl Node<'_> {
             "deployment/coredns",
         ]);
         self.rollout_status("kube-system", "deployment/coredns", 180);
+        // The rollout is done when the new pods are Ready; the old ones
+        // still answer with the old Corefile through their lameduck (5 s),
+        // and the Service's rules may send queries there until they are
+        // gone. Wait for that too.
+        for pod in old {
+            let _ = self.c.try_kubectl(
+                &[
+                    "-n",
+                    "kube-system",
+                    "wait",
+                    "--for=delete",
+                    &format!("pod/{pod}"),
+                    "--timeout=60s",
+                ],
+                None,
+            );
+        }
     }
 
     /// The Corefile up.sh installs: the kubernetes plugin for the cluster,
