@@ -1,4 +1,4 @@
-//! Every record kind of the README's table, from objects made with kubectl
+//! Every record kind of docs/records.md's tables, from objects made with kubectl
 //! and pod IPs set by kwok; the rank view from an Indexed Job whose pods the
 //! real Job controller made.
 
