@@ -283,7 +283,7 @@ pub struct ServeArgs {
     /// Serve /debug/explain (`podns explain`) on the admin address. It shows pods that DNS does not publish: keep the admin port private.
     #[arg(long, env = "PODNS_ADMIN_DEBUG")]
     pub admin_debug: bool,
-    /// Also serve a read-only Kubernetes API of slim Pods, Services and Jobs here (the relay node instances watch instead of the API server). Clients need a ServiceAccount token for --relay-audience (TokenReview) whose user may `get` `relays` in API group `dns.podns.io` (SubjectAccessReview); a token bound to a pod reads only that pod's node's scope. Served over TLS (--relay-tls-cert, or self-signed).
+    /// Also serve a read-only Kubernetes API of slim Pods, Services, Jobs and EndpointSlices here (the relay node instances watch instead of the API server). Clients need a ServiceAccount token for --relay-audience (TokenReview) whose user may `get` `relays` in API group `dns.podns.io` (SubjectAccessReview); a token bound to a pod reads only that pod's node's scope. Served over TLS (--relay-tls-cert, or self-signed).
     #[arg(long, env = "PODNS_RELAY_LISTEN")]
     pub relay_listen: Option<SocketAddr>,
     /// How long the relay keeps changes: a client that reconnects within it resumes without a relist; past it, 410.

@@ -5,18 +5,24 @@
 //! Data flows one way:
 //!
 //! ```text
-//! kube API ──watch Pods/Services/Jobs──▶ k8s/    slim serde types, conversion, watchers
-//!                                          │ Update::{Apply, Delete, Reset}
-//!                                          ▼
-//!                                        index/  one writer; names → record data (DashMap)
-//!                                          │ lookup (sync, never blocks on the writer)
-//!                                          ▼
-//!                                        dns/resolve  pure: question → answer plan (the rules, once)
-//!                                          │
-//!                                        dns/fast · dns/answer  the plan as bytes (wire / hickory-proto)
-//!                                          │
-//!                                        dns/server  UDP (SO_REUSEPORT loops) and TCP (capped, own framing)
+//! kube API ──list+watch Pods, Services, Jobs, slices, ranges──▶ k8s/  objects/ (a kind a file), watch loop
+//!                                          │ each event to its Tap
+//!                       ┌──────────────────┴──────────────────┐
+//!                       ▼                                      ▼
+//!   k8s::updates (the writer's tap)              relay/feed (with --relay-listen)
+//!                       │ Arrival: an Update                   │ relay/ store → relay/http (list+watch
+//!                       ▼                                      │ for node instances and kube clients)
+//!   index/  one writer; names → record data (DashMap)
+//!                       │ lookup (sync, never blocks on the writer)
+//!                       ▼
+//!   dns/resolve  pure: question → answer plan (the rules, once)
+//!                       │
+//!   dns/fast · dns/answer  the plan as bytes (wire / hickory-proto)
+//!                       │
+//!   dns/server  UDP (SO_REUSEPORT loops) and TCP (capped, own framing)
 //! admin/ (/metrics /healthz /readyz; /debug/explain with --admin-debug)
+//! node/  a node instance (--node): the same watch loop against the relays,
+//!        its scope's namespaces only; dns forwards the rest to the relays
 //! ```
 //!
 //! - [`k8s`]: what we read from the API server and how it becomes index input.

@@ -12,7 +12,7 @@
 //!   identity kube-runtime needs split off ([`meta`]);
 //! - the conversion into index input (`PodInfo`), where everything the
 //!   index relies on is checked ([`Slim::convert`]);
-//! - for the kinds the relay serves, its serving rules ([`Relayed::serve`]):
+//! - for the kinds the relay serves, its serving rules ([`Relayed::rules`]):
 //!   what of the object a node instance, kubectl or kube-rs is served.
 //!
 //! Decoding is total on both wires: a field of the wrong shape marks the
