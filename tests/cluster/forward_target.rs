@@ -85,16 +85,26 @@ pub fn check_forward_names(n: &Node, ns: &str, pod: &str, ips: &[String]) {
     // Service's endpoints in kube-proxy's rules (slow right after the tests
     // that restart the API server). A rank name settles it: only podns
     // answers one (the kubernetes plugin of a CoreDNS still on the old
-    // Corefile answers the hostname names too, and NXDOMAIN for a rank),
-    // three times in a row. Then every name must answer at once.
+    // Corefile answers the hostname names too, and NXDOMAIN for a rank).
+    // Every rank, three rounds in a row: each podns replica behind the
+    // Service has then seen every pod's IP (on a loaded machine, right
+    // after the tests that restart the API server, a watch can be seconds
+    // behind). Then every name must answer at once.
     let t = Instant::now();
-    let rank = format!("0.trainer.{ns}.rank.cluster.local");
     let mut in_a_row = 0;
-    wait_for("the gang's rank name through CoreDNS", secs(90), || {
-        let (ok, _, got) = lookup(n, ns, pod, "cgo", &rank);
-        in_a_row = if ok && got == ips[0] { in_a_row + 1 } else { 0 };
-        (in_a_row == 3).then_some(())
-    });
+    wait_for(
+        "every rank name of the gang through CoreDNS",
+        secs(120),
+        || {
+            let all = ips.iter().enumerate().all(|(i, ip)| {
+                let (ok, _, got) =
+                    lookup(n, ns, pod, "cgo", &format!("{i}.trainer.{ns}.rank.{zone}"));
+                ok && &got == ip
+            });
+            in_a_row = if all { in_a_row + 1 } else { 0 };
+            (in_a_row == 3).then_some(())
+        },
+    );
     eprintln!(
         "path settled {:.1} s after the pods were Ready",
         t.elapsed().as_secs_f64()
