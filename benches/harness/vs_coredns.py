@@ -40,12 +40,37 @@ Stages (--stages, default all):
          EndpointSlices, apiserver_request_total) and watch bytes sent
          (apiserver_watch_events_sizes), with no DNS server, podns JSON,
          podns Protobuf and CoreDNS attached in turn, for the same churn.
+  bill   kube-apiserver's own bill per watcher: one churn runs through the
+         whole stage (--bill-rate pod mutations/s, creates and deletes of
+         kwok pods in one namespace, 50 live, a headless Service over them,
+         one kept-alive client), and for each case a --bill-seconds window
+         is measured after the watchers are ready (+ --bill-settle s):
+         none (no DNS watcher, first and last: the baseline and its drift),
+         then for each N of --bill-n: podns-direct (N `podns serve` with
+         --kubeconfig, as a DaemonSet without relays), coredns (N CoreDNS
+         with the kubernetes plugin, `pods disabled`), relays (2 podns
+         relays, N node instances behind them, --node over the kwok nodes
+         in turn, each reading one relay). Real processes every one; the
+         API server's CPU (utime+stime of its pid), RSS (sampled each
+         second: max and end), apiserver_watch_events_sizes_sum and _total
+         (all resources; bytes before TLS, as encoded for each watcher),
+         and the bytes it sent on the watchers' own TCP connections
+         (bytes_acked of `ss -tinp` on its side, each connection owned by
+         the client pid on the other side: TLS included; the relays' for
+         relays; node instances must hold none). Rows per case (bill) and
+         over the baseline per watcher and per mutation (bill-sum); a
+         Markdown table in OUT.md.
 
 Writes OUT.csv (stage,server,metric,value,note) row by row and prints a summary.
+
+    --stages bill --bill-n 50,200 --bill-seconds 300   # the API server's bill
+
 """
 import argparse
+import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -710,6 +735,327 @@ class Bench:
                 per = (sum(sizes.values()) - sum(base[3].values())) / max(1, pw)
                 self.row("api", label, "watch-bytes-per-pod-write", round(per), "all watched resources, over no DNS server")
 
+    # --- stage bill: kube-apiserver's own cost per watcher kind and count
+    def bill_churn(self, ns, stop, count):
+        """Pod creates and deletes in `ns` at --bill-rate in all, 50 pods
+        live: after the first 50 creates a delete and a create alternate.
+        count[0] counts the churn's mutations the API server accepted."""
+        u = urllib.parse.urlparse(self.k.url)
+        conn = [None]
+
+        def req(method, path, body=None):
+            # One kept-alive connection, as a controller's client keeps it
+            # (a TLS handshake per request would bill the API server more).
+            for _ in range(2):
+                try:
+                    if conn[0] is None:
+                        conn[0] = http.client.HTTPSConnection(u.hostname, u.port, context=self.k.ctx, timeout=30)
+                    data = json.dumps(body).encode() if body is not None else None
+                    conn[0].request(method, path, body=data, headers={"content-type": "application/json"} if data else {})
+                    r = conn[0].getresponse()
+                    r.read()
+                    return r.status < 300
+                except (OSError, http.client.HTTPException):
+                    conn[0].close()
+                    conn[0] = None
+            return False
+
+        live = []
+        i = 0
+        gap = 1.0 / self.a.bill_rate
+        nxt = time.monotonic()
+        deadline = time.monotonic() + 24 * 3600
+        while not stop.is_set() and time.monotonic() < deadline:
+            if len(live) >= 50:
+                ok = req("DELETE", f"/api/v1/namespaces/{ns}/pods/{live.pop(0)}?gracePeriodSeconds=0")
+            else:
+                name = f"b-{i}"
+                i += 1
+                ok = req("POST", f"/api/v1/namespaces/{ns}/pods", {
+                    "metadata": {"name": name, "labels": {"app": "churn"}},
+                    "spec": {"nodeName": self.nodes[i % len(self.nodes)],
+                             "containers": [{"name": "c", "image": "fake"}]}})
+                if ok:
+                    live.append(name)
+            if ok:
+                count[0] += 1
+            nxt += gap
+            time.sleep(max(0, nxt - time.monotonic()))
+
+    def apiserver_conns(self, port):
+        """The API server's established connections on `port`: {client port:
+        (bytes_acked on the API server's side, client pid)} from `ss -tinp`."""
+        out = subprocess.run(["ss", "-tinpH", "state", "established",
+                              f"( sport = :{port} or dport = :{port} )"],
+                             capture_output=True, text=True, timeout=60).stdout
+        acked, owner, cur = {}, {}, None
+        for line in out.splitlines():
+            if line[:1] in ("\t", " "):
+                if cur is not None:
+                    m = re.search(r"bytes_acked:(\d+)", line)
+                    acked[cur] = int(m.group(1)) if m else 0
+                cur = None
+                continue
+            f = line.split()
+            if len(f) < 4:
+                continue
+            lport, pport = int(f[2].rsplit(":", 1)[1]), int(f[3].rsplit(":", 1)[1])
+            m = re.search(r"pid=(\d+)", line)
+            cur = None
+            if lport == port:
+                cur = pport
+            elif pport == port and m:
+                owner[lport] = int(m.group(1))
+        return {p: (b, owner.get(p)) for p, b in acked.items()}
+
+    def start_watchers(self, kind, n, relays=None):
+        """n watchers of `kind`, started in batches of 10, each waited for
+        (podns: /readyz 200; CoreDNS: it answers the API server's Service).
+        Stops starting, and says so, when the machine's free memory falls
+        under 4 GiB (the machine is shared)."""
+        procs = []
+        for b in range(0, n, 10):
+            avail = int(next(l for l in open("/proc/meminfo") if l.startswith("MemAvailable")).split()[1])
+            if avail < 4 * 1024 * 1024:
+                self.row("bill", f"{kind}-{n}", "started", len(procs), f"stopped: MemAvailable {avail // 1024} MiB")
+                break
+            batch = []
+            for i in range(b, min(n, b + 10)):
+                name = f"bill-{kind}-{i}"
+                if kind == "podns-direct":
+                    p = self.podns_proc(name, [f"--kubeconfig={self.kubeconfig}"])
+                elif kind == "relays":
+                    r = relays[i % len(relays)]
+                    p = self.podns_proc(name, [f"--relay-kubeconfig={r.kubeconfig}",
+                                               f"--node={self.nodes[i % len(self.nodes)]}",
+                                               f"--relay-dns=127.0.0.1:{r.dns}"])
+                else:
+                    p = self.bill_coredns(name)
+                batch.append(p)
+            deadline = time.time() + 300
+            for p in batch:
+                while time.time() < deadline and p.p.poll() is None and not self.is_ready(p):
+                    time.sleep(0.2)
+                if not self.is_ready(p):
+                    self.row("bill", f"{kind}-{n}", "not-ready", p.name, f"see {self.logs}/{p.name}.log")
+            procs += batch
+        return procs
+
+    def podns_proc(self, name, flags):
+        dns, admin = free_port(), free_port()
+        p = Proc(name, [self.a.podns, "serve", f"--dns-listen=127.0.0.1:{dns}",
+                        f"--admin-listen=127.0.0.1:{admin}", "--udp-sockets=1", *flags],
+                 self.logs, {"RUST_LOG": "warn", "NO_COLOR": "1"})
+        p.name, p.dns, p.admin = name, dns, admin
+        return p
+
+    def bill_coredns(self, name):
+        """CoreDNS with its kubernetes plugin as a cluster runs it (`pods
+        disabled`, the default): its API requests are the plugin's."""
+        port = free_port()
+        cf = os.path.join(self.logs, f"{name}.Corefile")
+        with open(cf, "w") as f:
+            f.write(f""".:{port} {{
+    bind 127.0.0.1
+    errors
+    kubernetes cluster.local in-addr.arpa ip6.arpa {{
+        kubeconfig {self.kubeconfig}
+        pods disabled
+        endpoint_pod_names
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 5
+    }}
+}}
+""")
+        p = Proc(name, [self.coredns, "-conf", cf], self.logs)
+        p.name, p.dns, p.admin = name, port, None
+        return p
+
+    def is_ready(self, p):
+        if p.p.poll() is not None:
+            return False
+        if p.admin is None:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                r = ask(s, p.dns, "kubernetes.default.svc.cluster.local", 0.3)
+            finally:
+                s.close()
+            return bool(r and r[0] == 0 and r[1])
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{p.admin}/readyz", timeout=2) as f:
+                return f.status == 200
+        except Exception:  # noqa: BLE001
+            return False
+
+    def start_relays(self, count):
+        """`count` podns relays over the API server, each writing a
+        kubeconfig for node instances (ServiceAccount podns-bill/podns-node,
+        granted the relay's one permission as deploy/'s RBAC does)."""
+        ns = "podns-bill"
+        if isinstance(self.k.try_req("GET", f"/api/v1/namespaces/{ns}"), Exception):
+            self.k.req("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+        self.k.try_req("POST", f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": "podns-node"}})
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        self.k.try_req("POST", f"{rbac}/clusterroles", {
+            "metadata": {"name": "podns-relay-reader"},
+            "rules": [{"apiGroups": ["dns.podns.io"], "resources": ["relays"], "verbs": ["get"]}]})
+        self.k.try_req("POST", f"{rbac}/clusterrolebindings", {
+            "metadata": {"name": "podns-relay-reader-bill"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "podns-relay-reader"},
+            "subjects": [{"kind": "ServiceAccount", "namespace": ns, "name": "podns-node"}]})
+        relays = []
+        for i in range(count):
+            rk = os.path.join(self.logs, f"relay-{i}.yaml")
+            if os.path.exists(rk):
+                os.remove(rk)
+            p = self.podns_proc(f"bill-relay-{i}", [
+                f"--kubeconfig={self.kubeconfig}", f"--relay-listen=127.0.0.1:{free_port()}",
+                f"--relay-kubeconfig-out={rk}", f"--relay-kubeconfig-account={ns}/podns-node"])
+            p.kubeconfig = rk
+            deadline = time.time() + 120
+            while time.time() < deadline and not (self.is_ready(p) and os.path.exists(rk)):
+                time.sleep(0.2)
+            assert os.path.exists(rk), f"relay {i} wrote no kubeconfig; see {self.logs}/{p.name}.log"
+            relays.append(p)
+        return relays
+
+    def bill_case(self, kind, n, port, apiserver, churn_count):
+        """One case: start the watchers, let them settle, then measure the
+        API server over --bill-seconds of the running churn."""
+        relays = self.start_relays(2) if kind == "relays" else []
+        watchers = self.start_watchers(kind, n, relays) if n else []
+        procs = relays + watchers
+        time.sleep(self.a.bill_settle)
+        label = f"{kind}-{n}"
+        # Which processes' connections count as the watchers': the processes
+        # that hold the API server's watches (the relays, not the node
+        # instances, which must hold none).
+        upstream = {p.pid for p in (relays or watchers)}
+        nodes_pids = {p.pid for p in watchers} if relays else set()
+        rss = []
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                rss.append(rss_kib(apiserver))
+                stop.wait(1)
+
+        m0, c0, s0, n0, w0 = self.k.metrics(), cpu_s(apiserver), self.apiserver_conns(port), churn_count[0], \
+            sum(cpu_s(p.pid) for p in procs if p.p.poll() is None)
+        t0 = time.monotonic()
+        th = threading.Thread(target=sample, daemon=True)
+        th.start()
+        time.sleep(self.a.bill_seconds)
+        c1, s1, n1, w1 = cpu_s(apiserver), self.apiserver_conns(port), churn_count[0], \
+            sum(cpu_s(p.pid) for p in procs if p.p.poll() is None)
+        secs = time.monotonic() - t0
+        m1 = self.k.metrics()
+        stop.set()
+        th.join(5)
+        rss.append(rss_kib(apiserver))
+        alive = sum(1 for p in watchers if p.p.poll() is None)
+        watcher_rss = sum(rss_kib(p.pid) for p in procs if p.p.poll() is None) / 1024
+
+        def delta(prefix, pred=lambda k: True):
+            return sum(v - m0.get(k, 0) for k, v in m1.items() if k.startswith(prefix) and pred(k))
+
+        ev_bytes = delta("apiserver_watch_events_sizes_sum{")
+        ev_count = delta("apiserver_watch_events_total{")
+        pod_bytes = delta("apiserver_watch_events_sizes_sum{", lambda k: 'resource="pods"' in k)
+        pod_writes = delta("apiserver_request_total{", lambda k: 'resource="pods"' in k and any(
+            f'verb="{v}"' in k for v in ("POST", "PUT", "PATCH", "DELETE")))
+        requests = delta("apiserver_request_total{", lambda k: 'verb="WATCH"' not in k)
+        sock_all = sock_w = closed = 0
+        node_conns = 0
+        for cport, (b, pid) in s1.items():
+            d = b - s0.get(cport, (0, None))[0]
+            sock_all += d
+            if pid in upstream:
+                sock_w += d
+            if pid in nodes_pids:
+                node_conns += 1
+        closed = sum(1 for cport in s0 if cport not in s1)
+        load = open("/proc/loadavg").read().split()[0]
+        note = f"window_s={secs:.0f} load1={load}"
+        got = {"cpu-s": c1 - c0, "mutations": n1 - n0, "pod-writes": pod_writes, "requests": requests,
+               "watch-event-bytes": ev_bytes, "watch-events": ev_count, "watch-pod-bytes": pod_bytes,
+               "socket-bytes-all": sock_all, "socket-bytes-watchers": sock_w,
+               "rss-max-MiB": max(rss) / 1024, "rss-end-MiB": rss[-1] / 1024}
+        for k, v in got.items():
+            self.row("bill", label, k, round(v, 2) if k.startswith(("cpu", "rss")) else int(v), note)
+        self.row("bill", label, "watchers-alive", alive, f"of {n}; relays={len(relays)} conns_closed_in_window={closed}")
+        if relays:
+            self.row("bill", label, "node-instance-apiserver-conns", node_conns, "must be 0: node instances read the relays")
+        self.row("bill", label, "watchers-cpu-s", round(w1 - w0, 2), "the watcher processes' own CPU (relays included)")
+        self.row("bill", label, "watchers-rss-MiB", round(watcher_rss, 1), "sum, end of window (relays included)")
+        for p in procs:
+            if p.p.poll() is None:
+                p.p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.p.kill()
+                p.p.wait()
+        return got
+
+    def bill(self):
+        """Stage bill: kube-apiserver's CPU, RSS and bytes sent to watchers
+        while one churn runs, with no DNS watcher, N podns watching the API
+        server, N CoreDNS, and 2 relays with N node instances behind them."""
+        apiserver = int(self.env["APISERVER_PID"])
+        port = int(urllib.parse.urlparse(self.env["APISERVER_URL"]).port)
+        ns = "h2h-bill"
+        self.k.namespace(ns)
+        self.k.headless(ns, "churn", {"app": "churn"})
+        count, stop = [0], threading.Event()
+        t = threading.Thread(target=self.bill_churn, args=(ns, stop, count), daemon=True)
+        t.start()
+        time.sleep(5)  # the first 50 creates: then a delete and a create alternate
+        kinds = [k for k in self.a.bill_kinds.split(",") if k]
+        res = {}
+        try:
+            res["none"] = self.bill_case("none", 0, port, apiserver, count)
+            for n in self.a.bill_n:
+                for kind in kinds:
+                    res[(kind, n)] = self.bill_case(kind, n, port, apiserver, count)
+            res["none-end"] = self.bill_case("none", 0, port, apiserver, count)
+        finally:
+            stop.set()
+            t.join(30)
+        # The baseline: the mean of the none windows before and after; their
+        # difference is the drift (the machine is shared) to judge the rest by.
+        base = {k: (res["none"][k] + res["none-end"][k]) / 2 for k in res["none"]}
+        for k in ("cpu-s", "watch-event-bytes", "rss-max-MiB"):
+            self.row("bill-sum", "none", f"{k}-drift", round(res["none-end"][k] - res["none"][k], 2),
+                     f"first={res['none'][k]:.2f} last={res['none-end'][k]:.2f}")
+        table = ["| watchers | N | mutations | API server CPU s | CPU ms over none | CPU µs per watcher per mutation"
+                 " | watch bytes over none | watch B per watcher per mutation | socket bytes to watchers"
+                 " | socket B per watcher per mutation | API server RSS max MiB |",
+                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+                 f"| none (first, last) | 0 | {res['none']['mutations']}, {res['none-end']['mutations']}"
+                 f" | {res['none']['cpu-s']:.2f}, {res['none-end']['cpu-s']:.2f} | | |"
+                 f" {res['none']['watch-event-bytes']:,.0f}, {res['none-end']['watch-event-bytes']:,.0f} (all) | | 0 | |"
+                 f" {res['none']['rss-max-MiB']:.0f}, {res['none-end']['rss-max-MiB']:.0f} |"]
+        for (kind, n), got in ((k, v) for k, v in res.items() if isinstance(k, tuple)):
+            muts = max(1, got["mutations"])
+            cpu = (got["cpu-s"] - base["cpu-s"]) * 1000
+            wb = got["watch-event-bytes"] - base["watch-event-bytes"]
+            sb = got["socket-bytes-watchers"]
+            for unit, extra, note in (("cpu-ms", cpu, f"none={base['cpu-s'] * 1000:.0f}"),
+                                      ("watch-bytes", wb, f"none={base['watch-event-bytes']:.0f}"),
+                                      ("socket-bytes", sb, "the watchers' own connections (relays' for relays)")):
+                self.row("bill-sum", f"{kind}-{n}", f"{unit}-over-none", round(extra, 1), note)
+                self.row("bill-sum", f"{kind}-{n}", f"{unit}-per-watcher", round(extra / n, 2), "")
+                self.row("bill-sum", f"{kind}-{n}", f"{unit}-per-mutation", round(extra / muts, 2), f"mutations={int(muts)}")
+                self.row("bill-sum", f"{kind}-{n}", f"{unit}-per-watcher-per-mutation", round(extra / n / muts, 4), "")
+            self.row("bill-sum", f"{kind}-{n}", "rss-max-MiB-over-none", round(got["rss-max-MiB"] - base["rss-max-MiB"], 1), "")
+            table.append(f"| {kind} | {n} | {muts} | {got['cpu-s']:.2f} | {cpu:,.0f} | {cpu * 1000 / n / muts:.1f}"
+                         f" | {wb:,.0f} | {wb / n / muts:,.0f} | {sb:,.0f} | {sb / n / muts:,.0f} | {got['rss-max-MiB']:.0f} |")
+        print("\n".join(table), flush=True)
+        with open(self.a.out + ".md", "w") as f:
+            f.write("\n".join(table) + "\n")
+
     def run(self):
         stages = self.a.stages.split(",")
         try:
@@ -735,6 +1081,8 @@ class Bench:
                 self.rounds([x for x in stages if x in ("rss", "qps")])
             if "api" in stages:
                 self.api()
+            if "bill" in stages:
+                self.bill()
         finally:
             self.stop_all()
             load = open("/proc/loadavg").read().split()[:3]
@@ -748,7 +1096,7 @@ def main():
     ap.add_argument("--cluster", required=True, help="the DIR of tests/cluster/up.sh")
     ap.add_argument("--podns", required=True, help="the podns binary (release build)")
     ap.add_argument("--out", required=True, help="output path without .csv")
-    ap.add_argument("--stages", default="prop,nx,qps,rss,api")
+    ap.add_argument("--stages", default="prop,nx,qps,rss,api", help="any of prop,nx,qps,rss,api,bill")
     ap.add_argument("--pods", type=int, default=200, help="pods per propagation run")
     ap.add_argument("--create-rate", type=float, default=20.0, help="pod creates/s in a propagation run")
     ap.add_argument("--churn", type=float, default=10.0, help="pod creates+deletes/s of background churn")
@@ -763,8 +1111,14 @@ def main():
                     help="CoreDNS configurations, each of plain|cache|multisocket joined by +")
     ap.add_argument("--multisocket", type=int, default=os.cpu_count(), help="multisocket's socket count (default: cores)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the rss/qps stages, servers alternating")
+    ap.add_argument("--bill-n", default="50,200", help="watcher counts of the bill stage")
+    ap.add_argument("--bill-kinds", default="podns-direct,coredns,relays", help="watcher kinds of the bill stage")
+    ap.add_argument("--bill-seconds", type=int, default=300, help="the bill stage's window per case")
+    ap.add_argument("--bill-settle", type=int, default=15, help="seconds after the watchers are ready before a window")
+    ap.add_argument("--bill-rate", type=float, default=20.0, help="pod mutations/s (creates+deletes) in the bill stage")
     a = ap.parse_args()
     a.sizes = [int(x) for x in a.sizes.split(",")]
+    a.bill_n = [int(x) for x in a.bill_n.split(",") if x]
     Bench(a).run()
 
 
