@@ -919,14 +919,22 @@ class Bench:
             relays.append(p)
         return relays
 
-    def bill_case(self, kind, n, port, apiserver, churn_count):
+    def bill_case(self, kind, n, port, apiserver, churn_count, label=None):
         """One case: start the watchers, let them settle, then measure the
         API server over --bill-seconds of the running churn."""
+        label = label or f"{kind}-{n}"
+        # The start too: every watcher's first lists, until it is ready.
+        s_c0, s_t0, s_s0 = cpu_s(apiserver), time.monotonic(), self.apiserver_conns(port)
         relays = self.start_relays(2) if kind == "relays" else []
         watchers = self.start_watchers(kind, n, relays) if n else []
         procs = relays + watchers
+        s_c1, s_t1, s_s1 = cpu_s(apiserver), time.monotonic(), self.apiserver_conns(port)
+        mine = {p.pid for p in procs}
+        s_bytes = sum(b - s_s0.get(c, (0, None))[0] for c, (b, pid) in s_s1.items() if pid in mine)
+        self.row("bill", label, "start-s", round(s_t1 - s_t0, 2), "from the first start to the last watcher ready")
+        self.row("bill", label, "start-cpu-s", round(s_c1 - s_c0, 2), "the API server's, churn included")
+        self.row("bill", label, "start-socket-bytes", s_bytes, "to the watchers' connections until all were ready")
         time.sleep(self.a.bill_settle)
-        label = f"{kind}-{n}"
         # Which processes' connections count as the watchers': the processes
         # that hold the API server's watches (the relays, not the node
         # instances, which must hold none).
@@ -977,12 +985,24 @@ class Bench:
         closed = sum(1 for cport in s0 if cport not in s1)
         load = open("/proc/loadavg").read().split()[0]
         note = f"window_s={secs:.0f} load1={load}"
-        got = {"cpu-s": c1 - c0, "mutations": n1 - n0, "pod-writes": pod_writes, "requests": requests,
+        got = {"start-s": s_t1 - s_t0, "start-cpu-s": s_c1 - s_c0, "start-socket-bytes": s_bytes,
+               "cpu-s": c1 - c0, "mutations": n1 - n0, "pod-writes": pod_writes, "requests": requests,
                "watch-event-bytes": ev_bytes, "watch-events": ev_count, "watch-pod-bytes": pod_bytes,
                "socket-bytes-all": sock_all, "socket-bytes-watchers": sock_w,
                "rss-max-MiB": max(rss) / 1024, "rss-end-MiB": rss[-1] / 1024}
         for k, v in got.items():
+            if k.startswith("start"):
+                continue
             self.row("bill", label, k, round(v, 2) if k.startswith(("cpu", "rss")) else int(v), note)
+        # Bytes per watched resource (all watchers of the API server: over
+        # the none case, what this case's watchers added).
+        for k in sorted(m1):
+            if k.startswith("apiserver_watch_events_sizes_sum{"):
+                d = m1[k] - m0.get(k, 0)
+                res_name = re.search(r'resource="([^"]*)"', k)
+                if d > 0 and res_name:
+                    got[f"watch-bytes-{res_name.group(1)}"] = d
+                    self.row("bill", label, f"watch-bytes-{res_name.group(1)}", int(d), note)
         self.row("bill", label, "watchers-alive", alive, f"of {n}; relays={len(relays)} conns_closed_in_window={closed}")
         if relays:
             self.row("bill", label, "node-instance-apiserver-conns", node_conns, "must be 0: node instances read the relays")
@@ -1013,11 +1033,13 @@ class Bench:
         t.start()
         time.sleep(5)  # the first 50 creates: then a delete and a create alternate
         kinds = [k for k in self.a.bill_kinds.split(",") if k]
-        res = {}
+        res, pairs = {}, {}
         try:
             res["none"] = self.bill_case("none", 0, port, apiserver, count)
             for n in self.a.bill_n:
                 for kind in kinds:
+                    if self.a.bill_paired:
+                        pairs[(kind, n)] = self.bill_case("none", 0, port, apiserver, count, f"none-before-{kind}-{n}")
                     res[(kind, n)] = self.bill_case(kind, n, port, apiserver, count)
             res["none-end"] = self.bill_case("none", 0, port, apiserver, count)
         finally:
@@ -1025,33 +1047,65 @@ class Bench:
             t.join(30)
         # The baseline: the mean of the none windows before and after; their
         # difference is the drift (the machine is shared) to judge the rest by.
-        base = {k: (res["none"][k] + res["none-end"][k]) / 2 for k in res["none"]}
+        base = {k: (res["none"][k] + res["none-end"].get(k, 0)) / 2 for k in res["none"]}
         for k in ("cpu-s", "watch-event-bytes", "rss-max-MiB"):
             self.row("bill-sum", "none", f"{k}-drift", round(res["none-end"][k] - res["none"][k], 2),
                      f"first={res['none'][k]:.2f} last={res['none-end'][k]:.2f}")
-        table = ["| watchers | N | mutations | API server CPU s | CPU ms over none | CPU µs per watcher per mutation"
+        table = ["| watchers | N | mutations | API server CPU s (its none) | CPU ms over none | CPU µs per watcher per mutation"
                  " | watch bytes over none | watch B per watcher per mutation | socket bytes to watchers"
-                 " | socket B per watcher per mutation | API server RSS max MiB |",
-                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+                 " | socket B per watcher per mutation | API server RSS max MiB"
+                 " | start: s | start: CPU s over none | start: socket B per watcher |",
+                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
                  f"| none (first, last) | 0 | {res['none']['mutations']}, {res['none-end']['mutations']}"
                  f" | {res['none']['cpu-s']:.2f}, {res['none-end']['cpu-s']:.2f} | | |"
                  f" {res['none']['watch-event-bytes']:,.0f}, {res['none-end']['watch-event-bytes']:,.0f} (all) | | 0 | |"
-                 f" {res['none']['rss-max-MiB']:.0f}, {res['none-end']['rss-max-MiB']:.0f} |"]
+                 f" {res['none']['rss-max-MiB']:.0f}, {res['none-end']['rss-max-MiB']:.0f} | | | |"]
         for (kind, n), got in ((k, v) for k, v in res.items() if isinstance(k, tuple)):
+            # With --bill-paired, the none window just before this case.
+            b = pairs.get((kind, n), base)
             muts = max(1, got["mutations"])
-            cpu = (got["cpu-s"] - base["cpu-s"]) * 1000
-            wb = got["watch-event-bytes"] - base["watch-event-bytes"]
+            cpu = (got["cpu-s"] - b["cpu-s"]) * 1000
+            wb = got["watch-event-bytes"] - b["watch-event-bytes"]
             sb = got["socket-bytes-watchers"]
-            for unit, extra, note in (("cpu-ms", cpu, f"none={base['cpu-s'] * 1000:.0f}"),
-                                      ("watch-bytes", wb, f"none={base['watch-event-bytes']:.0f}"),
+            for unit, extra, note in (("cpu-ms", cpu, f"none={b['cpu-s'] * 1000:.0f}"),
+                                      ("watch-bytes", wb, f"none={b['watch-event-bytes']:.0f}"),
                                       ("socket-bytes", sb, "the watchers' own connections (relays' for relays)")):
                 self.row("bill-sum", f"{kind}-{n}", f"{unit}-over-none", round(extra, 1), note)
                 self.row("bill-sum", f"{kind}-{n}", f"{unit}-per-watcher", round(extra / n, 2), "")
                 self.row("bill-sum", f"{kind}-{n}", f"{unit}-per-mutation", round(extra / muts, 2), f"mutations={int(muts)}")
                 self.row("bill-sum", f"{kind}-{n}", f"{unit}-per-watcher-per-mutation", round(extra / n / muts, 4), "")
-            self.row("bill-sum", f"{kind}-{n}", "rss-max-MiB-over-none", round(got["rss-max-MiB"] - base["rss-max-MiB"], 1), "")
-            table.append(f"| {kind} | {n} | {muts} | {got['cpu-s']:.2f} | {cpu:,.0f} | {cpu * 1000 / n / muts:.1f}"
-                         f" | {wb:,.0f} | {wb / n / muts:,.0f} | {sb:,.0f} | {sb / n / muts:,.0f} | {got['rss-max-MiB']:.0f} |")
+            self.row("bill-sum", f"{kind}-{n}", "rss-max-MiB-over-none", round(got["rss-max-MiB"] - b["rss-max-MiB"], 1), "")
+            # The start, over what the churn alone costs in as long.
+            start_cpu = got["start-cpu-s"] - b["cpu-s"] / self.a.bill_seconds * got["start-s"]
+            self.row("bill-sum", f"{kind}-{n}", "start-cpu-s-over-none", round(start_cpu, 2),
+                     f"start_s={got['start-s']:.1f}: the watchers' first lists")
+            self.row("bill-sum", f"{kind}-{n}", "start-socket-bytes-per-watcher", round(got["start-socket-bytes"] / n), "")
+            table.append(f"| {kind} | {n} | {muts} | {got['cpu-s']:.2f} ({b['cpu-s']:.2f}) | {cpu:,.0f} | {cpu * 1000 / n / muts:.1f}"
+                         f" | {wb:,.0f} | {wb / n / muts:,.0f} | {sb:,.0f} | {sb / n / muts:,.0f} | {got['rss-max-MiB']:.0f}"
+                         f" | {got['start-s']:.0f} | {start_cpu:.1f} | {got['start-socket-bytes'] / n:,.0f} |")
+        # Where the watch bytes went: per resource, over none, per watcher per mutation.
+        kinds_res = sorted({k[len("watch-bytes-"):] for v in res.values() for k in v if k.startswith("watch-bytes-")})
+        rows = []
+        for (kind, n), got in ((k, v) for k, v in res.items() if isinstance(k, tuple)):
+            # With --bill-paired, the none window just before this case.
+            b = pairs.get((kind, n), base)
+            muts = max(1, got["mutations"])
+            cells = []
+            for r in kinds_res:
+                extra = got.get(f"watch-bytes-{r}", 0) - b.get(f"watch-bytes-{r}", 0)
+                cells.append(extra / n / muts)
+            rows.append((kind, n, cells))
+        # The resources where some case differs from none by 10 B or more.
+        shown = [i for i, r in enumerate(kinds_res) if any(abs(c[2][i]) >= 10 for c in rows)]
+        for kind, n, cells in rows:
+            for i in shown:
+                self.row("bill-sum", f"{kind}-{n}", f"watch-bytes-{kinds_res[i]}-per-watcher-per-mutation",
+                         round(cells[i], 1), "over none")
+        table += ["", "Watch bytes over none per watcher per mutation, by resource:", "",
+                  "| watchers | N | " + " | ".join(kinds_res[i] for i in shown) + " |",
+                  "|---|---:|" + "---:|" * len(shown)]
+        for kind, n, cells in rows:
+            table.append(f"| {kind} | {n} | " + " | ".join(f"{cells[i]:,.0f}" for i in shown) + " |")
         print("\n".join(table), flush=True)
         with open(self.a.out + ".md", "w") as f:
             f.write("\n".join(table) + "\n")
@@ -1115,6 +1169,8 @@ def main():
     ap.add_argument("--bill-kinds", default="podns-direct,coredns,relays", help="watcher kinds of the bill stage")
     ap.add_argument("--bill-seconds", type=int, default=300, help="the bill stage's window per case")
     ap.add_argument("--bill-settle", type=int, default=15, help="seconds after the watchers are ready before a window")
+    ap.add_argument("--bill-paired", action="store_true",
+                    help="a none window before each case, subtracted from it (a shared machine drifts)")
     ap.add_argument("--bill-rate", type=float, default=20.0, help="pod mutations/s (creates+deletes) in the bill stage")
     a = ap.parse_args()
     a.sizes = [int(x) for x in a.sizes.split(",")]
