@@ -350,18 +350,13 @@ impl Workload {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
-    use tokio_util::sync::CancellationToken;
 
     #[tokio::test]
     async fn lean_pods_keep_what_dns_reads() {
-        let store = Store::new(1000);
-        let args = crate::SimArgs {
-            kubelet: true,
+        let (store, w) = crate::workload::with_kubelet(crate::SimArgs {
             lean_pods: true,
             ..Default::default()
-        };
-        let w = Workload::new(store.clone(), &args, CancellationToken::new()).unwrap();
+        });
         for (running, name) in [(true, "run"), (false, "pend")] {
             w.prerun.store(running, Ordering::Relaxed);
             let req = JobRequest {
@@ -397,13 +392,10 @@ mod tests {
 
     #[tokio::test]
     async fn template_pods_are_complete_json() {
-        let store = Store::new(1000);
-        let args = crate::SimArgs {
-            kubelet: true,
+        let (store, w) = crate::workload::with_kubelet(crate::SimArgs {
             pod_cidr_v6: Some("fd00::/64".into()),
             ..Default::default()
-        };
-        let w = Workload::new(store.clone(), &args, CancellationToken::new()).unwrap();
+        });
         for running in [true, false] {
             w.prerun.store(running, Ordering::Relaxed);
             let name = if running { "run" } else { "pend" };

@@ -348,7 +348,6 @@ pub(super) async fn timer_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
     use crate::workload::JobRequest;
     use podns_kapi::filter::Filter;
 
@@ -361,13 +360,10 @@ mod tests {
         const ZONE: &str = "topology.kubernetes.io/zone";
         const REGION: &str = "topology.kubernetes.io/region";
         for on in [true, false] {
-            let store = Store::new(1000);
-            let args = crate::SimArgs {
-                kubelet: true,
+            let (store, w) = crate::workload::with_kubelet(crate::SimArgs {
                 pod_topology_labels: on,
                 ..Default::default()
-            };
-            let w = Workload::new(store.clone(), &args, CancellationToken::new()).unwrap();
+            });
             store
                 .create(
                     Kind::Node,

@@ -135,3 +135,16 @@ impl Workload {
         Ok(w)
     }
 }
+
+/// A workload with its kubelet on a fresh store, for the tests: `args`
+/// sets what else the test needs.
+#[cfg(test)]
+pub(crate) fn with_kubelet(args: SimArgs) -> (Arc<Store>, Arc<Workload>) {
+    let store = Store::new(1000);
+    let args = SimArgs {
+        kubelet: true,
+        ..args
+    };
+    let w = Workload::new(store.clone(), &args, CancellationToken::new()).unwrap();
+    (store, w)
+}
