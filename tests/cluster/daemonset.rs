@@ -85,7 +85,7 @@ pub fn node_admin(n: &Node) -> SocketAddr {
 
 /// The questions a node instance forwarded to the relays (answered or
 /// failed: each is counted before its answer goes back).
-pub fn forwarded(admin: SocketAddr) -> f64 {
+pub fn forwarded_total(admin: SocketAddr) -> f64 {
     metric_at(admin, "podns_dns_forwarded_total")
 }
 
@@ -199,9 +199,9 @@ fn daemonset_node_instance_answers_the_gang_and_uninstalls_clean() {
         "the node instance to answer the gang without forwarding",
         secs(60),
         || {
-            let before = forwarded(node[0]);
+            let before = forwarded_total(node[0]);
             let (ok, _, got) = lookup(&n, tns, "client", "cgo", "trainer-0.trainer");
-            (ok && got == ips[0] && forwarded(node[0]) == before).then_some(())
+            (ok && got == ips[0] && forwarded_total(node[0]) == before).then_some(())
         },
     );
     eprintln!(
