@@ -212,8 +212,8 @@ fn main() {
 fn relay_history() {
     use podns_kapi::Kind;
     use podns_server::k8s::objects::{Relayed, SlimPod};
-    use podns_server::relay::cache::{After, Cache, Item, Wire};
-    use podns_server::relay::labels::ServedLabels;
+    use podns_server::relay::store::cache::{After, Cache, Item, Wire};
+    use podns_server::relay::store::labels::ServedLabels;
     use prometheus_client::metrics::counter::Counter;
     use std::time::Duration;
 

@@ -336,7 +336,7 @@ async fn main() {
     let sim = client_from(&d("k.yaml")).await;
     // The relay's permission for the account of the kubeconfig it writes,
     // as the chart grants it to node instances.
-    let perm = podns_server::relay::auth::PERMISSION;
+    let perm = podns_server::relay::http::auth::PERMISSION;
     let rbac = "/apis/rbac.authorization.k8s.io/v1";
     let role = serde_json::json!({"metadata": {"name": "podns-node"},
         "rules": [{"apiGroups": [perm.group], "resources": [perm.resource], "verbs": [perm.verb]}]});

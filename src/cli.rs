@@ -307,7 +307,7 @@ pub struct ServeArgs {
     #[arg(
         long,
         env = "PODNS_RELAY_AUDIENCE",
-        default_value = podns_server::relay::auth::AUDIENCE,
+        default_value = podns_server::relay::http::auth::AUDIENCE,
         requires = "relay_listen"
     )]
     pub relay_audience: String,

@@ -72,7 +72,7 @@ pub fn node_account(c: &Cluster, ns: &str, name: &str) {
         made.is_ok() || made.as_ref().is_err_and(|e| e.contains("already exists")),
         "the node ServiceAccount: {made:?}"
     );
-    let perm = podns_server::relay::auth::PERMISSION;
+    let perm = podns_server::relay::http::auth::PERMISSION;
     c.apply(&format!(
         r#"apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole

@@ -749,7 +749,7 @@ fn check_chart_relay_wiring(docs: &[Value]) {
     let audience = relay_args
         .iter()
         .find_map(|a| a.strip_prefix("--relay-audience="))
-        .unwrap_or(podns_server::relay::auth::AUDIENCE);
+        .unwrap_or(podns_server::relay::http::auth::AUDIENCE);
     let token = volume_at(node_pod, "/var/run/secrets/podns/relay");
     let projected = &token["projected"]["sources"][0]["serviceAccountToken"];
     assert_eq!(projected["audience"], audience, "{token:?}");
@@ -831,7 +831,7 @@ fn check_daemonset(docs: &[Value]) {
     assert_eq!(sa, "podns-node");
     // Node instances hold one permission, the relay's own: `get` on
     // relays.dns.podns.io, which the relays check for every client.
-    let perm = podns_server::relay::auth::PERMISSION;
+    let perm = podns_server::relay::http::auth::PERMISSION;
     let roles = kind(docs, "ClusterRole");
     for b in kind(docs, "ClusterRoleBinding")
         .into_iter()
@@ -884,7 +884,7 @@ fn check_daemonset(docs: &[Value]) {
     let token = volume_at(&ds["spec"]["template"], "/var/run/secrets/podns/relay");
     assert_eq!(
         token["projected"]["sources"][0]["serviceAccountToken"]["audience"],
-        podns_server::relay::auth::AUDIENCE
+        podns_server::relay::http::auth::AUDIENCE
     );
 }
 

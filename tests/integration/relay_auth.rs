@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, ListParams};
-use podns_server::relay::auth::AUDIENCE;
+use podns_server::relay::http::auth::AUDIENCE;
 use serde_json::json;
 
 use crate::relay::{T, env_with_relay, pods_with_ip, relay_client, start_podns, wait_held};

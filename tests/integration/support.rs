@@ -558,10 +558,10 @@ pub fn rss_kb_and_fds(pid: u32) -> Option<(u64, usize)> {
 
 /// Let ServiceAccount `namespace/name` read a relay, as the chart grants
 /// it to node instances: a ClusterRole with the relay's permission
-/// (`podns_server::relay::auth::PERMISSION`) bound to the account.
+/// (`podns_server::relay::http::auth::PERMISSION`) bound to the account.
 pub async fn grant_relay_reader(client: &kube::Client, namespace: &str, name: &str) {
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let perm = podns_server::relay::auth::PERMISSION;
+    let perm = podns_server::relay::http::auth::PERMISSION;
     let role: ClusterRole = serde_json::from_value(json!({
         "metadata": {"name": "podns-relay-reader"},
         "rules": [{"apiGroups": [perm.group], "resources": [perm.resource], "verbs": [perm.verb]}],

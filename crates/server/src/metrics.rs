@@ -74,7 +74,7 @@ pub const RELAY_ENCODED: &str = "podns_relay_events_encoded";
 pub const RELAY_SENT: &str = "podns_relay_events_sent";
 pub const RELAY_UNSEEN: &str = "podns_relay_changes_unseen";
 /// Requests the relay refused, by reason (`no_token`, `unauthenticated`,
-/// `forbidden`, `out_of_scope`, `unavailable`: see `relay::auth`).
+/// `forbidden`, `out_of_scope`, `unavailable`: see `relay::http::auth`).
 pub const RELAY_DENIED: &str = "podns_relay_requests_denied";
 /// 1 while a node instance's last attempt to read its relay worked, else 0.
 pub const NODE_RELAY_REACHABLE: &str = "podns_node_relay_reachable";

@@ -29,7 +29,7 @@ use crate::k8s::watch::{self, WatchConfig};
 use crate::k8s::wire::Wire;
 use crate::metrics::{Metrics, ResultLabels};
 use crate::node::NodeConfig;
-use crate::relay::auth::Auth;
+use crate::relay::http::auth::Auth;
 use crate::relay::{Relay, RelayConfig};
 
 /// Everything `podns serve` needs; the CLI maps its flags into this.
@@ -135,7 +135,7 @@ pub struct Listeners {
     pub tcp: TcpListener,
     pub admin: TcpListener,
     /// The relay's, when it is served ([`Self::bind_relay`]), and its TLS.
-    pub relay: Option<(TcpListener, crate::relay::tls::Tls)>,
+    pub relay: Option<(TcpListener, crate::relay::http::tls::Tls)>,
 }
 
 impl Listeners {
@@ -207,7 +207,7 @@ impl Listeners {
     pub fn bind_relay_with(
         mut self,
         cfg: &RelayConfig,
-        tls: crate::relay::tls::Tls,
+        tls: crate::relay::http::tls::Tls,
     ) -> anyhow::Result<Self> {
         let addr = cfg.listen;
         let files = cfg.tls_cert.is_some() && cfg.tls_key.is_some();
@@ -234,9 +234,9 @@ impl Listeners {
 
 /// The relay's certificate: loaded from `--relay-tls-cert`/`--relay-tls-key`,
 /// or made (self-signed) for its address.
-pub fn relay_tls(cfg: &RelayConfig) -> anyhow::Result<crate::relay::tls::Tls> {
+pub fn relay_tls(cfg: &RelayConfig) -> anyhow::Result<crate::relay::http::tls::Tls> {
     let files = cfg.tls_cert.as_deref().zip(cfg.tls_key.as_deref());
-    crate::relay::tls::load(files, cfg.tls_ca.as_deref(), cfg.listen)
+    crate::relay::http::tls::load(files, cfg.tls_ca.as_deref(), cfg.listen)
 }
 
 /// A running server: its parts, for the signal handler, the demo and tests.
@@ -535,7 +535,7 @@ impl Spawner {
         &mut self,
         relay: &Arc<Relay>,
         cfg: &RelayConfig,
-        (listener, tls): (TcpListener, crate::relay::tls::Tls),
+        (listener, tls): (TcpListener, crate::relay::http::tls::Tls),
         client: &kube::Client,
         dns_addr: SocketAddr,
     ) -> Option<SocketAddr> {
@@ -769,7 +769,7 @@ async fn relay_dns_default(
             .filter(|c| cluster.as_ref().is_none_or(|name| *name == c.name))
             .filter_map(|c| c.cluster.as_ref()?.extensions.as_ref())
             .flatten()
-            .find(|e| e.name == crate::relay::auth::DNS_EXTENSION)
+            .find(|e| e.name == crate::relay::http::auth::DNS_EXTENSION)
             .and_then(|e| e.extension.as_str()?.parse::<SocketAddr>().ok());
         if let Some(addr) = named {
             return Ok(vec![addr]);
@@ -812,7 +812,7 @@ async fn write_relay_kubeconfig(
     let ttl = std::time::Duration::from_secs(24 * 3600);
     let mut backoff = std::time::Duration::from_millis(200);
     let token = loop {
-        match crate::relay::auth::request_token(
+        match crate::relay::http::auth::request_token(
             client.clone(),
             &namespace,
             &account,
@@ -823,14 +823,14 @@ async fn write_relay_kubeconfig(
         {
             Ok(token) => break token,
             Err(error) => {
-                let error = crate::relay::auth::one_line(&error);
+                let error = crate::relay::http::auth::one_line(&error);
                 tracing::warn!(%error, "cannot get a token for {namespace}/{account} for --relay-kubeconfig-out; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(std::time::Duration::from_secs(30));
             }
         }
     };
-    let text = crate::relay::auth::kubeconfig(
+    let text = crate::relay::http::auth::kubeconfig(
         &format!("https://{addr}"),
         &ca_pem,
         server_name.as_deref(),
@@ -879,7 +879,7 @@ mod relay_dns_tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("relay.yaml");
         let dns: SocketAddr = "127.0.0.1:1053".parse().unwrap();
-        let text = crate::relay::auth::kubeconfig(
+        let text = crate::relay::http::auth::kubeconfig(
             "https://127.0.0.1:6444",
             "ca",
             Some("podns.podns.svc"),

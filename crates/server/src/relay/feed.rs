@@ -10,8 +10,8 @@ use kube::runtime::watcher::Event;
 use podns_kapi::Kind;
 
 use super::Relay;
-use super::cache::{Cache, Item};
-use super::labels::{self, ServedLabels};
+use super::store::cache::{Cache, Item};
+use super::store::labels::{self, ServedLabels};
 use crate::k8s::objects::Served;
 use crate::k8s::tap::{Tap, Taps, Watched};
 

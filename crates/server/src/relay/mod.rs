@@ -6,25 +6,20 @@
 //!
 //! The relay is what kube-apiserver's own watch cache is, one tier out:
 //! each kind's objects and a history of changes keyed by the API server's
-//! own resourceVersions ([`cache`]), so a client can list, watch, resume
+//! own resourceVersions ([`store`]), so a client can list, watch, resume
 //! on any relay replica without a relist, and gets 410 only past the
 //! history; each change encoded once for every subscriber; label and
 //! field selectors (`spec.nodeName`, `metadata.namespace`) evaluated here,
 //! so a subscriber is sent only what it asked for ([`http`]). Objects carry
 //! only what DNS reads (each kind's serving rules: `k8s::objects`). Clients authenticate with a
-//! ServiceAccount token the relay checks with a TokenReview ([`auth`]).
+//! ServiceAccount token the relay checks with a TokenReview ([`http::auth`]).
 //!
 //! The feed ([`feed`]) is the watch loop's: each watch of a relayed kind
 //! hands every event to its kind's cache as well as to the index writer.
 
-pub mod auth;
-pub mod cache;
-pub mod conn;
 pub mod feed;
 pub mod http;
-pub mod labels;
-pub mod scope;
-pub mod tls;
+pub mod store;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -34,9 +29,9 @@ use std::time::Duration;
 
 use podns_kapi::Kind;
 
-pub use cache::{Cache, Item};
-use labels::ServedLabels;
-use scope::NodeScopes;
+pub use store::cache::{Cache, Item};
+use store::labels::ServedLabels;
+use store::scope::NodeScopes;
 
 /// The kinds the relay serves. EndpointSlices only as podns watches them:
 /// those of Services without a selector (`k8s::watch::USER_SLICES`).
@@ -83,8 +78,8 @@ impl RelayConfig {
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
-            audience: auth::AUDIENCE.to_owned(),
-            scope_linger: scope::LINGER,
+            audience: http::auth::AUDIENCE.to_owned(),
+            scope_linger: store::scope::LINGER,
         }
     }
 }

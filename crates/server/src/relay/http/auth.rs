@@ -10,7 +10,7 @@
 //! A token the API server bound to a pod names the pod's node
 //! (`authentication.kubernetes.io/node-name`, KEP-4193, in every release
 //! from 1.32 on); its client then reads only its node's scope
-//! ([`super::scope`]). A token that names no node (a TokenRequest without
+//! ([`crate::relay::store::scope`]). A token that names no node (a TokenRequest without
 //! a bound pod, as `--relay-kubeconfig-out` writes for a node instance on
 //! the relay's own machine) reads every namespace: only whoever may
 //! request tokens for the node instances' ServiceAccount can make one.

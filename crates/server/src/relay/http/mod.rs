@@ -14,8 +14,14 @@
 //!   enough for kubectl.
 //! - Any other verb: 405. No valid ServiceAccount token: 401.
 //!
-//! A connection is one task ([`super::conn`]); a watch runs in it and
-//! writes each batch of changes to it as one chunk.
+//! A connection is one task ([`conn`]); a watch runs in it and
+//! writes each batch of changes to it as one chunk. Who may read what is
+//! [`auth`]'s (a TokenReview, then the token's node scope); the
+//! certificate is [`tls`]'s.
+
+pub mod auth;
+pub mod conn;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -40,12 +46,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::auth::{Auth, Denied, PERMISSION};
-use super::cache::{self, After, Cache, Item, Wire};
-use super::conn::{Conn, Head, Next, Stream};
-use super::tls::Tls;
+use super::store::cache::{self, After, Cache, Item, Wire};
 use super::{Relay, RelayConfig};
 use crate::metrics::{Metrics, ReasonLabels};
+use auth::{Auth, Denied, PERMISSION};
+use conn::{Conn, Head, Next, Stream};
+use tls::Tls;
 
 /// How long a watch from a version the relay has not reached waits for it.
 const FUTURE_WAIT: Duration = Duration::from_secs(3);
@@ -74,7 +80,7 @@ impl Server {
     }
 
     /// Whether a reader whose token names `node` may make this request:
-    /// only its node's scope ([`super::scope`]). 403 with the reason
+    /// only its node's scope ([`super::store::scope`]). 403 with the reason
     /// otherwise, logged with the user.
     fn in_scope(
         &self,
