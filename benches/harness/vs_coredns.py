@@ -24,6 +24,19 @@ Stages (--stages, default all):
          server's SOA MINIMUM, its floor lowered from 5 s to 1 s), then the
          pod is created: time from its IP status write to the first NOERROR
          with its address through the cache.
+  gang   a gang as training starts it: an Indexed Job of --gang-ranks ranks
+         (a headless Service over it with publishNotReadyAddresses, the
+         pods' subdomain, as JobSet makes them) created through the real
+         Job controller, then a gang restart (the Job deleted and made
+         anew under its name, as JobSet restarts one), --gang-rounds
+         times. Servers, asked at once: podns, a CoreDNS `cache 30`
+         forwarding to podns (a node-local cache), and CoreDNS (the last
+         --coredns build) with `cache 30`. Each rank name
+         (`<job>-<i>.<job>.<ns>.svc.cluster.local`) is asked from the
+         moment the Job is written (the DELETE, for a restart): rows are
+         the time from that write to every rank answering its pod's
+         current IP, and per rank the time from its IP status write to the
+         first right answer (p50/p99).
   rss    RSS of each server after it has synced SIZES pods (each process
          fresh, after sync), and its time from start to answering the last pod.
   qps    dnsperf at a fixed rate on one query mix (hostname names, headless
@@ -546,6 +559,135 @@ class Bench:
             xs = lat[c.name]
             self.row("nx", c.name, "cached-nxdomain-p50-ms", round(pct(xs, 0.5), 1), f"n={len(xs)}")
             self.row("nx", c.name, "cached-nxdomain-p99-ms", round(pct(xs, 0.99), 1), f"n={len(xs)}")
+        self.k.try_req("DELETE", f"/api/v1/namespaces/{ns}")
+
+    # --- stage gang
+    def watch_ranks(self, ns, job, seen, stop):
+        """Record, per Job uid, the first time each completion index is seen
+        with a pod IP: seen[uid][index] = (monotonic time, ip)."""
+        sel = urllib.parse.quote(f"job-name={job}")
+        rv = self.k.req("GET", f"/api/v1/namespaces/{ns}/pods?limit=1")["metadata"]["resourceVersion"]
+        path = (f"/api/v1/namespaces/{ns}/pods?watch=1&labelSelector={sel}"
+                f"&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=1800")
+        r = urllib.request.Request(self.k.url + path)
+        with urllib.request.urlopen(r, context=self.k.ctx, timeout=1800) as f:
+            for line in f:
+                if stop.is_set():
+                    return
+                ev = json.loads(line)
+                o = ev["object"]
+                if ev["type"] not in ("ADDED", "MODIFIED") or o["metadata"].get("deletionTimestamp"):
+                    continue
+                ip = o.get("status", {}).get("podIP")
+                idx = o["metadata"].get("labels", {}).get("batch.kubernetes.io/job-completion-index")
+                owner = next((r["uid"] for r in o["metadata"].get("ownerReferences", []) if r.get("kind") == "Job"), None)
+                if ip and idx is not None and owner:
+                    ranks = seen.setdefault(owner, {})
+                    had = ranks.get(int(idx))
+                    if had is None or had[1] != ip:
+                        # A new IP for a rank (kwok may render one anew):
+                        # the right answer is the newest, timed from its write.
+                        ranks[int(idx)] = (time.monotonic(), ip)
+                        if had is not None:
+                            seen["changed"] = seen.get("changed", 0) + 1
+
+    def gang_job(self, ns, job, ranks):
+        return self.k.req("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", {
+            "metadata": {"name": job},
+            "spec": {"completions": ranks, "parallelism": ranks, "completionMode": "Indexed",
+                     "backoffLimit": 0,
+                     "template": {"metadata": {"labels": {"app": "gang"}},
+                                  "spec": {"subdomain": job, "restartPolicy": "Never",
+                                           "containers": [{"name": "trainer", "image": "fake",
+                                                           "ports": [{"name": "nccl", "containerPort": 29500}]}]}}}})
+
+    def gang_wait(self, servers, ns, job, uid, seen, t0, label):
+        """Ask every rank name of Job `uid` on every server until each
+        answers its pod's IP (or the deadline); rows per server."""
+        ranks = self.a.gang_ranks
+        names = [f"{job}-{i}.{job}.{ns}.svc.cluster.local" for i in range(ranks)]
+        first = {s.name: {} for s in servers}
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        sock.setblocking(False)
+        deadline = time.monotonic() + self.a.gang_limit
+        while time.monotonic() < deadline and any(len(first[s.name]) < ranks for s in servers):
+            ips = seen.get(uid, {})
+            for s in servers:
+                # Ask again a rank whose pod's IP changed since its answer.
+                for i in [i for i, (_, ip) in first[s.name].items() if ips.get(i, (0, ip))[1] != ip]:
+                    del first[s.name][i]
+            ids = {}
+            for s in servers:
+                # Every unanswered rank is asked each cycle, as a rank's
+                # resolver retries at start-up (its IP may not be known yet:
+                # an NXDOMAIN now is what a cache in front keeps).
+                for i in [i for i in range(ranks) if i not in first[s.name]][:512]:
+                    qid, q = query(names[i])
+                    ids[qid] = (s.name, i)
+                    try:
+                        sock.sendto(q, ("127.0.0.1", s.dns))
+                    except (BlockingIOError, OSError):
+                        pass
+            end = time.monotonic() + 0.05
+            while ids and time.monotonic() < end:
+                try:
+                    m, _ = sock.recvfrom(65535)
+                except BlockingIOError:
+                    time.sleep(0.0005)
+                    continue
+                rid, rcode, _tc, addrs = parse(m)
+                key = ids.pop(rid, None)
+                if key is None:
+                    continue
+                name, i = key
+                want = ips.get(i)
+                if rcode == 0 and want and want[1] in addrs and i not in first[name]:
+                    first[name][i] = (time.monotonic(), want[1])
+            time.sleep(0.01)
+        ips = seen.get(uid, {})
+        for s in servers:
+            # A rank answered an IP its pod no longer has counts as not yet.
+            got = {i: t for i, (t, ip) in first[s.name].items() if ips.get(i, (0, ip))[1] == ip}
+            allt = (max(got.values()) - t0) if len(got) == ranks else float("nan")
+            lat = [(got[i] - ips[i][0]) * 1000 for i in got if i in ips]
+            note = f"ranks={ranks} answered={len(got)} load={open('/proc/loadavg').read().split()[0]}"
+            self.row("gang", s.name, f"{label}-all-ranks-s", round(allt, 2), note)
+            self.row("gang", s.name, f"{label}-rank-p50-ms", round(pct(lat, 0.5), 1), f"n={len(lat)}")
+            self.row("gang", s.name, f"{label}-rank-p99-ms", round(pct(lat, 0.99), 1), f"n={len(lat)}")
+        last_ip = max((t for t, _ in ips.values()), default=t0)
+        self.row("gang", "api-server", f"{label}-all-ips-s", round(last_ip - t0, 2),
+                 f"ips={len(ips)} ip-changes={seen.get('changed', 0)} (the control plane's own time to give every rank its IP)")
+
+    def gang(self, servers):
+        ns, job = "h2h-gang", "llama"
+        self.k.namespace(ns)
+        self.k.headless(ns, job, {"job-name": job})
+        seen, stop = {}, threading.Event()
+        threading.Thread(target=self.watch_ranks, args=(ns, job, seen, stop), daemon=True).start()
+        time.sleep(0.5)
+        for rnd in range(self.a.gang_rounds):
+            t0 = time.monotonic()
+            uid = self.gang_job(ns, job, self.a.gang_ranks)["metadata"]["uid"]
+            self.gang_wait(servers, ns, job, uid, seen, t0, f"r{rnd}-start")
+            # The gang restart: the Job deleted with its pods, then made anew.
+            t0 = time.monotonic()
+            self.k.req("DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs/{job}",
+                       {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground",
+                        "gracePeriodSeconds": 0})
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and not isinstance(
+                    self.k.try_req("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/{job}"), Exception):
+                time.sleep(0.2)
+            uid = self.gang_job(ns, job, self.a.gang_ranks)["metadata"]["uid"]
+            self.gang_wait(servers, ns, job, uid, seen, t0, f"r{rnd}-restart")
+            self.k.try_req("DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs/{job}",
+                           {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground"})
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and not isinstance(
+                    self.k.try_req("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/{job}"), Exception):
+                time.sleep(0.2)
+        stop.set()
         self.k.try_req("DELETE", f"/api/v1/namespaces/{ns}")
 
     # --- stage rss
@@ -1131,6 +1273,13 @@ class Bench:
                     caches = [self.start_cache("cache>podns", podns.dns), self.start_cache("cache>coredns", cd.dns)]
                     self.nx(caches)
                 self.stop_all()
+            if "gang" in stages:
+                podns = self.start_podns()
+                name, path = self.builds[-1]
+                cd = self.start_coredns(f"coredns-{name}/cache", binary=path, config="cache")
+                front = self.start_cache("cache>podns", podns.dns)
+                self.gang([podns, front, cd])
+                self.stop_all()
             if "rss" in stages or "qps" in stages:
                 self.rounds([x for x in stages if x in ("rss", "qps")])
             if "api" in stages:
@@ -1150,7 +1299,10 @@ def main():
     ap.add_argument("--cluster", required=True, help="the DIR of tests/cluster/up.sh")
     ap.add_argument("--podns", required=True, help="the podns binary (release build)")
     ap.add_argument("--out", required=True, help="output path without .csv")
-    ap.add_argument("--stages", default="prop,nx,qps,rss,api", help="any of prop,nx,qps,rss,api,bill")
+    ap.add_argument("--stages", default="prop,nx,qps,rss,api", help="any of prop,nx,gang,qps,rss,api,bill")
+    ap.add_argument("--gang-ranks", type=int, default=1024, help="ranks of the gang stage's Indexed Job")
+    ap.add_argument("--gang-rounds", type=int, default=2, help="start + restart rounds of the gang stage")
+    ap.add_argument("--gang-limit", type=int, default=600, help="seconds to wait for every rank, per start or restart")
     ap.add_argument("--pods", type=int, default=200, help="pods per propagation run")
     ap.add_argument("--create-rate", type=float, default=20.0, help="pod creates/s in a propagation run")
     ap.add_argument("--churn", type=float, default=10.0, help="pod creates+deletes/s of background churn")
