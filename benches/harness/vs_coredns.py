@@ -563,33 +563,52 @@ class Bench:
 
     # --- stage gang
     def watch_ranks(self, ns, job, seen, stop):
-        """Record, per Job uid, the first time each completion index is seen
-        with a pod IP: seen[uid][index] = (monotonic time, ip)."""
+        """Record, per Job uid, when each completion index is seen with a pod
+        IP: seen[uid][index] = (monotonic time, ip). An API server closes a
+        watch it finds slow (1.37 did, under load): then list and watch
+        again, counting it (seen["rewatch"]); an IP first seen in such a
+        list is timed from the list, a little late."""
         sel = urllib.parse.quote(f"job-name={job}")
-        rv = self.k.req("GET", f"/api/v1/namespaces/{ns}/pods?limit=1")["metadata"]["resourceVersion"]
-        path = (f"/api/v1/namespaces/{ns}/pods?watch=1&labelSelector={sel}"
-                f"&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=1800")
-        r = urllib.request.Request(self.k.url + path)
-        with urllib.request.urlopen(r, context=self.k.ctx, timeout=1800) as f:
-            for line in f:
-                if stop.is_set():
-                    return
-                ev = json.loads(line)
-                o = ev["object"]
-                if ev["type"] not in ("ADDED", "MODIFIED") or o["metadata"].get("deletionTimestamp"):
-                    continue
-                ip = o.get("status", {}).get("podIP")
-                idx = o["metadata"].get("labels", {}).get("batch.kubernetes.io/job-completion-index")
-                owner = next((r["uid"] for r in o["metadata"].get("ownerReferences", []) if r.get("kind") == "Job"), None)
-                if ip and idx is not None and owner:
-                    ranks = seen.setdefault(owner, {})
-                    had = ranks.get(int(idx))
-                    if had is None or had[1] != ip:
-                        # A new IP for a rank (kwok may render one anew):
-                        # the right answer is the newest, timed from its write.
-                        ranks[int(idx)] = (time.monotonic(), ip)
-                        if had is not None:
-                            seen["changed"] = seen.get("changed", 0) + 1
+        base = f"/api/v1/namespaces/{ns}/pods?labelSelector={sel}"
+
+        def record(o):
+            if o["metadata"].get("deletionTimestamp"):
+                return
+            ip = o.get("status", {}).get("podIP")
+            idx = o["metadata"].get("labels", {}).get("batch.kubernetes.io/job-completion-index")
+            owner = next((r["uid"] for r in o["metadata"].get("ownerReferences", []) if r.get("kind") == "Job"), None)
+            if ip and idx is not None and owner:
+                ranks = seen.setdefault(owner, {})
+                had = ranks.get(int(idx))
+                if had is None or had[1] != ip:
+                    # A new IP for a rank (kwok may render one anew):
+                    # the right answer is the newest, timed from its write.
+                    ranks[int(idx)] = (time.monotonic(), ip)
+                    if had is not None:
+                        seen["changed"] = seen.get("changed", 0) + 1
+
+        first = True
+        while not stop.is_set():
+            try:
+                got = self.k.req("GET", base)
+                if not first:
+                    seen["rewatch"] = seen.get("rewatch", 0) + 1
+                    for o in got["items"]:
+                        record(o)
+                first = False
+                rv = got["metadata"]["resourceVersion"]
+                r = urllib.request.Request(self.k.url + base + f"&watch=1&resourceVersion={rv}"
+                                           "&allowWatchBookmarks=true&timeoutSeconds=1800")
+                with urllib.request.urlopen(r, context=self.k.ctx, timeout=1800) as f:
+                    for line in f:
+                        if stop.is_set():
+                            return
+                        ev = json.loads(line)
+                        if ev["type"] in ("ADDED", "MODIFIED"):
+                            record(ev["object"])
+            except Exception as e:  # noqa: BLE001 (bench: watch again)
+                print(f"gang watch: {e}; watching again", file=sys.stderr)
+                time.sleep(0.2)
 
     def gang_job(self, ns, job, ranks):
         return self.k.req("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", {
@@ -657,7 +676,8 @@ class Bench:
             self.row("gang", s.name, f"{label}-rank-p99-ms", round(pct(lat, 0.99), 1), f"n={len(lat)}")
         last_ip = max((t for t, _ in ips.values()), default=t0)
         self.row("gang", "api-server", f"{label}-all-ips-s", round(last_ip - t0, 2),
-                 f"ips={len(ips)} ip-changes={seen.get('changed', 0)} (the control plane's own time to give every rank its IP)")
+                 f"ips={len(ips)} ip-changes={seen.get('changed', 0)} rewatches={seen.get('rewatch', 0)}"
+                 " (the control plane's own time to give every rank its IP)")
 
     def gang(self, servers):
         ns, job = "h2h-gang", "llama"
