@@ -869,7 +869,7 @@ pub async fn wait_for_signal() {
 }
 
 #[cfg(test)]
-mod relay_dns_tests {
+mod tests {
     use super::*;
 
     /// A node instance finds the relays' DNS in the kubeconfig the relay

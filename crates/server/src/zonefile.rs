@@ -560,5 +560,4 @@ pub async fn run(args: ZonefileConfig) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
-#[path = "zonefile_tests.rs"]
 mod tests;

@@ -2,7 +2,7 @@
 //! and a question [`Ask`], built into an index and query bytes; [`check`]
 //! asks the wire fast path and the general (hickory-proto) path and
 //! asserts that whenever the fast path answers, its reply is the general
-//! path's byte for byte. The proptest in `plan_tests` draws shapes and
+//! path's byte for byte. The proptest in `dns::tests` draws shapes and
 //! questions at random; the `encoders` fuzz target decodes them from the
 //! fuzzer's bytes ([`from_bytes`]). Test-only (`testing` feature).
 

@@ -472,5 +472,4 @@ fn formerr_for_garbage(bytes: &[u8]) -> Option<Reply> {
 }
 
 #[cfg(test)]
-#[path = "answer_tests.rs"]
 mod tests;

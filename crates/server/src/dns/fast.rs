@@ -12,9 +12,9 @@
 //! address records owned by the question's name, a SOA in Authority, an
 //! OPT, any rcode); every other plan (CNAMEs, SRV, TXT, glue, PTR...)
 //! returns `None` and takes the general path in [`super::answer`]. Its
-//! bytes must equal the general encoder's: `plan_tests` (a proptest over
+//! bytes must equal the general encoder's: `dns::tests` (a proptest over
 //! random indexes and questions) and the `encoders` fuzz target compare
-//! them, and `answer_tests::fast_path_agrees_with_the_general_path` field
+//! them, and `answer::tests::fast_path_agrees_with_the_general_path` field
 //! by field on every kind of query and EDNS record.
 
 use hickory_proto::op::OpCode;

@@ -24,7 +24,7 @@ pub mod testing;
 pub mod zone;
 
 #[cfg(test)]
-mod plan_tests;
+mod tests;
 
 pub use zone::{Zone, check_zones};
 

@@ -15,7 +15,7 @@
 //! [`super::fast`] straight into bytes for the shapes it knows (and hands
 //! the rest over), [`super::answer`] through hickory-proto for every plan,
 //! and [`crate::zonefile`] as zone text. So the two wire encoders cannot
-//! disagree on a rule, only on bytes, and `plan_tests` (a proptest) and the
+//! disagree on a rule, only on bytes, and `dns::tests` (a proptest) and the
 //! `encoders` fuzz target compare those bytes.
 
 use std::borrow::Cow;

@@ -35,4 +35,4 @@ pub use types::*;
 pub use writer::{SyncNeeds, Writer, set_release_memory};
 
 #[cfg(test)]
-mod props_tests;
+mod tests;

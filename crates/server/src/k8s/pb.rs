@@ -279,5 +279,4 @@ impl Framer {
 }
 
 #[cfg(test)]
-#[path = "pb_tests.rs"]
 mod tests;

@@ -195,7 +195,7 @@ impl Ranks {
 }
 
 #[cfg(test)]
-mod holders_tests {
+mod tests {
     use super::*;
 
     #[test]

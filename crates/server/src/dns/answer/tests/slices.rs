@@ -1,6 +1,6 @@
 //! Services without a selector, answered from their user-managed
 //! EndpointSlices (`index::writer` `slices.rs`), without sockets. A child
-//! of `answer_tests`, whose helpers it shares.
+//! of `answer::tests`, whose helpers it shares.
 
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::{RData, RecordType};

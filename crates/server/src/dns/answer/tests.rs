@@ -14,8 +14,7 @@ use crate::index::{
 use crate::index::{Duplicates, Hostnames, Publish};
 use crate::metrics::Metrics;
 
-#[path = "slice_tests.rs"]
-mod slice_tests;
+mod slices;
 
 fn world() -> World {
     World::new(Policy::default(), AnswerConfig::default())
