@@ -36,7 +36,7 @@ export QPS=${QPS:-10000} CHURN=${CHURN:-500} CHECK_QPS=${CHECK_QPS:-1000} PRE=${
 BIN=${PODNS:-target/release/podns}  # PODNS=path: use that binary, build nothing
 P_DNS=${P_DNS:-15363} ADMIN=${ADMIN:-19163}
 
-log() { echo "[$(date +%T)] $*" >&2; }
+. benches/harness/common.sh # log, start_work, wait_sim, wait_readyz
 tools="curl python3"
 [[ ${1:-} == recovery ]] || tools+=" dnsperf"
 for t in $tools; do
@@ -48,27 +48,14 @@ if [[ -z ${PODNS:-} ]]; then
   cargo build --release --bin podns 2>&1 | tail -1 >&2
 fi
 
-work=$(mktemp -d /tmp/podns-faults.XXXXXX)
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  [[ -n ${KEEP:-} ]] || rm -rf "$work"
-}
-trap cleanup EXIT
+start_work faults
 
 log "simulator: $JOBS jobs x $RANKS ranks"
 "$BIN" sim --listen 127.0.0.1:0 --kubelet --jobs "$JOBS" --ranks "$RANKS" \
   --kubeconfig-out "$work/k.yaml" >"$work/sim.log" 2>&1 &
 sim_pid=$!
 pids+=("$sim_pid")
-end=$(($(date +%s) + 600))
-until grep -q "simulator ready" "$work/sim.log"; do
-  (($(date +%s) < end)) && kill -0 "$sim_pid" || { cat "$work/sim.log" >&2; exit 1; }
-  sleep 0.2
-done
-api=$(sed -n 's/.*server: *//p' "$work/k.yaml" | head -1)
+wait_sim "$sim_pid" "$work" 600
 
 if [[ ${1:-} == recovery ]]; then
   OUT=${OUT:-$RES/faults-recovery.json}
@@ -84,11 +71,7 @@ if [[ ${1:-} == recovery ]]; then
       pids+=($!)
     done
     for ((i = 0; i < n; i++)); do
-      end=$(($(date +%s) + 300))
-      until curl -fsS "http://127.0.0.1:$((ADMIN + i))/readyz" >/dev/null 2>&1; do
-        (($(date +%s) < end)) && kill -0 "${rpids[i]}" || { cat "$work/podns-$n-$i.log" >&2; exit 1; }
-        sleep 0.1
-      done
+      wait_readyz "${rpids[i]}" 300 $((ADMIN + i)) || { cat "$work/podns-$n-$i.log" >&2; exit 1; }
     done
     log "$n replicas ready (${serve_flags[*]}; load average $(cut -d' ' -f1-3 /proc/loadavg))"
     python3 benches/harness/faults.py --recovery "$api" "$n" "$P_DNS" "$ADMIN" "$OUT" "${SCENARIOS:-resume relist}"
@@ -106,11 +89,7 @@ fi
   --admin-listen 127.0.0.1:$ADMIN --ns-address 127.0.0.1 >"$work/podns.log" 2>&1 &
 podns_pid=$!
 pids+=("$podns_pid")
-end=$(($(date +%s) + 300))
-until curl -fsS "http://127.0.0.1:$ADMIN/readyz" >/dev/null 2>&1; do
-  (($(date +%s) < end)) && kill -0 "$podns_pid" || { cat "$work/podns.log" >&2; exit 1; }
-  sleep 0.1
-done
+wait_readyz "$podns_pid" 300 || { cat "$work/podns.log" >&2; exit 1; }
 log "podns ready (load average $(cut -d' ' -f1-3 /proc/loadavg))"
 
 OUT=${OUT:-$RES/faults.json}

@@ -66,7 +66,7 @@ ZONE=cluster.local
 P_PODNS=15353 P_NSD=15354 P_KNOT=15355 ADMIN=19153
 
 has() { [[ " $STAGES " == *" $1 "* ]]; }
-log() { echo "[$(date +%T)] $*" >&2; }
+. benches/harness/common.sh # log, loadavg, start_work, wait_sim, wait_readyz
 
 # --- tools ---------------------------------------------------------------
 . benches/harness/servers.sh # need_tools, cpu_ticks, descendants, start_nsd, start_knot
@@ -77,17 +77,8 @@ if [[ $STAGES != plot && $BIN == target/release/podns ]]; then
   cargo build --release --bin podns --example reflector 2>&1 | tail -1 >&2
 fi
 
-work=$(mktemp -d /tmp/podns-bench.XXXXXX)
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  [[ -n ${KEEP:-} ]] || rm -rf "$work"
-}
-trap cleanup EXIT
+start_work bench
 stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
-loadavg() { cut -d' ' -f1-3 /proc/loadavg | tr ' ' '/'; }
 
 # Start the simulator; sets sim_pid, api, kubeconfig.
 start_sim() { # jobs ranks [extra sim flags...]
@@ -99,24 +90,11 @@ start_sim() { # jobs ranks [extra sim flags...]
     --pod-cidr "$cidr" --kubeconfig-out "$d/k.yaml" "${@:3}" >"$d/sim.log" 2>&1 &
   sim_pid=$!
   pids+=("$sim_pid")
-  local end=$(($(date +%s) + 900))
-  until grep -q "simulator ready" "$d/sim.log"; do
-    (($(date +%s) < end)) && kill -0 "$sim_pid" || { cat "$d/sim.log" >&2; exit 1; }
-    sleep 0.2
-  done
-  kubeconfig=$d/k.yaml
-  api=$(sed -n 's/.*server: *//p' "$kubeconfig" | head -1)
+  wait_sim "$sim_pid" "$d" 900
 }
 create_job() { # name ranks
   curl -fsS -X POST -H 'content-type: application/json' \
     -d "{\"namespace\":\"default\",\"name\":\"$1\",\"ranks\":$2}" "$api/sim/jobs" >/dev/null
-}
-wait_readyz() { # pid timeout_s
-  local end=$(($(date +%s) + $2))
-  until curl -fsS "http://127.0.0.1:$ADMIN/readyz" >/dev/null 2>&1; do
-    (($(date +%s) < end)) && kill -0 "$1" || return 1
-    sleep 0.02
-  done
 }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 HZ=$(getconf CLK_TCK)

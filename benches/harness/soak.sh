@@ -27,7 +27,7 @@ BIN=${BIN:-}
 P_DNS=${P_DNS:-15373} ADMIN=${ADMIN:-19173}
 out=$RES/soak-${DURATION}s
 
-log() { echo "[$(date +%T)] $*" >&2; }
+. benches/harness/common.sh # log, start_work, wait_sim, wait_readyz
 for t in dnsperf curl python3; do
   command -v "$t" >/dev/null || { echo "soak.sh: $t is needed" >&2; exit 1; }
 done
@@ -37,37 +37,20 @@ if [[ -z $BIN ]]; then
   BIN=target/release/podns
 fi
 
-work=$(mktemp -d /tmp/podns-soak.XXXXXX)
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  [[ -n ${KEEP:-} ]] || rm -rf "$work"
-}
-trap cleanup EXIT
+start_work soak
 
 log "simulator: $JOBS jobs x 1000 ranks"
 "$BIN" sim --listen 127.0.0.1:0 --kubelet --jobs "$JOBS" --ranks 1000 \
   --pod-cidr 10.0.0.0/12 --kubeconfig-out "$work/k.yaml" >"$work/sim.log" 2>&1 &
 sim_pid=$!
 pids+=("$sim_pid")
-end=$(($(date +%s) + 900))
-until grep -q "simulator ready" "$work/sim.log"; do
-  (($(date +%s) < end)) && kill -0 "$sim_pid" || { cat "$work/sim.log" >&2; exit 1; }
-  sleep 0.5
-done
-api=$(sed -n 's/.*server: *//p' "$work/k.yaml" | head -1)
+wait_sim "$sim_pid" "$work" 900
 
 "$BIN" serve --kubeconfig "$work/k.yaml" --dns-listen 127.0.0.1:$P_DNS \
   --admin-listen 127.0.0.1:$ADMIN --ns-address 127.0.0.1 >"$work/podns.log" 2>&1 &
 podns_pid=$!
 pids+=("$podns_pid")
-end=$(($(date +%s) + 600))
-until curl -fsS "http://127.0.0.1:$ADMIN/readyz" >/dev/null 2>&1; do
-  (($(date +%s) < end)) && kill -0 "$podns_pid" || { cat "$work/podns.log" >&2; exit 1; }
-  sleep 0.2
-done
+wait_readyz "$podns_pid" 600 || { cat "$work/podns.log" >&2; exit 1; }
 log "podns ready (load average $(cut -d' ' -f1-3 /proc/loadavg))"
 
 for ((j = 0; j < JOBS; j++)); do

@@ -52,8 +52,7 @@ ZONE=cluster.local
 P_PODNS=15453 P_BEFORE=15454 P_NSD=15455 P_KNOT=15456 P_ECHO=15457
 A_PODNS=19253 A_BEFORE=19254
 
-log() { echo "[$(date +%T)] $*" >&2; }
-loadavg() { cut -d' ' -f1-3 /proc/loadavg | tr ' ' '/'; }
+. benches/harness/common.sh # log, loadavg, start_work, wait_sim, wait_readyz
 
 # --- tools ---------------------------------------------------------------
 . benches/harness/servers.sh # need_tools, cpu_ticks, descendants, start_nsd, start_knot
@@ -67,15 +66,7 @@ if [[ $BIN == target/release/podns ]]; then
   cargo build --release --locked --bin podns 2>&1 | tail -1 >&2
 fi
 
-work=$(mktemp -d /tmp/podns-udpbuf.XXXXXX)
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  [[ -n ${KEEP:-} ]] || rm -rf "$work"
-}
-trap cleanup EXIT
+start_work udpbuf
 
 if serving before && [[ -z ${BEFORE_BIN:-} ]]; then
   log "building podns at $BEFORE (target/bench-before)"
@@ -141,13 +132,7 @@ mkdir -p "$work/sim"
   --pod-cidr 10.0.0.0/12 --kubeconfig-out "$work/sim/k.yaml" >"$work/sim/sim.log" 2>&1 &
 sim_pid=$!
 pids+=("$sim_pid")
-end=$(($(date +%s) + 600))
-until grep -q "simulator ready" "$work/sim/sim.log"; do
-  (($(date +%s) < end)) && kill -0 "$sim_pid" || { cat "$work/sim/sim.log" >&2; exit 1; }
-  sleep 0.2
-done
-kubeconfig=$work/sim/k.yaml
-api=$(sed -n 's/.*server: *//p' "$kubeconfig" | head -1)
+wait_sim "$sim_pid" "$work/sim" 600
 curl -fsS -X POST -H 'content-type: application/json' \
   -d '{"namespace":"default","name":"gang64","ranks":64}' "$api/sim/jobs" >/dev/null
 sleep 3
