@@ -1,19 +1,23 @@
-//! The real control plane a test talks to, the podns process it starts, and
-//! DNS over real sockets. Blocking code: every wait polls with a deadline.
+//! The real control plane a test talks to and the podns process it
+//! starts; DNS over real sockets, the GET and the wait come from
+//! `podns-testkit`. Blocking code: every wait polls with a deadline.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
 
-use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
-use hickory_proto::rr::{Name, RData, RecordType};
+use hickory_proto::op::Message;
+use hickory_proto::rr::RecordType;
 
-pub const ZONE: &str = "cluster.local";
+// What every suite shares, from the test kit (blocking forms: these
+// tests are plain threads).
+pub use podns_testkit::blocking::{ask, http_get, try_ask, wait_for};
+pub use podns_testkit::{Spawned, addrs, fqdn, rcode, secs, spawn_serve};
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_podns");
 
 /// Tests that stop the API server hold this for writing; every other test
@@ -213,34 +217,13 @@ impl Drop for Namespace<'_> {
     }
 }
 
-pub fn secs(s: u64) -> Duration {
-    Duration::from_secs(s)
-}
-
-/// Poll `f` until it returns `Some`, at most `limit`; panics naming `what`.
-pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// A `podns` process (the binary as a user runs it), killed on drop.
-pub struct Podns {
-    child: Child,
-    pub dns: SocketAddr,
-    pub admin: SocketAddr,
-    pub log: Arc<Mutex<Vec<String>>>,
-}
+pub struct Podns(Spawned);
 
-impl Drop for Podns {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::Deref for Podns {
+    type Target = Spawned;
+    fn deref(&self) -> &Spawned {
+        &self.0
     }
 }
 
@@ -257,57 +240,15 @@ impl Podns {
     /// `podns serve` on loopback port 0 with exactly these flags (a node
     /// instance names its relay kubeconfig instead of `--kubeconfig`).
     pub fn serve(flags: &[&str]) -> Podns {
-        let mut child = Command::new(BIN)
-            .args([
-                "serve",
-                "--dns-listen=127.0.0.1:0",
-                "--admin-listen=127.0.0.1:0",
-                "--udp-sockets=1",
-            ])
-            .args(flags)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("podns runs");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("listening ") {
-                    let _ = tx.send(line.clone());
-                }
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let mut dns = None;
-        let mut admin = None;
-        while dns.is_none() || admin.is_none() {
-            let line = match rx.recv_timeout(secs(30)) {
-                Ok(l) => l,
-                Err(_) => panic!(
-                    "podns did not log its addresses:\n{}",
-                    log.lock().unwrap().join("\n")
-                ),
-            };
-            let after = |what: &str| {
-                line.split(what)
-                    .nth(1)
-                    .and_then(|r| r.split_whitespace().next())
-                    .and_then(|a| a.parse::<SocketAddr>().ok())
-            };
-            dns = dns.or_else(|| after("listening dns udp "));
-            admin = admin.or_else(|| after("listening admin http "));
-        }
-        Podns {
-            child,
-            dns: dns.unwrap(),
-            admin: admin.unwrap(),
-            log,
-        }
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "serve",
+            "--dns-listen=127.0.0.1:0",
+            "--admin-listen=127.0.0.1:0",
+            "--udp-sockets=1",
+        ])
+        .args(flags);
+        Podns(spawn_serve(cmd))
     }
 
     /// Start and wait for `/readyz` 200 (every watch listed).
@@ -338,16 +279,8 @@ impl Podns {
             .sum()
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    pub fn log_text(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().unwrap()
+        self.0.child.try_wait().unwrap()
     }
 
     pub fn ask(&self, name: &str, qtype: RecordType) -> Message {
@@ -363,18 +296,14 @@ impl Podns {
         } else {
             RecordType::A
         };
-        let deadline = Instant::now() + limit;
-        loop {
+        wait_for(&format!("{name} to answer {want:?}"), limit, || {
             let last = addrs(&self.ask(name, qtype));
             if last == want {
-                return;
+                Ok(())
+            } else {
+                Err(format!("{last:?}"))
             }
-            assert!(
-                Instant::now() < deadline,
-                "{name}: want {want:?}, last answer {last:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        });
     }
 }
 
@@ -399,120 +328,6 @@ pub fn zonefile(kubeconfig: &Path, wire: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-/// A minimal HTTP/1.0 GET on loopback: (status, body).
-pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, secs(2)) else {
-        return (0, String::new());
-    };
-    s.set_read_timeout(Some(secs(5))).unwrap();
-    if write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").is_err() {
-        return (0, String::new());
-    }
-    let mut buf = String::new();
-    let _ = s.read_to_string(&mut buf);
-    let status = buf
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = buf
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
-
-/// `name` under the zone unless it ends with a dot.
-pub fn fqdn(name: &str) -> String {
-    if name.ends_with('.') {
-        name.to_string()
-    } else {
-        format!("{name}.{ZONE}.")
-    }
-}
-
-/// One question over UDP (EDNS 1232, retried on timeout; TCP when TC=1).
-pub fn ask(server: SocketAddr, name: &str, qtype: RecordType) -> Message {
-    try_ask(server, name, qtype).unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// [`ask`], with what went wrong as an error: for waits on a server that
-/// may not be up yet.
-pub fn try_ask(server: SocketAddr, name: &str, qtype: RecordType) -> Result<Message, String> {
-    let mut m = Message::new(rand_id(), MessageType::Query, OpCode::Query);
-    m.metadata.recursion_desired = false;
-    m.add_query(Query::query(Name::from_ascii(fqdn(name)).unwrap(), qtype));
-    let mut edns = Edns::new();
-    edns.set_max_payload(1232);
-    m.set_edns(edns);
-    let bytes = m.to_vec().unwrap();
-    // A server on loopback is asked from loopback; one on the real node's
-    // network (a ClusterIP, a pod) from the host's own address there.
-    let local = if server.ip().is_loopback() {
-        "127.0.0.1:0"
-    } else {
-        "0.0.0.0:0"
-    };
-    let sock = UdpSocket::bind(local).map_err(|e| format!("bind {local}: {e}"))?;
-    sock.set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
-    let mut buf = vec![0u8; 65535];
-    for _ in 0..6 {
-        sock.send_to(&bytes, server)
-            .map_err(|e| format!("send to {server}: {e}"))?;
-        if let Ok((n, _)) = sock.recv_from(&mut buf) {
-            let r = Message::from_vec(&buf[..n])
-                .map_err(|e| format!("{server} answered {name} {qtype} with a bad message: {e}"))?;
-            if r.metadata.truncation {
-                return ask_tcp(server, &bytes);
-            }
-            return Ok(r);
-        }
-    }
-    Err(format!("no answer from {server} for {name} {qtype}"))
-}
-
-fn ask_tcp(server: SocketAddr, query: &[u8]) -> Result<Message, String> {
-    let tcp = |e: std::io::Error| format!("TCP to {server}: {e}");
-    let mut s = TcpStream::connect_timeout(&server, secs(2)).map_err(tcp)?;
-    s.set_read_timeout(Some(secs(5))).map_err(tcp)?;
-    let mut framed = (query.len() as u16).to_be_bytes().to_vec();
-    framed.extend_from_slice(query);
-    s.write_all(&framed).map_err(tcp)?;
-    let mut len = [0u8; 2];
-    s.read_exact(&mut len).map_err(tcp)?;
-    let mut buf = vec![0u8; u16::from_be_bytes(len) as usize];
-    s.read_exact(&mut buf).map_err(tcp)?;
-    Message::from_vec(&buf)
-        .map_err(|e| format!("{server} answered over TCP with a bad message: {e}"))
-}
-
-fn rand_id() -> u16 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(Instant::now().elapsed().as_nanos() as u64);
-    h.finish() as u16
-}
-
-pub fn rcode(m: &Message) -> ResponseCode {
-    m.metadata.response_code
-}
-
-/// The addresses in the answer section, sorted.
-pub fn addrs(m: &Message) -> Vec<String> {
-    let mut v: Vec<String> = m
-        .answers
-        .iter()
-        .filter_map(|r| match &r.data {
-            RData::A(a) => Some(a.0.to_string()),
-            RData::AAAA(a) => Some(a.0.to_string()),
-            _ => None,
-        })
-        .collect();
-    v.sort();
-    v
 }
 
 /// The answer section's records as `owner type rdata` lines, sorted.

@@ -26,7 +26,7 @@ pub fn coredns() -> Result<PathBuf, String> {
             return Ok(path);
         }
         let why = format!("PODNS_COREDNS={} is not a file", path.display());
-        if std::env::var("CI").as_deref() == Ok("true") {
+        if podns_testkit::in_ci() {
             panic!("{why}");
         }
         return Err(why);

@@ -1,14 +1,13 @@
 //! Shared helpers: start the simulator and the server in-process on port 0,
-//! make Kubernetes objects, ask DNS over real sockets, poll with a deadline.
+//! make Kubernetes objects; DNS over real sockets, the wait with a
+//! deadline and podns as a child process come from `podns-testkit`.
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
-use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
-use hickory_proto::rr::{Name, RData, RecordType};
+use hickory_proto::rr::RecordType;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -18,7 +17,12 @@ use tokio_util::sync::CancellationToken;
 use podns_server::serve::{Listeners, Running, ServeConfig};
 use podns_sim::{SimArgs, SimHandle};
 
-pub const ZONE: &str = "cluster.local";
+// What every suite shares, from the test kit.
+pub use podns_testkit::dns::query as query_msg;
+pub use podns_testkit::http_get as admin_get;
+pub use podns_testkit::{
+    ZONE, addrs, ask, fqdn, has, need, need_cmd, rcode, spawn_serve, tcp, udp, wait_for,
+};
 
 #[derive(Parser)]
 struct SimFlags {
@@ -149,64 +153,6 @@ pub async fn create_job(client: &kube::Client, ns: &str, name: &str, ranks: usiz
     .await;
 }
 
-/// What a [`wait_for`] check says: done (with the value waited for), or
-/// not yet (maybe with what it saw, for the panic message).
-pub trait Check {
-    type Value;
-    fn done(self) -> Result<Self::Value, Option<String>>;
-}
-
-impl Check for bool {
-    type Value = ();
-    fn done(self) -> Result<(), Option<String>> {
-        if self { Ok(()) } else { Err(None) }
-    }
-}
-
-impl<T> Check for Option<T> {
-    type Value = T;
-    fn done(self) -> Result<T, Option<String>> {
-        self.ok_or(None)
-    }
-}
-
-/// `Err(last)`: not yet, and what was seen instead.
-impl<T> Check for Result<T, String> {
-    type Value = T;
-    fn done(self) -> Result<T, Option<String>> {
-        self.map_err(Some)
-    }
-}
-
-/// Poll `check` every 10 ms until it is done (`true`, `Some(v)` or
-/// `Ok(v)`) and return what it gave; panic with `what` (and the last
-/// `Err`) after `limit`.
-pub async fn wait_for<F, Fut>(
-    what: &str,
-    limit: Duration,
-    mut check: F,
-) -> <Fut::Output as Check>::Value
-where
-    F: FnMut() -> Fut,
-    Fut: Future,
-    Fut::Output: Check,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        let last = match check().await.done() {
-            Ok(value) => return value,
-            Err(last) => last,
-        };
-        if Instant::now() > deadline {
-            match last {
-                Some(last) => panic!("timed out after {limit:?} waiting for {what}; last: {last}"),
-                None => panic!("timed out after {limit:?} waiting for {what}"),
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Poll until `child` exits (within `limit`) and return its status.
 pub async fn wait_exit(
     child: &mut std::process::Child,
@@ -218,97 +164,6 @@ pub async fn wait_exit(
         async move { status }
     })
     .await
-}
-
-// ---- DNS over real sockets ------------------------------------------------
-
-pub fn query_msg(name: &str, qtype: RecordType, edns: Option<u16>) -> Message {
-    let mut m = Message::new(rand_id(), MessageType::Query, OpCode::Query);
-    m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
-    if let Some(size) = edns {
-        let mut e = Edns::new();
-        e.set_max_payload(size);
-        m.set_edns(e);
-    }
-    m
-}
-
-fn rand_id() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    static N: AtomicU16 = AtomicU16::new(1);
-    N.fetch_add(1, Ordering::Relaxed)
-}
-
-/// One UDP query, with retries on timeout (UDP may drop).
-pub async fn udp(addr: SocketAddr, msg: &Message) -> Message {
-    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let bytes = msg.to_vec().unwrap();
-    let mut buf = vec![0u8; 65535];
-    for _ in 0..5 {
-        sock.send_to(&bytes, addr).await.unwrap();
-        if let Ok(Ok((n, _))) =
-            tokio::time::timeout(Duration::from_secs(1), sock.recv_from(&mut buf)).await
-        {
-            let r = Message::from_vec(&buf[..n]).expect("server sends valid messages");
-            assert_eq!(r.metadata.id, msg.metadata.id);
-            return r;
-        }
-    }
-    panic!("no UDP answer from {addr}");
-}
-
-/// One TCP query (2-byte length framing).
-pub async fn tcp(addr: SocketAddr, msg: &Message) -> Message {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
-        .await
-        .expect("tcp connect in time")
-        .unwrap();
-    let bytes = msg.to_vec().unwrap();
-    s.write_all(&(bytes.len() as u16).to_be_bytes())
-        .await
-        .unwrap();
-    s.write_all(&bytes).await.unwrap();
-    let mut len = [0u8; 2];
-    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut len))
-        .await
-        .expect("tcp answer in time")
-        .unwrap();
-    let mut buf = vec![0u8; u16::from_be_bytes(len) as usize];
-    s.read_exact(&mut buf).await.unwrap();
-    Message::from_vec(&buf).unwrap()
-}
-
-/// Ask for `name` (relative names get the zone appended) over UDP.
-pub async fn ask(addr: SocketAddr, name: &str, qtype: RecordType) -> Message {
-    udp(addr, &query_msg(&fqdn(name), qtype, Some(1232))).await
-}
-
-pub fn fqdn(name: &str) -> String {
-    if name.ends_with('.') {
-        name.to_string()
-    } else {
-        format!("{name}.{ZONE}.")
-    }
-}
-
-/// The addresses in the answer section, sorted, as strings.
-pub fn addrs(m: &Message) -> Vec<String> {
-    let mut v: Vec<String> = m
-        .answers
-        .iter()
-        .filter_map(|r| match &r.data {
-            RData::A(a) => Some(a.0.to_string()),
-            RData::AAAA(a) => Some(a.0.to_string()),
-            _ => None,
-        })
-        .collect();
-    v.sort();
-    v
-}
-
-pub fn rcode(m: &Message) -> ResponseCode {
-    m.metadata.response_code
 }
 
 // ---- Kubernetes objects through the real API --------------------------------
@@ -400,134 +255,9 @@ pub async fn sim_get(client: &kube::Client, path: &str) -> serde_json::Value {
     serde_json::from_str(&client.request_text(req).await.unwrap()).unwrap()
 }
 
-/// GET an admin endpoint: (status, body).
-pub async fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    let status = out
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
-
-/// Whether a command (dig, kubectl) is on PATH.
-pub fn has(cmd: &str) -> bool {
-    std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {cmd}"))
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// Whether a test that needs an external tool can run. In CI (`CI=true`)
-/// a missing tool fails the test; elsewhere the test skips, saying why.
-pub fn need(tool: &str, found: bool) -> bool {
-    if found {
-        return true;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
-        panic!("{tool} is required in CI (CI=true) but was not found");
-    }
-    eprintln!("skipping: {tool} not found (set CI=true to make this a failure)");
-    false
-}
-
-/// [`need`] for a command on PATH.
-pub fn need_cmd(cmd: &str) -> bool {
-    need(cmd, has(cmd))
-}
-
 // ---- podns as a child process ------------------------------------------------
 
 pub const PODNS_BIN: &str = env!("CARGO_BIN_EXE_podns");
-
-/// A `podns serve` child process, killed on drop, with the addresses it
-/// logged and its stderr lines so far.
-pub struct Spawned {
-    pub child: std::process::Child,
-    pub dns: SocketAddr,
-    pub tcp: SocketAddr,
-    pub admin: SocketAddr,
-    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-}
-
-impl Spawned {
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Run `cmd` (a `podns serve` command line, maybe behind `setpriv`) with
-/// stderr piped; wait (up to 60 s) until it logs its three listeners.
-pub fn spawn_serve(mut cmd: std::process::Command) -> Spawned {
-    use std::io::{BufRead, BufReader};
-    let mut child = cmd
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn podns");
-    let stderr = child.stderr.take().unwrap();
-    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    let keep = log.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line.clone());
-            keep.lock().unwrap().push(line);
-        }
-    });
-    let (mut dns, mut tcp, mut admin) = (None, None, None);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while dns.is_none() || tcp.is_none() || admin.is_none() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = match rx.recv_timeout(left) {
-            Ok(l) => l,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("podns did not log its listeners: {:?}", log.lock().unwrap());
-            }
-        };
-        let after = |what: &str| -> Option<SocketAddr> {
-            line.split(what)
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        };
-        dns = dns.or(after("listening dns udp "));
-        tcp = tcp.or(after("listening dns tcp "));
-        admin = admin.or(after("listening admin http "));
-    }
-    Spawned {
-        child,
-        dns: dns.unwrap(),
-        tcp: tcp.unwrap(),
-        admin: admin.unwrap(),
-        log,
-    }
-}
 
 /// `podns serve` on loopback port 0 against `kubeconfig`, plus `extra` flags.
 pub fn serve_command(kubeconfig: &std::path::Path, extra: &[&str]) -> std::process::Command {

@@ -352,7 +352,7 @@ async fn jobset_restart_recreates_the_child_job() {
     sim_job(addr, "ml", "solo", 2, "indexed-job").await;
     let running = |p: &Value| p["status"]["podIP"].as_str().is_some_and(|s| !s.is_empty());
     let sel = "/api/v1/namespaces/ml/pods?labelSelector=jobset.sigs.k8s.io%2Fjobset-name%3Dgang";
-    let old_pods = eventually("gang pods running", || async {
+    let old_pods = wait_for("gang pods running", DEADLINE, || async {
         let l = get(addr, sel).await.json();
         let items = l["items"].as_array().unwrap().clone();
         (items.len() == 2 && items.iter().all(running)).then_some(items)
@@ -387,7 +387,7 @@ async fn jobset_restart_recreates_the_child_job() {
         .iter()
         .map(|p| p["status"]["podIP"].as_str().unwrap())
         .collect();
-    let new_pods = eventually("restarted gang pods running", || async {
+    let new_pods = wait_for("restarted gang pods running", DEADLINE, || async {
         let l = get(addr, sel).await.json();
         let items = l["items"].as_array().unwrap().clone();
         (items.len() == 2

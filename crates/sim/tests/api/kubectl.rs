@@ -119,12 +119,16 @@ async fn kubectl_describe_reads_protobuf() {
 
     // The Job controller writes `ready` within a second of its pods
     // becoming Ready; describe prints it only once it is there.
-    eventually("the Job's status counting 2 ready pods", || async {
-        let j = get(sim.addr, "/apis/batch/v1/namespaces/default/jobs/train-0")
-            .await
-            .json();
-        (j["status"]["active"] == 2 && j["status"]["ready"] == 2).then_some(())
-    })
+    wait_for(
+        "the Job's status counting 2 ready pods",
+        DEADLINE,
+        || async {
+            let j = get(sim.addr, "/apis/batch/v1/namespaces/default/jobs/train-0")
+                .await
+                .json();
+            (j["status"]["active"] == 2 && j["status"]["ready"] == 2).then_some(())
+        },
+    )
     .await;
     let out = run(&["describe", "job", "train-0"]).await;
     has(
@@ -245,7 +249,7 @@ async fn kubectl_works_unchanged() {
         .spawn()
         .unwrap();
     let stdout = watch.stdout.take().unwrap();
-    eventually("kubectl watch open", || async {
+    wait_for("kubectl watch open", DEADLINE, || async {
         (get(sim.addr, "/sim/stats").await.json()["open_watches"].as_i64() >= Some(1)).then_some(())
     })
     .await;

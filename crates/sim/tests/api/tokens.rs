@@ -252,7 +252,7 @@ async fn unknown_expired_and_revoked_tokens_are_refused() {
     let brief = tokens.issue("default", "relay", &["podns-relay"], Duration::from_secs(3));
     let rv = review(addr, &brief, Some(&["podns-relay"])).await;
     assert!(authenticated(&rv), "{rv}");
-    eventually("the token to expire", || async {
+    wait_for("the token to expire", DEADLINE, || async {
         let rv = review(addr, &brief, Some(&["podns-relay"])).await;
         (!authenticated(&rv)).then_some(rv)
     })
@@ -475,7 +475,7 @@ async fn pod_bound_tokens_end_with_their_pod() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-    let rv = eventually("the pod's token to be invalidated", || async {
+    let rv = wait_for("the pod's token to be invalidated", DEADLINE, || async {
         let rv = review(addr, &token, None).await;
         (!authenticated(&rv)).then_some(rv)
     })

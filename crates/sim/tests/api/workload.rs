@@ -39,7 +39,7 @@ async fn kubelet_jobs_restart_and_churn() {
                 .any(|c| c["type"] == "Ready" && c["status"] == "True")
         })
     };
-    let pods = eventually("4 ready pods", || async {
+    let pods = wait_for("4 ready pods", DEADLINE, || async {
         let l = get(addr, "/api/v1/namespaces/ml/pods").await.json();
         let items = l["items"].as_array().unwrap().clone();
         (items.len() == 4 && items.iter().all(ready)).then_some(items)
@@ -77,10 +77,14 @@ async fn kubelet_jobs_restart_and_churn() {
     // ready (written within a second of a change; `ready` is not there
     // before the first write).
     let job = "/apis/batch/v1/namespaces/ml/jobs/llm-workers-0";
-    eventually("the Job's status counting 4 ready pods", || async {
-        let j = get(addr, job).await.json();
-        (j["status"]["active"] == 4 && j["status"]["ready"] == 4).then_some(())
-    })
+    wait_for(
+        "the Job's status counting 4 ready pods",
+        DEADLINE,
+        || async {
+            let j = get(addr, job).await.json();
+            (j["status"]["active"] == 4 && j["status"]["ready"] == 4).then_some(())
+        },
+    )
     .await;
     // The start-up job.
     let l = get(
@@ -94,17 +98,21 @@ async fn kubelet_jobs_restart_and_churn() {
     // Gang restart: same hostnames, new names and IPs.
     let r = post_json(addr, "/sim/jobs/ml/llm/restart", &json!({})).await;
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-    let new = eventually("restarted pods ready", || async {
+    let new = wait_for("restarted pods ready", DEADLINE, || async {
         let l = get(addr, "/api/v1/namespaces/ml/pods").await.json();
         let items = l["items"].as_array().unwrap().clone();
         (items.len() == 4 && items.iter().all(ready)).then_some(items)
     })
     .await;
-    eventually("the Job's status counting the restarted pods", || async {
-        let j = get(addr, job).await.json();
-        let s = &j["status"];
-        (s["active"] == 4 && s["ready"] == 4 && s["terminating"] == 0).then_some(())
-    })
+    wait_for(
+        "the Job's status counting the restarted pods",
+        DEADLINE,
+        || async {
+            let j = get(addr, job).await.json();
+            let s = &j["status"];
+            (s["active"] == 4 && s["ready"] == 4 && s["terminating"] == 0).then_some(())
+        },
+    )
     .await;
     let mut hosts: Vec<String> = new
         .iter()
@@ -145,12 +153,12 @@ async fn kubelet_jobs_restart_and_churn() {
         .unwrap();
     let r = post_json(addr, "/sim/churn", &json!({"rate": 50, "seconds": 0.2})).await;
     assert_eq!(r.status, 200);
-    eventually("churn mutations", || async {
+    wait_for("churn mutations", DEADLINE, || async {
         let s = get(addr, "/sim/stats").await.json();
         (s["pod_mutations"].as_u64().unwrap() >= before + 10 * 2).then_some(())
     })
     .await;
-    eventually("pods replaced and ready", || async {
+    wait_for("pods replaced and ready", DEADLINE, || async {
         let l = get(addr, "/api/v1/pods").await.json();
         let items = l["items"].as_array().unwrap().clone();
         (items.len() == 7 && items.iter().all(ready)).then_some(())
@@ -219,13 +227,13 @@ async fn faults_and_stats() {
     let addr = sim.addr;
     // Drop watches: an open watch ends.
     let mut w = RawWatch::open(addr, "/api/v1/pods?watch=1&resourceVersion=0").await;
-    eventually("watch counted", || async {
+    wait_for("watch counted", DEADLINE, || async {
         (get(addr, "/sim/stats").await.json()["open_watches"] == 1).then_some(())
     })
     .await;
     post_json(addr, "/sim/faults/drop-watches", &json!({})).await;
     assert!(w.next().await.is_none());
-    eventually("watch closed", || async {
+    wait_for("watch closed", DEADLINE, || async {
         (get(addr, "/sim/stats").await.json()["open_watches"] == 0).then_some(())
     })
     .await;
@@ -274,7 +282,7 @@ async fn faults_and_stats() {
     let mut w = RawWatch::open(addr, "/api/v1/pods?watch=1").await;
     let p = create_pod(addr, "default", "p", json!({})).await;
     w.until(|e| ev(e).1 == "p").await;
-    let s = eventually("event counted", || async {
+    let s = wait_for("event counted", DEADLINE, || async {
         let s = get(addr, "/sim/stats").await.json();
         (s["watch_events_sent"] == 1).then_some(s)
     })
