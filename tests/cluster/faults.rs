@@ -47,8 +47,9 @@ fn live_names_stay_right(p: &Podns, ns: &str, live: &[(String, String)], until: 
 /// answering every live name from its index, resumes its watches, and
 /// answers a pod created after the restart.
 #[test]
+#[ignore = "needs PODNS_CLUSTER"]
 fn apiserver_down_10s_then_resume() {
-    let Some(c) = cluster() else { return };
+    let c = cluster();
     let _g = exclusive();
     let ns = c.namespace("fault-restart");
     let ns = ns.name.as_str();
@@ -74,8 +75,9 @@ fn apiserver_down_10s_then_resume() {
 /// cache or answers 410 (then podns relists once), a pod created meanwhile
 /// answers and every live name stays right.
 #[test]
+#[ignore = "needs PODNS_CLUSTER"]
 fn compaction_then_restart_resumes_or_relists_once() {
-    let Some(c) = cluster() else { return };
+    let c = cluster();
     let _g = exclusive();
     let ns = c.namespace("fault-410");
     let ns = ns.name.as_str();
@@ -125,8 +127,9 @@ fn compaction_then_restart_resumes_or_relists_once() {
 /// answers, every live name stays right, and the watch it starts after the
 /// relist carries a pod created afterwards.
 #[test]
+#[ignore = "needs PODNS_CLUSTER"]
 fn compaction_without_the_watch_cache_is_a_real_410_and_one_relist() {
-    let Some(c) = cluster() else { return };
+    let c = cluster();
     let _g = exclusive();
     let ns = c.namespace("fault-real-410");
     let ns = ns.name.as_str();
@@ -230,8 +233,9 @@ impl Drop for WatchCacheBack<'_> {
 /// not ready and answers SERVFAIL (never a cacheable NXDOMAIN) until its
 /// lists complete after the restart.
 #[test]
+#[ignore = "needs PODNS_CLUSTER"]
 fn apiserver_gone_during_the_first_list() {
-    let Some(c) = cluster() else { return };
+    let c = cluster();
     let _g = exclusive();
     let ns = c.namespace("fault-first-list");
     let ns = ns.name.as_str();

@@ -48,8 +48,9 @@ subjects: [{{kind: ServiceAccount, name: podns-{what}, namespace: {ns}}}]
 }
 
 #[test]
+#[ignore = "needs PODNS_CLUSTER"]
 fn deploy_rbac_is_enough_and_a_missing_permission_is_one_clear_line() {
-    let Some(c) = cluster() else { return };
+    let c = cluster();
     let _g = shared();
     // deploy/base as an operator applies it (namespace, ServiceAccount,
     // RBAC, metrics Service): it needs no Prometheus Operator CRDs.

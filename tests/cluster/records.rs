@@ -57,8 +57,9 @@ spec:
 }
 
 #[test]
+#[ignore = "needs PODNS_CLUSTER"]
 fn every_record_kind_from_kubectl_objects() {
-    let Some(c) = cluster() else { return };
+    let c = cluster();
     let _g = shared();
     let ns = c.namespace("records");
     let ns = ns.name.as_str();
@@ -170,8 +171,9 @@ fn every_record_kind_from_kubectl_objects() {
 /// completion-index annotation and label; podns's rank view answers
 /// `<i>.<job>.<ns>.rank` and the gang's TXT.
 #[test]
+#[ignore = "needs PODNS_CLUSTER"]
 fn rank_view_from_a_real_indexed_job() {
-    let Some(c) = cluster() else { return };
+    let c = cluster();
     let _g = shared();
     let ns = c.namespace("rank");
     let ns = ns.name.as_str();

@@ -35,8 +35,9 @@ fn with_token(
 }
 
 #[test]
+#[ignore = "needs PODNS_CLUSTER"]
 fn the_relay_lets_in_its_audience_its_permission_and_a_nodes_own_scope() {
-    let Some(c) = cluster() else { return };
+    let c = cluster();
     let _g = shared();
     let ns = c.namespace("rauth");
     let ns = ns.name.as_str();

@@ -42,15 +42,15 @@ pub struct Cluster {
     pub env: HashMap<String, String>,
 }
 
-/// The cluster, or `None` (with the reason printed) when `PODNS_CLUSTER`
-/// is not set: these tests are opt-in, as they need a control plane built
-/// with Go (`tests/cluster/up.sh`).
-pub fn cluster() -> Option<Cluster> {
+/// The cluster of `PODNS_CLUSTER`. A test that calls this is
+/// `#[ignore = "needs PODNS_CLUSTER"]`: opt-in, as it needs a control plane
+/// built with Go (`tests/cluster/up.sh`); run with `--include-ignored`
+/// without the variable, it fails with one line saying how to set it.
+pub fn cluster() -> Cluster {
     let Some(dir) = std::env::var_os("PODNS_CLUSTER") else {
-        eprintln!(
-            "PODNS_CLUSTER not set: skipping (C=$(mktemp -d); tests/cluster/up.sh $C; PODNS_CLUSTER=$C cargo test --test cluster)"
+        panic!(
+            "needs PODNS_CLUSTER: C=$(mktemp -d); tests/cluster/up.sh $C; PODNS_CLUSTER=$C cargo test --test cluster -- --include-ignored"
         );
-        return None;
     };
     let dir = PathBuf::from(dir);
     let text = std::fs::read_to_string(dir.join("env"))
@@ -61,13 +61,13 @@ pub fn cluster() -> Option<Cluster> {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let get = |k: &str| PathBuf::from(env.get(k).unwrap_or_else(|| panic!("{k} missing from env")));
-    Some(Cluster {
+    Cluster {
         kubeconfig: get("KUBECONFIG"),
         kubectl: get("KUBECTL"),
         coredns: get("COREDNS"),
         dir,
         env,
-    })
+    }
 }
 
 impl Cluster {

@@ -42,8 +42,9 @@ fn once(sock: &UdpSocket, server: SocketAddr, id: u16) -> bool {
 }
 
 #[test]
+#[ignore = "needs PODNS_CLUSTER"]
 fn sigterm_from_the_kubelet_drains_then_exits_before_the_grace_period() {
-    let Some(c) = cluster() else { return };
+    let c = cluster();
     let _g = shared();
     let Some(n) = real_node(&c) else { return };
     let mut pns = PodnsNamespace::new(&n, "podns-term", "restricted");
