@@ -122,7 +122,6 @@ pub fn bound_to_link_local() -> String {
 #[ignore = "needs PODNS_CLUSTER"]
 fn daemonset_node_instance_answers_the_gang_and_uninstalls_clean() {
     let c = cluster();
-    let _g = shared();
     let Some(n) = real_node(&c) else { return };
     // The relays' certificate names podns.podns.svc: release podns in
     // namespace podns, privileged (hostNetwork).

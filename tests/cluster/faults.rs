@@ -49,8 +49,7 @@ fn live_names_stay_right(p: &Podns, ns: &str, live: &[(String, String)], until: 
 #[test]
 #[ignore = "needs PODNS_CLUSTER"]
 fn apiserver_down_10s_then_resume() {
-    let c = cluster();
-    let _g = exclusive();
+    let c = cluster_exclusive();
     let ns = c.namespace("fault-restart");
     let ns = ns.name.as_str();
     let (p, live) = answering(&c, ns, 3);
@@ -77,8 +76,7 @@ fn apiserver_down_10s_then_resume() {
 #[test]
 #[ignore = "needs PODNS_CLUSTER"]
 fn compaction_then_restart_resumes_or_relists_once() {
-    let c = cluster();
-    let _g = exclusive();
+    let c = cluster_exclusive();
     let ns = c.namespace("fault-410");
     let ns = ns.name.as_str();
     let (mut p, live) = answering(&c, ns, 2);
@@ -129,8 +127,7 @@ fn compaction_then_restart_resumes_or_relists_once() {
 #[test]
 #[ignore = "needs PODNS_CLUSTER"]
 fn compaction_without_the_watch_cache_is_a_real_410_and_one_relist() {
-    let c = cluster();
-    let _g = exclusive();
+    let c = cluster_exclusive();
     let ns = c.namespace("fault-real-410");
     let ns = ns.name.as_str();
     let (mut p, live) = answering(&c, ns, 2);
@@ -186,8 +183,7 @@ fn compaction_without_the_watch_cache_is_a_real_410_and_one_relist() {
 /// `n` `train` pods in `ns`, and podns ready and answering each: the
 /// live names a fault must not cost.
 fn answering(c: &Cluster, ns: &str, n: usize) -> (Podns, Vec<(String, String)>) {
-    c.apply(&crate::records::workload(ns, n));
-    let live = c.pod_ips(ns, "app=train", n);
+    let live = crate::records::train(c, ns, n);
     let p = Podns::ready(&c.kubeconfig, &[]);
     for (name, ip) in &live {
         p.wait_addrs(&format!("{name}.train.{ns}.svc"), &[ip.clone()], secs(10));
@@ -235,12 +231,10 @@ impl Drop for WatchCacheBack<'_> {
 #[test]
 #[ignore = "needs PODNS_CLUSTER"]
 fn apiserver_gone_during_the_first_list() {
-    let c = cluster();
-    let _g = exclusive();
+    let c = cluster_exclusive();
     let ns = c.namespace("fault-first-list");
     let ns = ns.name.as_str();
-    c.apply(&crate::records::workload(ns, 2));
-    let live = c.pod_ips(ns, "app=train", 2);
+    let live = crate::records::train(&c, ns, 2);
     c.ctl("stop-apiserver");
     let p = Podns::start(&c.kubeconfig, &[]);
     let until = Instant::now() + secs(3);

@@ -370,7 +370,6 @@ fn resolve_through_coredns(n: &Node, podns_ns: &str, svc: &str) {
 #[ignore = "needs PODNS_CLUSTER"]
 fn forward_target_by_helm_resolves_a_gang_through_coredns() {
     let c = cluster();
-    let _g = shared();
     let Some(n) = real_node(&c) else { return };
     let mut pns = PodnsNamespace::new(&n, "podns-helm", "restricted");
     let ns = pns.name.clone();
@@ -420,7 +419,6 @@ const KUST_NS: &str = "podns-kust";
 #[ignore = "needs PODNS_CLUSTER"]
 fn forward_target_by_kustomize_resolves_a_gang_through_coredns() {
     let c = cluster();
-    let _g = shared();
     let Some(n) = real_node(&c) else { return };
     // An operator's own overlay over deploy/overlays/forward-target: the
     // image by digest, never pulled, on the real node.

@@ -76,7 +76,6 @@ fn up_names_a_missing_part_and_starts_nothing() {
 #[ignore = "needs PODNS_CLUSTER"]
 fn the_image_runs_podns_version_as_its_non_root_user() {
     let c = cluster();
-    let _g = shared();
     let Some(n) = real_node(&c) else { return };
     let ns = c.namespace("image");
     let ns = ns.name.as_str();
@@ -140,7 +139,6 @@ fn the_image_runs_podns_version_as_its_non_root_user() {
 #[ignore = "needs PODNS_CLUSTER"]
 fn a_pod_without_in_cluster_credentials_exits_64_with_one_line() {
     let c = cluster();
-    let _g = shared();
     let Some(n) = real_node(&c) else { return };
     let ns = c.namespace("nocreds");
     let ns = ns.name.as_str();

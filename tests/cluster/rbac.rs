@@ -51,15 +51,13 @@ subjects: [{{kind: ServiceAccount, name: podns-{what}, namespace: {ns}}}]
 #[ignore = "needs PODNS_CLUSTER"]
 fn deploy_rbac_is_enough_and_a_missing_permission_is_one_clear_line() {
     let c = cluster();
-    let _g = shared();
     // deploy/base as an operator applies it (namespace, ServiceAccount,
     // RBAC, metrics Service): it needs no Prometheus Operator CRDs.
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base");
     c.kubectl(&["apply", "-k", root.to_str().unwrap()]);
     let ns = c.namespace("rbac");
     let ns = ns.name.as_str();
-    c.apply(&crate::records::workload(ns, 2));
-    let pods = c.pod_ips(ns, "app=train", 2);
+    let pods = crate::records::train(&c, ns, 2);
     let dir = tempfile::tempdir().unwrap();
 
     // The deploy/ ServiceAccount: every watch lists, every name answers.

@@ -70,6 +70,23 @@ pub enum Dns {
     Servers(Vec<String>),
 }
 
+impl Dns {
+    /// The pod spec's DNS lines for a pod of `ns`, each indented by `indent`.
+    fn yaml(&self, ns: &str, indent: &str) -> String {
+        let lines = match self {
+            Dns::ClusterFirst => vec!["dnsPolicy: ClusterFirst".to_string()],
+            Dns::Servers(s) => vec![
+                "dnsPolicy: None".into(),
+                "dnsConfig:".into(),
+                format!("  nameservers: [{}]", s.join(", ")),
+                format!("  searches: [{ns}.svc.cluster.local, svc.cluster.local, cluster.local]"),
+                format!("  options: {SAMPLE_OPTIONS}"),
+            ],
+        };
+        lines.iter().map(|l| format!("{indent}{l}\n")).collect()
+    }
+}
+
 impl Node<'_> {
     /// Wait until the node is as up.sh left it: Ready, and the cluster DNS
     /// answering the `kubernetes` Service through kube-proxy. A test that
@@ -179,6 +196,13 @@ impl Node<'_> {
     }
 
     /// `kubectl rollout status` of `what` (`deployment/podns`), at most `secs`.
+    /// `kubectl rollout restart` of `what` in `ns`, then its rollout
+    /// within `secs`.
+    pub fn rollout_restart(&self, ns: &str, what: &str, secs: u64) {
+        self.c.kubectl(&["-n", ns, "rollout", "restart", what]);
+        self.rollout_status(ns, what, secs);
+    }
+
     pub fn rollout_status(&self, ns: &str, what: &str, secs: u64) {
         let timeout = format!("--timeout={secs}s");
         if let Err(e) = self
@@ -252,13 +276,7 @@ impl Node<'_> {
 
     /// A pod of the client image on the real node that sleeps, with `dns`.
     pub fn client_pod(&self, ns: &str, name: &str, dns: &Dns) -> String {
-        let dns = match dns {
-            Dns::ClusterFirst => "  dnsPolicy: ClusterFirst\n".to_string(),
-            Dns::Servers(s) => format!(
-                "  dnsPolicy: None\n  dnsConfig:\n    nameservers: [{}]\n    searches: [{ns}.svc.cluster.local, svc.cluster.local, cluster.local]\n    options: {SAMPLE_OPTIONS}\n",
-                s.join(", ")
-            ),
-        };
+        let dns = dns.yaml(ns, "  ");
         format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}, labels: {{app: client}}}}\nspec:\n{dns}{placement}  automountServiceAccountToken: false\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: client\n    image: {image}\n    imagePullPolicy: Never\n    command: [sleep, \"3600\"]\n    resources: {{requests: {{cpu: 10m, memory: 16Mi}}, limits: {{memory: 64Mi}}}}\n",
             placement = self.placement(2),
@@ -379,14 +397,7 @@ impl Node<'_> {
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: coredns, namespace: kube-system}}\ndata:\n  Corefile: |\n{indented}"
         ));
         let old = self.pods("kube-system", "k8s-app=kube-dns");
-        self.c.kubectl(&[
-            "-n",
-            "kube-system",
-            "rollout",
-            "restart",
-            "deployment/coredns",
-        ]);
-        self.rollout_status("kube-system", "deployment/coredns", 180);
+        self.rollout_restart("kube-system", "deployment/coredns", 180);
         // The rollout is done when the new pods are Ready; the old ones
         // still answer with the old Corefile through their lameduck (5 s),
         // and the Service's rules may send queries there until they are
@@ -568,13 +579,7 @@ openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -days 365 -out tls.crt -e
 /// as JobSet makes it), running `sleep` in the client image, with `dns` and
 /// `init` (extra initContainers YAML, already indented) added.
 pub fn gang(n: &Node, ns: &str, job: &str, ranks: usize, dns: &Dns, init: &str) -> String {
-    let dns = match dns {
-        Dns::ClusterFirst => "      dnsPolicy: ClusterFirst\n".to_string(),
-        Dns::Servers(s) => format!(
-            "      dnsPolicy: None\n      dnsConfig:\n        nameservers: [{}]\n        searches: [{ns}.svc.cluster.local, svc.cluster.local, cluster.local]\n        options: {SAMPLE_OPTIONS}\n",
-            s.join(", ")
-        ),
-    };
+    let dns = dns.yaml(ns, "      ");
     format!(
         "apiVersion: v1
 kind: Service

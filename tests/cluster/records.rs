@@ -9,6 +9,13 @@ use crate::support::*;
 
 /// A headless gang with hostnames (`train-<i>.train`), a ClusterIP
 /// Service with a named port and its pods, an ExternalName Service.
+/// [`workload`] applied in `ns`, once its `ranks` pods have IPs: their
+/// names and IPs.
+pub fn train(c: &Cluster, ns: &str, ranks: usize) -> Vec<(String, String)> {
+    c.apply(&workload(ns, ranks));
+    c.pod_ips(ns, "app=train", ranks)
+}
+
 pub fn workload(ns: &str, ranks: usize) -> String {
     let mut y = format!(
         r#"
@@ -60,11 +67,9 @@ spec:
 #[ignore = "needs PODNS_CLUSTER"]
 fn every_record_kind_from_kubectl_objects() {
     let c = cluster();
-    let _g = shared();
     let ns = c.namespace("records");
     let ns = ns.name.as_str();
-    c.apply(&workload(ns, 2));
-    let train = c.pod_ips(ns, "app=train", 2);
+    let train = train(&c, ns, 2);
     let api_pod = c.pod_ips(ns, "app=api", 1);
     let cluster_ip = c
         .kubectl(&[
@@ -174,7 +179,6 @@ fn every_record_kind_from_kubectl_objects() {
 #[ignore = "needs PODNS_CLUSTER"]
 fn rank_view_from_a_real_indexed_job() {
     let c = cluster();
-    let _g = shared();
     let ns = c.namespace("rank");
     let ns = ns.name.as_str();
     c.apply(&format!(

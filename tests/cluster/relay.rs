@@ -123,7 +123,6 @@ pub fn relay_with(
 #[ignore = "needs PODNS_CLUSTER"]
 fn the_relay_serves_kubectl_and_a_node_instance_from_the_real_api_server() {
     let c = cluster();
-    let _g = shared();
     let held = c.namespace("relay");
     let held = held.name.as_str();
     // A namespace with a Service and no pod: never in a node's scope.
@@ -243,7 +242,6 @@ fn the_relay_serves_kubectl_and_a_node_instance_from_the_real_api_server() {
 #[ignore = "needs PODNS_CLUSTER"]
 fn a_node_instance_holds_its_gangs_of_a_namespace_and_forwards_the_other_gangs() {
     let c = cluster();
-    let _g = shared();
     let ns = c.namespace("gangs");
     let ns = ns.name.as_str();
     // Two Indexed Jobs of one namespace, each with its headless Service,
@@ -340,7 +338,6 @@ fn lines(path: &std::path::Path) -> Vec<String> {
 #[ignore = "needs PODNS_CLUSTER"]
 fn the_job_controllers_status_writes_are_not_sent_through_the_relay() {
     let c = cluster();
-    let _g = shared();
     let ns = c.namespace("jobstat");
     let ns = ns.name.as_str();
     let dir = tempfile::tempdir().unwrap();
@@ -434,7 +431,6 @@ fn raw_get(c: &Cluster, kubeconfig: &std::path::Path, path: &str) -> Result<Stri
 #[ignore = "needs PODNS_CLUSTER"]
 fn a_watch_resumes_on_another_relay_by_the_api_servers_version_and_gets_410_past_the_history() {
     let c = cluster();
-    let _g = shared();
     let ns = c.namespace("resume");
     let ns = ns.name.as_str();
     let pod = |name: &str| {

@@ -38,7 +38,6 @@ fn with_token(
 #[ignore = "needs PODNS_CLUSTER"]
 fn the_relay_lets_in_its_audience_its_permission_and_a_nodes_own_scope() {
     let c = cluster();
-    let _g = shared();
     let ns = c.namespace("rauth");
     let ns = ns.name.as_str();
     let other = c.namespace("rautho");

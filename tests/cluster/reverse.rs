@@ -17,11 +17,9 @@ use crate::support::*;
 #[ignore = "needs PODNS_CLUSTER"]
 fn learned_ranges_answer_inside_and_refuse_outside() {
     let c = cluster();
-    let _g = shared();
     let ns = c.namespace("reverse");
     let ns = ns.name.as_str();
-    c.apply(&crate::records::workload(ns, 2));
-    let pods = c.pod_ips(ns, "app=train", 2);
+    let pods = crate::records::train(&c, ns, 2);
     let p = Podns::ready(&c.kubeconfig, &[]);
     let rc = |name: &str| rcode(&p.ask(name, RecordType::PTR));
 
@@ -141,11 +139,9 @@ spec:
 #[ignore = "needs PODNS_CLUSTER"]
 fn without_node_and_service_cidr_rbac_no_reverse_zone_is_owned() {
     let c = cluster();
-    let _g = shared();
     let ns = c.namespace("revrbac");
     let ns = ns.name.as_str();
-    c.apply(&crate::records::workload(ns, 1));
-    let pods = c.pod_ips(ns, "app=train", 1);
+    let pods = crate::records::train(&c, ns, 1);
     c.apply(&format!(
         r#"
 apiVersion: v1

@@ -131,7 +131,6 @@ fn restore(n: &Node, ns: &str) {
 #[ignore = "needs PODNS_CLUSTER"]
 fn rollouts_and_kills_under_load() {
     let c = cluster();
-    let _g = shared();
     let Some(n) = real_node(&c) else { return };
     let mut pns = PodnsNamespace::new(&n, "podns", "privileged");
     let ns = pns.name.clone();
@@ -226,24 +225,10 @@ fn rollouts_and_kills_under_load() {
         let mut podns_log = String::new();
         match name {
             n_ if n_.starts_with("DaemonSet") => {
-                c.kubectl(&[
-                    "-n",
-                    &ns,
-                    "rollout",
-                    "restart",
-                    &format!("daemonset/{FULLNAME}"),
-                ]);
-                n.rollout_status(&ns, &format!("daemonset/{FULLNAME}"), 180);
+                n.rollout_restart(&ns, &format!("daemonset/{FULLNAME}"), 180);
             }
             n_ if n_.starts_with("relays") => {
-                c.kubectl(&[
-                    "-n",
-                    &ns,
-                    "rollout",
-                    "restart",
-                    &format!("deployment/{FULLNAME}"),
-                ]);
-                n.rollout_status(&ns, &format!("deployment/{FULLNAME}"), 180);
+                n.rollout_restart(&ns, &format!("deployment/{FULLNAME}"), 180);
             }
             n_ if n_.contains("SIGKILL") => {
                 let pod = node_instance(&n, &ns);
@@ -325,14 +310,7 @@ fn rollouts_and_kills_under_load() {
         let t1 = Instant::now();
         let dns_pods = n.pods("kube-system", "k8s-app=kube-dns");
         if coredns.contains("rollout") {
-            c.kubectl(&[
-                "-n",
-                "kube-system",
-                "rollout",
-                "restart",
-                "deployment/coredns",
-            ]);
-            n.rollout_status("kube-system", "deployment/coredns", 180);
+            n.rollout_restart("kube-system", "deployment/coredns", 180);
         } else if coredns.contains("SIGKILL") {
             let before = restarts(&n, "kube-system", &dns_pods[0]);
             let pid = n.pid("kube-system", &dns_pods[0], "coredns");

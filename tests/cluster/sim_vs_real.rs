@@ -253,7 +253,6 @@ fn normalize(zone: &str, ns: &str, ips: &BTreeMap<String, String>) -> BTreeSet<S
 #[ignore = "needs PODNS_CLUSTER"]
 fn simulator_and_real_control_plane_serve_the_same_zone() {
     let c = cluster();
-    let _g = shared();
     let ns = c.namespace("sim-vs-real");
     let ns = ns.name.as_str();
     let dir = tempfile::tempdir().unwrap();

@@ -16,7 +16,6 @@ const USER_SLICES: &str = podns_server::k8s::watch::USER_SLICES;
 #[ignore = "needs PODNS_CLUSTER"]
 fn services_without_selector_answer_from_hand_written_and_mirrored_slices() {
     let c = cluster();
-    let _g = shared();
     let ns = c.namespace("slices");
     let ns = ns.name.as_str();
     c.apply(&format!(
@@ -204,11 +203,9 @@ spec:
 #[ignore = "needs PODNS_CLUSTER"]
 fn without_endpointslice_rbac_everything_else_is_served() {
     let c = cluster();
-    let _g = shared();
     let ns = c.namespace("noslices");
     let ns = ns.name.as_str();
-    c.apply(&crate::records::workload(ns, 1));
-    let pods = c.pod_ips(ns, "app=train", 1);
+    let pods = crate::records::train(&c, ns, 1);
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("no-slices.kubeconfig");
     crate::rbac::limited_podns(

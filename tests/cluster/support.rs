@@ -22,19 +22,17 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_podns");
 
 /// Tests that stop the API server hold this for writing; every other test
 /// holds it for reading, so nothing else runs while the control plane is
-/// down.
+/// down. A [`Cluster`] holds it for as long as the test holds the cluster.
 static CONTROL_PLANE: RwLock<()> = RwLock::new(());
 
-pub fn shared() -> RwLockReadGuard<'static, ()> {
-    CONTROL_PLANE.read().unwrap_or_else(|e| e.into_inner())
-}
-
-pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
-    CONTROL_PLANE.write().unwrap_or_else(|e| e.into_inner())
+enum Hold {
+    Shared(RwLockReadGuard<'static, ()>),
+    Exclusive(RwLockWriteGuard<'static, ()>),
 }
 
 /// A cluster started by `tests/cluster/up.sh DIR`, from `PODNS_CLUSTER=DIR`.
 pub struct Cluster {
+    _hold: Hold,
     pub dir: PathBuf,
     pub kubeconfig: PathBuf,
     pub kubectl: PathBuf,
@@ -46,7 +44,17 @@ pub struct Cluster {
 /// `#[ignore = "needs PODNS_CLUSTER"]`: opt-in, as it needs a control plane
 /// built with Go (`tests/cluster/up.sh`); run with `--include-ignored`
 /// without the variable, it fails with one line saying how to set it.
+/// Other tests may use the control plane meanwhile.
 pub fn cluster() -> Cluster {
+    with_hold(|| Hold::Shared(CONTROL_PLANE.read().unwrap_or_else(|e| e.into_inner())))
+}
+
+/// [`cluster`], alone: for a test that stops the API server.
+pub fn cluster_exclusive() -> Cluster {
+    with_hold(|| Hold::Exclusive(CONTROL_PLANE.write().unwrap_or_else(|e| e.into_inner())))
+}
+
+fn with_hold(hold: impl FnOnce() -> Hold) -> Cluster {
     let Some(dir) = std::env::var_os("PODNS_CLUSTER") else {
         panic!(
             "needs PODNS_CLUSTER: C=$(mktemp -d); tests/cluster/up.sh $C; PODNS_CLUSTER=$C cargo test --test cluster -- --include-ignored"
@@ -62,6 +70,7 @@ pub fn cluster() -> Cluster {
         .collect();
     let get = |k: &str| PathBuf::from(env.get(k).unwrap_or_else(|| panic!("{k} missing from env")));
     Cluster {
+        _hold: hold(),
         kubeconfig: get("KUBECONFIG"),
         kubectl: get("KUBECTL"),
         coredns: get("COREDNS"),

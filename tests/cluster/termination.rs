@@ -45,7 +45,6 @@ fn once(sock: &UdpSocket, server: SocketAddr, id: u16) -> bool {
 #[ignore = "needs PODNS_CLUSTER"]
 fn sigterm_from_the_kubelet_drains_then_exits_before_the_grace_period() {
     let c = cluster();
-    let _g = shared();
     let Some(n) = real_node(&c) else { return };
     let mut pns = PodnsNamespace::new(&n, "podns-term", "restricted");
     let ns = pns.name.clone();

@@ -92,7 +92,6 @@ fn gzip_members(body: &[u8]) -> Option<Vec<String>> {
 #[ignore = "needs PODNS_CLUSTER"]
 fn streaming_lists_are_gzip_only_when_asked_and_podns_asks_identity() {
     let c = cluster();
-    let _g = shared();
     let ns = c.namespace("watch-encoding");
     let ns = ns.name.as_str();
     let names = ["a", "b", "c"];
@@ -146,8 +145,7 @@ fn streaming_lists_are_gzip_only_when_asked_and_podns_asks_identity() {
 
     // podns's own streaming list against this server: it syncs, answers
     // the pods there, and follows a pod created afterwards.
-    c.apply(&crate::records::workload(ns, 2));
-    let live = c.pod_ips(ns, "app=train", 2);
+    let live = crate::records::train(&c, ns, 2);
     let p = Podns::ready(&c.kubeconfig, &["--streaming-list=on"]);
     for (name, ip) in &live {
         p.wait_addrs(&format!("{name}.train.{ns}.svc"), &[ip.clone()], secs(10));

@@ -9,7 +9,6 @@ use crate::support::*;
 #[ignore = "needs PODNS_CLUSTER"]
 fn json_protobuf_and_auto_print_the_same_zone() {
     let c = cluster();
-    let _g = shared();
     let ns = c.namespace("wires");
     let ns = ns.name.as_str();
     // Server-side apply: managedFields on every object.
@@ -117,11 +116,9 @@ spec:
 #[ignore = "needs PODNS_CLUSTER"]
 fn serve_on_each_wire_answers_alike() {
     let c = cluster();
-    let _g = shared();
     let ns = c.namespace("serve-wires");
     let ns = ns.name.as_str();
-    c.apply(&crate::records::workload(ns, 3));
-    let pods = c.pod_ips(ns, "app=train", 3);
+    let pods = crate::records::train(&c, ns, 3);
     let all: Vec<String> = pods.iter().map(|(_, ip)| ip.clone()).collect();
     for wire in ["json", "protobuf"] {
         let p = Podns::ready(&c.kubeconfig, &[&format!("--wire={wire}")]);
