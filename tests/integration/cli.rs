@@ -134,10 +134,7 @@ impl Drop for Kill {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_then_exits_zero() {
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let sim = start_sim(&[], &shutdown).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    std::fs::write(&kc, sim.kubeconfig_yaml()).unwrap();
+    let (_sim, _dir, kc) = sim_with_kubeconfig(&[], &shutdown).await;
     let (mut child, mut lines) = serve_bin(&kc, &["--shutdown-grace=2s"], &[]);
     let dns = wait_listening(&mut lines, "listening dns udp ");
     let admin = wait_listening(&mut lines, "listening admin http ");
@@ -196,10 +193,7 @@ async fn sigterm_drains_then_exits_zero() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_buffer_flags_are_granted_logged_and_exported() {
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let sim = start_sim(&[], &shutdown).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    std::fs::write(&kc, sim.kubeconfig_yaml()).unwrap();
+    let (_sim, _dir, kc) = sim_with_kubeconfig(&[], &shutdown).await;
     let (recv, send) = (3usize << 20, 512usize << 10);
     let (child, mut lines) = serve_bin(
         &kc,
@@ -247,31 +241,41 @@ async fn udp_buffer_flags_are_granted_logged_and_exported() {
     shutdown.cancel();
 }
 
-/// A running `podns demo` on loopback port 0 and the dig lines it printed.
-fn demo_digs() -> (Kill, Vec<String>) {
-    let mut child = Kill(
-        Command::new(BIN)
-            .args([
-                "demo",
-                "--dns-listen=127.0.0.1:0",
-                "--admin-listen=127.0.0.1:0",
-                "--api-listen=127.0.0.1:0",
-            ])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+/// A running `podns demo` on loopback port 0 (with `path` as PATH when
+/// given) and what it printed up to its Ctrl-C line.
+fn demo_lines(path: Option<&std::ffi::OsStr>) -> (Kill, Vec<String>) {
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "demo",
+        "--dns-listen=127.0.0.1:0",
+        "--admin-listen=127.0.0.1:0",
+        "--api-listen=127.0.0.1:0",
+    ])
+    .env("RUST_LOG", "warn")
+    .stdout(Stdio::piped());
+    if let Some(path) = path {
+        cmd.env("PATH", path);
+    }
+    let mut child = Kill(cmd.spawn().unwrap());
     let stdout = child.0.stdout.take().unwrap();
-    let mut digs = Vec::new();
+    let mut lines = Vec::new();
     for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-        if line.starts_with("dig ") {
-            digs.push(line.clone());
-        }
-        if line.contains("Ctrl-C") {
+        let end = line.contains("Ctrl-C");
+        lines.push(line);
+        if end {
             break;
         }
     }
+    (child, lines)
+}
+
+/// A running `podns demo` on loopback port 0 and the dig lines it printed.
+fn demo_digs() -> (Kill, Vec<String>) {
+    let (child, lines) = demo_lines(None);
+    let digs = lines
+        .into_iter()
+        .filter(|l| l.starts_with("dig "))
+        .collect();
     (child, digs)
 }
 
@@ -761,30 +765,11 @@ fn the_chart_and_overlays_name_this_version() {
 
 /// The `podns explain …` line of `podns demo`, with `path` as PATH.
 fn demo_explain_line(path: &std::ffi::OsStr) -> (Kill, String) {
-    let mut child = Kill(
-        Command::new(BIN)
-            .args([
-                "demo",
-                "--dns-listen=127.0.0.1:0",
-                "--admin-listen=127.0.0.1:0",
-                "--api-listen=127.0.0.1:0",
-            ])
-            .env("RUST_LOG", "warn")
-            .env("PATH", path)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let stdout = child.0.stdout.take().unwrap();
-    let mut explain = None;
-    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-        if line.contains(" explain ") && !line.starts_with('#') {
-            explain = Some(line.clone());
-        }
-        if line.contains("Ctrl-C") {
-            break;
-        }
-    }
+    let (child, lines) = demo_lines(Some(path));
+    let explain = lines
+        .into_iter()
+        .rev()
+        .find(|l| l.contains(" explain ") && !l.starts_with('#'));
     (child, explain.expect("the demo prints an explain line"))
 }
 

@@ -396,19 +396,7 @@ async fn watch_faults_never_cost_a_live_name() {
     let names: Vec<String> = (0..8)
         .map(|i| format!("job-workers-0-{i}.job.ft.svc"))
         .collect();
-    wait_for("ranks answer", T, || async {
-        for n in &names {
-            if ask(env.dns, n, RecordType::A).await.answers.is_empty() {
-                return false;
-            }
-        }
-        true
-    })
-    .await;
-    let mut expect = Vec::new();
-    for n in &names {
-        expect.push(addrs(&ask(env.dns, n, RecordType::A).await));
-    }
+    let expect = wait_all_resolve(env.dns, &names, T).await;
     let check = |phase: &'static str| {
         let names = names.clone();
         let expect = expect.clone();
@@ -529,19 +517,7 @@ async fn gang_restart_converges_to_new_ips_without_cross_talk() {
     let names: Vec<String> = (0..ranks)
         .map(|i| format!("g-workers-0-{i}.g.gr.svc"))
         .collect();
-    wait_for("ranks answer", T, || async {
-        for n in &names {
-            if ask(env.dns, n, RecordType::A).await.answers.is_empty() {
-                return false;
-            }
-        }
-        true
-    })
-    .await;
-    let mut old = Vec::new();
-    for n in &names {
-        old.push(addrs(&ask(env.dns, n, RecordType::A).await));
-    }
+    let old = wait_all_resolve(env.dns, &names, T).await;
     sim_post(&env.client, "/sim/jobs/gr/g/restart", json!({})).await;
     let all_old: std::collections::HashSet<String> = old.iter().flatten().cloned().collect();
     wait_for(

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use hickory_proto::op::{Message, ResponseCode};
-use hickory_proto::rr::{RData, RecordType};
+use hickory_proto::rr::RecordType;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -44,16 +44,6 @@ async fn ptr_of(env: &Env, ip: &str) -> Message {
     .await
 }
 
-fn ptr_names(m: &Message) -> Vec<String> {
-    m.answers
-        .iter()
-        .filter_map(|r| match &r.data {
-            RData::PTR(p) => Some(p.0.to_ascii()),
-            _ => None,
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn require_dual_stack_cluster_ip_answers_a_aaaa_and_both_ptrs() {
     let env = env(&[&format!("--service-cidr-v6={V6_RANGE}")], &[]).await;
@@ -79,7 +69,7 @@ async fn require_dual_stack_cluster_ip_answers_a_aaaa_and_both_ptrs() {
     assert_eq!(addrs(&m), [v6.as_str()]);
     for ip in [&v4, &v6] {
         let m = ptr_of(&env, ip).await;
-        assert_eq!(ptr_names(&m), ["api.ml.svc.cluster.local."], "PTR of {ip}");
+        assert_eq!(ptrs(&m), ["api.ml.svc.cluster.local."], "PTR of {ip}");
     }
     // The `kubernetes` Service stays single-stack: AAAA is NODATA.
     let m = ask(env.dns, "kubernetes.default.svc", RecordType::AAAA).await;
@@ -123,7 +113,7 @@ async fn upgrade_and_downgrade_follow_through_to_dns() {
     })
     .await;
     assert_eq!(
-        ptr_names(&ptr_of(&env, &v6).await),
+        ptrs(&ptr_of(&env, &v6).await),
         ["web.ml.svc.cluster.local."]
     );
     // Back to SingleStack: the secondary is released and leaves DNS.
@@ -143,5 +133,5 @@ async fn upgrade_and_downgrade_follow_through_to_dns() {
         addrs(&ask(env.dns, "web.ml.svc", RecordType::A).await),
         [v4.as_str()]
     );
-    assert!(ptr_names(&ptr_of(&env, &v6).await).is_empty());
+    assert!(ptrs(&ptr_of(&env, &v6).await).is_empty());
 }

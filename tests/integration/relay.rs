@@ -50,6 +50,42 @@ pub(crate) async fn env_with_relay(extra: &[&str]) -> (Env, tempfile::TempDir, P
 }
 
 /// A client of the relay from the kubeconfig it wrote.
+/// A relay over a simulator with indexed job `ml/<job>` of `ranks` pods, and
+/// a client of the relay, once it lists every pod with its IP.
+async fn relay_with_job(
+    job: &str,
+    ranks: usize,
+) -> (Env, tempfile::TempDir, PathBuf, kube::Client) {
+    let (env, dir, kubeconfig) = env_with_relay(&[]).await;
+    create_job(&env.client, "ml", job, ranks, "indexed-job").await;
+    let relay = relay_client(&kubeconfig).await;
+    wait_for(
+        &format!("{ranks} pods with IPs through the relay"),
+        T,
+        || async { pods_with_ip(&relay, "ml").await.len() == ranks },
+    )
+    .await;
+    (env, dir, kubeconfig, relay)
+}
+
+/// The first event (or error) of a watch on the pods of `ns` from
+/// resourceVersion `rv`, within [`T`].
+async fn first_watch_event(
+    client: kube::Client,
+    ns: &str,
+    rv: &str,
+) -> Result<Option<WatchEvent<Pod>>, kube::Error> {
+    let api: Api<Pod> = Api::namespaced(client, ns);
+    let mut events = api
+        .watch(&WatchParams::default(), rv)
+        .await
+        .unwrap()
+        .boxed();
+    tokio::time::timeout(T, events.try_next())
+        .await
+        .expect("an event")
+}
+
 pub(crate) async fn relay_client(kubeconfig: &Path) -> kube::Client {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
@@ -121,13 +157,7 @@ pub(crate) async fn node_of_pods(relay: &kube::Client, ns: &str, n: usize) -> St
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rs_lists_gets_and_watches_the_relay_as_an_api_server() {
-    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
-    create_job(&env.client, "ml", "train", 4, "indexed-job").await;
-    let relay = relay_client(&kubeconfig).await;
-    wait_for("4 pods with IPs through the relay", T, || async {
-        pods_with_ip(&relay, "ml").await.len() == 4
-    })
-    .await;
+    let (env, _dir, _kubeconfig, relay) = relay_with_job("train", 4).await;
     // The same objects as the API server's, slimmed: name, placement,
     // addresses and the labels a node reads kept; the rest gone. (A status
     // may change between the two lists: resourceVersions are compared,
@@ -270,13 +300,7 @@ fn as_served(mut p: podns_server::index::types::PodInfo) -> podns_server::index:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn protobuf_and_json_lists_of_the_relay_decode_to_the_same_pods() {
-    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
-    create_job(&env.client, "ml", "bert", 6, "indexed-job").await;
-    let relay = relay_client(&kubeconfig).await;
-    wait_for("6 pods with IPs through the relay", T, || async {
-        pods_with_ip(&relay, "ml").await.len() == 6
-    })
-    .await;
+    let (env, _dir, _kubeconfig, relay) = relay_with_job("bert", 6).await;
     // Both wires, and the API server itself, agree once the pods settle
     // (a status may change between two lists).
     let lp = ListParams::default();
@@ -444,15 +468,8 @@ async fn a_watch_resumes_on_another_relay_without_a_relist() {
     let rv = list_rv(&a, "ml").await;
     create_pod(&env.client, pod_json("ml", "late", json!({"app": "late"}))).await;
     // Relay B has never seen this client: it resumes from A's version.
-    let api: Api<Pod> = Api::namespaced(bc, "ml");
-    let mut events = api
-        .watch(&WatchParams::default(), &rv)
+    let first = first_watch_event(bc, "ml", &rv)
         .await
-        .unwrap()
-        .boxed();
-    let first = tokio::time::timeout(T, events.try_next())
-        .await
-        .expect("an event")
         .unwrap()
         .expect("the stream is open");
     match first {
@@ -542,15 +559,7 @@ async fn past_the_history_a_watch_gets_410() {
             .unwrap_or(false)
     })
     .await;
-    let api: Api<Pod> = Api::namespaced(relay, "ml");
-    let mut events = api
-        .watch(&WatchParams::default(), &rv)
-        .await
-        .unwrap()
-        .boxed();
-    let first = tokio::time::timeout(T, events.try_next())
-        .await
-        .expect("an event");
+    let first = first_watch_event(relay, "ml", &rv).await;
     match first {
         Ok(Some(WatchEvent::Error(e))) => assert_eq!(e.code, 410, "{e:?}"),
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 410, "{s:?}"),
@@ -564,13 +573,7 @@ async fn kubectl_gets_and_watches_the_relay() {
         need("kubectl", false);
         return;
     };
-    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
-    create_job(&env.client, "ml", "gpt", 2, "indexed-job").await;
-    let relay = relay_client(&kubeconfig).await;
-    wait_for("2 pods with IPs through the relay", T, || async {
-        pods_with_ip(&relay, "ml").await.len() == 2
-    })
-    .await;
+    let (env, _dir, kubeconfig, _relay) = relay_with_job("gpt", 2).await;
     let kc = kubeconfig.display().to_string();
     let out = std::process::Command::new(&kubectl)
         .args(["--kubeconfig", &kc, "get", "pods", "-n", "ml", "-o", "yaml"])

@@ -431,10 +431,7 @@ async fn the_server_turns_huge_pages_off_unless_told_not_to() {
         return;
     };
     let shutdown = CancellationToken::new();
-    let sim = start_sim(&[], &shutdown).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    std::fs::write(&kc, sim.kubeconfig_yaml()).unwrap();
+    let (_sim, _dir, kc) = sim_with_kubeconfig(&[], &shutdown).await;
 
     let mut cmd = serve_command(&kc, &["--udp-sockets=1"]);
     cmd.env_remove("MIMALLOC_ALLOW_THP");

@@ -156,17 +156,6 @@ fn rev(ip: &str) -> String {
     )
 }
 
-/// The PTR targets of an answer.
-fn ptrs(m: &hickory_proto::op::Message) -> Vec<String> {
-    m.answers
-        .iter()
-        .filter_map(|r| match &r.data {
-            RData::PTR(p) => Some(p.0.to_ascii()),
-            _ => None,
-        })
-        .collect()
-}
-
 /// The addresses rank `i` of the simulator's job `train-0` answers.
 async fn rank_ips(dns: std::net::SocketAddr, i: usize) -> Vec<String> {
     let name = format!("train-0-{i}.train-0.default.svc");

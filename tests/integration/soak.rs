@@ -117,13 +117,10 @@ async fn soak_60s_no_leak_trend_and_correct_answers() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
     let shutdown = CancellationToken::new();
-    let sim = start_sim(&["--kubelet"], &shutdown).await;
+    let (sim, _dir, kc) = sim_with_kubeconfig(&["--kubelet"], &shutdown).await;
     let client = sim.client();
     create_job(&client, "default", "steady", 200, "indexed-job").await;
     create_job(&client, "default", "churn", 100, "indexed-job").await;
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    std::fs::write(&kc, sim.kubeconfig_yaml()).unwrap();
     let mut cmd = serve_command(&kc, &["--udp-sockets=1"]);
     // mimalloc returns freed pages at least 1 s after the free, when it is
     // next busy: at this size (≈ 60 MiB) that moved RSS by 5-9 MiB between

@@ -21,7 +21,7 @@ use podns_sim::{SimArgs, SimHandle};
 pub use podns_testkit::dns::query as query_msg;
 pub use podns_testkit::http_get as admin_get;
 pub use podns_testkit::{
-    ZONE, addrs, ask, fqdn, has, need, need_cmd, rcode, spawn_serve, tcp, udp, wait_for,
+    ZONE, addrs, ask, fqdn, has, need, need_cmd, ptrs, rcode, spawn_serve, tcp, udp, wait_for,
 };
 
 #[derive(Parser)]
@@ -57,6 +57,19 @@ pub async fn start_sim(flags: &[&str], shutdown: &CancellationToken) -> SimHandl
     podns_sim::spawn(args, listener, shutdown.clone())
         .await
         .expect("sim starts")
+}
+
+/// [`start_sim`], with its kubeconfig written to a file of its own: the
+/// simulator, the folder (removed on drop) and the file.
+pub async fn sim_with_kubeconfig(
+    flags: &[&str],
+    shutdown: &CancellationToken,
+) -> (SimHandle, tempfile::TempDir, std::path::PathBuf) {
+    let sim = start_sim(flags, shutdown).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, sim.kubeconfig_yaml()).unwrap();
+    (sim, dir, kubeconfig)
 }
 
 /// Serve flags with loopback listeners and the given extras, parsed by the
@@ -141,6 +154,27 @@ pub async fn wait_resolves(dns: SocketAddr, name: &str, limit: Duration) {
         !ask(dns, name, RecordType::A).await.answers.is_empty()
     })
     .await;
+}
+
+/// Wait until every one of `names` answers A records; then each one's
+/// addresses, in order.
+pub async fn wait_all_resolve(
+    dns: SocketAddr,
+    names: &[String],
+    limit: Duration,
+) -> Vec<Vec<String>> {
+    wait_for("every name to resolve", limit, || async {
+        let mut all = Vec::new();
+        for n in names {
+            let found = addrs(&ask(dns, n, RecordType::A).await);
+            if found.is_empty() {
+                return Err(format!("{n} has no address"));
+            }
+            all.push(found);
+        }
+        Ok(all)
+    })
+    .await
 }
 
 /// Create a training job through the simulator's `/sim/jobs`.

@@ -260,10 +260,8 @@ async fn zonefile(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdout_has_one_marked_section_per_zone_and_bad_flags_exit_64() {
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let sim = start_sim(&["--kubelet", "--jobs=1", "--ranks=4"], &shutdown).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, sim.kubeconfig_yaml()).unwrap();
+    let (_sim, _dir, kubeconfig) =
+        sim_with_kubeconfig(&["--kubelet", "--jobs=1", "--ranks=4"], &shutdown).await;
     let both = ["--reverse", "--zone=cluster.local,example.org"];
     let a = zonefile(&kubeconfig, &both).await;
     let b = zonefile(&kubeconfig, &both).await;

@@ -120,6 +120,17 @@ pub fn addrs(m: &Message) -> Vec<String> {
     v
 }
 
+/// The PTR targets in the answer section, in order.
+pub fn ptrs(m: &Message) -> Vec<String> {
+    m.answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::PTR(p) => Some(p.0.to_ascii()),
+            _ => None,
+        })
+        .collect()
+}
+
 pub mod blocking {
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpStream, UdpSocket};

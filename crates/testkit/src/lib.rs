@@ -16,7 +16,7 @@ pub mod process;
 pub mod wait;
 
 pub use ci::{has, in_ci, need, need_cmd};
-pub use dns::{ZONE, addrs, ask, fqdn, query, rcode, tcp, udp};
+pub use dns::{ZONE, addrs, ask, fqdn, ptrs, query, rcode, tcp, udp};
 pub use http::get as http_get;
 pub use process::{Spawned, spawn_serve};
 pub use wait::{Check, wait_for};
