@@ -123,15 +123,12 @@ async fn label_and_field_selectors() {
         assert_eq!(got, want, "labelSelector {sel:?}");
     }
     // Field selectors: set b's status, then select on it.
-    let r = http(
+    merge_patch(
         addr,
-        "PATCH",
         "/api/v1/namespaces/default/pods/b/status",
-        Some("application/merge-patch+json"),
         br#"{"status":{"phase":"Running"}}"#,
     )
     .await;
-    assert_eq!(r.status, 200);
     let f = |s: &str| {
         format!(
             "/api/v1/pods?fieldSelector={}",
@@ -205,15 +202,12 @@ async fn watch_selector_transitions() {
     assert_eq!(ev(&w.next().await.unwrap()), ("ADDED".into(), "b".into()));
     patch("a", "x").await;
     assert_eq!(ev(&w.next().await.unwrap()), ("ADDED".into(), "a".into()));
-    let r = http(
+    merge_patch(
         addr,
-        "PATCH",
         "/api/v1/namespaces/default/pods/a",
-        Some("application/merge-patch+json"),
         br#"{"metadata":{"annotations":{"k":"v"}}}"#,
     )
     .await;
-    assert_eq!(r.status, 200);
     let e = w.next().await.unwrap();
     assert_eq!(ev(&e), ("MODIFIED".into(), "a".into()));
     assert_eq!(e["object"]["metadata"]["annotations"]["k"], "v");
@@ -410,15 +404,12 @@ async fn grace_period_deletion() {
     let addr = sim.addr;
     create_pod(addr, "default", "sched", json!({})).await;
     create_pod(addr, "default", "unsched", json!({})).await;
-    let r = http(
+    merge_patch(
         addr,
-        "PATCH",
         "/api/v1/namespaces/default/pods/sched",
-        Some("application/merge-patch+json"),
         br#"{"spec":{"nodeName":"n1"}}"#,
     )
     .await;
-    assert_eq!(r.status, 200);
     let mut w = RawWatch::open(
         addr,
         "/api/v1/namespaces/default/pods?watch=1&resourceVersion=0",

@@ -41,6 +41,17 @@ fn ip_fields(s: &Service) -> (String, Vec<String>, Vec<String>, String) {
     )
 }
 
+/// The fields [`ip_fields`] reads, as a test expects them.
+fn fields(
+    ip: &str,
+    ips: &[&str],
+    families: &[&str],
+    policy: &str,
+) -> (String, Vec<String>, Vec<String>, String) {
+    let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+    (ip.into(), owned(ips), owned(families), policy.into())
+}
+
 fn in_net(ip: &str, net: &str) -> bool {
     let net: ipnet::IpNet = net.parse().unwrap();
     net.contains(&ip.parse::<std::net::IpAddr>().unwrap())
@@ -86,6 +97,11 @@ fn cause(field: &str, message: &str) -> (String, String, String) {
     (field.into(), "FieldValueInvalid".into(), message.into())
 }
 
+/// `r` is a 422 Invalid with this one cause.
+fn refused(r: Result<Service, kube::Error>, field: &str, message: &str) {
+    assert_eq!(invalid(r).1, [cause(field, message)]);
+}
+
 #[tokio::test]
 async fn single_stack_services_default_and_reject_dual_stack() {
     let sim = start_default().await;
@@ -93,12 +109,7 @@ async fn single_stack_services_default_and_reject_dual_stack() {
     let k = api.get("kubernetes").await.unwrap();
     assert_eq!(
         ip_fields(&k),
-        (
-            "10.96.0.1".into(),
-            vec!["10.96.0.1".into()],
-            vec!["IPv4".into()],
-            "SingleStack".into()
-        )
+        fields("10.96.0.1", &["10.96.0.1"], &["IPv4"], "SingleStack")
     );
     // Nothing asked: SingleStack, the cluster's family, one IP.
     let (ip, ips, fams, pol) = ip_fields(&mk_svc(&api, "plain", json!({})).await.unwrap());
@@ -138,20 +149,15 @@ async fn single_stack_services_default_and_reject_dual_stack() {
             "Invalid value: \"RequireDualStack\": this cluster is not configured for dual-stack services"
         )]
     );
-    let (_, causes) = invalid(
+    refused(
         mk_svc(
             &api,
             "two",
             json!({"ipFamilyPolicy": "PreferDualStack", "ipFamilies": ["IPv4", "IPv6"]}),
         )
         .await,
-    );
-    assert_eq!(
-        causes,
-        [cause(
-            "spec.ipFamilies[1]",
-            "Invalid value: \"IPv6\": not configured on this cluster"
-        )]
+        "spec.ipFamilies[1]",
+        "Invalid value: \"IPv6\": not configured on this cluster",
     );
     // Two families with the default policy: the policy is what is wrong.
     let (_, causes) = invalid(mk_svc(&api, "two", json!({"ipFamilies": ["IPv4", "IPv6"]})).await);
@@ -163,21 +169,15 @@ async fn single_stack_services_default_and_reject_dual_stack() {
              when multiple IP families are specified"
         )]
     );
-    let (_, causes) = invalid(mk_svc(&api, "six", json!({"ipFamilies": ["IPv6"]})).await);
-    assert_eq!(
-        causes,
-        [cause(
-            "spec.ipFamilies[0]",
-            "Invalid value: \"IPv6\": not configured on this cluster"
-        )]
+    refused(
+        mk_svc(&api, "six", json!({"ipFamilies": ["IPv6"]})).await,
+        "spec.ipFamilies[0]",
+        "Invalid value: \"IPv6\": not configured on this cluster",
     );
-    let (_, causes) = invalid(mk_svc(&api, "six", json!({"clusterIP": "fd00:10:96::5"})).await);
-    assert_eq!(
-        causes,
-        [cause(
-            "spec.clusterIPs[0]",
-            "Invalid value: []string{\"fd00:10:96::5\"}: IPv6 is not configured on this cluster"
-        )]
+    refused(
+        mk_svc(&api, "six", json!({"clusterIP": "fd00:10:96::5"})).await,
+        "spec.clusterIPs[0]",
+        "Invalid value: []string{\"fd00:10:96::5\"}: IPv6 is not configured on this cluster",
     );
     // Nothing was allocated or stored by the rejected creates.
     for name in ["require", "two", "six"] {
@@ -194,12 +194,7 @@ async fn single_stack_services_default_and_reject_dual_stack() {
     .unwrap();
     assert_eq!(
         ip_fields(&h),
-        (
-            "None".into(),
-            vec!["None".into()],
-            vec!["IPv4".into()],
-            "SingleStack".into()
-        )
+        fields("None", &["None"], &["IPv4"], "SingleStack")
     );
     // Headless and selectorless describes the user's own endpoints: both
     // families, even on a single-stack cluster.
@@ -208,12 +203,7 @@ async fn single_stack_services_default_and_reject_dual_stack() {
         .unwrap();
     assert_eq!(
         ip_fields(&h),
-        (
-            "None".into(),
-            vec!["None".into()],
-            vec!["IPv4".into(), "IPv6".into()],
-            "RequireDualStack".into()
-        )
+        fields("None", &["None"], &["IPv4", "IPv6"], "RequireDualStack")
     );
     // ExternalName gets none of these, and may not set them.
     let x = mk_svc(
@@ -293,13 +283,10 @@ async fn chosen_cluster_ips_are_honoured_when_free_and_in_range() {
              the provided IP (10.96.0.10) is not in the valid range. The range of valid IPs is 10.100.0.0/16"
         )]
     );
-    let (_, causes) = invalid(mk_svc(&api, "bad", json!({"clusterIP": "10.100.0.300"})).await);
-    assert_eq!(
-        causes,
-        [cause(
-            "spec.clusterIPs[0]",
-            "Invalid value: \"10.100.0.300\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
-        )]
+    refused(
+        mk_svc(&api, "bad", json!({"clusterIP": "10.100.0.300"})).await,
+        "spec.clusterIPs[0]",
+        "Invalid value: \"10.100.0.300\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
     );
     // Delete gives the address back.
     api.delete("dns", &DeleteParams::default()).await.unwrap();
@@ -383,11 +370,11 @@ async fn dual_stack_services_get_one_ip_per_family() {
     .unwrap();
     assert_eq!(
         ip_fields(&pinned),
-        (
-            "fd00:10:96::53".into(),
-            vec!["fd00:10:96::53".into(), "10.96.0.53".into()],
-            vec!["IPv6".into(), "IPv4".into()],
-            "RequireDualStack".into()
+        fields(
+            "fd00:10:96::53",
+            &["fd00:10:96::53", "10.96.0.53"],
+            &["IPv6", "IPv4"],
+            "RequireDualStack"
         )
     );
     // A given primary, the secondary allocated.
@@ -418,28 +405,20 @@ async fn dual_stack_services_get_one_ip_per_family() {
              may specify no more than one IP for each IP family"
         )]
     );
-    let (_, causes) = invalid(mk_svc(&api, "plural", json!({"clusterIPs": ["10.96.0.62"]})).await);
-    assert_eq!(
-        causes,
-        [cause(
-            "spec.clusterIPs",
-            "Invalid value: []string{\"10.96.0.62\"}: must be empty when `clusterIP` is not specified"
-        )]
+    refused(
+        mk_svc(&api, "plural", json!({"clusterIPs": ["10.96.0.62"]})).await,
+        "spec.clusterIPs",
+        "Invalid value: []string{\"10.96.0.62\"}: must be empty when `clusterIP` is not specified",
     );
-    let (_, causes) = invalid(
+    refused(
         mk_svc(
             &api,
             "mismatch",
             json!({"ipFamilies": ["IPv6"], "clusterIP": "10.96.0.63"}),
         )
         .await,
-    );
-    assert_eq!(
-        causes,
-        [cause(
-            "spec.clusterIPs[0]",
-            "Invalid value: \"10.96.0.63\": expected an IPv6 value as indicated by `ipFamilies[0]`"
-        )]
+        "spec.clusterIPs[0]",
+        "Invalid value: \"10.96.0.63\": expected an IPv6 value as indicated by `ipFamilies[0]`",
     );
     // A secondary outside its range fails the whole create: the primary
     // it had allocated is free again.
@@ -473,12 +452,7 @@ async fn dual_stack_services_get_one_ip_per_family() {
     .unwrap();
     assert_eq!(
         ip_fields(&h),
-        (
-            "None".into(),
-            vec!["None".into()],
-            vec!["IPv4".into(), "IPv6".into()],
-            "RequireDualStack".into()
-        )
+        fields("None", &["None"], &["IPv4", "IPv6"], "RequireDualStack")
     );
     // Deleting a dual-stack Service frees both of its addresses.
     api.delete("pinned", &DeleteParams::default())
@@ -543,13 +517,10 @@ async fn service_ip_fields_change_only_as_the_apiserver_allows() {
         )
     );
     // Dropping the secondary needs SingleStack.
-    let (_, causes) = invalid(patch_svc(&api, "web", json!({"clusterIPs": [v4.clone()]})).await);
-    assert_eq!(
-        causes,
-        [cause(
-            "spec.ipFamilyPolicy",
-            "Invalid value: \"PreferDualStack\": must be set to 'SingleStack' when releasing the secondary clusterIP"
-        )]
+    refused(
+        patch_svc(&api, "web", json!({"clusterIPs": [v4.clone()]})).await,
+        "spec.ipFamilyPolicy",
+        "Invalid value: \"PreferDualStack\": must be set to 'SingleStack' when releasing the secondary clusterIP",
     );
     let down = patch_svc(&api, "web", json!({"ipFamilyPolicy": "SingleStack"}))
         .await
@@ -630,14 +601,10 @@ async fn single_stack_updates_reject_dual_stack() {
     let sim = start_default().await;
     let api: Api<Service> = Api::namespaced(sim.client(), "default");
     let s = mk_svc(&api, "web", json!({})).await.unwrap();
-    let (_, causes) =
-        invalid(patch_svc(&api, "web", json!({"ipFamilyPolicy": "RequireDualStack"})).await);
-    assert_eq!(
-        causes,
-        [cause(
-            "spec.ipFamilyPolicy",
-            "Invalid value: \"RequireDualStack\": this cluster is not configured for dual-stack services"
-        )]
+    refused(
+        patch_svc(&api, "web", json!({"ipFamilyPolicy": "RequireDualStack"})).await,
+        "spec.ipFamilyPolicy",
+        "Invalid value: \"RequireDualStack\": this cluster is not configured for dual-stack services",
     );
     // PreferDualStack is accepted and stays single-stack here.
     let p = patch_svc(&api, "web", json!({"ipFamilyPolicy": "PreferDualStack"}))

@@ -127,6 +127,25 @@ pub async fn post_json(addr: SocketAddr, path: &str, v: &Value) -> Resp {
     .await
 }
 
+/// A JSON merge patch that must succeed (200).
+pub async fn merge_patch(addr: SocketAddr, path: &str, body: &[u8]) -> Resp {
+    let r = http(
+        addr,
+        "PATCH",
+        path,
+        Some("application/merge-patch+json"),
+        body,
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        200,
+        "PATCH {path}: {}",
+        String::from_utf8_lossy(&r.body)
+    );
+    r
+}
+
 pub async fn read_head(r: &mut BufReader<TcpStream>) -> (u16, Vec<(String, String)>) {
     let mut line = String::new();
     r.read_line(&mut line).await.unwrap();
