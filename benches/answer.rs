@@ -180,10 +180,7 @@ fn bench_answer(c: &mut Criterion) {
     services.push(svc);
     pods.extend(small);
     let mut writer = writer_with_services(services);
-    writer.apply(Update::Pod(Change::Reset {
-        namespace: None,
-        items: pods,
-    }));
+    writer.apply(Update::Pod(Change::all(pods)));
     assert!(writer.table().is_synced());
     eprintln!(
         "world: {} pods, {} services, {} names, built in {:.1?}",

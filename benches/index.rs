@@ -131,10 +131,7 @@ fn relist(c: &mut Criterion) {
                 let mut w = writer_with_services(services.clone());
                 let items = pods.clone();
                 let t = Instant::now();
-                w.apply(Update::Pod(Change::Reset {
-                    namespace: None,
-                    items: black_box(items),
-                }));
+                w.apply(Update::Pod(Change::all(black_box(items))));
                 total += t.elapsed();
                 assert!(w.table().is_synced());
                 drop(w); // outside the timed section
@@ -167,10 +164,7 @@ fn relist(c: &mut Criterion) {
                 flip = !flip;
                 let items = if flip { changed.clone() } else { pods.clone() };
                 let t = Instant::now();
-                w.apply(Update::Pod(Change::Reset {
-                    namespace: None,
-                    items: black_box(items),
-                }));
+                w.apply(Update::Pod(Change::all(black_box(items))));
                 total += t.elapsed();
             }
             total

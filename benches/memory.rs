@@ -310,10 +310,11 @@ fn churn() {
         .collect();
     let base = live();
     let mut w = writer_with_services_and(job_services(jobs), rank_policy(true));
-    w.apply(Update::Pod(Change::Reset {
-        namespace: None,
-        items: job_pods(jobs, ranks, Labels::JobSet),
-    }));
+    w.apply(Update::Pod(Change::all(job_pods(
+        jobs,
+        ranks,
+        Labels::JobSet,
+    ))));
     let per = |b: isize| b as f64 / pods as f64;
     println!("churn at {pods} pods (rank view on): live bytes per pod after N replacements");
     println!("{:>12} {:>14}", "replacements", "writer+table");

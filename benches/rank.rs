@@ -36,10 +36,7 @@ fn world(ranks: u32) -> Answerer {
         })
         .collect();
     w.job(job("ml", "gang-workers-0", ranks, Some("gang")));
-    w.apply(Update::Pod(Change::Reset {
-        namespace: None,
-        items: pods,
-    }));
+    w.apply(Update::Pod(Change::all(pods)));
     w.answerer
 }
 

@@ -146,20 +146,14 @@ pub fn writer_with_services_and(services: Vec<ServiceInfo>, policy: Policy) -> W
             slice_scopes: 0,
         },
     );
-    w.apply(Update::Service(Change::Reset {
-        namespace: None,
-        items: services,
-    }));
+    w.apply(Update::Service(Change::all(services)));
     w
 }
 
 /// A synced writer holding `pods` and `services`.
 pub fn synced(services: Vec<ServiceInfo>, pods: Vec<PodInfo>) -> Writer {
     let mut w = writer_with_services(services);
-    w.apply(Update::Pod(Change::Reset {
-        namespace: None,
-        items: pods,
-    }));
+    w.apply(Update::Pod(Change::all(pods)));
     assert!(w.table().is_synced());
     w
 }

@@ -423,15 +423,9 @@ pub async fn list_into_table(
     let needs = SyncNeeds::one_list(true, true);
     let mut writer = Writer::new(table.clone(), policy, Metrics::new(), needs);
     let slices = slices.iter().filter_map(|e| e.convert().ok()).collect();
-    writer.apply(Update::Slice(Change::Reset {
-        namespace: None,
-        items: slices,
-    }));
+    writer.apply(Update::Slice(Change::all(slices)));
     let jobs = jobs.iter().filter_map(|j| j.convert().ok()).collect();
-    writer.apply(Update::Job(Change::Reset {
-        namespace: None,
-        items: jobs,
-    }));
+    writer.apply(Update::Job(Change::all(jobs)));
     let pods = pods
         .iter()
         .filter_map(|p| match p.convert() {
@@ -452,14 +446,8 @@ pub async fn list_into_table(
             }
         })
         .collect();
-    writer.apply(Update::Service(Change::Reset {
-        namespace: None,
-        items: services,
-    }));
-    writer.apply(Update::Pod(Change::Reset {
-        namespace: None,
-        items: pods,
-    }));
+    writer.apply(Update::Service(Change::all(services)));
+    writer.apply(Update::Pod(Change::all(pods)));
     Ok(table)
 }
 

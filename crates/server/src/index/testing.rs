@@ -171,19 +171,10 @@ pub fn synced_writer(policy: super::Policy) -> super::Writer {
         crate::metrics::Metrics::new(),
         needs,
     );
-    w.apply(Update::Pod(Change::Reset {
-        namespace: None,
-        items: vec![],
-    }));
-    w.apply(Update::Service(Change::Reset {
-        namespace: None,
-        items: vec![],
-    }));
+    w.apply(Update::Pod(Change::all(vec![])));
+    w.apply(Update::Service(Change::all(vec![])));
     if policy.rank_view {
-        w.apply(Update::Job(Change::Reset {
-            namespace: None,
-            items: vec![],
-        }));
+        w.apply(Update::Job(Change::all(vec![])));
     }
     w
 }

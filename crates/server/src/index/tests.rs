@@ -447,14 +447,8 @@ fn fresh(model: &Model) -> Writer {
 
 /// Apply complete lists of all pods and all Services.
 fn relist(w: &mut Writer, pods: Vec<PodInfo>, services: Vec<ServiceInfo>) {
-    w.apply(Update::Pod(Change::Reset {
-        namespace: None,
-        items: pods,
-    }));
-    w.apply(Update::Service(Change::Reset {
-        namespace: None,
-        items: services,
-    }));
+    w.apply(Update::Pod(Change::all(pods)));
+    w.apply(Update::Service(Change::all(services)));
 }
 
 proptest! {
@@ -497,8 +491,8 @@ proptest! {
         }
         let pods = in_scope(None, pods, |p| &mut p.key);
         let services = in_scope(None, services, |s| &mut s.key);
-        w.apply(Update::Pod(Change::Reset { namespace: None, items: pods.clone() }));
-        w.apply(Update::Service(Change::Reset { namespace: None, items: services.clone() }));
+        w.apply(Update::Pod(Change::all(pods.clone())));
+        w.apply(Update::Service(Change::all(services.clone())));
         let mut model = Model::default();
         model.pods.extend(pods.into_iter().map(|p| (p.key.clone(), p)));
         model.services.extend(services.into_iter().map(|s| (s.key.clone(), s)));
@@ -643,10 +637,7 @@ fn explain_world(
     ext.selector = None;
     services.push(ext);
     relist(&mut w, pods, services);
-    w.apply(Update::Job(Change::Reset {
-        namespace: None,
-        items: vec![job("ml", "j", 2, None)],
-    }));
+    w.apply(Update::Job(Change::all(vec![job("ml", "j", 2, None)])));
     w
 }
 

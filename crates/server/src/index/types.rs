@@ -233,6 +233,17 @@ pub enum Change<T> {
     },
 }
 
+impl<T> Change<T> {
+    /// A complete list of every namespace ([`Change::Reset`] of the whole
+    /// cluster).
+    pub fn all(items: Vec<T>) -> Self {
+        Change::Reset {
+            namespace: None,
+            items,
+        }
+    }
+}
+
 /// What the watchers send to the index writer.
 #[derive(Clone, Debug)]
 pub enum Update {

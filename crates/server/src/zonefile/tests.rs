@@ -64,14 +64,8 @@ fn world() -> Arc<Table> {
             ..cluster_ip("web", "alias", "10.96.0.12")
         },
     ];
-    w.apply(Update::Service(Change::Reset {
-        namespace: None,
-        items: services,
-    }));
-    w.apply(Update::Pod(Change::Reset {
-        namespace: None,
-        items: pods,
-    }));
+    w.apply(Update::Service(Change::all(services)));
+    w.apply(Update::Pod(Change::all(pods)));
     assert!(table.is_synced());
     table
 }

@@ -625,19 +625,13 @@ fn servfail_in_zone_until_synced_refused_outside() {
     let a = Answerer::new(table, AnswerConfig::default());
     let ask = |a: &Answerer, n| a.answer(&query(n, RecordType::A)).metadata.response_code;
     assert_eq!(ask(&a, "x.ml.svc.cluster.local."), ResponseCode::ServFail);
-    writer.apply(Update::Pod(Change::Reset {
-        namespace: None,
-        items: vec![pod("ml", "p", "10.0.0.1")],
-    }));
+    writer.apply(Update::Pod(Change::all(vec![pod("ml", "p", "10.0.0.1")])));
     assert_eq!(
         ask(&a, "x.ml.svc.cluster.local."),
         ResponseCode::ServFail,
         "services not listed yet"
     );
-    writer.apply(Update::Service(Change::Reset {
-        namespace: None,
-        items: vec![],
-    }));
+    writer.apply(Update::Service(Change::all(vec![])));
     assert_eq!(ask(&a, "x.ml.svc.cluster.local."), ResponseCode::NXDomain);
     assert_eq!(ask(&a, "example.com."), ResponseCode::Refused);
     assert_eq!(ask(&a, "local."), ResponseCode::Refused);
@@ -1394,10 +1388,7 @@ fn relist_applies_the_difference() {
     let newer = pod("ml", "trainer-2-fghij", "10.1.0.9")
         .host("trainer-2", "trainer")
         .label("app", "trainer");
-    w.writer.apply(Update::Pod(Change::Reset {
-        namespace: None,
-        items: vec![keep, newer],
-    }));
+    w.writer.apply(Update::Pod(Change::all(vec![keep, newer])));
     assert_nxdomain(&w.ask("trainer-0.trainer.ml.svc.cluster.local.", RecordType::A));
     assert_eq!(
         ips(&w.ask("trainer-1.trainer.ml.svc.cluster.local.", RecordType::A)),

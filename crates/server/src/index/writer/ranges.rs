@@ -190,10 +190,10 @@ mod tests {
         }));
         assert!(!table.is_synced(), "ServiceCIDRs not listed yet");
         assert_eq!(apexes(&table), ["1.244.10.in-addr.arpa"]);
-        w.apply(Update::ServiceRanges(Change::Reset {
-            namespace: None,
-            items: vec![ranges("kubernetes", &["10.96.0.0/16", "fd00:96::/112"])],
-        }));
+        w.apply(Update::ServiceRanges(Change::all(vec![ranges(
+            "kubernetes",
+            &["10.96.0.0/16", "fd00:96::/112"],
+        )])));
         assert!(table.is_synced());
         assert_eq!(
             apexes(&table),
@@ -218,10 +218,10 @@ mod tests {
         w.apply(Update::NodeRanges(Change::Delete(ObjKey::new("", "n1"))));
         assert_eq!(apexes(&table).len(), 3);
         // A relist without n2 drops its range.
-        w.apply(Update::NodeRanges(Change::Reset {
-            namespace: None,
-            items: vec![ranges("n3", &["10.244.3.0/24"])],
-        }));
+        w.apply(Update::NodeRanges(Change::all(vec![ranges(
+            "n3",
+            &["10.244.3.0/24"],
+        )])));
         assert!(apexes(&table).contains(&"3.244.10.in-addr.arpa".to_string()));
         assert!(!apexes(&table).contains(&"1.244.10.in-addr.arpa".to_string()));
         assert!(matches!(table.lookup("x"), Lookup::Missing));

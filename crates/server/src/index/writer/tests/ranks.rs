@@ -264,14 +264,10 @@ fn the_rank_view_can_be_off() {
     let table = Table::new();
     let needs = SyncNeeds::one_list(false, false);
     let mut writer = Writer::new(table.clone(), Policy::default(), Metrics::new(), needs);
-    writer.apply(Update::Pod(Change::Reset {
-        namespace: None,
-        items: vec![rank_pod("ml", "x", 0, "10.9.0.1")],
-    }));
-    writer.apply(Update::Service(Change::Reset {
-        namespace: None,
-        items: vec![],
-    }));
+    writer.apply(Update::Pod(Change::all(vec![rank_pod(
+        "ml", "x", 0, "10.9.0.1",
+    )])));
+    writer.apply(Update::Service(Change::all(vec![])));
     let a = Answerer::new(table, AnswerConfig::default());
     let mut m = Message::new(7, MessageType::Query, OpCode::Query);
     m.add_query(Query::query(
