@@ -41,9 +41,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hickory_proto::op::{Message, MessageType, OpCode, Query};
-use hickory_proto::rr::{Name, RecordType};
+use hickory_proto::op::Message;
+use hickory_proto::rr::RecordType;
 use http_body_util::BodyExt;
+use podns_testkit::blocking::{http_get, wait_for};
+use podns_testkit::dns::query;
+use podns_testkit::process::addr_after;
 
 /// The podns to run: this build, or `PODNS_BIN`.
 fn podns() -> String {
@@ -85,27 +88,35 @@ fn spawn(args: &[&str], log: &Path) -> Proc {
     Proc(child)
 }
 
-fn wait_for_line(log: &Path, needle: &str, limit: Duration) -> String {
-    let end = Instant::now() + limit;
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(line) = text.lines().find(|l| l.contains(needle)) {
-            return line.to_string();
-        }
-        assert!(Instant::now() < end, "{needle:?} not in {}", log.display());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// `podns serve` on loopback port 0 (one UDP socket) with `flags`, its
+/// stderr to `log`.
+fn serve(flags: &[&str], log: &Path) -> Proc {
+    let mut args = vec![
+        "serve",
+        "--dns-listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--udp-sockets",
+        "1",
+    ];
+    args.extend_from_slice(flags);
+    spawn(&args, log)
 }
 
-/// The address after `needle` in a log line (`listening dns udp 127.0.0.1:1234 ...`).
-fn addr_in(line: &str, needle: &str) -> SocketAddr {
-    let rest = &line[line.find(needle).unwrap() + needle.len()..];
-    rest.split_whitespace()
-        .next()
-        .unwrap()
-        .trim_end_matches(',')
-        .parse()
-        .unwrap()
+/// The first line of `log` that holds `needle`, once there is one.
+fn wait_for_line(log: &Path, needle: &str, limit: Duration) -> String {
+    let what = format!("{needle:?} in {}", log.display());
+    wait_for(&what, limit, || {
+        let text = std::fs::read_to_string(log).ok()?;
+        Some(text.lines().find(|l| l.contains(needle))?.to_string())
+    })
+}
+
+/// The address a process logged after `needle` (`listening dns udp 127.0.0.1:1234 ...`).
+fn listening(log: &Path, needle: &str) -> SocketAddr {
+    let line = wait_for_line(log, needle, Duration::from_secs(60));
+    addr_after(&line, needle).unwrap_or_else(|| panic!("no address in {line:?}"))
 }
 
 /// utime + stime of a process, in seconds.
@@ -217,19 +228,9 @@ async fn subscribe(
     }
 }
 
-fn query(name: &str) -> Vec<u8> {
-    let mut m = Message::new(fastrand_id(), MessageType::Query, OpCode::Query);
-    m.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
-    m.to_vec().unwrap()
-}
-
-fn fastrand_id() -> u16 {
-    (Instant::now().elapsed().subsec_nanos() ^ std::process::id()) as u16
-}
-
 /// Whether `dns` answers `name` with an address.
 fn answers(sock: &UdpSocket, dns: SocketAddr, name: &str) -> bool {
-    let q = query(name);
+    let q = query(name, RecordType::A, None).to_vec().unwrap();
     if sock.send_to(&q, dns).is_err() {
         return false;
     }
@@ -285,14 +286,9 @@ async fn propagation(
 }
 
 fn metric(admin: SocketAddr, name: &str) -> f64 {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(admin) else {
-        return 0.0;
-    };
-    let _ = write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
-    let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    text.lines()
+    http_get(admin, "/metrics")
+        .1
+        .lines()
         .filter(|l| l.starts_with(name))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
@@ -359,17 +355,10 @@ async fn main() {
     .await;
 
     let relay_log = d("relay.log");
-    let relay = spawn(
+    let relay = serve(
         &[
-            "serve",
             "--kubeconfig",
             d("k.yaml").to_str().unwrap(),
-            "--dns-listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--udp-sockets",
-            "1",
             "--relay-listen",
             "127.0.0.1:0",
             "--relay-kubeconfig-out",
@@ -378,14 +367,8 @@ async fn main() {
         &relay_log,
     );
     let relay_pid = relay.0.id();
-    let relay_dns = addr_in(
-        &wait_for_line(&relay_log, "listening dns udp ", Duration::from_secs(60)),
-        "listening dns udp ",
-    );
-    let relay_admin = addr_in(
-        &wait_for_line(&relay_log, "listening admin http ", Duration::from_secs(60)),
-        "listening admin http ",
-    );
+    let relay_dns = listening(&relay_log, "listening dns udp ");
+    let relay_admin = listening(&relay_log, "listening admin http ");
     wait_for_line(&relay_log, "index synced", Duration::from_secs(600));
     wait_for_line(
         &relay_log,
@@ -403,20 +386,7 @@ async fn main() {
 
     // A forward target over the same simulator: podns without a relay.
     let plain_log = d("plain.log");
-    let plain = spawn(
-        &[
-            "serve",
-            "--kubeconfig",
-            d("k.yaml").to_str().unwrap(),
-            "--dns-listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--udp-sockets",
-            "1",
-        ],
-        &plain_log,
-    );
+    let plain = serve(&["--kubeconfig", d("k.yaml").to_str().unwrap()], &plain_log);
     let plain_pid = plain.0.id();
     wait_for_line(&plain_log, "index synced", Duration::from_secs(600));
     let plain_synced = rss_kib(plain_pid);
@@ -427,21 +397,14 @@ async fn main() {
     for i in 0..nodes {
         let log = d(&format!("node-{i}.log"));
         let node = format!("gpu-node-{i:05}");
-        let p = spawn(
+        let p = serve(
             &[
-                "serve",
                 "--relay-kubeconfig",
                 rk.to_str().unwrap(),
                 "--node",
                 &node,
                 "--relay-dns",
                 &relay_dns.to_string(),
-                "--dns-listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-                "--udp-sockets",
-                "1",
             ],
             &log,
         );
@@ -450,10 +413,7 @@ async fn main() {
     }
     let mut node_addrs = Vec::new();
     for (node, log, pid) in &node_dns {
-        let dns = addr_in(
-            &wait_for_line(log, "listening dns udp ", Duration::from_secs(60)),
-            "listening dns udp ",
-        );
+        let dns = listening(log, "listening dns udp ");
         wait_for_line(log, "namespace in scope", Duration::from_secs(120));
         node_addrs.push((node.clone(), dns, *pid));
     }

@@ -110,23 +110,7 @@ if has dns; then
   log "zone: $(wc -l <"$zones/$ZONE.zone") lines, $(du -h "$zones/$ZONE.zone" | cut -f1)"
   gang=$(grep -cP '^gang64\.default\.svc\t.*\tA\t' "$zones/$ZONE.zone" || true)
   log "gang64 A records in the zone: $gang"
-  python3 - "$work/queries.txt" "$DNS_JOBS" <<'PY'
-import random, sys
-random.seed(5)
-out = []
-for _ in range(200_000):
-    r = random.random()
-    j = random.randrange(int(sys.argv[2]))
-    if r < 0.90:
-        i = random.randrange(1000)
-        out.append(f"train-{j}-{i}.train-{j}.default.svc.cluster.local A")
-    elif r < 0.95:
-        out.append("gang64.default.svc.cluster.local A")
-    else:
-        i = random.randrange(1000, 100000)
-        out.append(f"train-{j}-{i}.train-{j}.default.svc.cluster.local A")
-open(sys.argv[1], "w").write("\n".join(out) + "\n")
-PY
+  python3 benches/harness/queries.py "$work/queries.txt" "$DNS_JOBS"
   cp "$work/queries.txt" "$RES/queries-sample.txt.tmp"
   head -20 "$RES/queries-sample.txt.tmp" >"$RES/queries-sample.txt"
   rm "$RES/queries-sample.txt.tmp"

@@ -138,21 +138,7 @@ curl -fsS -X POST -H 'content-type: application/json' \
 sleep 3
 zones=$work/zones
 "$BIN" zonefile --kubeconfig "$kubeconfig" --ns-address 127.0.0.1 --out-dir "$zones"
-python3 - "$work/queries.txt" "$JOBS" <<'PY'
-import random, sys
-random.seed(5)
-out = []
-for _ in range(200_000):
-    r = random.random()
-    j = random.randrange(int(sys.argv[2]))
-    if r < 0.90:
-        out.append(f"train-{j}-{random.randrange(1000)}.train-{j}.default.svc.cluster.local A")
-    elif r < 0.95:
-        out.append("gang64.default.svc.cluster.local A")
-    else:
-        out.append(f"train-{j}-{random.randrange(1000, 100000)}.train-{j}.default.svc.cluster.local A")
-open(sys.argv[1], "w").write("\n".join(out) + "\n")
-PY
+python3 benches/harness/queries.py "$work/queries.txt" "$JOBS"
 
 start_podns() { # bin port admin log
   taskset -c 0 "$1" serve --kubeconfig "$kubeconfig" --dns-listen "127.0.0.1:$2" \
