@@ -264,6 +264,31 @@ def ask_tcp(port, name, timeout=1.0):
         return []
 
 
+def burst(sock, asks, window):
+    """Send every (key, qname, port) of `asks` on the non-blocking UDP
+    `sock` at once, then read answers for `window` seconds: yields
+    (key, rcode, addrs) for each answer to one of them."""
+    ids = {}
+    for key, qname, port in asks:
+        qid, q = query(qname)
+        ids[qid] = key
+        try:
+            sock.sendto(q, ("127.0.0.1", port))
+        except OSError:  # a full send buffer: asked again next cycle
+            pass
+    end = time.monotonic() + window
+    while ids and time.monotonic() < end:
+        try:
+            m, _ = sock.recvfrom(65535)
+        except BlockingIOError:
+            time.sleep(0.0005)
+            continue
+        rid, rcode, _tc, addrs = parse(m)
+        key = ids.pop(rid, None)
+        if key is not None:
+            yield key, rcode, addrs
+
+
 def wait_answer(port, name, limit, want_ip=None):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     deadline = time.monotonic() + limit
@@ -493,24 +518,9 @@ class Bench:
                         first_set[s.name][p] = now
             if not pending and len(seen) == n and all(len(first_set[s.name]) == n for s in servers):
                 break
-            ids = {}
-            for key, (qname, ip) in pending.items():
-                qid, q = query(qname)
-                ids[qid] = key
-                try:
-                    sock.sendto(q, ("127.0.0.1", key[1]))
-                except BlockingIOError:
-                    pass
-            end = time.monotonic() + 0.02
-            while ids and time.monotonic() < end:
-                try:
-                    m, _ = sock.recvfrom(65535)
-                except BlockingIOError:
-                    time.sleep(0.0005)
-                    continue
-                rid, rcode, _tc, addrs = parse(m)
-                key = ids.pop(rid, None)
-                if key is None or key not in pending:
+            asks = [(key, qname, key[1]) for key, (qname, _) in pending.items()]
+            for key, rcode, addrs in burst(sock, asks, 0.02):
+                if key not in pending:
                     continue
                 qname, ip = pending[key]
                 if rcode == 0 and ip in addrs:
@@ -636,30 +646,12 @@ class Bench:
                 # Ask again a rank whose pod's IP changed since its answer.
                 for i in [i for i, (_, ip) in first[s.name].items() if ips.get(i, (0, ip))[1] != ip]:
                     del first[s.name][i]
-            ids = {}
-            for s in servers:
-                # Every unanswered rank is asked each cycle, as a rank's
-                # resolver retries at start-up (its IP may not be known yet:
-                # an NXDOMAIN now is what a cache in front keeps).
-                for i in [i for i in range(ranks) if i not in first[s.name]][:512]:
-                    qid, q = query(names[i])
-                    ids[qid] = (s.name, i)
-                    try:
-                        sock.sendto(q, ("127.0.0.1", s.dns))
-                    except (BlockingIOError, OSError):
-                        pass
-            end = time.monotonic() + 0.05
-            while ids and time.monotonic() < end:
-                try:
-                    m, _ = sock.recvfrom(65535)
-                except BlockingIOError:
-                    time.sleep(0.0005)
-                    continue
-                rid, rcode, _tc, addrs = parse(m)
-                key = ids.pop(rid, None)
-                if key is None:
-                    continue
-                name, i = key
+            # Every unanswered rank is asked each cycle, as a rank's resolver
+            # retries at start-up (its IP may not be known yet: an NXDOMAIN
+            # now is what a cache in front keeps).
+            asks = [((s.name, i), names[i], s.dns) for s in servers
+                    for i in [i for i in range(ranks) if i not in first[s.name]][:512]]
+            for (name, i), rcode, addrs in burst(sock, asks, 0.05):
                 want = ips.get(i)
                 if rcode == 0 and want and want[1] in addrs and i not in first[name]:
                     first[name][i] = (time.monotonic(), want[1])
