@@ -2,11 +2,13 @@
 //! ([`objects`]: its fields declared once, decoded from JSON or Protobuf
 //! into a slim type, converted into index input, served by the relay), the
 //! checks every conversion shares ([`convert`]), the Protobuf framing
-//! ([`pb`]), the raw list/watch loop of both wires ([`wire`]), the retry
+//! ([`pb`]), the compact stream between relays and node instances
+//! ([`compact`]), the raw list/watch loop of every wire ([`wire`]), the retry
 //! loop of every watch ([`watch`]), which hands each event to a tap
 //! ([`tap`]): the index writer's ([`updates`]) or a relay's feed; why a
 //! request failed, in one line ([`failure`]).
 
+pub mod compact;
 pub mod convert;
 pub mod failure;
 pub mod objects;

@@ -1,0 +1,184 @@
+use super::*;
+
+/// Objects alike in their keys, as a relay's pods are.
+fn samples(n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            format!(
+                "metadata name=train-{i}-abcde namespace=team-{} labels batch.kubernetes.io/job-name=train-{} \
+                 batch.kubernetes.io/job-completion-index={i} jobset.sigs.k8s.io/replicatedjob-name=workers \
+                 spec nodeName=gpu-node-{i:05} status podIP=10.0.{}.{}",
+                i % 7,
+                i % 7,
+                i / 250,
+                i % 250
+            )
+            .into_bytes()
+        })
+        .collect()
+}
+
+fn dict(id: u32) -> Arc<Dict> {
+    let s = samples(400);
+    let refs: Vec<&[u8]> = s.iter().map(Vec::as_slice).collect();
+    Arc::new(Dict::train(id, &refs, 4096).expect("trains"))
+}
+
+/// `p`'s whole event frame.
+fn event(ty: EvType, p: &Packed) -> Vec<u8> {
+    let mut f = event_head(ty, p).to_vec();
+    f.extend_from_slice(&p.data);
+    f
+}
+
+fn decode_all(stream: &[u8]) -> Result<Vec<Decoded>, DecodeError> {
+    let mut d = Decoder::default();
+    d.push(stream);
+    let mut out = Vec::new();
+    while let Some(x) = d.next()? {
+        out.push(x);
+    }
+    d.finish()?;
+    Ok(out)
+}
+
+#[test]
+fn events_round_trip_with_and_without_a_dictionary_and_split_anywhere() {
+    let d = dict(7);
+    let s = samples(3);
+    let mut stream = d.frame().to_vec();
+    let a = pack(&s[0], Some(&d));
+    let b = pack(&s[1], None);
+    stream.extend(event(EvType::Added, &a));
+    stream.extend(event(EvType::Deleted, &b));
+    let pb = [0, 0, 0, 3, 10, 1, b'x'];
+    stream.extend_from_slice(&protobuf_frame(&pb));
+    let want = vec![
+        Decoded::Event(EvType::Added, s[0].clone()),
+        Decoded::Event(EvType::Deleted, s[1].clone()),
+        Decoded::Protobuf(vec![10, 1, b'x']),
+    ];
+    assert_eq!(decode_all(&stream).unwrap(), want);
+    // Byte by byte: each frame comes out once it is whole.
+    let mut dec = Decoder::default();
+    let mut got = Vec::new();
+    for byte in &stream {
+        dec.push(std::slice::from_ref(byte));
+        while let Some(x) = dec.next().unwrap() {
+            got.push(x);
+        }
+    }
+    assert_eq!(got, want);
+    assert!(a.data.len() < s[0].len() / 2, "the dictionary pays");
+}
+
+#[test]
+fn a_stream_that_ends_inside_a_frame_is_truncated() {
+    let d = dict(1);
+    let mut stream = d.frame().to_vec();
+    stream.extend(event(EvType::Added, &pack(&samples(1)[0], Some(&d))));
+    stream.pop();
+    assert!(matches!(
+        decode_all(&stream),
+        Err(DecodeError::Truncated(_))
+    ));
+}
+
+#[test]
+fn a_dictionary_never_sent_is_refused() {
+    let d = dict(3);
+    let stream = event(EvType::Modified, &pack(&samples(1)[0], Some(&d)));
+    assert_eq!(decode_all(&stream), Err(DecodeError::UnknownDict(3)));
+}
+
+#[test]
+fn an_object_larger_than_declared_is_refused() {
+    let s = samples(1);
+    let mut p = pack(&s[0], None);
+    p.size -= 1;
+    let err = decode_all(&event(EvType::Added, &p)).unwrap_err();
+    assert!(matches!(err, DecodeError::Corrupt { .. }), "{err}");
+    // And smaller.
+    p.size += 2;
+    let err = decode_all(&event(EvType::Added, &p)).unwrap_err();
+    assert!(matches!(err, DecodeError::Corrupt { .. }), "{err}");
+}
+
+#[test]
+fn sizes_over_the_limits_are_refused_before_any_allocation() {
+    // A frame declaring 5 MiB.
+    let mut big = Vec::new();
+    put_varint(&mut big, (MAX_FRAME + 1) as u64);
+    assert!(matches!(
+        decode_all(&big),
+        Err(DecodeError::FrameTooLarge(_))
+    ));
+    // An object declaring 5 MiB, decompressing to a few bytes.
+    let mut p = pack(b"tiny", None);
+    p.size = MAX_OBJECT + 1;
+    assert!(matches!(
+        decode_all(&event(EvType::Added, &p)),
+        Err(DecodeError::ObjectTooLarge(_))
+    ));
+    // A length that never ends.
+    assert_eq!(decode_all(&[0xff; 6]), Err(DecodeError::BadLength));
+}
+
+#[test]
+fn corrupt_data_unknown_tags_and_types_are_refused() {
+    let s = samples(1);
+    let p = pack(&s[0], None);
+    let mut f = event(EvType::Added, &p);
+    let last = f.len() - 1;
+    f[last - 2..].fill(0xee);
+    assert!(matches!(
+        decode_all(&f),
+        Err(DecodeError::Corrupt { .. })
+    ));
+    assert_eq!(decode_all(&[2, 9, 0]), Err(DecodeError::UnknownTag(9)));
+    assert_eq!(decode_all(&[2, TAG_EVENT, 5]), Err(DecodeError::UnknownType(5)));
+    assert_eq!(decode_all(&[1, TAG_EVENT]), Err(DecodeError::Short));
+    assert_eq!(decode_all(&[0]), Err(DecodeError::Short));
+    // A dictionary of id 0, or garbage as a dictionary.
+    assert!(matches!(
+        decode_all(&[3, TAG_DICT, 0, 1]),
+        Err(DecodeError::BadDict(_))
+    ));
+}
+
+#[test]
+fn a_stream_holds_a_bounded_number_of_dictionaries() {
+    let mut stream = Vec::new();
+    for id in 1..=MAX_DICTS as u32 + 1 {
+        stream.extend_from_slice(&Dict::new(id, b"raw content dictionary").unwrap().frame());
+    }
+    assert_eq!(decode_all(&stream), Err(DecodeError::TooManyDicts));
+    // The same id again replaces it: not one more.
+    let again: Vec<u8> = (0..MAX_DICTS + 4)
+        .flat_map(|_| Dict::new(5, b"raw").unwrap().frame().to_vec())
+        .collect();
+    assert_eq!(decode_all(&again), Ok(vec![]));
+}
+
+#[test]
+fn only_an_accept_that_names_it_first_gets_the_compact_stream() {
+    let kube = "application/vnd.kubernetes.protobuf, application/json";
+    assert!(!preferred(Some(kube)));
+    assert!(!preferred(None));
+    assert!(!preferred(Some("*/*")));
+    assert!(preferred(Some(&format!("{COMPACT}, {kube}"))));
+    assert!(!preferred(Some(&format!("{kube}, {COMPACT}"))));
+    assert!(preferred(Some(&format!(
+        "application/json;q=0.5, {COMPACT};q=0.9"
+    ))));
+    assert!(!preferred(Some(&format!("{COMPACT};q=0, application/json"))));
+}
+
+#[test]
+fn decode_errors_are_found_inside_watch_errors() {
+    let e = kube::Error::ReadEvents(std::io::Error::other(DecodeError::UnknownDict(4)));
+    assert_eq!(DecodeError::of(&e), Some(&DecodeError::UnknownDict(4)));
+    assert_eq!(DecodeError::UnknownDict(4).label(), "dictionary");
+    let other = kube::Error::ReadEvents(std::io::Error::other("reset"));
+    assert_eq!(DecodeError::of(&other), None);
+}
