@@ -61,6 +61,11 @@ pub const DNS_FORWARDED: &str = "podns_dns_forwarded";
 pub const NODE_SCOPE_NAMESPACES: &str = "podns_node_scope_namespaces";
 /// Watches served by the relay now.
 pub const RELAY_WATCHES: &str = "podns_relay_watches";
+/// Watches the relay started, by wire (`json`, `protobuf`, `compact`).
+pub const RELAY_WATCHES_STARTED: &str = "podns_relay_watches_started";
+/// Compact watch streams a node instance could not decode (each ends the
+/// watch and relists its scope), by resource and error.
+pub const WATCH_DECODE_ERRORS: &str = "podns_watch_decode_errors";
 /// Connections the relay holds now (TLS handshakes included).
 pub const RELAY_CONNECTIONS: &str = "podns_relay_connections";
 /// Connections the relay closed at once: it held --relay-max-connections.
@@ -153,6 +158,17 @@ pub struct EventLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WireLabels {
+    pub wire: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecodeErrorLabels {
+    pub resource: &'static str,
+    pub error: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RestartLabels {
     pub resource: &'static str,
     pub reason: &'static str,
@@ -187,6 +203,8 @@ pub struct Metrics {
     pub forwarded: Family<ResultLabels, Counter>,
     pub node_scope_namespaces: Gauge<i64, AtomicI64>,
     pub relay_watches: Gauge<i64, AtomicI64>,
+    pub relay_watches_started: Family<WireLabels, Counter>,
+    pub watch_decode_errors: Family<DecodeErrorLabels, Counter>,
     pub relay_connections: Gauge<i64, AtomicI64>,
     pub relay_refused: Counter,
     pub relay_sent_bytes: Counter,
@@ -242,6 +260,8 @@ impl Metrics {
         }
         let node_scope_namespaces = Gauge::<i64, AtomicI64>::default();
         let relay_watches = Gauge::<i64, AtomicI64>::default();
+        let relay_watches_started = Family::<WireLabels, Counter>::default();
+        let watch_decode_errors = Family::<DecodeErrorLabels, Counter>::default();
         let relay_connections = Gauge::<i64, AtomicI64>::default();
         let relay_refused = Counter::default();
         let relay_sent_bytes = Counter::default();
@@ -376,6 +396,16 @@ impl Metrics {
             relay_watches.clone(),
         );
         registry.register(
+            RELAY_WATCHES_STARTED,
+            "Watches the relay started, by wire",
+            relay_watches_started.clone(),
+        );
+        registry.register(
+            WATCH_DECODE_ERRORS,
+            "Compact watch streams that could not be decoded (each relists its scope)",
+            watch_decode_errors.clone(),
+        );
+        registry.register(
             RELAY_CONNECTIONS,
             "Connections the relay holds now, TLS handshakes included",
             relay_connections.clone(),
@@ -438,6 +468,8 @@ impl Metrics {
             forwarded,
             node_scope_namespaces,
             relay_watches,
+            relay_watches_started,
+            watch_decode_errors,
             relay_connections,
             relay_refused,
             relay_sent_bytes,

@@ -451,6 +451,15 @@ impl<K: Watched, T: Tap<K>> Watch<K, T> {
         };
         let reason = restart_reason(error);
         self.restart(reason, retry);
+        if let Some(e) = undecodable(error) {
+            self.metrics
+                .watch_decode_errors
+                .get_or_create(&crate::metrics::DecodeErrorLabels {
+                    resource: K::RESOURCE,
+                    error: e.label(),
+                })
+                .inc();
+        }
         let delay = retry_after(error)
             .or_else(|| match retry {
                 Retry::Resume => attempts.resume_backoff.next(),
@@ -504,6 +513,7 @@ impl Retry {
 /// also lead to a list, which the retry loop tracks itself.
 fn relists(error: &watcher::Error) -> bool {
     status(error).is_some_and(|s| s.code == 410)
+        || undecodable(error).is_some()
         || matches!(
             error,
             watcher::Error::InitialListFailed(_) | watcher::Error::NoResourceVersion
@@ -561,6 +571,14 @@ pub const RESTART_REASONS: [&str; 7] = [
     "watch_failed",
     "streaming_refused",
 ];
+
+/// A relay's compact stream that could not be decoded (`wire` relists).
+fn undecodable(error: &watcher::Error) -> Option<&super::compact::DecodeError> {
+    match error {
+        watcher::Error::WatchFailed(e) => super::compact::DecodeError::of(e),
+        _ => None,
+    }
+}
 
 /// The `reason` label of a watch restart.
 pub fn restart_reason(error: &watcher::Error) -> &'static str {

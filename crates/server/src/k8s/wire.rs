@@ -4,7 +4,11 @@
 //! over raw HTTP, because kube's `Api` only reads JSON. It asks for the
 //! encoding `--wire` names in `Accept` and decodes what the server sends by
 //! `Content-Type` ([`Codec`]): Protobuf with [`pb`](super::pb), JSON with
-//! the slim serde types (both declared in [`objects`](super::objects)). It
+//! the slim serde types (both declared in [`objects`](super::objects)), and
+//! a podns relay's compact stream ([`compact`](super::compact)), which
+//! `--wire auto` asks for first on a watch (any other server skips a type
+//! it does not know). A compact stream it cannot decode ends the watch
+//! with a relist of its scope. It
 //! yields kube-runtime's `watcher::Event`s and `watcher::Error`s, so the retry loop, its backoffs, fallbacks and
 //! metrics in [`watch`](super::watch) are the same for both wires.
 
@@ -18,6 +22,9 @@ use kube::core::{ObjectList, Status, WatchEvent};
 use kube::runtime::watcher::{self, Event, ListSemantic};
 use serde::de::DeserializeOwned;
 
+use podns_kapi::watch::EvType;
+
+use super::compact::{self, COMPACT, DecodeError, Decoded};
 use super::objects::Slim;
 use super::pb::{self, INITIAL_EVENTS_END, PROTOBUF};
 
@@ -47,6 +54,17 @@ impl Wire {
             Wire::Auto => "application/vnd.kubernetes.protobuf, application/json",
             Wire::Protobuf => PROTOBUF,
             Wire::Json => "application/json",
+        }
+    }
+
+    /// The `Accept` header of a watch: `auto` asks for a podns relay's
+    /// compact stream first.
+    pub fn watch_accept(self) -> &'static str {
+        match self {
+            Wire::Auto => {
+                "application/vnd.podns.compact.v1, application/vnd.kubernetes.protobuf, application/json"
+            }
+            w => w.accept(),
         }
     }
 }
@@ -82,6 +100,8 @@ pub struct RawConfig {
 enum Codec {
     Json,
     Protobuf,
+    /// A podns relay's compact stream (watches only).
+    Compact,
 }
 
 /// One decoded list body: its items, resourceVersion and continue token.
@@ -93,12 +113,15 @@ struct Page<K> {
 
 impl Codec {
     fn of(headers: &http::HeaderMap) -> Self {
-        let protobuf = headers
+        let ct = headers
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| ct.trim_start().starts_with(PROTOBUF));
-        if protobuf {
+            .unwrap_or("")
+            .trim_start();
+        if ct.starts_with(PROTOBUF) {
             Codec::Protobuf
+        } else if ct.starts_with(COMPACT) {
+            Codec::Compact
         } else {
             Codec::Json
         }
@@ -123,6 +146,9 @@ impl Codec {
                     continue_: l.metadata.continue_.filter(|c| !c.is_empty()),
                 })
             }
+            Codec::Compact => Err(kube::Error::Service(
+                "a list in the compact stream's media type: only watches use it".into(),
+            )),
         }
     }
 
@@ -130,7 +156,7 @@ impl Codec {
     fn status(self, body: &[u8]) -> Option<Status> {
         match self {
             Codec::Protobuf => pb::envelope(body).and_then(|e| pb::status(e.raw)).ok(),
-            Codec::Json => serde_json::from_slice::<Status>(body).ok(),
+            Codec::Json | Codec::Compact => serde_json::from_slice::<Status>(body).ok(),
         }
     }
 
@@ -139,7 +165,7 @@ impl Codec {
     /// kube-client.
     fn event<K: RawWatched>(self, raw: &[u8]) -> Result<WatchEvent<K>, kube::Error> {
         match self {
-            Codec::Protobuf => pb::watch_event::<K>(raw)
+            Codec::Protobuf | Codec::Compact => pb::watch_event::<K>(raw)
                 .map_err(|e| kube::Error::ReadEvents(std::io::Error::other(e))),
             Codec::Json => serde_json::from_slice::<WatchEvent<K>>(raw).map_err(|e| {
                 match serde_json::from_slice::<Status>(raw) {
@@ -157,6 +183,17 @@ struct Events {
     codec: Codec,
     frames: pb::Framer,
     lines: Vec<u8>,
+    compact: compact::Decoder,
+}
+
+/// A compact stream's error as the watch's.
+fn undecodable(e: DecodeError) -> kube::Error {
+    kube::Error::ReadEvents(std::io::Error::other(e))
+}
+
+/// Whether a watch failed on a compact stream it could not decode.
+fn is_undecodable(e: &kube::Error) -> bool {
+    DecodeError::of(e).is_some()
 }
 
 impl Events {
@@ -196,7 +233,42 @@ impl Events {
         }
     }
 
+    /// The next event of a compact stream.
+    async fn next_compact<K: RawWatched>(
+        &mut self,
+    ) -> Result<Option<WatchEvent<K>>, kube::Error> {
+        loop {
+            match self.compact.next().map_err(undecodable)? {
+                Some(Decoded::Event(ty, raw)) => {
+                    let k = K::decode_pb(&raw);
+                    return Ok(Some(match ty {
+                        EvType::Added => WatchEvent::Added(k),
+                        EvType::Modified => WatchEvent::Modified(k),
+                        EvType::Deleted => WatchEvent::Deleted(k),
+                    }));
+                }
+                Some(Decoded::Protobuf(raw)) => return Codec::Compact.event(&raw).map(Some),
+                None => {}
+            }
+            match self.body.frame().await {
+                None => {
+                    self.compact.finish().map_err(undecodable)?;
+                    return Ok(None);
+                }
+                Some(Err(e)) => return Err(kube::Error::ReadEvents(std::io::Error::other(e))),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.compact.push(&data);
+                    }
+                }
+            }
+        }
+    }
+
     async fn next<K: RawWatched>(&mut self) -> Result<Option<WatchEvent<K>>, kube::Error> {
+        if self.codec == Codec::Compact {
+            return self.next_compact().await;
+        }
         match self.next_raw().await? {
             Some(raw) => self.codec.event(&raw).map(Some),
             None => Ok(None),
@@ -248,10 +320,18 @@ async fn get(
     req: http::Request<Vec<u8>>,
 ) -> Result<http::Response<kube::client::Body>, kube::Error> {
     let (mut parts, body) = req.into_parts();
-    parts.headers.insert(
-        http::header::ACCEPT,
-        http::HeaderValue::from_static(wire.accept()),
-    );
+    let watch = parts
+        .uri
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+    let accept = if watch {
+        wire.watch_accept()
+    } else {
+        wire.accept()
+    };
+    parts
+        .headers
+        .insert(http::header::ACCEPT, http::HeaderValue::from_static(accept));
     let req = http::Request::from_parts(parts, kube::client::Body::from(body));
     let res = client.send(req).await?;
     let code = res.status();
@@ -359,6 +439,7 @@ impl Ctx {
             body: res.into_body(),
             frames: pb::Framer::default(),
             lines: Vec::new(),
+            compact: compact::Decoder::default(),
         })
     }
 }
@@ -437,7 +518,9 @@ impl<K: RawWatched> RawWatcher<K> {
                             continue;
                         }
                         Err(e) => {
-                            self.state = if initial {
+                            // A stream it cannot decode: what it holds may
+                            // have missed a change; relist the scope.
+                            self.state = if initial || is_undecodable(&e) {
                                 State::Empty
                             } else {
                                 State::Resume { rv }

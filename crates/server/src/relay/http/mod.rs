@@ -48,6 +48,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::store::cache::{self, After, Cache, Item, Wire};
 use super::{Relay, RelayConfig};
+use crate::k8s::compact;
 use crate::metrics::{Metrics, ReasonLabels};
 use auth::{Auth, Denied, PERMISSION};
 use conn::{Conn, Head, Next, Stream};
@@ -326,16 +327,23 @@ async fn serve(s: &Arc<Server>, req: &Head) -> Result<Reply, ApiError> {
     })?;
     let query: HashMap<String, String> = serde_urlencoded::from_str(req.uri.query().unwrap_or(""))
         .map_err(|e| ApiError::new(400, "BadRequest", format!("bad query: {e}")))?;
-    let media = pbenc::negotiate(req.accept.as_deref(), true).ok_or_else(|| {
-        ApiError::new(
-            406,
-            "NotAcceptable",
-            "only application/json and application/vnd.kubernetes.protobuf are served",
-        )
-    })?;
-    let wire = match media {
-        Media::Json => Wire::Json,
-        Media::Protobuf => Wire::Protobuf,
+    let watching = query.get("watch").is_some_and(|v| v == "true" || v == "1");
+    // A podns node instance asks for the compact stream first; for lists
+    // and gets, the type it names next.
+    let wire = if watching && compact::preferred(req.accept.as_deref()) {
+        Wire::Compact
+    } else {
+        match pbenc::negotiate(req.accept.as_deref(), true) {
+            Some(Media::Json) => Wire::Json,
+            Some(Media::Protobuf) => Wire::Protobuf,
+            None => {
+                return Err(ApiError::new(
+                    406,
+                    "NotAcceptable",
+                    "only application/json and application/vnd.kubernetes.protobuf are served",
+                ));
+            }
+        }
     };
     let cache = s
         .relay
@@ -373,7 +381,6 @@ async fn serve(s: &Arc<Server>, req: &Head) -> Result<Reply, ApiError> {
         })?;
         return Ok(object_response(target.kind, item, wire));
     }
-    let watching = query.get("watch").is_some_and(|v| v == "true" || v == "1");
     if watching {
         watch(s, cache, filter, &query, wire).await
     } else {
@@ -413,7 +420,7 @@ impl Selectable for Item {
 fn object_response(kind: Kind, item: &Item, wire: Wire) -> Reply {
     let (body, content_type) = match wire {
         Wire::Json => (item.json(kind), "application/json"),
-        Wire::Protobuf => (item.pb_object(kind), pbenc::PROTOBUF),
+        Wire::Protobuf | Wire::Compact => (item.pb_object(kind), pbenc::PROTOBUF),
     };
     Reply::Body {
         content_type,
@@ -446,7 +453,7 @@ fn list(cache: &Cache, filter: &Filter, wire: Wire) -> Reply {
             out.push(Bytes::from(head));
             (out, "application/json")
         }
-        Wire::Protobuf => {
+        Wire::Protobuf | Wire::Compact => {
             let total = items.iter().map(|o| o.pb_item.len()).sum();
             let mut out = vec![Bytes::from(pbenc::list_head(kind, rv, None, total))];
             out.extend(items.iter().map(|o| o.pb_item.clone()));
@@ -525,6 +532,7 @@ impl Subscriber {
         match self.wire {
             Wire::Json => "application/json",
             Wire::Protobuf => pbenc::PROTOBUF_WATCH,
+            Wire::Compact => compact::COMPACT,
         }
     }
 
@@ -550,6 +558,10 @@ impl Subscriber {
                 "BOOKMARK",
                 pbenc::bookmark_object(kind, rv, initial_end),
             )),
+            Wire::Compact => compact::protobuf_frame(&pbenc::watch_frame(
+                "BOOKMARK",
+                pbenc::bookmark_object(kind, rv, initial_end),
+            )),
         }
     }
 
@@ -563,17 +575,30 @@ impl Subscriber {
         match self.wire {
             Wire::Json => event_line("ERROR", &serde_json::to_vec(&status).unwrap_or_default()),
             Wire::Protobuf => Bytes::from(pbenc::watch_frame("ERROR", pbenc::status(&status))),
+            Wire::Compact => {
+                compact::protobuf_frame(&pbenc::watch_frame("ERROR", pbenc::status(&status)))
+            }
         }
     }
 
     async fn run<S: AsyncRead + AsyncWrite + Unpin>(self, out: &mut Stream<'_, S>) {
+        let wire = match self.wire {
+            Wire::Json => "json",
+            Wire::Protobuf => "protobuf",
+            Wire::Compact => "compact",
+        };
+        self.metrics
+            .relay_watches_started
+            .get_or_create(&crate::metrics::WireLabels { wire })
+            .inc();
         self.metrics.relay_watches.inc();
         self.stream(out).await;
         self.metrics.relay_watches.dec();
     }
 
     async fn stream<S: AsyncRead + AsyncWrite + Unpin>(&self, out: &mut Stream<'_, S>) {
-        let kind = self.cache.kind;
+        // The compact stream's dictionaries sent so far (each once).
+        let mut dicts = Vec::new();
         // Woken only by changes that may concern this watch.
         let node = self.filter.fields.pinned(Field::NodeName);
         let changes = self.cache.watcher(node);
@@ -589,9 +614,15 @@ impl Subscriber {
                 let (rv, items) = (snap.rv, snap.items);
                 let (mut frames, mut size) = (Vec::new(), 0);
                 for o in items {
-                    let frame = cache::frame(kind, self.wire, EvType::Added, &o);
+                    let frame = cache::frame(
+                        &self.cache,
+                        self.wire,
+                        EvType::Added,
+                        &o,
+                        &self.metrics.relay_encoded,
+                    );
                     size += frame.len();
-                    frames.extend(frame.parts());
+                    add(&mut frames, &mut dicts, frame);
                     if size >= INITIAL_CHUNK {
                         if !self.send(out, &frames).await {
                             return;
@@ -630,8 +661,8 @@ impl Subscriber {
                         let before = c.prev.as_ref().is_some_and(|p| self.filter.matches(p));
                         let now = self.filter.matches(&c.obj);
                         if let Some(ty) = c.ty.seen(before, now) {
-                            let f = c.frame(kind, self.wire, ty, &self.metrics.relay_encoded);
-                            frames.extend(f.parts());
+                            let f = c.frame(&self.cache, self.wire, ty, &self.metrics.relay_encoded);
+                            add(&mut frames, &mut dicts, f);
                             events += 1;
                         }
                     }
@@ -660,6 +691,18 @@ impl Subscriber {
             }
         }
     }
+}
+
+/// Add `f` to `frames`, after its dictionary if this stream has not sent
+/// it yet (`sent`).
+fn add(frames: &mut Vec<Bytes>, sent: &mut Vec<u32>, f: cache::Frame) {
+    if let Some(d) = f.dict()
+        && !sent.contains(&d.id)
+    {
+        sent.push(d.id);
+        frames.push(d.frame());
+    }
+    frames.extend(f.parts());
 }
 
 fn version() -> Value {

@@ -26,6 +26,7 @@ use podns_kapi::{Kind, pbenc};
 use tokio::sync::{Notify, watch};
 
 use super::labels::Labels;
+use crate::k8s::compact::{self, Dict};
 use super::scope::{self, NodeScopes};
 use crate::k8s::objects::Served;
 use crate::k8s::objects::loose::{Loose, StrMap};
@@ -47,6 +48,9 @@ pub struct Item {
     pub node_name: String,
     /// The object as one item of its kind's Protobuf list.
     pub pb_item: Bytes,
+    /// The object compressed for the compact stream, once, with the
+    /// dictionary current then (which it keeps alive).
+    pub packed: OnceLock<compact::Packed>,
 }
 
 impl Item {
@@ -78,6 +82,7 @@ impl Item {
             labels,
             node_name,
             pb_item,
+            packed: OnceLock::new(),
         })
     }
 
@@ -132,6 +137,19 @@ impl Item {
         Bytes::from(pbenc::envelope(kind.api_version(), kind.name(), raw))
     }
 
+    /// The object compressed for the compact stream: once per version,
+    /// with `dict` (the cache's current dictionary) on first use.
+    pub fn packed(
+        &self,
+        dict: impl FnOnce() -> Option<Arc<Dict>>,
+        encoded: &prometheus_client::metrics::counter::Counter,
+    ) -> &compact::Packed {
+        self.packed.get_or_init(|| {
+            encoded.inc();
+            compact::pack(self.raw(), dict().as_ref())
+        })
+    }
+
     /// The object's own message: `pb_item` without its list-item key.
     pub fn raw(&self) -> &[u8] {
         pbenc::object(&self.pb_item).unwrap_or_default()
@@ -143,6 +161,8 @@ impl Item {
 pub enum Wire {
     Json,
     Protobuf,
+    /// The compact stream (`k8s::compact`), for node instances' watches.
+    Compact,
 }
 
 /// A watch event as it is sent, in parts: in Protobuf the object's bytes
@@ -153,6 +173,8 @@ pub struct Frame {
     head: Bytes,
     object: Bytes,
     tail: Bytes,
+    /// The compact stream's dictionary this event needs sent before it.
+    dict: Option<Arc<Dict>>,
 }
 
 impl Frame {
@@ -162,6 +184,11 @@ impl Frame {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The dictionary to send on the stream before this event, if any.
+    pub fn dict(&self) -> Option<&Arc<Dict>> {
+        self.dict.as_ref()
     }
 
     /// The parts, in order, for a send that writes them as one.
@@ -205,12 +232,14 @@ impl Change {
     /// every subscriber (`encoded` counts the encodings).
     pub fn frame(
         &self,
-        kind: Kind,
+        cache: &Cache,
         wire: Wire,
         ty: EvType,
         encoded: &prometheus_client::metrics::counter::Counter,
     ) -> Frame {
+        let kind = cache.kind;
         match wire {
+            Wire::Compact => compact_frame(ty, self.obj.packed(|| cache.dict(), encoded)),
             Wire::Protobuf => {
                 let head = self.pb_heads[ty.idx()].get_or_init(|| {
                     encoded.inc();
@@ -247,6 +276,18 @@ fn pb_frame(head: Bytes, obj: &Item) -> Frame {
         head,
         object: obj.pb_item.slice_ref(obj.raw()),
         tail: Bytes::from_static(pbenc::envelope_tail()),
+        dict: None,
+    }
+}
+
+/// A compact event of the object `p`: a few bytes of head, then the
+/// object's compressed bytes, shared.
+fn compact_frame(ty: EvType, p: &compact::Packed) -> Frame {
+    Frame {
+        head: compact::event_head(ty, p),
+        object: p.data.clone(),
+        tail: Bytes::new(),
+        dict: p.dict.clone(),
     }
 }
 
@@ -254,11 +295,21 @@ fn json_line(kind: Kind, ty: EvType, obj: &Item) -> Bytes {
     event_line(ty.as_str(), &obj.json(kind))
 }
 
-/// An object as a watch event (initial events are built per subscriber).
-pub fn frame(kind: Kind, wire: Wire, ty: EvType, obj: &Item) -> Frame {
+/// An object as a watch event (initial events are built per subscriber;
+/// a compact one's object is compressed once per version, `encoded`
+/// counting it).
+pub fn frame(
+    cache: &Cache,
+    wire: Wire,
+    ty: EvType,
+    obj: &Item,
+    encoded: &prometheus_client::metrics::counter::Counter,
+) -> Frame {
+    let kind = cache.kind;
     match wire {
         Wire::Json => json_line(kind, ty, obj).into(),
         Wire::Protobuf => pb_frame(pb_head(kind, ty, obj), obj),
+        Wire::Compact => compact_frame(ty, obj.packed(|| cache.dict(), encoded)),
     }
 }
 
@@ -321,7 +372,35 @@ pub struct Cache {
     watchers: Mutex<Watchers>,
     /// Pods by node, for what each node's instance may read (Pods only).
     scopes: Option<Arc<NodeScopes>>,
+    /// The compact stream's dictionaries of this kind.
+    dicts: Arc<Mutex<Dicts>>,
 }
+
+/// The compact stream's dictionary of a kind (`k8s::compact`), trained on
+/// its own objects: first when it holds [`TRAIN_MIN`] of them, again each
+/// time it has grown [`RETRAIN_GROWTH`]-fold since (so at most a few times
+/// in a relay's life: a stream rarely carries more than one or two). A
+/// version lives while an object compressed with it does (each holds it):
+/// an object compressed once keeps its bytes, so watchers that hold it
+/// decode it with the version they were sent, and a stream sends each
+/// version once, before the first event that uses it.
+#[derive(Default)]
+struct Dicts {
+    current: Option<Arc<Dict>>,
+    /// The objects the current one was trained on (0: none yet).
+    trained_on: usize,
+    training: bool,
+    last_id: u32,
+}
+
+/// Objects a kind holds before its first dictionary.
+const TRAIN_MIN: usize = 64;
+/// How much a kind grows before its dictionary is trained again.
+const RETRAIN_GROWTH: usize = 4;
+/// Objects a dictionary is trained on, at most (spread over the kind).
+const TRAIN_SAMPLES: usize = 2000;
+/// A dictionary's size: sent once per stream ([`Dicts`]).
+pub const DICT_SIZE: usize = 4096;
 
 #[derive(Default)]
 struct Watchers {
@@ -380,7 +459,58 @@ impl Cache {
             unseen,
             watchers: Mutex::new(Watchers::default()),
             scopes,
+            dicts: Default::default(),
         })
+    }
+
+    /// The compact stream's current dictionary; when one is due, trains it
+    /// on a thread of its own (objects compressed meanwhile use the
+    /// current one, or none).
+    pub fn dict(&self) -> Option<Arc<Dict>> {
+        let mut d = self.dicts.lock().unwrap_or_else(|p| p.into_inner());
+        let n = self.len();
+        let due = n >= TRAIN_MIN && n >= d.trained_on * RETRAIN_GROWTH && !d.training;
+        if due {
+            d.training = true;
+            d.last_id += 1;
+            let (id, samples, dicts) = (d.last_id, self.samples(), self.dicts.clone());
+            let kind = self.kind;
+            let spawned = std::thread::Builder::new()
+                .name("podns-dict".into())
+                .spawn(move || {
+                    let trained = train(id, &samples, kind);
+                    let mut d = dicts.lock().unwrap_or_else(|p| p.into_inner());
+                    d.training = false;
+                    d.trained_on = n;
+                    if let Some(t) = trained {
+                        d.current = Some(t);
+                    }
+                });
+            if spawned.is_err() {
+                d.training = false;
+            }
+        }
+        d.current.clone()
+    }
+
+    /// Train the dictionary now, whatever the size (benches and tests).
+    pub fn train_now(&self) -> Option<Arc<Dict>> {
+        let mut d = self.dicts.lock().unwrap_or_else(|p| p.into_inner());
+        d.last_id += 1;
+        d.current = train(d.last_id, &self.samples(), self.kind);
+        d.trained_on = self.len();
+        d.current.clone()
+    }
+
+    /// The objects' messages, spread over the kind, to train on.
+    fn samples(&self) -> Vec<Bytes> {
+        let g = self.lock();
+        let step = g.objects.len().div_ceil(TRAIN_SAMPLES).max(1);
+        g.objects
+            .values()
+            .step_by(step)
+            .map(|i| i.pb_item.slice_ref(i.raw()))
+            .collect()
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -600,6 +730,7 @@ impl Cache {
             labels: prev.labels.clone(),
             node_name: prev.node_name.clone(),
             pb_item: prev.pb_item.clone(),
+            packed: prev.packed.clone(),
         });
         let rv = gone.rv;
         self.push(&mut g, rv, EvType::Deleted, gone, Some(prev));
@@ -704,6 +835,27 @@ impl Cache {
         let mut g = self.lock();
         if rv > g.rv {
             g.rv = rv;
+        }
+    }
+}
+
+/// A dictionary trained on `samples`; `None` (and a log line) if zstd
+/// finds too little in them.
+fn train(id: u32, samples: &[Bytes], kind: Kind) -> Option<Arc<Dict>> {
+    let refs: Vec<&[u8]> = samples.iter().map(|b| &b[..]).collect();
+    match Dict::train(id, &refs, DICT_SIZE) {
+        Ok(d) => {
+            tracing::info!(
+                resource = kind.plural(),
+                dictionary = id,
+                samples = samples.len(),
+                "compact stream dictionary trained"
+            );
+            Some(Arc::new(d))
+        }
+        Err(error) => {
+            tracing::warn!(resource = kind.plural(), %error, "compact stream dictionary not trained; objects go without one");
+            None
         }
     }
 }
@@ -910,8 +1062,8 @@ mod tests {
         };
         assert_eq!(upto, 3);
         let encoded = Default::default();
-        let a = cs[0].frame(Kind::Pod, Wire::Protobuf, EvType::Modified, &encoded);
-        let b = cs[0].frame(Kind::Pod, Wire::Protobuf, EvType::Modified, &encoded);
+        let a = cs[0].frame(&c, Wire::Protobuf, EvType::Modified, &encoded);
+        let b = cs[0].frame(&c, Wire::Protobuf, EvType::Modified, &encoded);
         assert_eq!(encoded.get(), 1);
         let ptrs = |f: Frame| f.parts().map(|p| p.as_ptr()).collect::<Vec<_>>();
         assert_eq!(
