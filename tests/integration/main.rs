@@ -3,6 +3,7 @@
 
 mod abuse;
 mod cli;
+mod compact;
 mod coredns;
 mod daemons;
 mod deploy;

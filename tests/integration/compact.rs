@@ -1,0 +1,198 @@
+//! The compact stream between a relay and its node instances (`podns sim`
+//! → relay → node instance, real sockets): a node instance's watches use
+//! it and answer as one over Protobuf does; kube-rs clients of the relay
+//! still get Protobuf and JSON.
+
+use hickory_proto::rr::RecordType;
+use http_body_util::BodyExt;
+use podns_server::metrics::{DecodeErrorLabels, Metrics, WireLabels};
+
+use crate::relay::{T, env_with_relay, node_of_pods, relay_client, start_podns, wait_held};
+use crate::support::*;
+
+fn started(m: &Metrics, wire: &'static str) -> u64 {
+    m.relay_watches_started
+        .get_or_create(&WireLabels { wire })
+        .get()
+}
+
+fn decode_errors(m: &Metrics) -> u64 {
+    let mut n = 0;
+    for resource in ["pods", "services", "jobs", "endpointslices"] {
+        for error in podns_server::k8s::compact::DecodeError::LABELS {
+            n += m
+                .watch_decode_errors
+                .get_or_create(&DecodeErrorLabels { resource, error })
+                .get();
+        }
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_instances_watch_in_the_compact_stream_and_answer_as_over_protobuf() {
+    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
+    let relay_metrics = env.server.as_ref().unwrap().metrics.clone();
+    // Enough pods for the relay to train a dictionary (64), then the gang
+    // the node instances hold.
+    create_job(&env.client, "bulk", "big", 72, "indexed-job").await;
+    create_job(&env.client, "ml", "train", 8, "indexed-job").await;
+    let relay = relay_client(&kubeconfig).await;
+    let node = node_of_pods(&relay, "ml", 8).await;
+
+    // Two node instances of the same node: one as shipped (auto: the
+    // compact stream), one asking for Protobuf.
+    let start = |wire: &str| {
+        let flags = [
+            format!("--relay-kubeconfig={}", kubeconfig.display()),
+            format!("--node={node}"),
+            format!("--relay-dns={}", env.dns),
+            format!("--wire={wire}"),
+        ];
+        let client = relay_client(&kubeconfig);
+        let stop = env.shutdown.clone();
+        async move { start_podns(&flags, client.await, stop) }
+    };
+    let compact = start("auto").await;
+    wait_held(&compact.table, &["ml"]).await;
+    // Its watches: its node's pods, the namespace's pods, Services, Jobs.
+    wait_for("the node instance's watches in the compact stream", T, || async {
+        started(&relay_metrics, "compact") >= 4
+    })
+    .await;
+    assert_eq!(started(&relay_metrics, "protobuf"), 0);
+    let protobuf = start("protobuf").await;
+    wait_held(&protobuf.table, &["ml"]).await;
+    wait_for("the other's watches in Protobuf", T, || async {
+        started(&relay_metrics, "protobuf") >= 4
+    })
+    .await;
+    let compact_watches = started(&relay_metrics, "compact");
+    assert_eq!(
+        started(&relay_metrics, "compact"),
+        compact_watches,
+        "--wire protobuf asks for Protobuf only"
+    );
+
+    let names = [
+        ("train-0.train.ml.svc", RecordType::A),
+        ("train.ml.svc", RecordType::A),
+        ("train.ml.svc", RecordType::SRV),
+        ("5.train.ml.rank", RecordType::A),
+        ("train.ml.rank", RecordType::TXT),
+    ];
+    let answers = |dns| async move {
+        let mut out = Vec::new();
+        for (name, t) in names {
+            let msg = query_msg(&fqdn(name), t, Some(1232));
+            let r = udp(dns, &msg).await;
+            assert!(!r.answers.is_empty(), "{name} {t}");
+            out.push(r.answers);
+        }
+        out
+    };
+    assert_eq!(
+        answers(compact.dns_addr).await,
+        answers(protobuf.dns_addr).await
+    );
+
+    // Changes after the lists come as compact events: a rank replaced.
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(env.client.clone(), "ml");
+    let victim = pods
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with("train-3")))
+        .unwrap();
+    let rank3 = query_msg(&fqdn("3.train.ml.rank"), RecordType::A, Some(1232));
+    let before = format!("{:?}", udp(compact.dns_addr, &rank3).await.answers);
+    pods.delete(victim.metadata.name.as_deref().unwrap(), &Default::default())
+        .await
+        .unwrap();
+    for dns in [compact.dns_addr, protobuf.dns_addr] {
+        wait_for("rank 3's answer changed on both node instances", T, || {
+            let (msg, before) = (rank3.clone(), before.clone());
+            async move { format!("{:?}", udp(dns, &msg).await.answers) != before }
+        })
+        .await;
+    }
+    wait_for("the same answers from both node instances", T, || async {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for (name, t) in names {
+            let msg = query_msg(&fqdn(name), t, Some(1232));
+            a.push(udp(compact.dns_addr, &msg).await.answers);
+            b.push(udp(protobuf.dns_addr, &msg).await.answers);
+        }
+        a == b
+    })
+    .await;
+    assert!(
+        started(&relay_metrics, "compact") >= compact_watches,
+        "still watching"
+    );
+    assert_eq!(decode_errors(&compact.metrics), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_clients_of_the_relay_still_get_protobuf_and_json() {
+    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
+    let relay_metrics = env.server.as_ref().unwrap().metrics.clone();
+    create_job(&env.client, "ml", "train", 4, "indexed-job").await;
+    let relay = relay_client(&kubeconfig).await;
+    node_of_pods(&relay, "ml", 4).await;
+    let watch = |accept: Option<&'static str>| {
+        let relay = relay.clone();
+        async move {
+            let mut req = http::Request::builder()
+                .uri("/api/v1/namespaces/ml/pods?watch=true&resourceVersion=0&timeoutSeconds=1");
+            if let Some(a) = accept {
+                req = req.header("accept", a);
+            }
+            let res = relay
+                .send(req.body(Vec::new()).unwrap().map(kube::client::Body::from))
+                .await
+                .unwrap();
+            let ct = res.headers()["content-type"].to_str().unwrap().to_owned();
+            let body = res.into_body().collect().await.unwrap().to_bytes();
+            (ct, body)
+        }
+    };
+    // kube-rs's own Api (JSON), its Protobuf Accept, and a compact-first one.
+    let (ct, body) = watch(None).await;
+    assert_eq!(ct, "application/json");
+    assert!(body.starts_with(b"{\"type\":\"ADDED\""), "{body:?}");
+    let (ct, body) = watch(Some("application/vnd.kubernetes.protobuf;stream=watch")).await;
+    assert_eq!(ct, "application/vnd.kubernetes.protobuf;stream=watch");
+    assert_eq!(&body[6..11], b"ADDED", "a Kubernetes Protobuf frame");
+    let (ct, _) = watch(Some(
+        "application/vnd.podns.compact.v1, application/vnd.kubernetes.protobuf",
+    ))
+    .await;
+    assert_eq!(ct, "application/vnd.podns.compact.v1");
+    assert_eq!(started(&relay_metrics, "json"), 1);
+    assert_eq!(started(&relay_metrics, "protobuf"), 1);
+    assert_eq!(started(&relay_metrics, "compact"), 1);
+    // A list stays Protobuf even for a client that asks for compact first.
+    let req = http::Request::builder()
+        .uri("/api/v1/namespaces/ml/pods")
+        .header(
+            "accept",
+            "application/vnd.podns.compact.v1, application/vnd.kubernetes.protobuf",
+        )
+        .body(Vec::new())
+        .unwrap();
+    let res = relay
+        .send(req.map(kube::client::Body::from))
+        .await
+        .unwrap();
+    assert_eq!(
+        res.headers()["content-type"],
+        "application/vnd.kubernetes.protobuf"
+    );
+    // And kube-rs's typed API reads the relay as before.
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(relay, "ml");
+    assert_eq!(api.list(&Default::default()).await.unwrap().items.len(), 4);
+}
