@@ -38,3 +38,8 @@ fn the_pb_corpus_replays_cleanly() {
 fn the_encoders_corpus_replays_cleanly() {
     assert!(replay("encoders", podns_server::fuzzing::encoders) >= 30);
 }
+
+#[test]
+fn the_compact_corpus_replays_cleanly() {
+    assert!(replay("compact", podns_server::fuzzing::compact) >= 5);
+}

@@ -179,6 +179,36 @@ pub fn pb(data: &[u8]) {
     }
 }
 
+/// Arbitrary bytes as a relay's compact stream, whole and cut in two at
+/// every tenth byte: decoded frames, objects decoded as pods. Errors are
+/// fine (each a `DecodeError`), panics and unbounded allocations are not.
+pub fn compact(data: &[u8]) {
+    use crate::k8s::compact::{Decoded, Decoder};
+    let run = |parts: &[&[u8]]| {
+        let mut d = Decoder::default();
+        for p in parts {
+            d.push(p);
+            loop {
+                match d.next() {
+                    Ok(Some(Decoded::Event(_, raw))) => {
+                        let _ = SlimPod::decode_pb(&raw).convert();
+                    }
+                    Ok(Some(Decoded::Protobuf(raw))) => {
+                        let _ = pb::watch_event::<SlimPod>(&raw);
+                    }
+                    Ok(None) => break,
+                    Err(_) => return,
+                }
+            }
+        }
+        let _ = d.finish();
+    };
+    run(&[data]);
+    for cut in (0..data.len()).step_by(10) {
+        run(&[&data[..cut], &data[cut..]]);
+    }
+}
+
 /// What the relay serves of an object, when it serves it, is a fixed
 /// point: its Protobuf decodes and is served again as the same bytes, and
 /// its JSON decodes and is served as the same Protobuf.

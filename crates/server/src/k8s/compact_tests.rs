@@ -182,3 +182,50 @@ fn decode_errors_are_found_inside_watch_errors() {
     let other = kube::Error::ReadEvents(std::io::Error::other("reset"));
     assert_eq!(DecodeError::of(&other), None);
 }
+
+/// Seeds for the `compact` fuzz target (`fuzz/corpus/compact`), written
+/// by `PODNS_WRITE_SEEDS=fuzz/corpus/compact cargo test -p podns-server
+/// --lib write_fuzz_seeds -- --ignored` from the repository root), as
+/// the relay would send them: a dictionary, then events of real pods'
+/// Protobuf with it and without, a bookmark; and cut or bent copies.
+#[test]
+#[ignore]
+fn write_fuzz_seeds() {
+    let Ok(dir) = std::env::var("PODNS_WRITE_SEEDS") else {
+        return;
+    };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let pod = podns_kapi::pbenc::list_item(
+        podns_kapi::Kind::Pod,
+        br#"{"metadata":{"name":"train-3","namespace":"ml","resourceVersion":"7","labels":{"batch.kubernetes.io/job-name":"train"}},"spec":{"nodeName":"n1","hostname":"train-3","subdomain":"train"},"status":{"podIP":"10.0.0.3","phase":"Running"}}"#,
+    )
+    .unwrap();
+    let raw = podns_kapi::pbenc::object(&pod).unwrap().to_vec();
+    let d = dict(1);
+    let mut whole = d.frame().to_vec();
+    whole.extend(event(EvType::Added, &pack(&raw, Some(&d))));
+    whole.extend(event(EvType::Deleted, &pack(&raw, None)));
+    let bookmark = podns_kapi::pbenc::watch_frame(
+        "BOOKMARK",
+        podns_kapi::pbenc::bookmark_object(podns_kapi::Kind::Pod, 9, true),
+    );
+    whole.extend_from_slice(&protobuf_frame(&bookmark));
+    let plain = event(EvType::Modified, &pack(&raw, None));
+    let mut bent = whole.clone();
+    let mid = bent.len() / 2;
+    bent[mid] ^= 0x40;
+    let seeds: [(&str, Vec<u8>); 6] = [
+        ("stream", whole.clone()),
+        ("plain-event", plain),
+        ("cut", whole[..whole.len() - 7].to_vec()),
+        ("bent", bent),
+        ("no-dictionary", whole[d.frame().len()..].to_vec()),
+        ("bookmark", protobuf_frame(&bookmark).to_vec()),
+    ];
+    for (name, bytes) in seeds {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+}
