@@ -15,8 +15,11 @@
 //!   SUBS/2 (the cost of one more on a relay already serving, apart from
 //!   what the allocator kept of the node instances' lists);
 //! - bytes per in-scope pod event per subscriber (bytes received / events
-//!   received, bookmarks apart) and events encoded by the relay against
-//!   events delivered (each change encoded once);
+//!   received, bookmarks apart), on each wire: half the subscribers ask
+//!   for Kubernetes Protobuf, half for the compact stream first (as node
+//!   instances do; a relay without it answers them in Protobuf), and the
+//!   dictionaries they were sent apart; and events encoded by the relay
+//!   against events delivered (each change encoded once);
 //! - propagation: a pod created on a node instance's node until that node
 //!   instance answers its name, p50/p99, without churn and with it;
 //! - node instances' RSS;
@@ -168,35 +171,52 @@ async fn sim_json(
     serde_json::from_str(&text).unwrap_or_default()
 }
 
-/// What the subscribers received.
+/// What the subscribers of one wire received.
 #[derive(Default)]
 struct Received {
     bytes: AtomicU64,
     events: AtomicU64,
     bookmarks: AtomicU64,
+    /// Compact stream: dictionaries (bytes, counted in `bytes` too).
+    dict_bytes: AtomicU64,
     open: AtomicU64,
 }
 
-/// One subscriber: a Protobuf watch of `node`'s pods from `rv`, counting
-/// the frames (4-byte length, then the event) until `until`.
+/// The media type of the compact stream.
+const COMPACT: &str = "application/vnd.podns.compact.v1";
+
+/// One subscriber: a watch of `node`'s pods from `rv`, asking for the
+/// compact stream first or for Protobuf, counting the frames until
+/// `until` into `pb` or `compact` by the type the relay answered with.
 async fn subscribe(
     client: kube::Client,
     node: String,
     rv: String,
-    got: Arc<Received>,
+    compact_first: bool,
+    got: [Arc<Received>; 2],
     until: Instant,
 ) {
     let uri = format!(
         "/api/v1/pods?watch=true&allowWatchBookmarks=true&resourceVersion={rv}&fieldSelector=spec.nodeName%3D{node}"
     );
+    let accept = if compact_first {
+        "application/vnd.podns.compact.v1, application/vnd.kubernetes.protobuf;stream=watch"
+    } else {
+        "application/vnd.kubernetes.protobuf;stream=watch"
+    };
     let req = http::Request::builder()
         .uri(uri)
-        .header("accept", "application/vnd.kubernetes.protobuf;stream=watch")
+        .header("accept", accept)
         .body(Vec::new())
         .unwrap();
     let Ok(res) = client.send(req.map(kube::client::Body::from)).await else {
         return;
     };
+    let compact = res
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(COMPACT.as_bytes()));
+    let got = got[usize::from(compact)].clone();
     got.open.fetch_add(1, Ordering::Relaxed);
     let mut body = res.into_body();
     let mut buf: Vec<u8> = Vec::new();
@@ -211,6 +231,37 @@ async fn subscribe(
         };
         got.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
         buf.extend_from_slice(&data);
+        if compact {
+            // LEB128 length, then the tag: 1 dictionary, 2 event, 3 a
+            // Protobuf event (bookmarks).
+            loop {
+                let (mut n, mut used) = (0usize, 0usize);
+                while let Some(b) = buf.get(used) {
+                    n |= usize::from(b & 0x7f) << (7 * used);
+                    used += 1;
+                    if b & 0x80 == 0 {
+                        break;
+                    }
+                }
+                if used == 0 || buf[used - 1] & 0x80 != 0 || buf.len() < used + n {
+                    break;
+                }
+                match buf.get(used) {
+                    Some(1) => {
+                        got.dict_bytes
+                            .fetch_add((used + n) as u64, Ordering::Relaxed);
+                    }
+                    Some(2) => {
+                        got.events.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {
+                        got.bookmarks.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                buf.drain(..used + n);
+            }
+            continue;
+        }
         while buf.len() >= 4 {
             let n = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
             if buf.len() < 4 + n {
@@ -429,7 +480,7 @@ async fn main() {
         .as_str()
         .unwrap_or("0")
         .to_string();
-    let got = Arc::new(Received::default());
+    let got: [Arc<Received>; 2] = Default::default();
     let until = Instant::now() + Duration::from_secs(dur + 30);
     let per_node = 8;
     let node_count = (jobs * ranks).div_ceil(per_node).max(1);
@@ -447,12 +498,18 @@ async fn main() {
                 relay_client.clone(),
                 node,
                 rv.clone(),
+                i % 2 == 1,
                 got.clone(),
                 until,
             )));
         }
         let t0 = Instant::now();
-        while got.open.load(Ordering::Relaxed) < to && t0.elapsed() < Duration::from_secs(60) {
+        let open = |g: &[Arc<Received>; 2]| {
+            g.iter()
+                .map(|r| r.open.load(Ordering::Relaxed))
+                .sum::<u64>()
+        };
+        while open(&got) < to && t0.elapsed() < Duration::from_secs(60) {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -463,8 +520,9 @@ async fn main() {
     let rss_subs = rss_kib(relay_pid);
     let stats = sim_json(&sim, "GET", "/sim/stats", "").await;
     println!(
-        "subscribers open: {} of {subs}; API server watches: {} (with {nodes} node instances and {subs} subscribers on the relay)",
-        got.open.load(Ordering::Relaxed),
+        "subscribers open: {} in Protobuf and {} in the compact stream, of {subs}; API server watches: {} (with {nodes} node instances and {subs} subscribers on the relay)",
+        got[0].open.load(Ordering::Relaxed),
+        got[1].open.load(Ordering::Relaxed),
         stats["open_watches"]
     );
     println!(
@@ -492,10 +550,16 @@ async fn main() {
     let m0 = sim_json(&sim, "GET", "/sim/stats", "").await["pod_mutations"]
         .as_u64()
         .unwrap_or(0);
-    let (b0, e0) = (
-        got.bytes.load(Ordering::Relaxed),
-        got.events.load(Ordering::Relaxed),
-    );
+    let load = |g: &[Arc<Received>; 2]| {
+        g.each_ref().map(|r| {
+            (
+                r.bytes.load(Ordering::Relaxed),
+                r.events.load(Ordering::Relaxed),
+                r.dict_bytes.load(Ordering::Relaxed),
+            )
+        })
+    };
+    let before = load(&got);
     let enc0 = metric(relay_admin, "podns_relay_events_encoded_total");
     let sent0 = metric(relay_admin, "podns_relay_events_sent_total");
     let c0 = cpu_seconds(relay_pid);
@@ -515,10 +579,7 @@ async fn main() {
     let m1 = sim_json(&sim, "GET", "/sim/stats", "").await["pod_mutations"]
         .as_u64()
         .unwrap_or(0);
-    let (b1, e1) = (
-        got.bytes.load(Ordering::Relaxed),
-        got.events.load(Ordering::Relaxed),
-    );
+    let after = load(&got);
     let enc1 = metric(relay_admin, "podns_relay_events_encoded_total");
     let sent1 = metric(relay_admin, "podns_relay_events_sent_total");
     let mutations = m1 - m0;
@@ -532,16 +593,29 @@ async fn main() {
         100.0 * cpu / secs,
         1000.0 * cpu / (mutations.max(1) as f64 / 1000.0)
     );
+    for (i, wire) in ["Protobuf", "compact stream"].into_iter().enumerate() {
+        let ((b0, e0, d0), (b1, e1, d1)) = (before[i], after[i]);
+        println!(
+            "{wire} subscribers got {} events, {} bytes: {:.0} B per in-scope pod event ({} B of it dictionaries; {} B of dictionaries before the churn)",
+            e1 - e0,
+            b1 - b0,
+            (b1 - b0) as f64 / (e1 - e0).max(1) as f64,
+            d1 - d0,
+            d0
+        );
+    }
     println!(
-        "subscribers got {} events, {} bytes: {:.0} B per in-scope pod event; the relay encoded {} events and sent {} to all its watches ({:.1} sends per encoding)",
-        e1 - e0,
-        b1 - b0,
-        (b1 - b0) as f64 / (e1 - e0).max(1) as f64,
+        "the relay encoded {} events and sent {} to all its watches ({:.1} sends per encoding)",
         enc1 - enc0,
         sent1 - sent0,
         (sent1 - sent0) / (enc1 - enc0).max(1.0)
     );
-    println!("bookmarks: {}", got.bookmarks.load(Ordering::Relaxed));
+    println!(
+        "bookmarks: {}",
+        got.iter()
+            .map(|r| r.bookmarks.load(Ordering::Relaxed))
+            .sum::<u64>()
+    );
     let mut rss: HashMap<String, u64> = HashMap::new();
     for (node, _, pid) in &node_addrs {
         rss.insert(node.clone(), rss_kib(*pid));

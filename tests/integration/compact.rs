@@ -56,9 +56,11 @@ async fn node_instances_watch_in_the_compact_stream_and_answer_as_over_protobuf(
     let compact = start("auto").await;
     wait_held(&compact.table, &["ml"]).await;
     // Its watches: its node's pods, the namespace's pods, Services, Jobs.
-    wait_for("the node instance's watches in the compact stream", T, || async {
-        started(&relay_metrics, "compact") >= 4
-    })
+    wait_for(
+        "the node instance's watches in the compact stream",
+        T,
+        || async { started(&relay_metrics, "compact") >= 4 },
+    )
     .await;
     assert_eq!(started(&relay_metrics, "protobuf"), 0);
     let protobuf = start("protobuf").await;
@@ -105,13 +107,21 @@ async fn node_instances_watch_in_the_compact_stream_and_answer_as_over_protobuf(
         .unwrap()
         .items
         .into_iter()
-        .find(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with("train-3")))
+        .find(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("train-3"))
+        })
         .unwrap();
     let rank3 = query_msg(&fqdn("3.train.ml.rank"), RecordType::A, Some(1232));
     let before = format!("{:?}", udp(compact.dns_addr, &rank3).await.answers);
-    pods.delete(victim.metadata.name.as_deref().unwrap(), &Default::default())
-        .await
-        .unwrap();
+    pods.delete(
+        victim.metadata.name.as_deref().unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
     for dns in [compact.dns_addr, protobuf.dns_addr] {
         wait_for("rank 3's answer changed on both node instances", T, || {
             let (msg, before) = (rank3.clone(), before.clone());
@@ -184,10 +194,7 @@ async fn kube_rs_clients_of_the_relay_still_get_protobuf_and_json() {
         )
         .body(Vec::new())
         .unwrap();
-    let res = relay
-        .send(req.map(kube::client::Body::from))
-        .await
-        .unwrap();
+    let res = relay.send(req.map(kube::client::Body::from)).await.unwrap();
     assert_eq!(
         res.headers()["content-type"],
         "application/vnd.kubernetes.protobuf"

@@ -404,9 +404,8 @@ impl Decoder {
         let d = if id == 0 {
             match &mut self.plain {
                 Some(d) => d,
-                empty => empty.insert(
-                    decompressor(&[]).map_err(|e| DecodeError::BadDict(e.to_string()))?,
-                ),
+                empty => empty
+                    .insert(decompressor(&[]).map_err(|e| DecodeError::BadDict(e.to_string()))?),
             }
         } else {
             let id32 = u32::try_from(id).unwrap_or(u32::MAX);

@@ -131,12 +131,12 @@ fn corrupt_data_unknown_tags_and_types_are_refused() {
     let mut f = event(EvType::Added, &p);
     let last = f.len() - 1;
     f[last - 2..].fill(0xee);
-    assert!(matches!(
-        decode_all(&f),
-        Err(DecodeError::Corrupt { .. })
-    ));
+    assert!(matches!(decode_all(&f), Err(DecodeError::Corrupt { .. })));
     assert_eq!(decode_all(&[2, 9, 0]), Err(DecodeError::UnknownTag(9)));
-    assert_eq!(decode_all(&[2, TAG_EVENT, 5]), Err(DecodeError::UnknownType(5)));
+    assert_eq!(
+        decode_all(&[2, TAG_EVENT, 5]),
+        Err(DecodeError::UnknownType(5))
+    );
     assert_eq!(decode_all(&[1, TAG_EVENT]), Err(DecodeError::Short));
     assert_eq!(decode_all(&[0]), Err(DecodeError::Short));
     // A dictionary of id 0, or garbage as a dictionary.
@@ -171,7 +171,9 @@ fn only_an_accept_that_names_it_first_gets_the_compact_stream() {
     assert!(preferred(Some(&format!(
         "application/json;q=0.5, {COMPACT};q=0.9"
     ))));
-    assert!(!preferred(Some(&format!("{COMPACT};q=0, application/json"))));
+    assert!(!preferred(Some(&format!(
+        "{COMPACT};q=0, application/json"
+    ))));
 }
 
 #[test]

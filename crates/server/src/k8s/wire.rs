@@ -234,9 +234,7 @@ impl Events {
     }
 
     /// The next event of a compact stream.
-    async fn next_compact<K: RawWatched>(
-        &mut self,
-    ) -> Result<Option<WatchEvent<K>>, kube::Error> {
+    async fn next_compact<K: RawWatched>(&mut self) -> Result<Option<WatchEvent<K>>, kube::Error> {
         loop {
             match self.compact.next().map_err(undecodable)? {
                 Some(Decoded::Event(ty, raw)) => {

@@ -21,6 +21,9 @@ pub mod feed;
 pub mod http;
 pub mod store;
 
+#[cfg(test)]
+mod compact_compare;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -661,7 +661,8 @@ impl Subscriber {
                         let before = c.prev.as_ref().is_some_and(|p| self.filter.matches(p));
                         let now = self.filter.matches(&c.obj);
                         if let Some(ty) = c.ty.seen(before, now) {
-                            let f = c.frame(&self.cache, self.wire, ty, &self.metrics.relay_encoded);
+                            let f =
+                                c.frame(&self.cache, self.wire, ty, &self.metrics.relay_encoded);
                             add(&mut frames, &mut dicts, f);
                             events += 1;
                         }

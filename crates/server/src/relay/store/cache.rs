@@ -26,8 +26,8 @@ use podns_kapi::{Kind, pbenc};
 use tokio::sync::{Notify, watch};
 
 use super::labels::Labels;
-use crate::k8s::compact::{self, Dict};
 use super::scope::{self, NodeScopes};
+use crate::k8s::compact::{self, Dict};
 use crate::k8s::objects::Served;
 use crate::k8s::objects::loose::{Loose, StrMap};
 use crate::k8s::objects::served::apart_from_version;
