@@ -596,10 +596,11 @@ async fn main() {
     for (i, wire) in ["Protobuf", "compact stream"].into_iter().enumerate() {
         let ((b0, e0, d0), (b1, e1, d1)) = (before[i], after[i]);
         println!(
-            "{wire} subscribers got {} events, {} bytes: {:.0} B per in-scope pod event ({} B of it dictionaries; {} B of dictionaries before the churn)",
+            "{wire} subscribers got {} events, {} bytes: {:.0} B per in-scope pod event, {:.0} B without the dictionaries ({} B of them, each sent once per stream; {} B before the churn)",
             e1 - e0,
             b1 - b0,
             (b1 - b0) as f64 / (e1 - e0).max(1) as f64,
+            (b1 - b0 - (d1 - d0)) as f64 / (e1 - e0).max(1) as f64,
             d1 - d0,
             d0
         );

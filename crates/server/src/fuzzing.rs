@@ -189,7 +189,7 @@ pub fn compact(data: &[u8]) {
         for p in parts {
             d.push(p);
             loop {
-                match d.next() {
+                match d.next_event() {
                     Ok(Some(Decoded::Event(_, raw))) => {
                         let _ = SlimPod::decode_pb(&raw).convert();
                     }

@@ -357,7 +357,7 @@ impl Decoder {
 
     /// The next event, once it has arrived whole (dictionaries before it
     /// are kept on the way).
-    pub fn next(&mut self) -> Result<Option<Decoded>, DecodeError> {
+    pub fn next_event(&mut self) -> Result<Option<Decoded>, DecodeError> {
         while let Some(body) = self.next_body()? {
             let (&tag, rest) = body.split_first().ok_or(DecodeError::Short)?;
             match tag {

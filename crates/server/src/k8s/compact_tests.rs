@@ -35,7 +35,7 @@ fn decode_all(stream: &[u8]) -> Result<Vec<Decoded>, DecodeError> {
     let mut d = Decoder::default();
     d.push(stream);
     let mut out = Vec::new();
-    while let Some(x) = d.next()? {
+    while let Some(x) = d.next_event()? {
         out.push(x);
     }
     d.finish()?;
@@ -64,7 +64,7 @@ fn events_round_trip_with_and_without_a_dictionary_and_split_anywhere() {
     let mut got = Vec::new();
     for byte in &stream {
         dec.push(std::slice::from_ref(byte));
-        while let Some(x) = dec.next().unwrap() {
+        while let Some(x) = dec.next_event().unwrap() {
             got.push(x);
         }
     }

@@ -236,7 +236,7 @@ impl Events {
     /// The next event of a compact stream.
     async fn next_compact<K: RawWatched>(&mut self) -> Result<Option<WatchEvent<K>>, kube::Error> {
         loop {
-            match self.compact.next().map_err(undecodable)? {
+            match self.compact.next_event().map_err(undecodable)? {
                 Some(Decoded::Event(ty, raw)) => {
                     let k = K::decode_pb(&raw);
                     return Ok(Some(match ty {

@@ -91,7 +91,7 @@ fn zstd_row(name: &str, items: &[Arc<Item>], dict: Option<Arc<Dict>>, once: usiz
     }
     let (decode_ns, _) = time(frames.len(), |i| {
         dec.push(&frames[i]);
-        match dec.next() {
+        match dec.next_event() {
             Ok(Some(Decoded::Event(_, raw))) => assert_eq!(raw, items[i].raw()),
             other => panic!("{other:?}"),
         }
@@ -179,7 +179,7 @@ fn compact_compare() {
         0,
     ));
     let s = samples(&running);
-    for size in [1024, 2048, 4096, 8192] {
+    for size in [512, 1024, 2048, 4096, 8192] {
         let t = Instant::now();
         let d = Arc::new(Dict::train(1, &s, size).unwrap());
         let train_ms = t.elapsed().as_millis();

@@ -399,8 +399,9 @@ const TRAIN_MIN: usize = 64;
 const RETRAIN_GROWTH: usize = 4;
 /// Objects a dictionary is trained on, at most (spread over the kind).
 const TRAIN_SAMPLES: usize = 2000;
-/// A dictionary's size: sent once per stream ([`Dicts`]).
-pub const DICT_SIZE: usize = 4096;
+/// A dictionary's size: sent once per stream ([`Dicts`]), so small; 1 KiB
+/// holds the keys (benches/results/notes/2026-12-06-compact-stream.md).
+pub const DICT_SIZE: usize = 1024;
 
 #[derive(Default)]
 struct Watchers {
