@@ -272,7 +272,7 @@ fn relay_history() {
     };
     let event: usize = changes
         .iter()
-        .map(|c| c.frame(Kind::Pod, Wire::Protobuf, c.ty, &encoded).len())
+        .map(|c| c.frame(&cache, Wire::Protobuf, c.ty, &encoded).len())
         .sum::<usize>()
         / changes.len();
     // What a JSON client costs now that only the Protobuf is kept: its
