@@ -203,3 +203,80 @@ async fn kube_rs_clients_of_the_relay_still_get_protobuf_and_json() {
     let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(relay, "ml");
     assert_eq!(api.list(&Default::default()).await.unwrap().items.len(), 4);
 }
+
+/// A server that lists one pod in JSON and answers every watch with a
+/// compact stream whose event names a dictionary it never sent.
+async fn bad_compact_server(lists: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let lists = lists.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&b[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&head);
+                let (ct, body): (&str, Vec<u8>) = if head.contains("watch=true") {
+                    // An event: ADDED, dictionary 9 (never sent), 4 bytes.
+                    (
+                        podns_server::k8s::compact::COMPACT,
+                        vec![5, 2, 0, 9, 4, 0xee],
+                    )
+                } else {
+                    lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let list = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"a","namespace":"ml","resourceVersion":"5"}}]}"#;
+                    ("application/json", list.as_bytes().to_vec())
+                };
+                let out = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: {ct}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(out.as_bytes()).await;
+                let _ = s.write_all(&body).await;
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compact_stream_it_cannot_decode_ends_the_watch_with_a_relist() {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{Error, Event};
+    use podns_server::k8s::objects::SlimPod;
+    use podns_server::k8s::wire::{RawConfig, Wire, raw_watcher};
+    let lists = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let url = bad_compact_server(lists.clone()).await;
+    let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+    let cfg = RawConfig {
+        url_path: "/api/v1/namespaces/ml/pods".into(),
+        label_selector: None,
+        list_semantic: kube::runtime::watcher::ListSemantic::Any,
+        streaming: false,
+        wire: Wire::Auto,
+        seen: None,
+    };
+    let mut w = std::pin::pin!(raw_watcher::<SlimPod>(client, cfg));
+    let mut next = async || tokio::time::timeout(T, w.next()).await.unwrap().unwrap();
+    assert!(matches!(next().await, Ok(Event::Init)));
+    assert!(matches!(next().await, Ok(Event::InitApply(_))));
+    assert!(matches!(next().await, Ok(Event::InitDone)));
+    match next().await {
+        Err(Error::WatchFailed(e)) => assert_eq!(
+            podns_server::k8s::compact::DecodeError::of(&e),
+            Some(&podns_server::k8s::compact::DecodeError::UnknownDict(9)),
+            "{e}"
+        ),
+        other => panic!("not a decode error: {other:?}"),
+    }
+    // Not a resume from the version it held: a relist, once.
+    assert!(matches!(next().await, Ok(Event::Init)));
+    assert_eq!(lists.load(std::sync::atomic::Ordering::SeqCst), 2);
+}

@@ -719,6 +719,11 @@ mod tests {
         assert!(!relists(&watch_err(500)));
         let io = kube::Error::ReadEvents(std::io::Error::other("reset"));
         assert!(!relists(&WatchFailed(io)));
+        // A relay's compact stream the watch could not decode: what it
+        // held may have missed a change.
+        let bad = super::super::compact::DecodeError::Truncated(3);
+        let io = kube::Error::ReadEvents(std::io::Error::other(bad));
+        assert!(relists(&WatchFailed(io)));
     }
 
     #[test]
