@@ -340,6 +340,9 @@ pub struct ServeArgs {
     /// How long a namespace stays in a node instance's scope after its last pod left the node (a gang restart recreates its pods); on a relay, how long a node instance may still read it (keep it at least the node instances').
     #[arg(long, env = "PODNS_SCOPE_LINGER", default_value = "5m")]
     pub scope_linger: Secs,
+    /// A node instance's saved scope: the directory (a hostPath) where it keeps what it holds and where each watch would resume, so a restart serves at once and resumes from the relays' history instead of relisting; a state that is corrupt, of another relay, CA, node or format, or older than 15 minutes is dropped with one line and the scope listed.
+    #[arg(long, env = "PODNS_STATE_DIR", requires = "node")]
+    pub state_dir: Option<std::path::PathBuf>,
     /// The ServiceAccount (NAMESPACE/NAME) whose token --relay-kubeconfig-out writes.
     #[arg(long, env = "PODNS_RELAY_KUBECONFIG_ACCOUNT", default_value = "default/podns-node", value_parser = account)]
     pub relay_kubeconfig_account: (String, String),
@@ -397,6 +400,8 @@ impl ServeArgs {
                 relay_dns: self.relay_dns.clone(),
                 linger: self.scope_linger.0,
                 relay_url: String::new(),
+                relay_ca: String::new(),
+                state_dir: self.state_dir.clone(),
             }),
             relay: self.relay_listen.map(|listen| RelayConfig {
                 history: self.relay_history.0,

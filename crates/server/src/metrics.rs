@@ -88,6 +88,15 @@ pub const NODE_RELAY_LAST_SUCCESS: &str = "podns_node_relay_last_success_timesta
 /// A node instance's failed attempts to read its relay, by reason (`tls`,
 /// `unauthorized`, `forbidden`, `connect`, `other`).
 pub const NODE_RELAY_FAILURES: &str = "podns_node_relay_failures";
+/// A node instance's saved scope (`--state-dir`) at start, by result
+/// (`loaded`, `missing`, or why it was dropped: `unreadable`, `corrupt`,
+/// `version`, `foreign`, `too_old`, `too_large`).
+pub const NODE_STATE_LOADS: &str = "podns_node_state_loads";
+/// Writes of a node instance's saved scope, by result (`written`,
+/// `failed`, `too_large`).
+pub const NODE_STATE_WRITES: &str = "podns_node_state_writes";
+/// Size of the last saved scope written, in bytes.
+pub const NODE_STATE_BYTES: &str = "podns_node_state_bytes";
 /// Gangs (Jobs and JobSets) in the rank view.
 pub const RANK_JOBS: &str = "podns_rank_jobs";
 /// From the earliest creation of a generation's pods to every rank of it published, in seconds.
@@ -215,6 +224,9 @@ pub struct Metrics {
     pub node_relay_reachable: Gauge<i64, AtomicI64>,
     pub node_relay_last_success: Gauge<i64, AtomicI64>,
     pub node_relay_failures: Family<ReasonLabels, Counter>,
+    pub node_state_loads: Family<ResultLabels, Counter>,
+    pub node_state_writes: Family<ResultLabels, Counter>,
+    pub node_state_bytes: Gauge<i64, AtomicI64>,
     registry: Arc<Registry>,
 }
 
@@ -275,6 +287,9 @@ impl Metrics {
         let node_relay_reachable = Gauge::<i64, AtomicI64>::default();
         let node_relay_last_success = Gauge::<i64, AtomicI64>::default();
         let node_relay_failures = Family::<ReasonLabels, Counter>::default();
+        let node_state_loads = Family::<ResultLabels, Counter>::default();
+        let node_state_writes = Family::<ResultLabels, Counter>::default();
+        let node_state_bytes = Gauge::<i64, AtomicI64>::default();
         for reason in NODE_RELAY_FAILURE_REASONS {
             let _ = node_relay_failures.get_or_create(&ReasonLabels { reason });
         }
@@ -455,7 +470,25 @@ impl Metrics {
             "A node instance's failed attempts to read its relay, by reason",
             node_relay_failures.clone(),
         );
+        registry.register(
+            NODE_STATE_LOADS,
+            "A node instance's saved scope at start, by result (loaded, missing, or why it was dropped)",
+            node_state_loads.clone(),
+        );
+        registry.register(
+            NODE_STATE_WRITES,
+            "Writes of a node instance's saved scope, by result",
+            node_state_writes.clone(),
+        );
+        registry.register(
+            NODE_STATE_BYTES,
+            "Size of the last saved scope a node instance wrote, in bytes",
+            node_state_bytes.clone(),
+        );
         Self {
+            node_state_loads,
+            node_state_writes,
+            node_state_bytes,
             relay_denied,
             node_relay_reachable,
             node_relay_last_success,

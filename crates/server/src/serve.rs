@@ -287,6 +287,22 @@ pub fn validate(args: &ServeConfig) -> Result<(), ConfigError> {
             "--rrl must be at least 1 response a second".into(),
         ));
     }
+    if let Some(dir) = args.node.as_ref().and_then(|n| n.state_dir.as_ref()) {
+        // Made if missing (a hostPath the kubelet creates is there already).
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::metadata(dir))
+            .map_err(|e| format!("{e}"))
+            .and_then(|m| {
+                if m.is_dir() {
+                    Ok(())
+                } else {
+                    Err("not a directory".into())
+                }
+            })
+            .map_err(|e| {
+                ConfigError(format!("--state-dir {} is not usable: {e}", dir.display()))
+            })?;
+    }
     for (flag, size) in [
         ("--udp-recv-buffer", args.udp_buffers.recv),
         ("--udp-send-buffer", args.udp_buffers.send),
@@ -699,6 +715,8 @@ pub async fn run(mut args: ServeConfig) -> anyhow::Result<()> {
     let url = config.cluster_url.clone();
     if let Some(node) = &mut args.node {
         node.relay_url = url.to_string();
+        let certs = config.root_cert.iter().flatten().map(Vec::as_slice);
+        node.relay_ca = crate::node::state::Identity::fingerprint(certs);
     }
     let client = crate::config::client_of(config)?;
     let tls = match &args.relay {

@@ -22,6 +22,7 @@ use kube::runtime::watcher::Event;
 use super::objects::{
     Slim, SlimEndpointSlice, SlimJob, SlimNode, SlimPod, SlimService, SlimServiceCidr,
 };
+use super::wire::Listed;
 
 /// A resource podns watches: a kind ([`Slim`]: its decoding, conversion,
 /// index update and whether the relay serves it) and what its watch adds.
@@ -109,6 +110,18 @@ pub trait Tap<K>: Send {
     fn resume_version(&self) -> Option<Arc<AtomicU64>> {
         None
     }
+
+    /// A list the watch starts from instead of asking for one (a node
+    /// instance's saved scope, [`Listed`]); taken once, when it starts.
+    fn saved(&mut self) -> Option<Listed<K>> {
+        None
+    }
+
+    /// Where the watcher publishes each bookmark's resourceVersion, for a
+    /// tap that saves where the watch is.
+    fn bookmarks(&self) -> Option<Arc<AtomicU64>> {
+        None
+    }
 }
 
 /// Two taps: each event reaches the first, then the second.
@@ -125,6 +138,14 @@ impl<K: Sync, A: Tap<K>, B: Tap<K>> Tap<K> for (A, B) {
 
     fn resume_version(&self) -> Option<Arc<AtomicU64>> {
         self.0.resume_version().or_else(|| self.1.resume_version())
+    }
+
+    fn saved(&mut self) -> Option<Listed<K>> {
+        self.0.saved().or_else(|| self.1.saved())
+    }
+
+    fn bookmarks(&self) -> Option<Arc<AtomicU64>> {
+        self.0.bookmarks().or_else(|| self.1.bookmarks())
     }
 }
 
@@ -146,6 +167,14 @@ impl<K: Sync, T: Tap<K>> Tap<K> for Option<T> {
 
     fn resume_version(&self) -> Option<Arc<AtomicU64>> {
         self.as_ref().and_then(Tap::resume_version)
+    }
+
+    fn saved(&mut self) -> Option<Listed<K>> {
+        self.as_mut().and_then(Tap::saved)
+    }
+
+    fn bookmarks(&self) -> Option<Arc<AtomicU64>> {
+        self.as_ref().and_then(Tap::bookmarks)
     }
 }
 

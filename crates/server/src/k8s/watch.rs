@@ -26,7 +26,7 @@ use tracing::Instrument;
 
 use super::objects::{SlimEndpointSlice, SlimJob, SlimNode, SlimPod, SlimService, SlimServiceCidr};
 use super::tap::{Tap, Taps, Watched};
-use super::wire::{RawConfig, Wire, raw_watcher};
+use super::wire::{Listed, RawConfig, Wire, raw_watcher_from};
 use crate::metrics::{Metrics, ResourceLabels, RestartLabels};
 
 /// How the first list is read.
@@ -176,10 +176,13 @@ impl<T: Taps> Start<'_, T> {
         namespace: Option<&str>,
         label_selector: Option<String>,
     ) {
-        let tap = self.taps.tap::<K>(namespace);
+        let mut tap = self.taps.tap::<K>(namespace);
         let mut config = raw_config::<K>(namespace, self.cfg, label_selector);
         config.seen = tap.resume_version();
+        config.bookmarked = tap.bookmarks();
+        let saved = tap.saved();
         let watch = Watch {
+            saved,
             client: self.client.clone(),
             config,
             streaming: self.cfg.streaming,
@@ -222,6 +225,7 @@ where
         streaming: false,
         wire: cfg.wire,
         seen: None,
+        bookmarked: None,
     }
 }
 
@@ -239,6 +243,9 @@ struct Watch<K, T> {
     tap: T,
     metrics: Metrics,
     shutdown: CancellationToken,
+    /// The list the first watcher starts from (a node instance's saved
+    /// scope), if any.
+    saved: Option<Listed<K>>,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -278,6 +285,9 @@ struct Progress {
     resumable: bool,
     /// When a streaming list that may still fall back gives up.
     init_deadline: Option<Instant>,
+    /// It started from a saved list whose end has not come yet: that
+    /// list says nothing about streaming.
+    saved: bool,
 }
 
 impl Attempts {
@@ -305,7 +315,9 @@ impl Attempts {
             Event::InitDone => at.resumable = true,
             _ => {}
         }
-        if self.may_fall_back {
+        if at.saved {
+            at.saved = !matches!(event, Event::InitDone);
+        } else if self.may_fall_back {
             match event {
                 Event::Init => {
                     at.init_deadline = Some(Instant::now() + STREAMING_INIT_TIMEOUT);
@@ -370,15 +382,25 @@ impl<K: Watched, T: Tap<K>> Watch<K, T> {
     /// One watcher, from its first request (a list) until it ends: each
     /// event to the tap, each error retried after its wait.
     async fn watcher(&mut self, attempts: &mut Attempts) -> Ended {
-        // A new watcher starts empty: its first request is a list.
-        let mut at = Progress::default();
-        tracing::debug!(streaming = attempts.streaming, "starting watcher");
-        let mut stream = raw_watcher::<K>(
+        // A new watcher starts empty (its first request is a list), or
+        // the first from a saved list (its first request a watch).
+        let saved = self.saved.take();
+        let mut at = Progress {
+            saved: saved.is_some(),
+            ..Progress::default()
+        };
+        tracing::debug!(
+            streaming = attempts.streaming,
+            saved = at.saved,
+            "starting watcher"
+        );
+        let mut stream = raw_watcher_from::<K>(
             self.client.clone(),
             RawConfig {
                 streaming: attempts.streaming,
                 ..self.config.clone()
             },
+            saved,
         )
         .boxed();
         loop {

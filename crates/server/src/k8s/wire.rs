@@ -91,6 +91,20 @@ pub struct RawConfig {
     /// Where the watcher publishes the resourceVersion it would resume
     /// from (a list's, an event's, a bookmark's), for the relay.
     pub seen: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+    /// Where the watcher publishes each bookmark's resourceVersion (every
+    /// event before it has been yielded), for a tap that saves where the
+    /// watch is (a node instance's saved scope).
+    pub bookmarked: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+}
+
+/// A list a watcher starts from as if it had just read it: a node
+/// instance's saved scope. Its items go out as a list's (`Init`,
+/// `InitApply`…, `InitDone`), then the watch resumes from `rv`, and the
+/// server's history decides: the changes since, or 410 and one relist.
+#[derive(Debug)]
+pub struct Listed<K> {
+    pub items: Vec<K>,
+    pub rv: String,
 }
 
 /// What differs between the wires, chosen per response by its
@@ -276,6 +290,8 @@ impl Events {
 
 enum State<K> {
     Empty,
+    /// Started from a saved list ([`Listed`]).
+    Saved(Listed<K>),
     /// A list has arrived; its items go out one by one.
     Listing {
         items: std::vec::IntoIter<K>,
@@ -473,6 +489,13 @@ impl<K: RawWatched> RawWatcher<K> {
                     }
                     Err(e) => return Err(watcher::Error::InitialListFailed(e)),
                 },
+                State::Saved(Listed { items, rv }) => {
+                    self.state = State::Listing {
+                        items: items.into_iter(),
+                        rv,
+                    };
+                    return Ok(Event::Init);
+                }
                 State::Listing { mut items, rv } => match items.next() {
                     Some(k) => {
                         self.state = State::Listing { items, rv };
@@ -545,6 +568,10 @@ impl<K: RawWatched> RawWatcher<K> {
                         }
                         WatchEvent::Bookmark(b) => {
                             rv = b.metadata.resource_version;
+                            if let (Some(at), Ok(v)) = (&self.ctx.cfg.bookmarked, rv.parse::<u64>())
+                            {
+                                at.fetch_max(v, std::sync::atomic::Ordering::Release);
+                            }
                             let end = b
                                 .metadata
                                 .annotations
@@ -587,9 +614,18 @@ pub fn raw_watcher<K: RawWatched>(
     client: kube::Client,
     cfg: RawConfig,
 ) -> impl Stream<Item = watcher::Result<Event<K>>> + Send {
+    raw_watcher_from(client, cfg, None)
+}
+
+/// The watcher, started from a saved list when there is one.
+pub fn raw_watcher_from<K: RawWatched>(
+    client: kube::Client,
+    cfg: RawConfig,
+    start: Option<Listed<K>>,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send {
     let w = RawWatcher {
         ctx: Ctx { client, cfg },
-        state: State::Empty,
+        state: start.map_or(State::Empty, State::Saved),
     };
     futures::stream::unfold(w, |mut w| async move {
         let r = w.step().await;

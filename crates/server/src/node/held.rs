@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -10,6 +11,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::state::{Keep, Store};
 use crate::index::types::{Arrival, GangSelector, Update};
 use crate::k8s::updates::ToWriter;
 use crate::k8s::watch::{self, WatchConfig};
@@ -96,6 +98,9 @@ pub(super) struct Held {
     tx: mpsc::Sender<Arrival>,
     metrics: Metrics,
     shutdown: CancellationToken,
+    /// Where the watches' objects are kept for the saved scope
+    /// (`--state-dir`).
+    store: Option<Arc<Store>>,
 }
 
 impl Held {
@@ -104,7 +109,7 @@ impl Held {
         client: kube::Client,
         wcfg: WatchConfig,
         tx: mpsc::Sender<Arrival>,
-        (metrics, shutdown): (Metrics, CancellationToken),
+        (metrics, shutdown, store): (Metrics, CancellationToken, Option<Arc<Store>>),
     ) -> Self {
         Self {
             scope: HashMap::new(),
@@ -114,6 +119,14 @@ impl Held {
             tx,
             metrics,
             shutdown,
+            store,
+        }
+    }
+
+    /// The watches of `ns` stopped: they are saved no more.
+    fn forget(&self, ns: &str) {
+        if let Some(store) = &self.store {
+            store.forget(ns);
         }
     }
 
@@ -161,6 +174,7 @@ impl Held {
             // Every event the old watches sent is in the channel before
             // what follows.
             s.tasks.shutdown().await;
+            self.forget(ns);
             tracing::info!(namespace = %ns, gangs = ?gangs.as_ref().map(GangSelector::to_label_selector), "held gangs changed");
             // Forwarded until the pods are listed anew.
             self.send(Update::Relisting {
@@ -186,7 +200,14 @@ impl Held {
                 .or_else(|| self.wcfg.label_selector.clone()),
             ..self.wcfg.clone()
         };
-        let taps = ToWriter::new(self.tx.clone(), self.metrics.clone(), stop.clone());
+        let keep = self.store.as_ref().map(|store| Keep {
+            store: store.clone(),
+            pods_selector: one.label_selector.clone(),
+        });
+        let taps = (
+            ToWriter::new(self.tx.clone(), self.metrics.clone(), stop.clone()),
+            keep,
+        );
         watch::spawn_watchers(
             self.client.clone(),
             &one,
@@ -228,6 +249,7 @@ impl Held {
             s.stop.cancel();
             // Every event its watches sent is in the channel before this.
             s.tasks.shutdown().await;
+            self.forget(&ns);
             tracing::info!(namespace = %ns, "namespace out of scope");
             if self.send(Update::Unscope(ns)).await.is_break() {
                 return;

@@ -21,6 +21,7 @@
 
 mod held;
 mod reach;
+pub mod state;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -52,8 +53,14 @@ pub struct NodeConfig {
     pub relay_dns: Vec<SocketAddr>,
     /// How long a namespace lingers after its last pod left.
     pub linger: Duration,
-    /// The relay's URL, as its kubeconfig names it (for the log).
+    /// The relay's URL, as its kubeconfig names it (for the log, and
+    /// the saved scope's identity).
     pub relay_url: String,
+    /// The SHA-256 of the CA the relay kubeconfig trusts
+    /// ([`state::Identity::fingerprint`]; empty without one).
+    pub relay_ca: String,
+    /// Where the scope is saved across restarts (`--state-dir`).
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// A pod's gang ([`crate::labels::gang_of`]) from its labels.
@@ -72,12 +79,32 @@ pub async fn run(
     (metrics, reach): (Metrics, Reach),
     shutdown: CancellationToken,
 ) {
+    let store = cfg.state_dir.as_deref().map(|dir| {
+        let identity = state::Identity {
+            relay: cfg.relay_url.clone(),
+            ca: cfg.relay_ca.clone(),
+            node: cfg.node.clone(),
+        };
+        Arc::new(state::Store::new(dir, identity, metrics.clone()))
+    });
+    let loaded = match &store {
+        Some(s) => s.load().await,
+        None => None,
+    };
     // Whether the relay serves EndpointSlices (one from before it did
     // does not): if it does, Services without a selector are held here
-    // too; if not, their names are forwarded.
-    let Some(slices) = relay_serves_slices(&client, &reach, &shutdown).await else {
-        return;
+    // too; if not, their names are forwarded. A saved scope says what the
+    // relay did when it was saved.
+    let slices = match &loaded {
+        Some((_, slices)) => *slices,
+        None => match relay_serves_slices(&client, &reach, &shutdown).await {
+            Some(slices) => slices,
+            None => return,
+        },
     };
+    if let Some(s) = &store {
+        s.set_slices(slices);
+    }
     let slices = slices && wcfg.endpoint_slices;
     table.scope().set_slices_held(slices);
     let wcfg = WatchConfig {
@@ -101,8 +128,19 @@ pub async fn run(
         client.clone(),
         wcfg,
         tx,
-        (metrics, shutdown.clone()),
+        (metrics, shutdown.clone(), store.clone()),
     );
+    let saving = CancellationToken::new();
+    let saver = store
+        .clone()
+        .map(|s| tokio::spawn(s.keep_saving(saving.clone())));
+    if let Some((saved, _)) = loaded {
+        // Served at once: each watch starts from its saved list and
+        // resumes; this node's pods are listed again beside them.
+        here = saved;
+        held.rescope(&here).await;
+        table.set_synced(true);
+    }
     let mut tick = tokio::time::interval(
         Duration::from_secs(5).min(cfg.linger.max(Duration::from_millis(100))),
     );
@@ -129,6 +167,9 @@ pub async fn run(
                         }
                         Event::InitDone => {
                             here = listing.take().unwrap_or_default();
+                            if let Some(s) = &store {
+                                s.forget_loaded();
+                            }
                             // The scope is known: ready, even with no pod here.
                             table.set_synced(true);
                         }
@@ -148,10 +189,21 @@ pub async fn run(
             },
         };
         if changed {
+            if let Some(s) = &store {
+                s.set_here(&here);
+            }
             held.rescope(&here).await;
         }
     }
     held.stop().await;
+    // The last state, whole, once every watch has stopped.
+    saving.cancel();
+    if let Some(saver) = saver {
+        let _ = saver.await;
+    }
+    if let Some(s) = &store {
+        s.save(true).await;
+    }
 }
 
 /// Ask the relay whether it serves EndpointSlices, until it answers;
