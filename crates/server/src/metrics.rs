@@ -95,6 +95,9 @@ pub const NODE_STATE_LOADS: &str = "podns_node_state_loads";
 /// Writes of a node instance's saved scope, by result (`written`,
 /// `failed`, `too_large`).
 pub const NODE_STATE_WRITES: &str = "podns_node_state_writes";
+/// A node instance's watches as they start, by how (`saved`: from the
+/// saved scope, resuming; `listed`: none saved for it, so it lists).
+pub const NODE_STATE_WATCHES: &str = "podns_node_state_watches";
 /// Size of the last saved scope written, in bytes.
 pub const NODE_STATE_BYTES: &str = "podns_node_state_bytes";
 /// Gangs (Jobs and JobSets) in the rank view.
@@ -227,6 +230,7 @@ pub struct Metrics {
     pub node_state_loads: Family<ResultLabels, Counter>,
     pub node_state_writes: Family<ResultLabels, Counter>,
     pub node_state_bytes: Gauge<i64, AtomicI64>,
+    pub node_state_watches: Family<ResultLabels, Counter>,
     registry: Arc<Registry>,
 }
 
@@ -290,6 +294,7 @@ impl Metrics {
         let node_state_loads = Family::<ResultLabels, Counter>::default();
         let node_state_writes = Family::<ResultLabels, Counter>::default();
         let node_state_bytes = Gauge::<i64, AtomicI64>::default();
+        let node_state_watches = Family::<ResultLabels, Counter>::default();
         for reason in NODE_RELAY_FAILURE_REASONS {
             let _ = node_relay_failures.get_or_create(&ReasonLabels { reason });
         }
@@ -485,7 +490,13 @@ impl Metrics {
             "Size of the last saved scope a node instance wrote, in bytes",
             node_state_bytes.clone(),
         );
+        registry.register(
+            NODE_STATE_WATCHES,
+            "A node instance's watches as they start with --state-dir, by how (saved: resumed from the saved scope; listed)",
+            node_state_watches.clone(),
+        );
         Self {
+            node_state_watches,
             node_state_loads,
             node_state_writes,
             node_state_bytes,

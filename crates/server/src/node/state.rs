@@ -406,6 +406,11 @@ impl Store {
                 .node_state_loads
                 .get_or_create(&ResultLabels { result });
         }
+        for result in ["saved", "listed"] {
+            let _ = metrics
+                .node_state_watches
+                .get_or_create(&ResultLabels { result });
+        }
         for result in WRITE_RESULTS {
             let _ = metrics
                 .node_state_writes
@@ -718,7 +723,14 @@ impl<K: Watched> Tap<K> for KeepTap {
     }
 
     fn saved(&mut self) -> Option<Listed<K>> {
-        let w = lock(&self.store.loaded).remove(&self.key)?;
+        let w = lock(&self.store.loaded).remove(&self.key);
+        let result = if w.is_some() { "saved" } else { "listed" };
+        self.store
+            .metrics
+            .node_state_watches
+            .get_or_create(&ResultLabels { result })
+            .inc();
+        let w = w?;
         let items = w.objects.iter().map(|b| K::decode_pb(b)).collect();
         Some(Listed {
             items,
