@@ -1,0 +1,442 @@
+//! A DaemonSet rollout of NODES node instances, before and after
+//! `--state-dir`, in one run: `podns sim` (JOBS x RANKS pods) → one relay
+//! (`podns serve --relay-listen`) → NODES node instances, each on a node
+//! of its own, reading the relay through a loopback TCP proxy that counts
+//! the bytes the relay sends. Each phase starts the node instances, waits
+//! until each holds its scope, lets them save it, then restarts them in
+//! waves of WAVE (SIGTERM, wait for the exit, start again, as a
+//! DaemonSet's maxUnavailable does) and measures, for the rollout:
+//! - the bytes the relay sent the node instances (through the proxy);
+//! - the lists: watches that started by listing (`podns_watch_events_total
+//!   {event="init"}` less those started from the saved scope,
+//!   `podns_node_state_watches_total{result="saved"}`);
+//! - per node instance, the time from its start to holding its scope and
+//!   answering one of its node's ranks itself (`podns_node_scope_namespaces`
+//!   ≥ 1 and the name answered), p50 / max.
+//!
+//! Run: `cargo bench --bench rollout`. Knobs (env): JOBS (10), RANKS (500),
+//! NODES (100), WAVE (10). Loopback only; every wait is bounded.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::{Message, MessageType, OpCode, Query};
+use hickory_proto::rr::{Name, RecordType};
+
+fn knob(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A child process killed on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(args: &[&str], log: &Path) -> Proc {
+    let out = std::fs::File::create(log).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_podns"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(out)
+        .spawn()
+        .expect("podns starts");
+    Proc(child)
+}
+
+/// SIGTERM, then wait for the exit (bounded: SIGKILL after 20 s).
+fn stop(mut p: Proc) {
+    unsafe { libc::kill(p.0.id() as i32, libc::SIGTERM) };
+    let end = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < end {
+        if let Ok(Some(_)) = p.0.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn wait_for_line(log: &Path, needle: &str, limit: Duration) -> String {
+    let end = Instant::now() + limit;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.contains(needle)) {
+            return line.to_string();
+        }
+        assert!(Instant::now() < end, "{needle:?} not in {}", log.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn addr_in(line: &str, needle: &str) -> SocketAddr {
+    let rest = &line[line.find(needle).unwrap() + needle.len()..];
+    rest.split_whitespace()
+        .next()
+        .unwrap()
+        .trim_end_matches(',')
+        .parse()
+        .unwrap()
+}
+
+async fn client_from(kubeconfig: &Path) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+async fn sim_json(client: &kube::Client, method: &str, path: &str, body: &str) {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(body.as_bytes().to_vec())
+        .unwrap();
+    let _ = client.request_text(req).await;
+}
+
+/// Whether `dns` answers `name` with an address.
+fn answers(sock: &UdpSocket, dns: SocketAddr, name: &str) -> bool {
+    let mut m = Message::new(7, MessageType::Query, OpCode::Query);
+    m.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+    if sock.send_to(&m.to_vec().unwrap(), dns).is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 1500];
+    match sock.recv(&mut buf) {
+        Ok(n) => Message::from_vec(&buf[..n]).is_ok_and(|m| !m.answers.is_empty()),
+        Err(_) => false,
+    }
+}
+
+fn metric(admin: SocketAddr, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(admin) else {
+        return 0.0;
+    };
+    let _ = write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A TCP proxy on loopback to `to`, counting the bytes `to` sends.
+async fn counting_proxy(to: SocketAddr, sent: Arc<AtomicU64>) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = l.accept().await {
+            let sent = sent.clone();
+            tokio::spawn(async move {
+                let Ok(out) = tokio::net::TcpStream::connect(to).await else {
+                    return;
+                };
+                let (mut ir, mut iw) = inbound.into_split();
+                let (mut or, mut ow) = out.into_split();
+                let up = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut ir, &mut ow).await;
+                    let _ = ow.shutdown().await;
+                });
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match or.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            sent.fetch_add(n as u64, Ordering::Relaxed);
+                            if iw.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                up.abort();
+            });
+        }
+    });
+    addr
+}
+
+/// One node instance: its node, a rank name there, its state directory.
+struct Node {
+    node: String,
+    rank: String,
+    state: Option<PathBuf>,
+    log: PathBuf,
+}
+
+struct Up {
+    proc: Proc,
+    dns: SocketAddr,
+    admin: SocketAddr,
+}
+
+fn start(n: &Node, kubeconfig: &Path, relay_dns: SocketAddr) -> Up {
+    let mut args = vec![
+        "serve".to_string(),
+        format!("--relay-kubeconfig={}", kubeconfig.display()),
+        format!("--node={}", n.node),
+        format!("--relay-dns={relay_dns}"),
+        "--dns-listen=127.0.0.1:0".into(),
+        "--admin-listen=127.0.0.1:0".into(),
+        "--udp-sockets=1".into(),
+        "--shutdown-grace=0s".into(),
+    ];
+    if let Some(s) = &n.state {
+        args.push(format!("--state-dir={}", s.display()));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let proc = spawn(&args, &n.log);
+    let dns = addr_in(
+        &wait_for_line(&n.log, "listening dns udp ", Duration::from_secs(60)),
+        "listening dns udp ",
+    );
+    let admin = addr_in(
+        &wait_for_line(&n.log, "listening admin http ", Duration::from_secs(60)),
+        "listening admin http ",
+    );
+    Up { proc, dns, admin }
+}
+
+/// From now until `up` holds its scope and answers its rank itself.
+fn serving(up: &Up, rank: &str, since: Instant) -> Duration {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < end {
+        if metric(up.admin, "podns_node_scope_namespaces") >= 1.0 && answers(&sock, up.dns, rank) {
+            return since.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    panic!("{rank} not served in 120 s");
+}
+
+/// Watches that listed: list starts less those from the saved scope.
+fn lists(up: &Up) -> f64 {
+    metric(
+        up.admin,
+        "podns_watch_events_total{resource=\"pods\",event=\"init\"}",
+    ) + metric(
+        up.admin,
+        "podns_watch_events_total{resource=\"services\",event=\"init\"}",
+    ) + metric(
+        up.admin,
+        "podns_watch_events_total{resource=\"jobs\",event=\"init\"}",
+    ) + metric(
+        up.admin,
+        "podns_watch_events_total{resource=\"endpointslices\",event=\"init\"}",
+    ) - metric(up.admin, "podns_node_state_watches_total{result=\"saved\"}")
+}
+
+/// One phase: start every node instance, let them settle and save, roll
+/// them out in waves; (bytes sent during the rollout, lists, times).
+async fn phase(
+    nodes: &[Node],
+    kubeconfig: &Path,
+    relay_dns: SocketAddr,
+    sent: &AtomicU64,
+    wave: usize,
+) -> (u64, f64, Vec<Duration>) {
+    let mut ups = Vec::new();
+    for n in nodes {
+        let t = Instant::now();
+        let up = start(n, kubeconfig, relay_dns);
+        serving(&up, &n.rank, t);
+        ups.push(Some(up));
+    }
+    // Every saved scope written at least once (every 5 s) before the rollout.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let before = sent.load(Ordering::Relaxed);
+    let (mut listed, mut times) = (0.0, Vec::new());
+    for chunk in (0..nodes.len()).collect::<Vec<_>>().chunks(wave) {
+        for &i in chunk {
+            stop(ups[i].take().unwrap().proc);
+        }
+        let mut restarted = Vec::new();
+        for &i in chunk {
+            let t = Instant::now();
+            restarted.push((i, t, start(&nodes[i], kubeconfig, relay_dns)));
+        }
+        for (i, t, up) in restarted {
+            times.push(serving(&up, &nodes[i].rank, t));
+            ups[i] = Some(up);
+        }
+    }
+    // The restarted instances' watches settle (a 410 relist would show).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for up in ups.iter().flatten() {
+        listed += lists(up);
+    }
+    let bytes = sent.load(Ordering::Relaxed) - before;
+    for up in ups.into_iter().flatten() {
+        stop(up.proc);
+    }
+    times.sort();
+    (bytes, listed, times)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let (jobs, ranks) = (knob("JOBS", 10), knob("RANKS", 500));
+    let (count, wave) = (knob("NODES", 100) as usize, knob("WAVE", 10) as usize);
+    let dir = tempfile::tempdir().unwrap();
+    let d = |f: &str| -> PathBuf { dir.path().join(f) };
+    println!("rollout: {jobs} x {ranks} pods, {count} node instances in waves of {wave}");
+    let sim_log = d("sim.log");
+    let (jobs_s, ranks_s) = (jobs.to_string(), ranks.to_string());
+    let _sim = spawn(
+        &[
+            "sim",
+            "--listen",
+            "127.0.0.1:0",
+            "--kubelet",
+            "--lean-pods",
+            "--jobs",
+            &jobs_s,
+            "--ranks",
+            &ranks_s,
+            "--kubeconfig-out",
+            d("k.yaml").to_str().unwrap(),
+        ],
+        &sim_log,
+    );
+    wait_for_line(&sim_log, "simulator ready", Duration::from_secs(600));
+    let sim = client_from(&d("k.yaml")).await;
+    let perm = podns_server::relay::auth::PERMISSION;
+    let rbac = "/apis/rbac.authorization.k8s.io/v1";
+    let role = serde_json::json!({"metadata": {"name": "podns-node"},
+        "rules": [{"apiGroups": [perm.group], "resources": [perm.resource], "verbs": [perm.verb]}]});
+    sim_json(
+        &sim,
+        "POST",
+        &format!("{rbac}/clusterroles"),
+        &role.to_string(),
+    )
+    .await;
+    let binding = serde_json::json!({"metadata": {"name": "podns-node"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "podns-node"},
+        "subjects": [{"kind": "ServiceAccount", "namespace": "default", "name": "podns-node"}]});
+    sim_json(
+        &sim,
+        "POST",
+        &format!("{rbac}/clusterrolebindings"),
+        &binding.to_string(),
+    )
+    .await;
+
+    let relay_log = d("relay.log");
+    let _relay = spawn(
+        &[
+            "serve",
+            "--kubeconfig",
+            d("k.yaml").to_str().unwrap(),
+            "--dns-listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--udp-sockets",
+            "1",
+            "--relay-listen",
+            "127.0.0.1:0",
+            "--relay-kubeconfig-out",
+            d("rk.yaml").to_str().unwrap(),
+        ],
+        &relay_log,
+    );
+    let relay_dns = addr_in(
+        &wait_for_line(&relay_log, "listening dns udp ", Duration::from_secs(60)),
+        "listening dns udp ",
+    );
+    wait_for_line(&relay_log, "index synced", Duration::from_secs(600));
+    wait_for_line(
+        &relay_log,
+        "relay kubeconfig written",
+        Duration::from_secs(60),
+    );
+    let rk = d("rk.yaml");
+    let relay_client = client_from(&rk).await;
+    // The node instances read the relay through the counting proxy.
+    let text = std::fs::read_to_string(&rk).unwrap();
+    let server = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .unwrap()
+        .trim_matches('"')
+        .to_string();
+    let relay_addr: SocketAddr = server.trim_start_matches("https://").parse().unwrap();
+    let sent = Arc::new(AtomicU64::new(0));
+    let front = counting_proxy(relay_addr, sent.clone()).await;
+    let nk = d("node.yaml");
+    std::fs::write(
+        &nk,
+        text.replace(&relay_addr.to_string(), &front.to_string()),
+    )
+    .unwrap();
+
+    // NODES nodes, each with a rank name (hostname.subdomain.ns) on it.
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(relay_client);
+    let list = pods.list(&Default::default()).await.unwrap();
+    let mut by_node: Vec<(String, String)> = Vec::new();
+    for p in list.items {
+        let (Some(spec), Some(ns)) = (p.spec, p.metadata.namespace) else {
+            continue;
+        };
+        let (Some(node), Some(h), Some(sub)) = (spec.node_name, spec.hostname, spec.subdomain)
+        else {
+            continue;
+        };
+        if !by_node.iter().any(|(n, _)| *n == node) {
+            by_node.push((node, format!("{h}.{sub}.{ns}.svc.cluster.local.")));
+        }
+    }
+    by_node.truncate(count);
+    assert_eq!(by_node.len(), count, "not enough nodes with pods");
+
+    let mut results = Vec::new();
+    for with_state in [false, true] {
+        let nodes: Vec<Node> = by_node
+            .iter()
+            .enumerate()
+            .map(|(i, (node, rank))| Node {
+                node: node.clone(),
+                rank: rank.clone(),
+                state: with_state.then(|| d(&format!("state-{i}"))),
+                log: d(&format!("node-{i}-{with_state}.log")),
+            })
+            .collect();
+        let (bytes, listed, times) = phase(&nodes, &nk, relay_dns, &sent, wave).await;
+        let p50 = times[times.len() / 2];
+        let max = *times.last().unwrap();
+        let label = if with_state {
+            "after (--state-dir)"
+        } else {
+            "before"
+        };
+        println!(
+            "{label}: relay sent {bytes} B for the rollout ({} B per node instance), {listed} lists, start to serving p50 {p50:?} max {max:?}",
+            bytes / count as u64
+        );
+        results.push(bytes);
+    }
+    println!(
+        "relay egress after / before: {:.2}%",
+        results[1] as f64 * 100.0 / results[0].max(1) as f64
+    );
+}
