@@ -319,7 +319,7 @@ async fn main() {
     );
     wait_for_line(&sim_log, "simulator ready", Duration::from_secs(600));
     let sim = client_from(&d("k.yaml")).await;
-    let perm = podns_server::relay::auth::PERMISSION;
+    let perm = podns_server::relay::http::auth::PERMISSION;
     let rbac = "/apis/rbac.authorization.k8s.io/v1";
     let role = serde_json::json!({"metadata": {"name": "podns-node"},
         "rules": [{"apiGroups": [perm.group], "resources": [perm.resource], "verbs": [perm.verb]}]});
