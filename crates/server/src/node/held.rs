@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::Here;
 use super::state::{Keep, Store};
 use crate::index::types::{Arrival, GangSelector, Update};
 use crate::k8s::updates::ToWriter;
@@ -28,8 +29,6 @@ struct InScope {
     gang_gone: HashMap<String, Instant>,
 }
 
-/// A pod on this node: its gang, if it has one.
-pub(super) type Here = HashMap<(String, String), Option<(&'static str, String)>>;
 /// The gangs of namespace `ns`'s pods here, by their one gang label;
 /// `None` (the whole namespace) when a pod here has no gang or the pods
 /// name their gangs by different labels.

@@ -41,8 +41,12 @@ use crate::index::types::Arrival;
 use crate::k8s::failure::Failure;
 use crate::k8s::watch::WatchConfig;
 use crate::metrics::Metrics;
-use held::{Held, Here};
+use held::Held;
 pub use reach::Reach;
+
+/// The pods on this node, by (namespace, name): each one's gang, if it has
+/// one. What `held` scopes by and `state` saves.
+type Here = HashMap<(String, String), Option<(&'static str, String)>>;
 
 /// `--node` and where the relays answer DNS.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -35,7 +35,7 @@ use bytes::Bytes;
 use kube::runtime::watcher::Event;
 use ring::digest::{SHA256, digest};
 
-use super::held::Here;
+use super::Here;
 use crate::k8s::objects::Message;
 use crate::k8s::objects::proto::{Val, fields, put_bytes, put_int, put_message, str_of, sub};
 use crate::k8s::tap::{Tap, Taps, Watched};
