@@ -43,6 +43,8 @@ pub fn install_daemonset(n: &Node, pns: &mut PodnsNamespace, extra: &[&str]) -> 
         "--set=mode=daemonset".to_string(),
         format!("--set=daemonset.linkLocal.image={}", n.image("busybox")),
         format!("--set=daemonset.linkLocal.digest={}", n.digest("busybox")),
+        format!("--set=daemonset.stateDir.image={}", n.image("busybox")),
+        format!("--set=daemonset.stateDir.digest={}", n.digest("busybox")),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
     let t0 = pns.helm_install(&args, true);
@@ -207,6 +209,18 @@ fn daemonset_node_instance_answers_the_gang_and_uninstalls_clean() {
     eprintln!(
         "the node instance held the gang {:.1} s after it was Ready",
         t.elapsed().as_secs_f64()
+    );
+    // It saves its scope on the kubelet's hostPath, which the state-dir
+    // init container gave to the podns user (the kubelet makes it root's).
+    wait_for("the node instance to save its scope", secs(30), || {
+        let written = r#"podns_node_state_writes_total{result="written"}"#;
+        (metric_at(node[0], written) > 0.0).then_some(())
+    });
+    let failed = r#"podns_node_state_writes_total{result="failed"}"#;
+    assert_eq!(
+        metric_at(node[0], failed),
+        0.0,
+        "a write of the saved scope failed"
     );
     // In scope: the node instance answers, the relays are not asked.
     let (node_before, relays_before) = (requests(&node), requests(&relays));

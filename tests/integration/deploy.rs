@@ -457,6 +457,7 @@ fn the_charts_schema_rejects_bad_quantities_and_digests() {
         "daemonset.resources.limits.memory=-1Gi",
         "image.digest=sha256:abc",
         "daemonset.linkLocal.digest=latest",
+        "daemonset.stateDir.digest=latest",
     ] {
         let out = lint(bad);
         let text = String::from_utf8_lossy(&out.stdout).to_string()
