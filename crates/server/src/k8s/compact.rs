@@ -433,5 +433,4 @@ impl Decoder {
 }
 
 #[cfg(test)]
-#[path = "compact_tests.rs"]
 mod tests;
