@@ -38,89 +38,16 @@
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hickory_proto::op::Message;
-use hickory_proto::rr::RecordType;
 use http_body_util::BodyExt;
-use podns_testkit::blocking::{http_get, wait_for};
-use podns_testkit::dns::query;
-use podns_testkit::process::addr_after;
 
-/// The podns to run: this build, or `PODNS_BIN`.
-fn podns() -> String {
-    std::env::var("PODNS_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_podns").to_string())
-}
-
-fn knob(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// A child process killed on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(args: &[&str], log: &Path) -> Proc {
-    // The simulator is always this build's: a before/after varies the
-    // relay and node instances only, against the same API server.
-    let bin = if args.first() == Some(&"sim") {
-        env!("CARGO_BIN_EXE_podns").to_string()
-    } else {
-        podns()
-    };
-    let out = std::fs::File::create(log).unwrap();
-    let child = Command::new(bin)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(out)
-        .spawn()
-        .expect("podns starts");
-    Proc(child)
-}
-
-/// `podns serve` on loopback port 0 (one UDP socket) with `flags`, its
-/// stderr to `log`.
-fn serve(flags: &[&str], log: &Path) -> Proc {
-    let mut args = vec![
-        "serve",
-        "--dns-listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-        "--udp-sockets",
-        "1",
-    ];
-    args.extend_from_slice(flags);
-    spawn(&args, log)
-}
-
-/// The first line of `log` that holds `needle`, once there is one.
-fn wait_for_line(log: &Path, needle: &str, limit: Duration) -> String {
-    let what = format!("{needle:?} in {}", log.display());
-    wait_for(&what, limit, || {
-        let text = std::fs::read_to_string(log).ok()?;
-        Some(text.lines().find(|l| l.contains(needle))?.to_string())
-    })
-}
-
-/// The address a process logged after `needle` (`listening dns udp 127.0.0.1:1234 ...`).
-fn listening(log: &Path, needle: &str) -> SocketAddr {
-    let line = wait_for_line(log, needle, Duration::from_secs(60));
-    addr_after(&line, needle).unwrap_or_else(|| panic!("no address in {line:?}"))
-}
+#[path = "common/procs.rs"]
+mod procs;
+use procs::*;
 
 /// utime + stime of a process, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
@@ -145,30 +72,6 @@ fn status_kib(pid: u32, key: &str) -> u64 {
         .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
-}
-
-async fn client_from(kubeconfig: &Path) -> kube::Client {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
-}
-
-async fn sim_json(
-    client: &kube::Client,
-    method: &str,
-    path: &str,
-    body: &str,
-) -> serde_json::Value {
-    let req = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(body.as_bytes().to_vec())
-        .unwrap();
-    let text = client.request_text(req).await.unwrap();
-    serde_json::from_str(&text).unwrap_or_default()
 }
 
 /// What the subscribers of one wire received.
@@ -279,19 +182,6 @@ async fn subscribe(
     }
 }
 
-/// Whether `dns` answers `name` with an address.
-fn answers(sock: &UdpSocket, dns: SocketAddr, name: &str) -> bool {
-    let q = query(name, RecordType::A, None).to_vec().unwrap();
-    if sock.send_to(&q, dns).is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 1500];
-    match sock.recv(&mut buf) {
-        Ok(n) => Message::from_vec(&buf[..n]).is_ok_and(|m| !m.answers.is_empty()),
-        Err(_) => false,
-    }
-}
-
 /// Create `probes` pods on `node` (under the headless Service `svc` of
 /// `ns`) one after another, each timed from its create to `dns` answering
 /// its name; the p50 and p99 in ms.
@@ -336,15 +226,6 @@ async fn propagation(
     (at(0.5), at(0.99))
 }
 
-fn metric(admin: SocketAddr, name: &str) -> f64 {
-    http_get(admin, "/metrics")
-        .1
-        .lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let (jobs, ranks) = (knob("JOBS", 100), knob("RANKS", 1000));
@@ -381,29 +262,7 @@ async fn main() {
     );
     wait_for_line(&sim_log, "simulator ready", Duration::from_secs(600));
     let sim = client_from(&d("k.yaml")).await;
-    // The relay's permission for the account of the kubeconfig it writes,
-    // as the chart grants it to node instances.
-    let perm = podns_server::relay::http::auth::PERMISSION;
-    let rbac = "/apis/rbac.authorization.k8s.io/v1";
-    let role = serde_json::json!({"metadata": {"name": "podns-node"},
-        "rules": [{"apiGroups": [perm.group], "resources": [perm.resource], "verbs": [perm.verb]}]});
-    sim_json(
-        &sim,
-        "POST",
-        &format!("{rbac}/clusterroles"),
-        &role.to_string(),
-    )
-    .await;
-    let binding = serde_json::json!({"metadata": {"name": "podns-node"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "podns-node"},
-        "subjects": [{"kind": "ServiceAccount", "namespace": "default", "name": "podns-node"}]});
-    sim_json(
-        &sim,
-        "POST",
-        &format!("{rbac}/clusterrolebindings"),
-        &binding.to_string(),
-    )
-    .await;
+    grant_node_reader(&sim).await;
 
     let relay_log = d("relay.log");
     let relay = serve(

@@ -19,41 +19,13 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hickory_proto::op::{Message, MessageType, OpCode, Query};
-use hickory_proto::rr::{Name, RecordType};
-
-fn knob(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// A child process killed on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(args: &[&str], log: &Path) -> Proc {
-    let out = std::fs::File::create(log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_podns"))
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(out)
-        .spawn()
-        .expect("podns starts");
-    Proc(child)
-}
+#[path = "common/procs.rs"]
+mod procs;
+use procs::*;
 
 /// SIGTERM, then wait for the exit (bounded: SIGKILL after 20 s).
 fn stop(mut p: Proc) {
@@ -65,74 +37,6 @@ fn stop(mut p: Proc) {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-fn wait_for_line(log: &Path, needle: &str, limit: Duration) -> String {
-    let end = Instant::now() + limit;
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(line) = text.lines().find(|l| l.contains(needle)) {
-            return line.to_string();
-        }
-        assert!(Instant::now() < end, "{needle:?} not in {}", log.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn addr_in(line: &str, needle: &str) -> SocketAddr {
-    let rest = &line[line.find(needle).unwrap() + needle.len()..];
-    rest.split_whitespace()
-        .next()
-        .unwrap()
-        .trim_end_matches(',')
-        .parse()
-        .unwrap()
-}
-
-async fn client_from(kubeconfig: &Path) -> kube::Client {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
-}
-
-async fn sim_json(client: &kube::Client, method: &str, path: &str, body: &str) {
-    let req = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(body.as_bytes().to_vec())
-        .unwrap();
-    let _ = client.request_text(req).await;
-}
-
-/// Whether `dns` answers `name` with an address.
-fn answers(sock: &UdpSocket, dns: SocketAddr, name: &str) -> bool {
-    let mut m = Message::new(7, MessageType::Query, OpCode::Query);
-    m.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
-    if sock.send_to(&m.to_vec().unwrap(), dns).is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 1500];
-    match sock.recv(&mut buf) {
-        Ok(n) => Message::from_vec(&buf[..n]).is_ok_and(|m| !m.answers.is_empty()),
-        Err(_) => false,
-    }
-}
-
-fn metric(admin: SocketAddr, name: &str) -> f64 {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(admin) else {
-        return 0.0;
-    };
-    let _ = write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
-    let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// A TCP proxy on loopback to `to`, counting the bytes `to` sends.
@@ -202,14 +106,8 @@ fn start(n: &Node, kubeconfig: &Path, relay_dns: SocketAddr) -> Up {
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let proc = spawn(&args, &n.log);
-    let dns = addr_in(
-        &wait_for_line(&n.log, "listening dns udp ", Duration::from_secs(60)),
-        "listening dns udp ",
-    );
-    let admin = addr_in(
-        &wait_for_line(&n.log, "listening admin http ", Duration::from_secs(60)),
-        "listening admin http ",
-    );
+    let dns = listening(&n.log, "listening dns udp ");
+    let admin = listening(&n.log, "listening admin http ");
     Up { proc, dns, admin }
 }
 
@@ -319,27 +217,7 @@ async fn main() {
     );
     wait_for_line(&sim_log, "simulator ready", Duration::from_secs(600));
     let sim = client_from(&d("k.yaml")).await;
-    let perm = podns_server::relay::http::auth::PERMISSION;
-    let rbac = "/apis/rbac.authorization.k8s.io/v1";
-    let role = serde_json::json!({"metadata": {"name": "podns-node"},
-        "rules": [{"apiGroups": [perm.group], "resources": [perm.resource], "verbs": [perm.verb]}]});
-    sim_json(
-        &sim,
-        "POST",
-        &format!("{rbac}/clusterroles"),
-        &role.to_string(),
-    )
-    .await;
-    let binding = serde_json::json!({"metadata": {"name": "podns-node"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "podns-node"},
-        "subjects": [{"kind": "ServiceAccount", "namespace": "default", "name": "podns-node"}]});
-    sim_json(
-        &sim,
-        "POST",
-        &format!("{rbac}/clusterrolebindings"),
-        &binding.to_string(),
-    )
-    .await;
+    grant_node_reader(&sim).await;
 
     let relay_log = d("relay.log");
     let _relay = spawn(
@@ -360,10 +238,7 @@ async fn main() {
         ],
         &relay_log,
     );
-    let relay_dns = addr_in(
-        &wait_for_line(&relay_log, "listening dns udp ", Duration::from_secs(60)),
-        "listening dns udp ",
-    );
+    let relay_dns = listening(&relay_log, "listening dns udp ");
     wait_for_line(&relay_log, "index synced", Duration::from_secs(600));
     wait_for_line(
         &relay_log,
