@@ -237,45 +237,11 @@ async fn main() {
         "relay fan-out: {jobs} x {ranks} pods, {subs} subscribers, {nodes} node instances, churn {churn}/s for {dur} s"
     );
 
-    let sim_log = d("sim.log");
-    let (jobs_s, ranks_s) = (jobs.to_string(), ranks.to_string());
     let namespaces = knob("NAMESPACES", jobs).to_string();
-    let _sim = spawn(
-        &[
-            "sim",
-            "--listen",
-            "127.0.0.1:0",
-            "--kubelet",
-            "--lean-pods",
-            "--jobs",
-            &jobs_s,
-            "--ranks",
-            &ranks_s,
-            "--namespaces",
-            &namespaces,
-            "--history",
-            "2000000",
-            "--kubeconfig-out",
-            d("k.yaml").to_str().unwrap(),
-        ],
-        &sim_log,
-    );
-    wait_for_line(&sim_log, "simulator ready", Duration::from_secs(600));
-    let sim = client_from(&d("k.yaml")).await;
-    grant_node_reader(&sim).await;
-
+    let extra = ["--namespaces", &namespaces, "--history", "2000000"];
+    let (_sim, sim) = start_sim(dir.path(), jobs, ranks, &extra).await;
+    let relay = start_relay(dir.path());
     let relay_log = d("relay.log");
-    let relay = serve(
-        &[
-            "--kubeconfig",
-            d("k.yaml").to_str().unwrap(),
-            "--relay-listen",
-            "127.0.0.1:0",
-            "--relay-kubeconfig-out",
-            d("rk.yaml").to_str().unwrap(),
-        ],
-        &relay_log,
-    );
     let relay_pid = relay.0.id();
     let relay_dns = listening(&relay_log, "listening dns udp ");
     let relay_admin = listening(&relay_log, "listening admin http ");

@@ -92,20 +92,16 @@ struct Up {
 
 fn start(n: &Node, kubeconfig: &Path, relay_dns: SocketAddr) -> Up {
     let mut args = vec![
-        "serve".to_string(),
         format!("--relay-kubeconfig={}", kubeconfig.display()),
         format!("--node={}", n.node),
         format!("--relay-dns={relay_dns}"),
-        "--dns-listen=127.0.0.1:0".into(),
-        "--admin-listen=127.0.0.1:0".into(),
-        "--udp-sockets=1".into(),
         "--shutdown-grace=0s".into(),
     ];
     if let Some(s) = &n.state {
         args.push(format!("--state-dir={}", s.display()));
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let proc = spawn(&args, &n.log);
+    let proc = serve(&args, &n.log);
     let dns = listening(&n.log, "listening dns udp ");
     let admin = listening(&n.log, "listening admin http ");
     Up { proc, dns, admin }
@@ -197,47 +193,9 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let d = |f: &str| -> PathBuf { dir.path().join(f) };
     println!("rollout: {jobs} x {ranks} pods, {count} node instances in waves of {wave}");
-    let sim_log = d("sim.log");
-    let (jobs_s, ranks_s) = (jobs.to_string(), ranks.to_string());
-    let _sim = spawn(
-        &[
-            "sim",
-            "--listen",
-            "127.0.0.1:0",
-            "--kubelet",
-            "--lean-pods",
-            "--jobs",
-            &jobs_s,
-            "--ranks",
-            &ranks_s,
-            "--kubeconfig-out",
-            d("k.yaml").to_str().unwrap(),
-        ],
-        &sim_log,
-    );
-    wait_for_line(&sim_log, "simulator ready", Duration::from_secs(600));
-    let sim = client_from(&d("k.yaml")).await;
-    grant_node_reader(&sim).await;
-
+    let (_sim, _api) = start_sim(dir.path(), jobs, ranks, &[]).await;
+    let _relay = start_relay(dir.path());
     let relay_log = d("relay.log");
-    let _relay = spawn(
-        &[
-            "serve",
-            "--kubeconfig",
-            d("k.yaml").to_str().unwrap(),
-            "--dns-listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--udp-sockets",
-            "1",
-            "--relay-listen",
-            "127.0.0.1:0",
-            "--relay-kubeconfig-out",
-            d("rk.yaml").to_str().unwrap(),
-        ],
-        &relay_log,
-    );
     let relay_dns = listening(&relay_log, "listening dns udp ");
     wait_for_line(&relay_log, "index synced", Duration::from_secs(600));
     wait_for_line(

@@ -140,6 +140,52 @@ pub async fn grant_node_reader(sim: &kube::Client) {
     .await;
 }
 
+/// `podns sim --kubelet --lean-pods` with `jobs` × `ranks` pods and
+/// `extra` flags, its kubeconfig at `dir/k.yaml` and its log at
+/// `dir/sim.log`, once ready; a client of it, with the node instances'
+/// reader role granted.
+pub async fn start_sim(dir: &Path, jobs: u64, ranks: u64, extra: &[&str]) -> (Proc, kube::Client) {
+    let (log, kc) = (dir.join("sim.log"), dir.join("k.yaml"));
+    let (jobs, ranks) = (jobs.to_string(), ranks.to_string());
+    let mut args = vec![
+        "sim",
+        "--listen",
+        "127.0.0.1:0",
+        "--kubelet",
+        "--lean-pods",
+        "--jobs",
+        &jobs,
+        "--ranks",
+        &ranks,
+        "--kubeconfig-out",
+        kc.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let sim = spawn(&args, &log);
+    wait_for_line(&log, "simulator ready", Duration::from_secs(600));
+    let client = client_from(&kc).await;
+    grant_node_reader(&client).await;
+    (sim, client)
+}
+
+/// A relay of `start_sim`'s simulator: `podns serve --relay-listen`, the
+/// node instances' kubeconfig written to `dir/rk.yaml`, its log at
+/// `dir/relay.log`.
+pub fn start_relay(dir: &Path) -> Proc {
+    let (kc, rk) = (dir.join("k.yaml"), dir.join("rk.yaml"));
+    serve(
+        &[
+            "--kubeconfig",
+            kc.to_str().unwrap(),
+            "--relay-listen",
+            "127.0.0.1:0",
+            "--relay-kubeconfig-out",
+            rk.to_str().unwrap(),
+        ],
+        &dir.join("relay.log"),
+    )
+}
+
 /// Whether `dns` answers `name` with an address.
 pub fn answers(sock: &UdpSocket, dns: SocketAddr, name: &str) -> bool {
     let q = query(name, RecordType::A, None).to_vec().unwrap();
