@@ -240,19 +240,10 @@ async fn main() {
     let namespaces = knob("NAMESPACES", jobs).to_string();
     let extra = ["--namespaces", &namespaces, "--history", "2000000"];
     let (_sim, sim) = start_sim(dir.path(), jobs, ranks, &extra).await;
-    let relay = start_relay(dir.path());
-    let relay_log = d("relay.log");
-    let relay_pid = relay.0.id();
-    let relay_dns = listening(&relay_log, "listening dns udp ");
-    let relay_admin = listening(&relay_log, "listening admin http ");
-    wait_for_line(&relay_log, "index synced", Duration::from_secs(600));
-    wait_for_line(
-        &relay_log,
-        "relay kubeconfig written",
-        Duration::from_secs(60),
-    );
+    let relay = start_relay(dir.path()).await;
+    let (relay_pid, relay_dns, relay_admin) = (relay.proc.0.id(), relay.dns, relay.admin);
+    let relay_client = relay.client.clone();
     let rk = d("rk.yaml");
-    let relay_client = client_from(&rk).await;
     let stats = sim_json(&sim, "GET", "/sim/stats", "").await;
     println!(
         "API server watches with the relay alone: {}",

@@ -194,17 +194,9 @@ async fn main() {
     let d = |f: &str| -> PathBuf { dir.path().join(f) };
     println!("rollout: {jobs} x {ranks} pods, {count} node instances in waves of {wave}");
     let (_sim, _api) = start_sim(dir.path(), jobs, ranks, &[]).await;
-    let _relay = start_relay(dir.path());
-    let relay_log = d("relay.log");
-    let relay_dns = listening(&relay_log, "listening dns udp ");
-    wait_for_line(&relay_log, "index synced", Duration::from_secs(600));
-    wait_for_line(
-        &relay_log,
-        "relay kubeconfig written",
-        Duration::from_secs(60),
-    );
+    let relay = start_relay(dir.path()).await;
+    let (relay_dns, relay_client) = (relay.dns, relay.client.clone());
     let rk = d("rk.yaml");
-    let relay_client = client_from(&rk).await;
     // The node instances read the relay through the counting proxy.
     let text = std::fs::read_to_string(&rk).unwrap();
     let server = text

@@ -168,12 +168,26 @@ pub async fn start_sim(dir: &Path, jobs: u64, ranks: u64, extra: &[&str]) -> (Pr
     (sim, client)
 }
 
-/// A relay of `start_sim`'s simulator: `podns serve --relay-listen`, the
-/// node instances' kubeconfig written to `dir/rk.yaml`, its log at
-/// `dir/relay.log`.
-pub fn start_relay(dir: &Path) -> Proc {
-    let (kc, rk) = (dir.join("k.yaml"), dir.join("rk.yaml"));
-    serve(
+/// A relay of `start_sim`'s simulator, synced and its node instances'
+/// kubeconfig written.
+pub struct Relay {
+    pub proc: Proc,
+    pub dns: SocketAddr,
+    pub admin: SocketAddr,
+    /// A client of the relay's API, as a node instance reads it.
+    pub client: kube::Client,
+}
+
+/// `podns serve --relay-listen` of `start_sim`'s simulator: the node
+/// instances' kubeconfig written to `dir/rk.yaml`, its log at
+/// `dir/relay.log`; once its index is synced.
+pub async fn start_relay(dir: &Path) -> Relay {
+    let (kc, rk, log) = (
+        dir.join("k.yaml"),
+        dir.join("rk.yaml"),
+        dir.join("relay.log"),
+    );
+    let proc = serve(
         &[
             "--kubeconfig",
             kc.to_str().unwrap(),
@@ -182,8 +196,19 @@ pub fn start_relay(dir: &Path) -> Proc {
             "--relay-kubeconfig-out",
             rk.to_str().unwrap(),
         ],
-        &dir.join("relay.log"),
-    )
+        &log,
+    );
+    let dns = listening(&log, "listening dns udp ");
+    let admin = listening(&log, "listening admin http ");
+    wait_for_line(&log, "index synced", Duration::from_secs(600));
+    wait_for_line(&log, "relay kubeconfig written", Duration::from_secs(60));
+    let client = client_from(&rk).await;
+    Relay {
+        proc,
+        dns,
+        admin,
+        client,
+    }
 }
 
 /// Whether `dns` answers `name` with an address.
