@@ -219,6 +219,21 @@ async fn a_restarted_node_instance_serves_its_saved_scope_at_once_and_resumes_wi
     stop(n, token).await;
 }
 
+/// A node instance on `state` under `ca` drops the saved scope as
+/// `reason`, serves nothing from it, lists its scope and answers from that.
+async fn dropped_and_listed(t: &Tier, state: &Path, ca: &str, reason: &'static str, ip: &str) {
+    let token = t.env.shutdown.child_token();
+    let n = node_instance(t, state, ca, token.clone());
+    let m = n.metrics.clone();
+    wait_loaded(&m, reason).await;
+    assert_eq!(count(&m.node_state_loads, "loaded"), 0);
+    wait_answers(n.dns_addr, "train-2.train.ml.svc", ip).await;
+    crate::relay::wait_held(&n.table, &["ml"]).await;
+    assert_eq!(count(&m.node_state_watches, "saved"), 0);
+    assert!(count(&m.node_state_watches, "listed") >= 2, "listed");
+    stop(n, token).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_or_foreign_saved_scope_is_dropped_and_the_scope_listed() {
     let t = tier(&[]).await;
@@ -231,28 +246,10 @@ async fn a_corrupt_or_foreign_saved_scope_is_dropped_and_the_scope_listed() {
     let at = bytes.len() - 10;
     bytes[at] ^= 0x55;
     std::fs::write(&file, &bytes).unwrap();
-    let token = t.env.shutdown.child_token();
-    let n = node_instance(&t, state.path(), "ca-1", token.clone());
-    let m = n.metrics.clone();
-    wait_loaded(&m, "corrupt").await;
-    assert_eq!(count(&m.node_state_loads, "loaded"), 0);
     let ip = ip_of(&t.relay, "train-2").await;
-    wait_answers(n.dns_addr, "train-2.train.ml.svc", &ip).await;
-    crate::relay::wait_held(&n.table, &["ml"]).await;
-    assert_eq!(count(&m.node_state_watches, "saved"), 0);
-    assert!(count(&m.node_state_watches, "listed") >= 2, "listed");
-    stop(n, token).await;
-
+    dropped_and_listed(&t, state.path(), "ca-1", "corrupt", &ip).await;
     // The state it wrote since, read under another relay CA: foreign.
-    let token = t.env.shutdown.child_token();
-    let n = node_instance(&t, state.path(), "ca-2", token.clone());
-    let m = n.metrics.clone();
-    wait_loaded(&m, "foreign").await;
-    wait_answers(n.dns_addr, "train-2.train.ml.svc", &ip).await;
-    crate::relay::wait_held(&n.table, &["ml"]).await;
-    assert_eq!(count(&m.node_state_watches, "saved"), 0);
-    assert!(count(&m.node_state_watches, "listed") >= 2, "listed");
-    stop(n, token).await;
+    dropped_and_listed(&t, state.path(), "ca-2", "foreign", &ip).await;
 
     // And the one it wrote under ca-2 is its own again.
     let token = t.env.shutdown.child_token();
