@@ -5,7 +5,10 @@
 //! the training namespace, whose resolv.conf the kubelet wrote
 //! (ClusterFirst), resolves its gang through glibc and Go's resolver.
 
+use std::net::SocketAddr;
 use std::time::Instant;
+
+use hickory_proto::rr::RecordType;
 
 use crate::real_node::*;
 use crate::support::*;
@@ -76,10 +79,42 @@ fn getent(n: &Node, ns: &str, pod: &str, what: &str, name: &str) -> Option<Vec<S
     Some(v)
 }
 
+/// A server on a training pod's path to its names, asked from the host
+/// when the path is slow to settle.
+pub struct Hop {
+    pub name: String,
+    pub addr: SocketAddr,
+    /// A podns server (a replica or a node instance): it must answer
+    /// right by itself, whatever the rest of the path does.
+    pub podns: bool,
+}
+
+impl Hop {
+    pub fn new(name: impl Into<String>, ip: &str, podns: bool) -> Hop {
+        let ip = ip.trim();
+        let ip = ip.parse().unwrap_or_else(|e| panic!("{ip:?}: {e}"));
+        Hop {
+            name: name.into(),
+            addr: SocketAddr::new(ip, 53),
+            podns,
+        }
+    }
+}
+
+/// How long the path may take to settle once podns answers every rank
+/// itself: kube-proxy's rules for a Service made right after an API
+/// server restart, and CoreDNS's new pods. Past this, a hop is broken.
+const PATH_SETTLES: u64 = 300;
+/// When podns itself must answer every rank: the pods have their IPs
+/// when the wait begins, and podns watches them.
+const PODNS_ANSWERS: u64 = 60;
+
 /// What a training pod asks, through glibc's getaddrinfo (`cgo`) and Go's
 /// resolver, and the answers podns must give: hostnames (short, by the
-/// search path), the headless set, a rank and the leader.
-pub fn check_forward_names(n: &Node, ns: &str, pod: &str, ips: &[String]) {
+/// search path), the headless set, a rank and the leader. `hops` are the
+/// servers on the pod's path, asked from the host while the path has not
+/// settled, so that a failure names the hop that failed.
+pub fn check_forward_names(n: &Node, ns: &str, pod: &str, ips: &[String], hops: &[Hop]) {
     let zone = "cluster.local";
     // The whole path settles first: CoreDNS running its new Corefile, the
     // Service's endpoints in kube-proxy's rules (slow right after the tests
@@ -90,21 +125,72 @@ pub fn check_forward_names(n: &Node, ns: &str, pod: &str, ips: &[String]) {
     // Service has then seen every pod's IP (on a loaded machine, right
     // after the tests that restart the API server, a watch can be seconds
     // behind). Then every name must answer at once.
+    //
+    // podns is held to more: from PODNS_ANSWERS on, every podns hop asked
+    // directly must answer every rank right, or the test fails at once;
+    // only the hops that are not podns's get until PATH_SETTLES.
     let t = Instant::now();
+    let rank = |i: usize| format!("{i}.trainer.{ns}.rank.{zone}");
     let mut in_a_row = 0;
+    let mut slow_path = String::new();
     wait_for(
         "every rank name of the gang through CoreDNS",
-        secs(120),
+        secs(PATH_SETTLES),
         || {
-            let all = ips.iter().enumerate().all(|(i, ip)| {
-                let (ok, _, got) =
-                    lookup(n, ns, pod, "cgo", &format!("{i}.trainer.{ns}.rank.{zone}"));
-                ok && &got == ip
-            });
-            in_a_row = if all { in_a_row + 1 } else { 0 };
-            (in_a_row == 3).then_some(())
+            let missed: Vec<String> = ips
+                .iter()
+                .enumerate()
+                .filter_map(|(i, ip)| {
+                    let (ok, ms, got) = lookup(n, ns, pod, "cgo", &rank(i));
+                    (!ok || &got != ip)
+                        .then(|| format!("{}: want {ip}, got {got:?} in {ms} ms", rank(i)))
+                })
+                .collect();
+            if missed.is_empty() {
+                in_a_row += 1;
+                return if in_a_row == 3 {
+                    Ok(())
+                } else {
+                    Err(format!("{in_a_row} rounds in a row"))
+                };
+            }
+            in_a_row = 0;
+            let mut seen = missed.join("; ");
+            if t.elapsed() > secs(PODNS_ANSWERS) {
+                // A rank name (podns's rank view, from the Job's index)
+                // and a hostname name (the pod alone), from each hop.
+                let mut podns_wrong = false;
+                for hop in hops {
+                    for (i, ip) in ips.iter().enumerate() {
+                        let names = [rank(i), format!("trainer-{i}.trainer.{ns}.svc.{zone}")];
+                        for name in names {
+                            let said = try_ask(hop.addr, &name, RecordType::A);
+                            let right = said.as_ref().is_ok_and(|m| addrs(m) == [ip.clone()]);
+                            podns_wrong |= hop.podns && !right;
+                            let said = match said {
+                                Ok(m) => format!("{:?} {:?}", rcode(&m), addrs(&m)),
+                                Err(e) => e,
+                            };
+                            seen.push_str(&format!(
+                                "\n  from the host, {} ({}), {name}: {said}",
+                                hop.name, hop.addr
+                            ));
+                        }
+                    }
+                }
+                assert!(
+                    !podns_wrong,
+                    "{:.0} s after the gang had its IPs, podns does not answer every rank itself: {seen}",
+                    t.elapsed().as_secs_f64()
+                );
+                slow_path = seen.clone();
+            }
+            Err(seen)
         },
     );
+    if !slow_path.is_empty() {
+        eprintln!("the path was slow to settle, though podns answered; last seen: {slow_path}");
+    }
     eprintln!(
         "path settled {:.1} s after the pods were Ready",
         t.elapsed().as_secs_f64()
@@ -359,8 +445,19 @@ fn resolve_through_coredns(n: &Node, podns_ns: &str, svc: &str) {
             .map(|a| metric_at(*a, "podns_dns_requests_total"))
             .sum()
     };
+    let mut hops = vec![
+        Hop::new("the cluster DNS", &n.dns, false),
+        Hop::new("the podns Service", &podns_ip, false),
+    ];
+    for (i, a) in admins.iter().enumerate() {
+        hops.push(Hop::new(
+            format!("podns pod {i}"),
+            &a.ip().to_string(),
+            true,
+        ));
+    }
     let before = asked();
-    check_forward_names(n, ns, "client", &ips);
+    check_forward_names(n, ns, "client", &ips, &hops);
     check_getent(n, ns, "client", &ips);
     check_ptr_and_missing(n, ns, "client", &ips);
     assert!(asked() > before, "podns was not asked");
