@@ -41,7 +41,8 @@ Stages (--stages, default all):
          fresh, after sync), and its time from start to answering the last pod.
   qps    dnsperf at a fixed rate on one query mix (hostname names, headless
          dashed names, 10% NXDOMAIN), CPU-ms per 1,000 answers; then max QPS.
-  rss and qps run in --rounds rounds at each size: podns, then each CoreDNS
+  rss and qps run in --rounds rounds at each size: podns (each build of
+  --podns-build NAME=PATH, repeated, to compare builds), then each CoreDNS
   build (--coredns NAME=PATH, repeated; default the cluster's) in each
   configuration (--coredns-configs: plain, cache = `cache 30`,
   cache+multisocket = also `multisocket N`, N = --multisocket, default the
@@ -197,9 +198,11 @@ def free_port():
     return p
 
 
-def rss_kib(pid):
+def rss_kib(pid, field="VmRSS"):
+    """VmRSS (or RssAnon, RssFile: its anonymous and file-backed parts,
+    the latter the binary's code pages) of pid, in KiB."""
     for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
 
@@ -373,9 +376,9 @@ class Bench:
         print(f"{stage:5} {server:22} {metric:28} {value} {note}", flush=True)
 
     # --- servers
-    def start_podns(self, name="podns", wire="auto"):
+    def start_podns(self, name="podns", wire="auto", binary=None):
         dns, admin = free_port(), free_port()
-        p = Proc(name, [self.a.podns, "serve", f"--dns-listen=127.0.0.1:{dns}",
+        p = Proc(name, [binary or self.a.podns, "serve", f"--dns-listen=127.0.0.1:{dns}",
                         f"--admin-listen=127.0.0.1:{admin}", f"--kubeconfig={self.kubeconfig}",
                         f"--wire={wire}"], self.logs, {"RUST_LOG": "warn", "NO_COLOR": "1"})
         p.dns, p.admin = dns, admin
@@ -802,7 +805,11 @@ class Bench:
             self.row("qps", "-", "skipped", 0, "dnsperf not installed (apt-get install dnsperf)")
             stages = [x for x in stages if x != "qps"]
         ns = "h2h-rss"
-        specs = [("podns", None, None)] + self.coredns_specs()
+        # Every podns build (--podns-build NAME=PATH, repeated; default
+        # --podns alone, named podns) beside every CoreDNS.
+        builds = [tuple(x.split("=", 1)) for x in self.a.podns_build]
+        podns = [(f"podns-{n}", p, "podns") for n, p in builds] or [("podns", self.a.podns, "podns")]
+        specs = podns + self.coredns_specs()
         for count in self.a.sizes:
             self.populate(ns, count)
             last = f"p-{count - 1}.gang{(count - 1) // 1000}.{ns}.svc.cluster.local"
@@ -811,15 +818,20 @@ class Bench:
             for rnd in range(1, self.a.rounds + 1):
                 for name, path, config in specs:
                     t0 = time.time()
-                    s = self.start_podns() if path is None else self.start_coredns(name, binary=path, config=config)
+                    if config == "podns":
+                        s = self.start_podns(name, binary=path)
+                    else:
+                        s = self.start_coredns(name, binary=path, config=config)
                     ok = wait_answer(s.dns, last, 1800)
                     ready = time.time() - t0
                     time.sleep(2)  # let a just-finished sync settle before sampling RSS
                     if "rss" in stages:
                         v = rss_kib(s.pid) / 1024
                         load = open("/proc/loadavg").read().split()[0]
+                        anon, file = (rss_kib(s.pid, f) / 1024 for f in ("RssAnon", "RssFile"))
                         self.row("rss", name, f"rss-{count}-MiB", round(v, 1),
-                                 f"round={rnd} synced={ok} ready_s={ready:.1f} cpu_s={cpu_s(s.pid):.2f} load1={load}")
+                                 f"round={rnd} synced={ok} ready_s={ready:.1f} cpu_s={cpu_s(s.pid):.2f}"
+                                 f" anon_MiB={anon:.1f} file_MiB={file:.1f} load1={load}")
                         got[name].setdefault(f"rss-{count}-MiB", []).append(v)
                         got[name].setdefault(f"ready-{count}-s", []).append(ready)
                     if "qps" in stages:
@@ -833,10 +845,10 @@ class Bench:
                              f"n={len(xs)} min={min(xs):.2f} max={max(xs):.2f} spread={spread(xs):.0f}%")
             # The best CoreDNS configuration at this size: highest median max QPS.
             key = f"{count}-max-qps"
-            cds = [n for n, _, _ in specs if n != "podns" and key in got[n]]
+            cds = [n for n, _, c in specs if c != "podns" and key in got[n]]
             if cds:
                 best = max(cds, key=lambda n: median(got[n][key]))
-                p = got["podns"].get(key)
+                p = got[podns[0][0]].get(key)
                 ratio = f" podns/best={median(p) / median(got[best][key]):.2f}x" if p else ""
                 self.row("summary", best, f"{count}-best-coredns", round(median(got[best][key])), f"by median max QPS{ratio}")
 
@@ -1310,6 +1322,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cluster", required=True, help="the DIR of tests/cluster/up.sh")
     ap.add_argument("--podns", required=True, help="the podns binary (release build)")
+    ap.add_argument("--podns-build", action="append", default=[], metavar="NAME=PATH",
+                    help="a podns build for the rss and qps rounds (repeat, e.g. to compare build profiles); default --podns")
     ap.add_argument("--out", required=True, help="output path without .csv")
     ap.add_argument("--stages", default="prop,nx,qps,rss,api", help="any of prop,nx,gang,qps,rss,api,bill")
     ap.add_argument("--gang-ranks", type=int, default=1024, help="ranks of the gang stage's Indexed Job")
