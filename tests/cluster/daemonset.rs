@@ -339,18 +339,7 @@ fn daemonset_node_instance_answers_the_gang_and_uninstalls_clean() {
         .to_string();
     wait_for("the debug pod to finish", secs(120), || {
         let phase = c
-            .try_kubectl(
-                &[
-                    "-n",
-                    "default",
-                    "get",
-                    "pod",
-                    &debug_pod,
-                    "-o",
-                    "jsonpath={.status.phase}",
-                ],
-                None,
-            )
+            .try_pod_field("default", &debug_pod, "{.status.phase}")
             .ok()?;
         (phase == "Succeeded").then_some(())
     });

@@ -311,17 +311,11 @@ impl Node<'_> {
     /// The host pid of `pod`'s container `container` (its first process),
     /// from containerd.
     pub fn pid(&self, ns: &str, pod: &str, container: &str) -> u32 {
-        let id = self.c.kubectl(&[
-            "-n",
+        let id = self.c.pod_field(
             ns,
-            "get",
-            "pod",
             pod,
-            "-o",
-            &format!(
-                "jsonpath={{.status.containerStatuses[?(@.name==\"{container}\")].containerID}}"
-            ),
-        ]);
+            &format!("{{.status.containerStatuses[?(@.name==\"{container}\")].containerID}}"),
+        );
         let id = id.trim().trim_start_matches("containerd://");
         assert!(
             !id.is_empty(),
@@ -365,21 +359,7 @@ impl Node<'_> {
     /// A pod's IP once it has one.
     pub fn pod_ip(&self, ns: &str, pod: &str) -> String {
         wait_for(&format!("{ns}/{pod} has an IP"), secs(60), || {
-            let ip = self
-                .c
-                .try_kubectl(
-                    &[
-                        "-n",
-                        ns,
-                        "get",
-                        "pod",
-                        pod,
-                        "-o",
-                        "jsonpath={.status.podIP}",
-                    ],
-                    None,
-                )
-                .ok()?;
+            let ip = self.c.try_pod_field(ns, pod, "{.status.podIP}").ok()?;
             let ip = ip.trim().to_string();
             (!ip.is_empty()).then_some(ip)
         })

@@ -146,6 +146,28 @@ impl Cluster {
         }
     }
 
+    /// One JSONPath of a pod: `kubectl -n NS get pod POD -o jsonpath=PATH`.
+    pub fn try_pod_field(&self, ns: &str, pod: &str, path: &str) -> Result<String, String> {
+        let jsonpath = format!("jsonpath={path}");
+        self.try_kubectl(&["-n", ns, "get", "pod", pod, "-o", &jsonpath], None)
+    }
+
+    /// [`Cluster::try_pod_field`]; panics with kubectl's stderr on failure.
+    pub fn pod_field(&self, ns: &str, pod: &str, path: &str) -> String {
+        self.try_pod_field(ns, pod, path)
+            .unwrap_or_else(|e| panic!("kubectl -n {ns} get pod {pod} -o jsonpath={path}: {e}"))
+    }
+
+    /// One JSONPath over the pods of `selector`:
+    /// `kubectl -n NS get pods -l SELECTOR -o jsonpath=PATH`.
+    pub fn try_pods_field(&self, ns: &str, selector: &str, path: &str) -> Result<String, String> {
+        let jsonpath = format!("jsonpath={path}");
+        self.try_kubectl(
+            &["-n", ns, "get", "pods", "-l", selector, "-o", &jsonpath],
+            None,
+        )
+    }
+
     pub fn apply(&self, yaml: &str) {
         self.kubectl_in(&["apply", "-f", "-"], Some(yaml));
     }
@@ -191,16 +213,13 @@ impl Cluster {
             &format!("{n} pods of {selector} with IPs"),
             secs(60),
             || {
-                let out = self.kubectl(&[
-                    "get",
-                    "pods",
-                    "-n",
-                    ns,
-                    "-l",
-                    selector,
-                    "-o",
-                    r#"jsonpath={range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}"#,
-                ]);
+                let out = self
+                    .try_pods_field(
+                        ns,
+                        selector,
+                        r#"{range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}"#,
+                    )
+                    .unwrap_or_else(|e| panic!("kubectl -n {ns} get pods -l {selector}: {e}"));
                 let v: Vec<(String, String)> = out
                     .lines()
                     .filter_map(|l| l.split_once(' '))

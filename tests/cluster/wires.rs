@@ -75,15 +75,11 @@ spec:
         "-p",
         r#"{"spec":{"ephemeralContainers":[{"name":"debug","image":"fake","targetContainerName":"worker"}]}}"#,
     ]);
-    let got = c.kubectl(&[
-        "get",
-        "pod",
-        "odd",
-        "-n",
+    let got = c.pod_field(
         ns,
-        "-o",
-        "jsonpath={.spec.ephemeralContainers[0].name} {.metadata.managedFields[0].manager}",
-    ]);
+        "odd",
+        "{.spec.ephemeralContainers[0].name} {.metadata.managedFields[0].manager}",
+    );
     assert!(got.starts_with("debug "), "{got}");
 
     let json = zonefile(&c.kubeconfig, "json");
