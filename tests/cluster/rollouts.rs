@@ -130,9 +130,8 @@ fn restore(n: &Node, ns: &str) {
 fn rollouts_and_kills_under_load() {
     let c = cluster();
     let Some(n) = real_node(&c) else { return };
-    let mut pns = PodnsNamespace::new(&n, "podns", "privileged");
+    let (pns, _) = daemonset_release(&n);
     let ns = pns.name.clone();
-    install_daemonset(&n, &mut pns, &[]);
     // The training namespace, answered by podns; CoreDNS, the second
     // nameserver of the sample's dnsConfig, forwards it and the rank view
     // to the relays' Service as deploy/coredns/Corefile.namespaces says, so
