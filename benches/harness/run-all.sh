@@ -50,8 +50,7 @@
 # Needs root for apt-get only when dnsperf/nsd/knot/jq/curl/bc are missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-RES=${RES:-benches/harness/results}
-mkdir -p "$RES"
+. benches/harness/common.sh # RES, log, loadavg, start_work, start_sim_in, wait_readyz
 STAGES=${STAGES:-"dns cold prop gang plot"}
 DUR=${DUR:-10}
 ROUNDS=${ROUNDS:-2}
@@ -66,7 +65,6 @@ ZONE=cluster.local
 P_PODNS=15353 P_NSD=15354 P_KNOT=15355 ADMIN=19153
 
 has() { [[ " $STAGES " == *" $1 "* ]]; }
-. benches/harness/common.sh # log, loadavg, start_work, wait_sim, wait_readyz
 
 # --- tools ---------------------------------------------------------------
 . benches/harness/servers.sh # need_tools, cpu_ticks, descendants, start_nsd, start_knot
@@ -86,11 +84,7 @@ start_sim() { # jobs ranks [extra sim flags...]
   mkdir -p "$d"
   local cidr=10.0.0.0/12 # 1,048,576 addresses: enough up to 1M pods
   (($1 * $2 > 1000000)) && cidr=10.0.0.0/8
-  "$BIN" sim --listen 127.0.0.1:0 --kubelet --jobs "$1" --ranks "$2" \
-    --pod-cidr "$cidr" --kubeconfig-out "$d/k.yaml" "${@:3}" >"$d/sim.log" 2>&1 &
-  sim_pid=$!
-  pids+=("$sim_pid")
-  wait_sim "$sim_pid" "$d" 900
+  start_sim_in "$d" 900 --jobs "$1" --ranks "$2" --pod-cidr "$cidr" "${@:3}"
 }
 create_job() { # name ranks
   curl -fsS -X POST -H 'content-type: application/json' \
