@@ -261,6 +261,21 @@ pub async fn create_service(client: &kube::Client, body: serde_json::Value) -> S
     .unwrap()
 }
 
+/// An ExternalName Service `ns/name` that points at `target`.
+pub async fn create_external_name(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    target: &str,
+) -> Service {
+    create_service(
+        client,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+               "spec": {"type": "ExternalName", "externalName": target}}),
+    )
+    .await
+}
+
 pub fn headless_json(ns: &str, name: &str, app: &str) -> serde_json::Value {
     json!({
         "apiVersion": "v1", "kind": "Service",

@@ -84,18 +84,8 @@ async fn a_1000_pod_export_loads_in_nsd_and_knot_and_answers_like_podns() {
                    {"name": "dns", "port": 53, "protocol": "UDP"}]}}),
     )
     .await;
-    create_service(
-        &env.client,
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ext", "namespace": "web"},
-               "spec": {"type": "ExternalName", "externalName": "storage.example.com"}}),
-    )
-    .await;
-    create_service(
-        &env.client,
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "alias", "namespace": "web"},
-               "spec": {"type": "ExternalName", "externalName": "api.web.svc.cluster.local"}}),
-    )
-    .await;
+    create_external_name(&env.client, "web", "ext", "storage.example.com").await;
+    create_external_name(&env.client, "web", "alias", "api.web.svc.cluster.local").await;
 
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
