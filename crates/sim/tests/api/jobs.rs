@@ -323,13 +323,7 @@ async fn sim_jobs_create_the_owning_job() {
         assert_eq!(svc["spec"]["clusterIP"], "None");
     }
     // Start-up jobs get their Jobs too.
-    let sim = start(SimArgs {
-        jobs: 2,
-        ranks: 2,
-        job_kind: "mixed".into(),
-        ..SimArgs::default()
-    })
-    .await;
+    let sim = start_mixed_jobs().await;
     let l = get(sim.addr, "/apis/batch/v1/namespaces/default/jobs")
         .await
         .json();

@@ -51,6 +51,18 @@ pub async fn start_default() -> Sim {
     start(SimArgs::default()).await
 }
 
+/// A simulator with two start-up jobs of 2 ranks: `--job-kind mixed` makes
+/// the first an Indexed Job (`train-0`) and the second a JobSet.
+pub async fn start_mixed_jobs() -> Sim {
+    start(SimArgs {
+        jobs: 2,
+        ranks: 2,
+        job_kind: "mixed".into(),
+        ..SimArgs::default()
+    })
+    .await
+}
+
 /// A response of the raw client.
 #[derive(Debug)]
 pub struct Resp {
