@@ -331,18 +331,13 @@ impl Node<'_> {
 
     /// `ctr -n k8s.io ARGS` against the node's containerd.
     pub fn ctr(&self, args: &[&str]) -> String {
-        let out = Command::new("ctr")
-            .arg("-a")
-            .arg(&self.c.env["CONTAINERD_SOCK"])
-            .args(["-n", "k8s.io"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "ctr {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
+        let out = output_ok(
+            Command::new("ctr")
+                .arg("-a")
+                .arg(&self.c.env["CONTAINERD_SOCK"])
+                .args(["-n", "k8s.io"])
+                .args(args),
+            &format!("ctr {}", args.join(" ")),
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
@@ -529,16 +524,9 @@ openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN={host} 
 printf 'subjectAltName=DNS:{host},DNS:{host}.cluster.local' > ext
 openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -days 365 -out tls.crt -extfile ext 2>/dev/null"
     );
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg(&sh)
-        .current_dir(d)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        Command::new("bash").arg("-c").arg(&sh).current_dir(d),
+        "openssl: the relay's CA and certificate",
     );
     let f = |n: &str| format!("--from-file={}", d.join(n).display());
     c.kubectl(&[

@@ -16,7 +16,7 @@ use hickory_proto::rr::RecordType;
 // What every suite shares, from the test kit (blocking forms: these
 // tests are plain threads).
 pub use podns_testkit::blocking::{ask, http_get, try_ask, wait_for};
-pub use podns_testkit::{Spawned, addrs, fqdn, rcode, secs, spawn_serve};
+pub use podns_testkit::{Spawned, addrs, fqdn, output_ok, rcode, secs, spawn_serve};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_podns");
 
@@ -192,16 +192,9 @@ impl Cluster {
     /// `tests/cluster/ctl.sh DIR ACTION`.
     pub fn ctl(&self, action: &str) -> String {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cluster/ctl.sh");
-        let out = Command::new("bash")
-            .arg(script)
-            .arg(&self.dir)
-            .arg(action)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "ctl.sh {action}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = output_ok(
+            Command::new("bash").arg(script).arg(&self.dir).arg(action),
+            &format!("ctl.sh {action}"),
         );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
@@ -338,22 +331,18 @@ impl Podns {
 /// `podns zonefile --reverse` (serial 1, glue 127.0.0.1) against
 /// `kubeconfig` on `wire`, as a user runs it.
 pub fn zonefile(kubeconfig: &Path, wire: &str) -> String {
-    let out = Command::new(BIN)
-        .args([
-            "zonefile",
-            "--reverse",
-            "--serial=1",
-            "--ns-address=127.0.0.1",
-        ])
-        .arg(format!("--wire={wire}"))
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "zonefile --wire={wire}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        Command::new(BIN)
+            .args([
+                "zonefile",
+                "--reverse",
+                "--serial=1",
+                "--ns-address=127.0.0.1",
+            ])
+            .arg(format!("--wire={wire}"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .env("RUST_LOG", "warn"),
+        &format!("zonefile --wire={wire}"),
     );
     String::from_utf8(out.stdout).unwrap()
 }

@@ -15,7 +15,7 @@ use clap::Parser;
 use serde_json::Value;
 
 use crate::daemons::find_tool;
-use crate::support::need;
+use crate::support::{need, output_ok};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -28,16 +28,9 @@ fn kustomize(dir: &Path) -> Option<String> {
         return None;
     }
     let kubectl = kubectl.unwrap();
-    let out = Command::new(kubectl)
-        .arg("kustomize")
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl kustomize {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        Command::new(kubectl).arg("kustomize").arg(dir),
+        &format!("kubectl kustomize {}", dir.display()),
     );
     Some(String::from_utf8(out.stdout).unwrap())
 }
@@ -108,26 +101,17 @@ fn render_chart(mode: &str) -> Option<(String, Vec<Value>)> {
         "namespace.create=true".into(),
     ]
     .join(",");
-    let lint = Command::new(&helm)
-        .args(["lint", "--strict", "--set", &set])
-        .arg(&chart)
-        .output()
-        .unwrap();
-    assert!(
-        lint.status.success(),
-        "helm lint {mode}: {}{}",
-        String::from_utf8_lossy(&lint.stdout),
-        String::from_utf8_lossy(&lint.stderr)
+    output_ok(
+        Command::new(&helm)
+            .args(["lint", "--strict", "--set", &set])
+            .arg(&chart),
+        &format!("helm lint {mode}"),
     );
-    let out = Command::new(&helm)
-        .args(["template", "podns", "--namespace", "podns", "--set", &set])
-        .arg(&chart)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "helm template {mode}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        Command::new(&helm)
+            .args(["template", "podns", "--namespace", "podns", "--set", &set])
+            .arg(&chart),
+        &format!("helm template {mode}"),
     );
     let text = String::from_utf8(out.stdout).unwrap();
     let docs = docs_of(&text);
@@ -177,16 +161,11 @@ fn schema_validate(mode: &str, text: &str) -> bool {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join(format!("{mode}.yaml"));
     std::fs::write(&file, text).unwrap();
-    let out = Command::new(tool)
-        .args(["--strict", "--quiet", "--no-warn", "-k", "1.32.0"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{mode} does not validate:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        Command::new(tool)
+            .args(["--strict", "--quiet", "--no-warn", "-k", "1.32.0"])
+            .arg(&file),
+        &format!("{mode} does not validate"),
     );
     true
 }

@@ -60,18 +60,14 @@ fn dockerfile() -> Layout {
 }
 
 fn build(binary: &Path, out: &Path) -> String {
-    let o = Command::new("bash")
-        .arg(repo().join("deploy/image/build.sh"))
-        .arg("--binary")
-        .arg(binary)
-        .arg("--out")
-        .arg(out)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "deploy/image/build.sh: {}",
-        String::from_utf8_lossy(&o.stderr)
+    let o = output_ok(
+        Command::new("bash")
+            .arg(repo().join("deploy/image/build.sh"))
+            .arg("--binary")
+            .arg(binary)
+            .arg("--out")
+            .arg(out),
+        "deploy/image/build.sh",
     );
     String::from_utf8(o.stdout).unwrap().trim().to_string()
 }

@@ -21,7 +21,8 @@ use podns_sim::{SimArgs, SimHandle};
 pub use podns_testkit::dns::query as query_msg;
 pub use podns_testkit::http_get as admin_get;
 pub use podns_testkit::{
-    ZONE, addrs, ask, fqdn, has, need, need_cmd, ptrs, rcode, spawn_serve, tcp, udp, wait_for,
+    ZONE, addrs, ask, fqdn, has, need, need_cmd, output_ok, ptrs, rcode, spawn_serve, tcp, udp,
+    wait_for,
 };
 
 #[derive(Parser)]
