@@ -21,6 +21,14 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The entry named `name` of the list `list` (a container's env or ports,
+/// a pod's volumes); a panic that shows the list when there is none.
+fn named<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list.as_array()
+        .and_then(|l| l.iter().find(|e| e["name"] == name))
+        .unwrap_or_else(|| panic!("no {name:?} in {list}"))
+}
+
 /// `kubectl kustomize DIR` as text, or None when kubectl is missing.
 fn kustomize(dir: &Path) -> Option<String> {
     let kubectl = find_tool("kubectl");
@@ -322,12 +330,7 @@ fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
         assert!(r[section][key].is_string(), "resources.{section}.{key}");
     }
     // POD_IP from the downward API.
-    let pod_ip = c["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"] == "POD_IP")
-        .expect("POD_IP env");
+    let pod_ip = named(&c["env"], "POD_IP");
     assert_eq!(pod_ip["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
 
     // The flags parse with podns's own CLI ($(POD_IP) as the kubelet expands it).
@@ -523,12 +526,7 @@ fn check_forward_target(docs: &[Value]) {
     for p in svc["spec"]["ports"].as_array().unwrap() {
         assert_eq!(p["port"].as_u64(), Some(53));
         let target = p["targetPort"].as_str().unwrap();
-        let cp = c["ports"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|cp| cp["name"] == target)
-            .unwrap_or_else(|| panic!("container port {target}"));
+        let cp = named(&c["ports"], target);
         assert_eq!(cp["protocol"], p["protocol"]);
         assert_eq!(cp["containerPort"].as_u64(), Some(5353));
         protos.push(p["protocol"].as_str().unwrap().to_string());
@@ -612,12 +610,7 @@ fn volume_at<'a>(pod: &'a Value, path: &str) -> &'a Value {
         .find(|m| m["mountPath"] == path)
         .unwrap_or_else(|| panic!("a volume at {path}"));
     assert_eq!(mount["readOnly"], true, "{path} read-only");
-    pod["spec"]["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == mount["name"])
-        .unwrap_or_else(|| panic!("the volume {}", mount["name"]))
+    named(&pod["spec"]["volumes"], mount["name"].as_str().unwrap())
 }
 
 /// What ties the chart's tiers together: one Secret, the relay port, the
@@ -647,23 +640,13 @@ fn check_chart_relay_wiring(docs: &[Value]) {
 
     // The relay port: the flag, the container port, the Service's port.
     let listen: std::net::SocketAddr = flag("relay-listen").parse().unwrap();
-    let cport = relay_c["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "relay")
-        .expect("a relay container port");
+    let cport = named(&relay_c["ports"], "relay");
     assert_eq!(cport["containerPort"].as_u64(), Some(listen.port().into()));
     let svc = kind(docs, "Service")
         .into_iter()
         .find(|s| s["metadata"]["name"] == "podns")
         .expect("the podns Service");
-    let sport = svc["spec"]["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "relay")
-        .expect("a relay Service port");
+    let sport = named(&svc["spec"]["ports"], "relay");
     assert_eq!(sport["port"].as_u64(), Some(6443));
     assert_eq!(sport["targetPort"], "relay");
     // The Service still answers DNS on 53 (node instances forward there).
@@ -740,12 +723,7 @@ fn check_chart_relay_wiring(docs: &[Value]) {
             .is_some_and(|s| s >= 600)
     );
     let node_c = &node_pod["spec"]["containers"][0];
-    let node_name = node_c["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"] == "NODE_NAME")
-        .expect("NODE_NAME env");
+    let node_name = named(&node_c["env"], "NODE_NAME");
     assert_eq!(
         node_name["valueFrom"]["fieldRef"]["fieldPath"],
         "spec.nodeName"

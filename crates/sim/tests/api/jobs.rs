@@ -100,12 +100,7 @@ async fn jobs_rest_discovery_selectors_and_status() {
     let addr = sim.addr;
     // Discovery.
     let groups = get(addr, "/apis").await.json();
-    let batch = groups["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["name"] == "batch")
-        .expect("batch group");
+    let batch = named(&groups["groups"], "batch");
     assert_eq!(batch["preferredVersion"]["groupVersion"], "batch/v1");
     assert_eq!(get(addr, "/apis/batch").await.json()["kind"], "APIGroup");
     let rl = get(addr, "/apis/batch/v1").await.json();

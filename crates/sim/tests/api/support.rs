@@ -47,6 +47,14 @@ pub async fn start(args: SimArgs) -> Sim {
     Sim { h, token }
 }
 
+/// The entry named `name` of the JSON list `list` (discovery's groups or
+/// resources); a panic that shows the list when there is none.
+pub fn named<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list.as_array()
+        .and_then(|l| l.iter().find(|e| e["name"] == name))
+        .unwrap_or_else(|| panic!("no {name:?} in {list}"))
+}
+
 pub async fn start_default() -> Sim {
     start(SimArgs::default()).await
 }
