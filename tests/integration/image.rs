@@ -10,6 +10,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use crate::support::output_ok;
+
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
