@@ -223,16 +223,30 @@ pub async fn ensure_ns(client: &kube::Client, ns: &str) {
         .await;
 }
 
-pub async fn create_pod(client: &kube::Client, body: serde_json::Value) -> Pod {
+/// Create `body` (an object of kind `K` that names its namespace) through
+/// the API, making its namespace first when it is new.
+pub async fn create<K>(client: &kube::Client, body: serde_json::Value) -> K
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
     let ns = body["metadata"]["namespace"].as_str().unwrap().to_string();
     ensure_ns(client, &ns).await;
-    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let api: Api<K> = Api::namespaced(client.clone(), &ns);
     api.create(
         &PostParams::default(),
         &serde_json::from_value(body).unwrap(),
     )
     .await
     .unwrap()
+}
+
+pub async fn create_pod(client: &kube::Client, body: serde_json::Value) -> Pod {
+    create(client, body).await
 }
 
 /// Write a pod's status as a kubelet would: IPs, phase, Ready.
@@ -251,15 +265,7 @@ pub async fn set_status(client: &kube::Client, ns: &str, name: &str, ips: &[&str
 }
 
 pub async fn create_service(client: &kube::Client, body: serde_json::Value) -> Service {
-    let ns = body["metadata"]["namespace"].as_str().unwrap().to_string();
-    ensure_ns(client, &ns).await;
-    let api: Api<Service> = Api::namespaced(client.clone(), &ns);
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(body).unwrap(),
-    )
-    .await
-    .unwrap()
+    create(client, body).await
 }
 
 /// An ExternalName Service `ns/name` that points at `target`.
