@@ -22,13 +22,28 @@ use std::hint::black_box;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use criterion::{BatchSize, BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
-use podns_server::index::{Change, ObjKey, PodInfo, Update};
+use criterion::{
+    BatchSize, Bencher, BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main,
+};
+use podns_server::index::{Change, ObjKey, PodInfo, Update, Writer};
 
 use common::*;
 
 const JOBS: usize = 100;
 const RANKS: usize = 1_000;
+
+/// Applies the same pod with its IP `a` and `b` by turns (`flip` says which
+/// went last, across calls): every apply is a real change.
+fn ip_flips(bch: &mut Bencher, w: &mut Writer, flip: &mut bool, a: &PodInfo, b: &PodInfo) {
+    bch.iter_batched(
+        || {
+            *flip = !*flip;
+            if *flip { b.clone() } else { a.clone() }
+        },
+        |p| w.apply(Update::Pod(Change::Apply(black_box(p)))),
+        BatchSize::SmallInput,
+    )
+}
 
 fn pod_ip_change(c: &mut Criterion) {
     let mut w = synced(job_services(JOBS), job_pods(JOBS, RANKS, Labels::App));
@@ -41,15 +56,7 @@ fn pod_ip_change(c: &mut Criterion) {
     g.measurement_time(Duration::from_secs(5));
     let mut flip = false;
     g.bench_function("pod_ip_change_100k", |bch| {
-        bch.iter_batched(
-            || {
-                // Alternate between the two IPs: every apply is a real change.
-                flip = !flip;
-                if flip { b.clone() } else { a.clone() }
-            },
-            |p| w.apply(Update::Pod(Change::Apply(black_box(p)))),
-            BatchSize::SmallInput,
-        )
+        ip_flips(bch, &mut w, &mut flip, &a, &b)
     });
     g.finish();
     std::mem::forget(w);
@@ -100,14 +107,7 @@ fn member_ip_change(c: &mut Criterion) {
             let b = rank_pod_with_ip(0, i, Ipv4Addr::new(10, 250, 2, 5), Labels::App);
             let mut flip = false;
             g.bench_with_input(BenchmarkId::new(label, ranks), &ranks, |bch, _| {
-                bch.iter_batched(
-                    || {
-                        flip = !flip;
-                        if flip { b.clone() } else { a.clone() }
-                    },
-                    |p| w.apply(Update::Pod(Change::Apply(black_box(p)))),
-                    BatchSize::SmallInput,
-                )
+                ip_flips(bch, &mut w, &mut flip, &a, &b)
             });
             drop(w);
         }

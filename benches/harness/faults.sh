@@ -27,8 +27,7 @@
 # (dnsperf -l, deadlines in faults.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-RES=benches/harness/results
-mkdir -p "$RES"
+. benches/harness/common.sh # RES, log, start_work, start_sim_in, serve_ready, wait_readyz
 JOBS=${JOBS:-10}
 RANKS=${RANKS:-1000}
 PHASES=${PHASES:-"none drop compact outage throttle latency"}
@@ -36,7 +35,6 @@ export QPS=${QPS:-10000} CHURN=${CHURN:-500} CHECK_QPS=${CHECK_QPS:-1000} PRE=${
 BIN=${PODNS:-target/release/podns}  # PODNS=path: use that binary, build nothing
 P_DNS=${P_DNS:-15363} ADMIN=${ADMIN:-19163}
 
-. benches/harness/common.sh # log, start_work, wait_sim, wait_readyz
 tools="curl python3"
 [[ ${1:-} == recovery ]] || tools+=" dnsperf"
 for t in $tools; do
@@ -51,11 +49,7 @@ fi
 start_work faults
 
 log "simulator: $JOBS jobs x $RANKS ranks"
-"$BIN" sim --listen 127.0.0.1:0 --kubelet --jobs "$JOBS" --ranks "$RANKS" \
-  --kubeconfig-out "$work/k.yaml" >"$work/sim.log" 2>&1 &
-sim_pid=$!
-pids+=("$sim_pid")
-wait_sim "$sim_pid" "$work" 600
+start_sim_in "$work" 600 --jobs "$JOBS" --ranks "$RANKS"
 
 if [[ ${1:-} == recovery ]]; then
   OUT=${OUT:-$RES/faults-recovery.json}
@@ -85,12 +79,7 @@ if [[ ${1:-} == recovery ]]; then
   exit 0
 fi
 
-"$BIN" serve --kubeconfig "$work/k.yaml" --dns-listen 127.0.0.1:$P_DNS \
-  --admin-listen 127.0.0.1:$ADMIN --ns-address 127.0.0.1 >"$work/podns.log" 2>&1 &
-podns_pid=$!
-pids+=("$podns_pid")
-wait_readyz "$podns_pid" 300 || { cat "$work/podns.log" >&2; exit 1; }
-log "podns ready (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+serve_ready 300
 
 OUT=${OUT:-$RES/faults.json}
 python3 benches/harness/faults.py "$api" "$P_DNS" "$ADMIN" "$OUT" "$PHASES"

@@ -30,6 +30,15 @@ def pct(v, q):
     return v[min(len(v) - 1, int(round(q / 100 * (len(v) - 1))))]
 
 
+def save(fig, name, title=None):
+    """Lay `fig` out under `title` and write it as <res>/<name>.svg; its lines for summary.md."""
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(os.path.join(res, f"{name}.svg"))
+    return [f"![{name}]({name}.svg)", ""]
+
+
 if os.path.exists(os.path.join(res, "machine.txt")):
     md += ["```", open(os.path.join(res, "machine.txt")).read().strip(), "```", ""]
 
@@ -71,10 +80,7 @@ if d:
         ax.set_xticks([x + w for x in range(len(rates))], [f"-Q {r}" if r != "max" else "max" for r in rates])
         ax.set_title(label, fontsize=10)
     axes[0].legend()
-    fig.suptitle("dnsperf on loopback, 100 jobs x 1,000 ranks (90% rank A, 5% 64-pod set, 5% NXDOMAIN)")
-    fig.tight_layout()
-    fig.savefig(os.path.join(res, "dnsperf.svg"))
-    md += ["![dnsperf](dnsperf.svg)", ""]
+    md += save(fig, "dnsperf", "dnsperf on loopback, 100 jobs x 1,000 ranks (90% rank A, 5% 64-pod set, 5% NXDOMAIN)")
 
 # --- cold start ---
 c = rows("coldstart.csv")
@@ -108,10 +114,7 @@ if c:
         ax.set_xticks([x + w / 2 for x in range(len(sizes))], [f"{n:,} pods" for n in sizes])
         ax.set_title(label, fontsize=10)
     axes[0].legend()
-    fig.suptitle("Cold start: podns serve vs kube-rs reflector of full Pods, same simulator")
-    fig.tight_layout()
-    fig.savefig(os.path.join(res, "coldstart.svg"))
-    md += ["![coldstart](coldstart.svg)", ""]
+    md += save(fig, "coldstart", "Cold start: podns serve vs kube-rs reflector of full Pods, same simulator")
 
 # --- propagation ---
 p = rows("propagation.csv")
@@ -138,9 +141,7 @@ if p:
     ax.axvline(5, color="grey", ls="--", lw=0.8)
     ax.legend()
     ax.set_title("Propagation under background churn (CDF; dashed: 5 ms target)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(os.path.join(res, "propagation.svg"))
-    md += ["", "![propagation](propagation.svg)", ""]
+    md += [""] + save(fig, "propagation")
 
 # --- gang restart ---
 g = os.path.join(res, "gang.json")

@@ -50,8 +50,7 @@
 # Needs root for apt-get only when dnsperf/nsd/knot/jq/curl/bc are missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-RES=${RES:-benches/harness/results}
-mkdir -p "$RES"
+. benches/harness/common.sh # RES, log, loadavg, start_work, start_sim_in, wait_readyz
 STAGES=${STAGES:-"dns cold prop gang plot"}
 DUR=${DUR:-10}
 ROUNDS=${ROUNDS:-2}
@@ -66,7 +65,6 @@ ZONE=cluster.local
 P_PODNS=15353 P_NSD=15354 P_KNOT=15355 ADMIN=19153
 
 has() { [[ " $STAGES " == *" $1 "* ]]; }
-. benches/harness/common.sh # log, loadavg, start_work, wait_sim, wait_readyz
 
 # --- tools ---------------------------------------------------------------
 . benches/harness/servers.sh # need_tools, cpu_ticks, descendants, start_nsd, start_knot
@@ -86,15 +84,19 @@ start_sim() { # jobs ranks [extra sim flags...]
   mkdir -p "$d"
   local cidr=10.0.0.0/12 # 1,048,576 addresses: enough up to 1M pods
   (($1 * $2 > 1000000)) && cidr=10.0.0.0/8
-  "$BIN" sim --listen 127.0.0.1:0 --kubelet --jobs "$1" --ranks "$2" \
-    --pod-cidr "$cidr" --kubeconfig-out "$d/k.yaml" "${@:3}" >"$d/sim.log" 2>&1 &
-  sim_pid=$!
-  pids+=("$sim_pid")
-  wait_sim "$sim_pid" "$d" 900
+  start_sim_in "$d" 900 --jobs "$1" --ranks "$2" --pod-cidr "$cidr" "${@:3}"
 }
 create_job() { # name ranks
   curl -fsS -X POST -H 'content-type: application/json' \
     -d "{\"namespace\":\"default\",\"name\":\"$1\",\"ranks\":$2}" "$api/sim/jobs" >/dev/null
+}
+# podns serve on core 0 with one UDP socket, on $P_PODNS and $ADMIN,
+# against the simulator; sets podns_pid.
+start_podns() { # log [extra serve flags...]
+  taskset -c 0 "$BIN" serve --kubeconfig "$kubeconfig" --dns-listen 127.0.0.1:$P_PODNS \
+    --admin-listen 127.0.0.1:$ADMIN --udp-sockets 1 "${@:2}" >"$1" 2>&1 &
+  podns_pid=$!
+  pids+=("$podns_pid")
 }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 HZ=$(getconf CLK_TCK)
@@ -118,11 +120,7 @@ if has dns; then
   # NSD's response rate limiting is off (Debian builds it in; it would drop
   # most of a benchmark). Identical configuration where it matters: one UDP socket/worker each, all
   # pinned to core 0.
-  taskset -c 0 "$BIN" serve --kubeconfig "$kubeconfig" --dns-listen 127.0.0.1:$P_PODNS \
-    --admin-listen 127.0.0.1:$ADMIN --udp-sockets 1 --ns-address 127.0.0.1 \
-    >"$work/podns.log" 2>&1 &
-  podns_pid=$!
-  pids+=("$podns_pid")
+  start_podns "$work/podns.log" --ns-address 127.0.0.1
   start_nsd $P_NSD "$zones" "$work/nsd"
   start_knot $P_KNOT "$zones" "$work/knot"
   probe=train-$((DNS_JOBS - 1))-999.train-$((DNS_JOBS - 1)).default.svc.cluster.local
@@ -215,15 +213,12 @@ if has prop; then
   start_sim 10 1000
   create_job probe 64
   sleep 2
-  taskset -c 0 "$BIN" serve --kubeconfig "$kubeconfig" --dns-listen 127.0.0.1:$P_PODNS \
-    --admin-listen 127.0.0.1:$ADMIN --udp-sockets 1 >"$work/prop.log" 2>&1 &
-  pid=$!
-  pids+=("$pid")
-  wait_readyz "$pid" 300
+  start_podns "$work/prop.log"
+  wait_readyz "$podns_pid" 300
   echo "# loadavg at start $(loadavg)" >&2
   taskset -c 1 python3 benches/harness/propagation.py "$api" "$P_PODNS" "$RES/propagation.csv" "$PROP_SAMPLES" \
     0,100,1000 "http://127.0.0.1:$ADMIN"
-  stop "$pid"; stop "$sim_pid"
+  stop "$podns_pid"; stop "$sim_pid"
 fi
 
 # --- gang restart ------------------------------------------------------------
@@ -232,15 +227,12 @@ if has gang; then
   start_sim 0 8
   create_job gang 8192
   sleep 3
-  taskset -c 0 "$BIN" serve --kubeconfig "$kubeconfig" --dns-listen 127.0.0.1:$P_PODNS \
-    --admin-listen 127.0.0.1:$ADMIN --udp-sockets 1 >"$work/gang.log" 2>&1 &
-  pid=$!
-  pids+=("$pid")
-  wait_readyz "$pid" 300
+  start_podns "$work/gang.log"
+  wait_readyz "$podns_pid" 300
   python3 benches/harness/dnsq.py "$P_PODNS" gang-8191.gang.default.svc.cluster.local 60
   echo "# loadavg at start $(loadavg)" >&2
   taskset -c 1 python3 benches/harness/gang.py "$api" "$P_PODNS" "$RES/gang.json" gang 8192
-  stop "$pid"; stop "$sim_pid"
+  stop "$podns_pid"; stop "$sim_pid"
 fi
 
 # --- plots -----------------------------------------------------------------

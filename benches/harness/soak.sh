@@ -16,8 +16,7 @@
 # bound every loop.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-RES=benches/harness/results
-mkdir -p "$RES"
+. benches/harness/common.sh # RES, log, start_work, start_sim_in, serve_ready, wait_readyz
 DURATION=${DURATION:-1800}
 QPS=${QPS:-20000}
 MUTATIONS=${MUTATIONS:-200}
@@ -27,7 +26,6 @@ BIN=${BIN:-}
 P_DNS=${P_DNS:-15373} ADMIN=${ADMIN:-19173}
 out=$RES/soak-${DURATION}s
 
-. benches/harness/common.sh # log, start_work, wait_sim, wait_readyz
 for t in dnsperf curl python3; do
   command -v "$t" >/dev/null || { echo "soak.sh: $t is needed" >&2; exit 1; }
 done
@@ -40,18 +38,9 @@ fi
 start_work soak
 
 log "simulator: $JOBS jobs x 1000 ranks"
-"$BIN" sim --listen 127.0.0.1:0 --kubelet --jobs "$JOBS" --ranks 1000 \
-  --pod-cidr 10.0.0.0/12 --kubeconfig-out "$work/k.yaml" >"$work/sim.log" 2>&1 &
-sim_pid=$!
-pids+=("$sim_pid")
-wait_sim "$sim_pid" "$work" 900
+start_sim_in "$work" 900 --jobs "$JOBS" --ranks 1000 --pod-cidr 10.0.0.0/12
 
-"$BIN" serve --kubeconfig "$work/k.yaml" --dns-listen 127.0.0.1:$P_DNS \
-  --admin-listen 127.0.0.1:$ADMIN --ns-address 127.0.0.1 >"$work/podns.log" 2>&1 &
-podns_pid=$!
-pids+=("$podns_pid")
-wait_readyz "$podns_pid" 600 || { cat "$work/podns.log" >&2; exit 1; }
-log "podns ready (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+serve_ready 600
 
 for ((j = 0; j < JOBS; j++)); do
   for ((i = 0; i < 1000; i++)); do echo "train-$j-$i.train-$j.default.svc.cluster.local A"; done

@@ -38,8 +38,7 @@
 # Every load loop is bounded: dnsperf -l, fixed rounds. Pod IPs are data.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-RES=${RES:-benches/harness/results}
-mkdir -p "$RES"
+. benches/harness/common.sh # RES, log, loadavg, start_work, start_sim_in, wait_readyz
 DUR=${DUR:-10}
 ROUNDS=${ROUNDS:-3}
 SERVERS=${SERVERS:-podns before nsd knot echo}
@@ -52,7 +51,6 @@ ZONE=cluster.local
 P_PODNS=15453 P_BEFORE=15454 P_NSD=15455 P_KNOT=15456 P_ECHO=15457
 A_PODNS=19253 A_BEFORE=19254
 
-. benches/harness/common.sh # log, loadavg, start_work, wait_sim, wait_readyz
 
 # --- tools ---------------------------------------------------------------
 . benches/harness/servers.sh # need_tools, cpu_ticks, descendants, start_nsd, start_knot
@@ -128,11 +126,7 @@ cc -O2 -pthread -o "$work/echo" "$work/echo.c"
 # --- cluster, zone, servers ----------------------------------------------
 log "simulator: $JOBS x 1000 pods"
 mkdir -p "$work/sim"
-"$BIN" sim --listen 127.0.0.1:0 --kubelet --jobs "$JOBS" --ranks 1000 \
-  --pod-cidr 10.0.0.0/12 --kubeconfig-out "$work/sim/k.yaml" >"$work/sim/sim.log" 2>&1 &
-sim_pid=$!
-pids+=("$sim_pid")
-wait_sim "$sim_pid" "$work/sim" 600
+start_sim_in "$work/sim" 600 --jobs "$JOBS" --ranks 1000 --pod-cidr 10.0.0.0/12
 curl -fsS -X POST -H 'content-type: application/json' \
   -d '{"namespace":"default","name":"gang64","ranks":64}' "$api/sim/jobs" >/dev/null
 sleep 3

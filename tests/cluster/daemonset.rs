@@ -53,6 +53,16 @@ pub fn install_daemonset(n: &Node, pns: &mut PodnsNamespace, extra: &[&str]) -> 
     since(t0)
 }
 
+/// The DaemonSet release the tests run: the relays' certificate names
+/// podns.podns.svc, so release podns in namespace podns, privileged
+/// (hostNetwork), installed by [`install_daemonset`]; with the seconds until
+/// it was Ready.
+pub fn daemonset_release<'a>(n: &'a Node<'a>) -> (PodnsNamespace<'a>, f64) {
+    let mut pns = PodnsNamespace::new(n, "podns", "privileged");
+    let ready = install_daemonset(n, &mut pns, &[]);
+    (pns, ready)
+}
+
 /// The node instance's pod on the real node.
 pub fn node_instance(n: &Node, ns: &str) -> String {
     let pods = n.c.kubectl(&[
@@ -125,11 +135,8 @@ pub fn bound_to_link_local() -> String {
 fn daemonset_node_instance_answers_the_gang_and_uninstalls_clean() {
     let c = cluster();
     let Some(n) = real_node(&c) else { return };
-    // The relays' certificate names podns.podns.svc: release podns in
-    // namespace podns, privileged (hostNetwork).
-    let mut pns = PodnsNamespace::new(&n, "podns", "privileged");
+    let (mut pns, ready) = daemonset_release(&n);
     let ns = pns.name.clone();
-    let ready = install_daemonset(&n, &mut pns, &[]);
     report(
         &c,
         &format!(
@@ -343,18 +350,7 @@ fn daemonset_node_instance_answers_the_gang_and_uninstalls_clean() {
         .to_string();
     wait_for("the debug pod to finish", secs(120), || {
         let phase = c
-            .try_kubectl(
-                &[
-                    "-n",
-                    "default",
-                    "get",
-                    "pod",
-                    &debug_pod,
-                    "-o",
-                    "jsonpath={.status.phase}",
-                ],
-                None,
-            )
+            .try_pod_field("default", &debug_pod, "{.status.phase}")
             .ok()?;
         (phase == "Succeeded").then_some(())
     });

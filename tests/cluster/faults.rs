@@ -232,9 +232,8 @@ impl Drop for WatchCacheBack<'_> {
 #[ignore = "needs PODNS_CLUSTER"]
 fn apiserver_gone_during_the_first_list() {
     let c = cluster_exclusive();
-    let ns = c.namespace("fault-first-list");
+    let (ns, live) = crate::records::trained(&c, "fault-first-list", 2);
     let ns = ns.name.as_str();
-    let live = crate::records::train(&c, ns, 2);
     c.ctl("stop-apiserver");
     let p = Podns::start(&c.kubeconfig, &[]);
     let until = Instant::now() + secs(3);

@@ -85,20 +85,7 @@ fn the_image_runs_podns_version_as_its_non_root_user() {
         n.pinned("podns")
     ));
     let phase = wait_for("the version pod to finish", secs(120), || {
-        let p = c
-            .try_kubectl(
-                &[
-                    "-n",
-                    ns,
-                    "get",
-                    "pod",
-                    "version",
-                    "-o",
-                    "jsonpath={.status.phase}",
-                ],
-                None,
-            )
-            .ok()?;
+        let p = c.try_pod_field(ns, "version", "{.status.phase}").ok()?;
         (p == "Succeeded" || p == "Failed").then_some(p)
     });
     let log = c.kubectl(&["-n", ns, "logs", "version"]);
@@ -107,15 +94,11 @@ fn the_image_runs_podns_version_as_its_non_root_user() {
         log.starts_with(&format!("podns {}", env!("CARGO_PKG_VERSION"))),
         "{log}"
     );
-    let user = c.kubectl(&[
-        "-n",
+    let user = c.pod_field(
         ns,
-        "get",
-        "pod",
         "version",
-        "-o",
-        "jsonpath={.status.containerStatuses[0].user.linux.uid}",
-    ]);
+        "{.status.containerStatuses[0].user.linux.uid}",
+    );
     // The kubelet reports the uid it ran as where the runtime says it
     // (CRI 1.28+); containerd 1.6 does not, so it may be empty.
     assert!(
@@ -163,17 +146,10 @@ fn a_pod_without_in_cluster_credentials_exits_64_with_one_line() {
         ));
         let code = wait_for(&format!("{pod} to exit"), secs(120), || {
             let code = c
-                .try_kubectl(
-                    &[
-                        "-n",
-                        ns,
-                        "get",
-                        "pod",
-                        pod,
-                        "-o",
-                        "jsonpath={.status.containerStatuses[0].state.terminated.exitCode}",
-                    ],
-                    None,
+                .try_pod_field(
+                    ns,
+                    pod,
+                    "{.status.containerStatuses[0].state.terminated.exitCode}",
                 )
                 .ok()?;
             code.trim().parse::<i32>().ok()

@@ -55,9 +55,8 @@ fn deploy_rbac_is_enough_and_a_missing_permission_is_one_clear_line() {
     // RBAC, metrics Service): it needs no Prometheus Operator CRDs.
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base");
     c.kubectl(&["apply", "-k", root.to_str().unwrap()]);
-    let ns = c.namespace("rbac");
+    let (ns, pods) = crate::records::trained(&c, "rbac", 2);
     let ns = ns.name.as_str();
-    let pods = crate::records::train(&c, ns, 2);
     let dir = tempfile::tempdir().unwrap();
 
     // The deploy/ ServiceAccount: every watch lists, every name answers.

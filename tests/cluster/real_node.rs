@@ -311,17 +311,11 @@ impl Node<'_> {
     /// The host pid of `pod`'s container `container` (its first process),
     /// from containerd.
     pub fn pid(&self, ns: &str, pod: &str, container: &str) -> u32 {
-        let id = self.c.kubectl(&[
-            "-n",
+        let id = self.c.pod_field(
             ns,
-            "get",
-            "pod",
             pod,
-            "-o",
-            &format!(
-                "jsonpath={{.status.containerStatuses[?(@.name==\"{container}\")].containerID}}"
-            ),
-        ]);
+            &format!("{{.status.containerStatuses[?(@.name==\"{container}\")].containerID}}"),
+        );
         let id = id.trim().trim_start_matches("containerd://");
         assert!(
             !id.is_empty(),
@@ -337,18 +331,13 @@ impl Node<'_> {
 
     /// `ctr -n k8s.io ARGS` against the node's containerd.
     pub fn ctr(&self, args: &[&str]) -> String {
-        let out = Command::new("ctr")
-            .arg("-a")
-            .arg(&self.c.env["CONTAINERD_SOCK"])
-            .args(["-n", "k8s.io"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "ctr {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
+        let out = output_ok(
+            Command::new("ctr")
+                .arg("-a")
+                .arg(&self.c.env["CONTAINERD_SOCK"])
+                .args(["-n", "k8s.io"])
+                .args(args),
+            &format!("ctr {}", args.join(" ")),
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
@@ -365,21 +354,7 @@ impl Node<'_> {
     /// A pod's IP once it has one.
     pub fn pod_ip(&self, ns: &str, pod: &str) -> String {
         wait_for(&format!("{ns}/{pod} has an IP"), secs(60), || {
-            let ip = self
-                .c
-                .try_kubectl(
-                    &[
-                        "-n",
-                        ns,
-                        "get",
-                        "pod",
-                        pod,
-                        "-o",
-                        "jsonpath={.status.podIP}",
-                    ],
-                    None,
-                )
-                .ok()?;
+            let ip = self.c.try_pod_field(ns, pod, "{.status.podIP}").ok()?;
             let ip = ip.trim().to_string();
             (!ip.is_empty()).then_some(ip)
         })
@@ -549,16 +524,9 @@ openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN={host} 
 printf 'subjectAltName=DNS:{host},DNS:{host}.cluster.local' > ext
 openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -days 365 -out tls.crt -extfile ext 2>/dev/null"
     );
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg(&sh)
-        .current_dir(d)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        Command::new("bash").arg("-c").arg(&sh).current_dir(d),
+        "openssl: the relay's CA and certificate",
     );
     let f = |n: &str| format!("--from-file={}", d.join(n).display());
     c.kubectl(&[

@@ -16,6 +16,18 @@ pub fn train(c: &Cluster, ns: &str, ranks: usize) -> Vec<(String, String)> {
     c.pod_ips(ns, "app=train", ranks)
 }
 
+/// A fresh namespace (see [`Cluster::namespace`]) with [`train`]'s workload
+/// of `ranks` pods in it: the namespace's guard and the pods' names and IPs.
+pub fn trained<'c>(
+    c: &'c Cluster,
+    prefix: &str,
+    ranks: usize,
+) -> (Namespace<'c>, Vec<(String, String)>) {
+    let ns = c.namespace(prefix);
+    let pods = train(c, &ns.name, ranks);
+    (ns, pods)
+}
+
 pub fn workload(ns: &str, ranks: usize) -> String {
     let mut y = format!(
         r#"

@@ -176,15 +176,7 @@ fn the_relay_serves_kubectl_and_a_node_instance_from_the_real_api_server() {
     );
 
     // A node instance on train-0's node.
-    let node = c.kubectl(&[
-        "get",
-        "pod",
-        "train-0",
-        "-n",
-        held,
-        "-o",
-        "jsonpath={.spec.nodeName}",
-    ]);
+    let node = c.pod_field(held, "train-0", "{.spec.nodeName}");
     let node = node.trim();
     let n = Podns::serve(&[
         &format!("--relay-kubeconfig={}", rk.display()),

@@ -17,9 +17,8 @@ use crate::support::*;
 #[ignore = "needs PODNS_CLUSTER"]
 fn learned_ranges_answer_inside_and_refuse_outside() {
     let c = cluster();
-    let ns = c.namespace("reverse");
+    let (ns, pods) = crate::records::trained(&c, "reverse", 2);
     let ns = ns.name.as_str();
-    let pods = crate::records::train(&c, ns, 2);
     let p = Podns::ready(&c.kubeconfig, &[]);
     let rc = |name: &str| rcode(&p.ask(name, RecordType::PTR));
 
@@ -139,9 +138,8 @@ spec:
 #[ignore = "needs PODNS_CLUSTER"]
 fn without_node_and_service_cidr_rbac_no_reverse_zone_is_owned() {
     let c = cluster();
-    let ns = c.namespace("revrbac");
+    let (ns, pods) = crate::records::trained(&c, "revrbac", 1);
     let ns = ns.name.as_str();
-    let pods = crate::records::train(&c, ns, 1);
     c.apply(&format!(
         r#"
 apiVersion: v1

@@ -65,21 +65,27 @@ impl Drop for IcmpRatemask {
 
 /// The restart count of `pod`'s first container.
 fn restarts(n: &Node, ns: &str, pod: &str) -> u64 {
-    n.c.try_kubectl(
-        &[
-            "-n",
-            ns,
-            "get",
-            "pod",
-            pod,
-            "-o",
-            "jsonpath={.status.containerStatuses[0].restartCount}",
-        ],
-        None,
-    )
-    .ok()
-    .and_then(|s| s.trim().parse().ok())
-    .unwrap_or(0)
+    n.c.try_pod_field(ns, pod, "{.status.containerStatuses[0].restartCount}")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// SIGKILL `pod`'s container `container` (a plain kill(2) of its host pid)
+/// and wait until the kubelet has restarted it; `what` names it in the wait.
+fn kill_and_wait_restart(n: &Node, ns: &str, pod: &str, container: &str, what: &str) {
+    let before = restarts(n, ns, pod);
+    let pid = n.pid(ns, pod, container);
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    wait_for(&format!("{what} restarted"), secs(120), || {
+        (restarts(n, ns, pod) > before).then_some(())
+    });
 }
 
 /// Every pod of `selector` in `ns` Ready and none terminating.
@@ -89,21 +95,13 @@ fn settled(n: &Node, ns: &str, selector: &str, want: usize) {
         secs(180),
         || {
             let out = n
-            .c
-            .try_kubectl(
-                &[
-                    "-n",
+                .c
+                .try_pods_field(
                     ns,
-                    "get",
-                    "pods",
-                    "-l",
                     selector,
-                    "-o",
-                    r#"jsonpath={range .items[*]}{.metadata.deletionTimestamp}|{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
-                ],
-                None,
-            )
-            .ok()?;
+                    r#"{range .items[*]}{.metadata.deletionTimestamp}|{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
+                )
+                .ok()?;
             let lines: Vec<&str> = out.lines().collect();
             (lines.len() == want && lines.iter().all(|l| *l == "|True")).then_some(())
         },
@@ -132,9 +130,8 @@ fn restore(n: &Node, ns: &str) {
 fn rollouts_and_kills_under_load() {
     let c = cluster();
     let Some(n) = real_node(&c) else { return };
-    let mut pns = PodnsNamespace::new(&n, "podns", "privileged");
+    let (pns, _) = daemonset_release(&n);
     let ns = pns.name.clone();
-    install_daemonset(&n, &mut pns, &[]);
     // The training namespace, answered by podns; CoreDNS, the second
     // nameserver of the sample's dnsConfig, forwards it and the rank view
     // to the relays' Service as deploy/coredns/Corefile.namespaces says, so
@@ -232,19 +229,7 @@ fn rollouts_and_kills_under_load() {
             }
             n_ if n_.contains("SIGKILL") => {
                 let pod = node_instance(&n, &ns);
-                let before = restarts(&n, &ns, &pod);
-                let pid = n.pid(&ns, &pod, "podns");
-                // SAFETY-free: a plain kill(2) of the node instance's pid.
-                assert!(
-                    std::process::Command::new("kill")
-                        .args(["-KILL", &pid.to_string()])
-                        .status()
-                        .unwrap()
-                        .success()
-                );
-                wait_for("the node instance restarted", secs(120), || {
-                    (restarts(&n, &ns, &pod) > before).then_some(())
-                });
+                kill_and_wait_restart(&n, &ns, &pod, "podns", "the node instance");
                 settled(&n, &ns, "app.kubernetes.io/component=node-local", 1);
                 podns_log = c.kubectl(&[
                     "-n",
@@ -312,18 +297,7 @@ fn rollouts_and_kills_under_load() {
         if coredns.contains("rollout") {
             n.rollout_restart("kube-system", "deployment/coredns", 180);
         } else if coredns.contains("SIGKILL") {
-            let before = restarts(&n, "kube-system", &dns_pods[0]);
-            let pid = n.pid("kube-system", &dns_pods[0], "coredns");
-            assert!(
-                std::process::Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .status()
-                    .unwrap()
-                    .success()
-            );
-            wait_for("CoreDNS restarted", secs(120), || {
-                (restarts(&n, "kube-system", &dns_pods[0]) > before).then_some(())
-            });
+            kill_and_wait_restart(&n, "kube-system", &dns_pods[0], "coredns", "CoreDNS");
         } else {
             c.kubectl(&[
                 "-n",
@@ -336,19 +310,7 @@ fn rollouts_and_kills_under_load() {
             ]);
             wait_for("a CoreDNS pod OOM-killed", secs(180), || {
                 let out = c
-                    .try_kubectl(
-                        &[
-                            "-n",
-                            "kube-system",
-                            "get",
-                            "pods",
-                            "-l",
-                            "k8s-app=kube-dns",
-                            "-o",
-                            "jsonpath={..reason}",
-                        ],
-                        None,
-                    )
+                    .try_pods_field("kube-system", "k8s-app=kube-dns", "{..reason}")
                     .ok()?;
                 out.contains("OOMKilled").then_some(())
             });

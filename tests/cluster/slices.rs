@@ -203,9 +203,8 @@ spec:
 #[ignore = "needs PODNS_CLUSTER"]
 fn without_endpointslice_rbac_everything_else_is_served() {
     let c = cluster();
-    let ns = c.namespace("noslices");
+    let (ns, pods) = crate::records::trained(&c, "noslices", 1);
     let ns = ns.name.as_str();
-    let pods = crate::records::train(&c, ns, 1);
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("no-slices.kubeconfig");
     crate::rbac::limited_podns(

@@ -16,7 +16,7 @@ use hickory_proto::rr::RecordType;
 // What every suite shares, from the test kit (blocking forms: these
 // tests are plain threads).
 pub use podns_testkit::blocking::{ask, http_get, try_ask, wait_for};
-pub use podns_testkit::{Spawned, addrs, fqdn, rcode, secs, spawn_serve};
+pub use podns_testkit::{Spawned, addrs, fqdn, output_ok, rcode, secs, spawn_serve};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_podns");
 
@@ -146,6 +146,28 @@ impl Cluster {
         }
     }
 
+    /// One JSONPath of a pod: `kubectl -n NS get pod POD -o jsonpath=PATH`.
+    pub fn try_pod_field(&self, ns: &str, pod: &str, path: &str) -> Result<String, String> {
+        let jsonpath = format!("jsonpath={path}");
+        self.try_kubectl(&["-n", ns, "get", "pod", pod, "-o", &jsonpath], None)
+    }
+
+    /// [`Cluster::try_pod_field`]; panics with kubectl's stderr on failure.
+    pub fn pod_field(&self, ns: &str, pod: &str, path: &str) -> String {
+        self.try_pod_field(ns, pod, path)
+            .unwrap_or_else(|e| panic!("kubectl -n {ns} get pod {pod} -o jsonpath={path}: {e}"))
+    }
+
+    /// One JSONPath over the pods of `selector`:
+    /// `kubectl -n NS get pods -l SELECTOR -o jsonpath=PATH`.
+    pub fn try_pods_field(&self, ns: &str, selector: &str, path: &str) -> Result<String, String> {
+        let jsonpath = format!("jsonpath={path}");
+        self.try_kubectl(
+            &["-n", ns, "get", "pods", "-l", selector, "-o", &jsonpath],
+            None,
+        )
+    }
+
     pub fn apply(&self, yaml: &str) {
         self.kubectl_in(&["apply", "-f", "-"], Some(yaml));
     }
@@ -170,16 +192,9 @@ impl Cluster {
     /// `tests/cluster/ctl.sh DIR ACTION`.
     pub fn ctl(&self, action: &str) -> String {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cluster/ctl.sh");
-        let out = Command::new("bash")
-            .arg(script)
-            .arg(&self.dir)
-            .arg(action)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "ctl.sh {action}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = output_ok(
+            Command::new("bash").arg(script).arg(&self.dir).arg(action),
+            &format!("ctl.sh {action}"),
         );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
@@ -191,16 +206,13 @@ impl Cluster {
             &format!("{n} pods of {selector} with IPs"),
             secs(60),
             || {
-                let out = self.kubectl(&[
-                    "get",
-                    "pods",
-                    "-n",
-                    ns,
-                    "-l",
-                    selector,
-                    "-o",
-                    r#"jsonpath={range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}"#,
-                ]);
+                let out = self
+                    .try_pods_field(
+                        ns,
+                        selector,
+                        r#"{range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}"#,
+                    )
+                    .unwrap_or_else(|e| panic!("kubectl -n {ns} get pods -l {selector}: {e}"));
                 let v: Vec<(String, String)> = out
                     .lines()
                     .filter_map(|l| l.split_once(' '))
@@ -319,22 +331,18 @@ impl Podns {
 /// `podns zonefile --reverse` (serial 1, glue 127.0.0.1) against
 /// `kubeconfig` on `wire`, as a user runs it.
 pub fn zonefile(kubeconfig: &Path, wire: &str) -> String {
-    let out = Command::new(BIN)
-        .args([
-            "zonefile",
-            "--reverse",
-            "--serial=1",
-            "--ns-address=127.0.0.1",
-        ])
-        .arg(format!("--wire={wire}"))
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "zonefile --wire={wire}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        Command::new(BIN)
+            .args([
+                "zonefile",
+                "--reverse",
+                "--serial=1",
+                "--ns-address=127.0.0.1",
+            ])
+            .arg(format!("--wire={wire}"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .env("RUST_LOG", "warn"),
+        &format!("zonefile --wire={wire}"),
     );
     String::from_utf8(out.stdout).unwrap()
 }

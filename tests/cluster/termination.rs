@@ -55,15 +55,7 @@ fn sigterm_from_the_kubelet_drains_then_exits_before_the_grace_period() {
     let dns: SocketAddr = format!("{ip}:5353").parse().unwrap();
     let admin: SocketAddr = format!("{ip}:9153").parse().unwrap();
     let grace: u64 = c
-        .kubectl(&[
-            "-n",
-            &ns,
-            "get",
-            "pod",
-            &pod,
-            "-o",
-            "jsonpath={.spec.terminationGracePeriodSeconds}",
-        ])
+        .pod_field(&ns, &pod, "{.spec.terminationGracePeriodSeconds}")
         .trim()
         .parse()
         .unwrap();

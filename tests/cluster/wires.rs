@@ -75,15 +75,11 @@ spec:
         "-p",
         r#"{"spec":{"ephemeralContainers":[{"name":"debug","image":"fake","targetContainerName":"worker"}]}}"#,
     ]);
-    let got = c.kubectl(&[
-        "get",
-        "pod",
-        "odd",
-        "-n",
+    let got = c.pod_field(
         ns,
-        "-o",
-        "jsonpath={.spec.ephemeralContainers[0].name} {.metadata.managedFields[0].manager}",
-    ]);
+        "odd",
+        "{.spec.ephemeralContainers[0].name} {.metadata.managedFields[0].manager}",
+    );
     assert!(got.starts_with("debug "), "{got}");
 
     let json = zonefile(&c.kubeconfig, "json");
@@ -116,9 +112,8 @@ spec:
 #[ignore = "needs PODNS_CLUSTER"]
 fn serve_on_each_wire_answers_alike() {
     let c = cluster();
-    let ns = c.namespace("serve-wires");
+    let (ns, pods) = crate::records::trained(&c, "serve-wires", 3);
     let ns = ns.name.as_str();
-    let pods = crate::records::train(&c, ns, 3);
     let all: Vec<String> = pods.iter().map(|(_, ip)| ip.clone()).collect();
     for wire in ["json", "protobuf"] {
         let p = Podns::ready(&c.kubeconfig, &[&format!("--wire={wire}")]);

@@ -103,22 +103,31 @@ fn serve_bin(
     args: &[&str],
     envs: &[(&str, &str)],
 ) -> (Kill, impl Iterator<Item = String> + use<>) {
-    let mut child = Kill(
-        Command::new(BIN)
-            .args([
-                "serve",
-                "--dns-listen=127.0.0.1:0",
-                "--admin-listen=127.0.0.1:0",
-            ])
-            .args(args)
-            .arg(format!("--kubeconfig={}", kc.display()))
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .envs(envs.iter().copied())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut cmd = serve_command(kc, args);
+    cmd.env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .envs(envs.iter().copied());
+    spawn_lines(&mut cmd)
+}
+
+/// `podns serve` on loopback port 0 against the kubeconfig `kc`, with
+/// `args` added and its stderr piped.
+fn serve_command(kc: &std::path::Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "serve",
+        "--dns-listen=127.0.0.1:0",
+        "--admin-listen=127.0.0.1:0",
+    ])
+    .args(args)
+    .arg(format!("--kubeconfig={}", kc.display()))
+    .stderr(Stdio::piped());
+    cmd
+}
+
+/// Start `cmd` (stderr piped), killed when dropped; its stderr as lines.
+fn spawn_lines(cmd: &mut Command) -> (Kill, impl Iterator<Item = String> + use<>) {
+    let mut child = Kill(cmd.spawn().unwrap());
     let stderr = child.0.stderr.take().unwrap();
     (child, BufReader::new(stderr).lines().map_while(Result::ok))
 }
@@ -383,23 +392,11 @@ fn logs_on_a_pipe_are_plain_and_one_line_per_watch_retry() {
         ),
     )
     .unwrap();
-    let mut child = Kill(
-        Command::new(BIN)
-            .args([
-                "serve",
-                "--dns-listen=127.0.0.1:0",
-                "--admin-listen=127.0.0.1:0",
-                "--no-rank-view",
-            ])
-            .arg(format!("--kubeconfig={}", kc.display()))
+    let (child, mut lines) = spawn_lines(
+        serve_command(&kc, &["--no-rank-view"])
             .env_remove("RUST_LOG")
-            .env_remove("NO_COLOR")
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
+            .env_remove("NO_COLOR"),
     );
-    let stderr = child.0.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
     let mut seen = Vec::new();
     // Retries of the watches (pods, services and the rest).
     let retries = |seen: &[String]| {

@@ -15,10 +15,18 @@ use clap::Parser;
 use serde_json::Value;
 
 use crate::daemons::find_tool;
-use crate::support::need;
+use crate::support::{need, output_ok};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The entry named `name` of the list `list` (a container's env or ports,
+/// a pod's volumes); a panic that shows the list when there is none.
+fn named<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list.as_array()
+        .and_then(|l| l.iter().find(|e| e["name"] == name))
+        .unwrap_or_else(|| panic!("no {name:?} in {list}"))
 }
 
 /// `kubectl kustomize DIR` as text, or None when kubectl is missing.
@@ -28,16 +36,9 @@ fn kustomize(dir: &Path) -> Option<String> {
         return None;
     }
     let kubectl = kubectl.unwrap();
-    let out = Command::new(kubectl)
-        .arg("kustomize")
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl kustomize {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        Command::new(kubectl).arg("kustomize").arg(dir),
+        &format!("kubectl kustomize {}", dir.display()),
     );
     Some(String::from_utf8(out.stdout).unwrap())
 }
@@ -108,26 +109,17 @@ fn render_chart(mode: &str) -> Option<(String, Vec<Value>)> {
         "namespace.create=true".into(),
     ]
     .join(",");
-    let lint = Command::new(&helm)
-        .args(["lint", "--strict", "--set", &set])
-        .arg(&chart)
-        .output()
-        .unwrap();
-    assert!(
-        lint.status.success(),
-        "helm lint {mode}: {}{}",
-        String::from_utf8_lossy(&lint.stdout),
-        String::from_utf8_lossy(&lint.stderr)
+    output_ok(
+        Command::new(&helm)
+            .args(["lint", "--strict", "--set", &set])
+            .arg(&chart),
+        &format!("helm lint {mode}"),
     );
-    let out = Command::new(&helm)
-        .args(["template", "podns", "--namespace", "podns", "--set", &set])
-        .arg(&chart)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "helm template {mode}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        Command::new(&helm)
+            .args(["template", "podns", "--namespace", "podns", "--set", &set])
+            .arg(&chart),
+        &format!("helm template {mode}"),
     );
     let text = String::from_utf8(out.stdout).unwrap();
     let docs = docs_of(&text);
@@ -177,16 +169,11 @@ fn schema_validate(mode: &str, text: &str) -> bool {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join(format!("{mode}.yaml"));
     std::fs::write(&file, text).unwrap();
-    let out = Command::new(tool)
-        .args(["--strict", "--quiet", "--no-warn", "-k", "1.32.0"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{mode} does not validate:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        Command::new(tool)
+            .args(["--strict", "--quiet", "--no-warn", "-k", "1.32.0"])
+            .arg(&file),
+        &format!("{mode} does not validate"),
     );
     true
 }
@@ -343,12 +330,7 @@ fn common(docs: &[Value], pod: &Value, admin_port: u64, binds_53: bool) {
         assert!(r[section][key].is_string(), "resources.{section}.{key}");
     }
     // POD_IP from the downward API.
-    let pod_ip = c["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"] == "POD_IP")
-        .expect("POD_IP env");
+    let pod_ip = named(&c["env"], "POD_IP");
     assert_eq!(pod_ip["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
 
     // The flags parse with podns's own CLI ($(POD_IP) as the kubelet expands it).
@@ -544,12 +526,7 @@ fn check_forward_target(docs: &[Value]) {
     for p in svc["spec"]["ports"].as_array().unwrap() {
         assert_eq!(p["port"].as_u64(), Some(53));
         let target = p["targetPort"].as_str().unwrap();
-        let cp = c["ports"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|cp| cp["name"] == target)
-            .unwrap_or_else(|| panic!("container port {target}"));
+        let cp = named(&c["ports"], target);
         assert_eq!(cp["protocol"], p["protocol"]);
         assert_eq!(cp["containerPort"].as_u64(), Some(5353));
         protos.push(p["protocol"].as_str().unwrap().to_string());
@@ -633,12 +610,7 @@ fn volume_at<'a>(pod: &'a Value, path: &str) -> &'a Value {
         .find(|m| m["mountPath"] == path)
         .unwrap_or_else(|| panic!("a volume at {path}"));
     assert_eq!(mount["readOnly"], true, "{path} read-only");
-    pod["spec"]["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == mount["name"])
-        .unwrap_or_else(|| panic!("the volume {}", mount["name"]))
+    named(&pod["spec"]["volumes"], mount["name"].as_str().unwrap())
 }
 
 /// What ties the chart's tiers together: one Secret, the relay port, the
@@ -668,23 +640,13 @@ fn check_chart_relay_wiring(docs: &[Value]) {
 
     // The relay port: the flag, the container port, the Service's port.
     let listen: std::net::SocketAddr = flag("relay-listen").parse().unwrap();
-    let cport = relay_c["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "relay")
-        .expect("a relay container port");
+    let cport = named(&relay_c["ports"], "relay");
     assert_eq!(cport["containerPort"].as_u64(), Some(listen.port().into()));
     let svc = kind(docs, "Service")
         .into_iter()
         .find(|s| s["metadata"]["name"] == "podns")
         .expect("the podns Service");
-    let sport = svc["spec"]["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "relay")
-        .expect("a relay Service port");
+    let sport = named(&svc["spec"]["ports"], "relay");
     assert_eq!(sport["port"].as_u64(), Some(6443));
     assert_eq!(sport["targetPort"], "relay");
     // The Service still answers DNS on 53 (node instances forward there).
@@ -761,12 +723,7 @@ fn check_chart_relay_wiring(docs: &[Value]) {
             .is_some_and(|s| s >= 600)
     );
     let node_c = &node_pod["spec"]["containers"][0];
-    let node_name = node_c["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"] == "NODE_NAME")
-        .expect("NODE_NAME env");
+    let node_name = named(&node_c["env"], "NODE_NAME");
     assert_eq!(
         node_name["valueFrom"]["fieldRef"]["fieldPath"],
         "spec.nodeName"

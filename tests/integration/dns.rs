@@ -106,12 +106,7 @@ async fn services_of_every_kind() {
                "spec": {"selector": {"app": "api"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
     )
     .await;
-    create_service(
-        &env.client,
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ext", "namespace": "web"},
-               "spec": {"type": "ExternalName", "externalName": "storage.example.com"}}),
-    )
-    .await;
+    create_external_name(&env.client, "web", "ext", "storage.example.com").await;
     wait_for("services visible", T, || async {
         rcode(&ask(env.dns, "ext.web.svc", RecordType::CNAME).await) == ResponseCode::NoError
     })

@@ -10,6 +10,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use crate::support::output_ok;
+
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -60,18 +62,14 @@ fn dockerfile() -> Layout {
 }
 
 fn build(binary: &Path, out: &Path) -> String {
-    let o = Command::new("bash")
-        .arg(repo().join("deploy/image/build.sh"))
-        .arg("--binary")
-        .arg(binary)
-        .arg("--out")
-        .arg(out)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "deploy/image/build.sh: {}",
-        String::from_utf8_lossy(&o.stderr)
+    let o = output_ok(
+        Command::new("bash")
+            .arg(repo().join("deploy/image/build.sh"))
+            .arg("--binary")
+            .arg(binary)
+            .arg("--out")
+            .arg(out),
+        "deploy/image/build.sh",
     );
     String::from_utf8(o.stdout).unwrap().trim().to_string()
 }

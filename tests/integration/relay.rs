@@ -575,16 +575,20 @@ async fn kubectl_gets_and_watches_the_relay() {
     };
     let (env, _dir, kubeconfig, _relay) = relay_with_job("gpt", 2).await;
     let kc = kubeconfig.display().to_string();
-    let out = std::process::Command::new(&kubectl)
-        .args(["--kubeconfig", &kc, "get", "pods", "-n", "ml", "-o", "yaml"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        std::process::Command::new(&kubectl).args([
+            "--kubeconfig",
+            &kc,
+            "get",
+            "pods",
+            "-n",
+            "ml",
+            "-o",
+            "yaml",
+        ]),
+        "kubectl get pods",
     );
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("gpt-0") && text.contains("gpt-1"), "{text}");
     assert!(text.contains("podIP:"), "{text}");
 

@@ -94,20 +94,16 @@ fn build_go(dir: &Path) -> Option<PathBuf> {
         return None;
     }
     let out = dir.join("go-resolve");
-    let o = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&out)
-        .arg(".")
-        .current_dir(SRC)
-        .env("CGO_ENABLED", "0")
-        .env("GOTOOLCHAIN", "local")
-        .env("GOFLAGS", "-mod=mod")
-        .output()
-        .expect("run go build");
-    assert!(
-        o.status.success(),
-        "go build failed: {}",
-        String::from_utf8_lossy(&o.stderr)
+    output_ok(
+        Command::new("go")
+            .args(["build", "-o"])
+            .arg(&out)
+            .arg(".")
+            .current_dir(SRC)
+            .env("CGO_ENABLED", "0")
+            .env("GOTOOLCHAIN", "local")
+            .env("GOFLAGS", "-mod=mod"),
+        "go build",
     );
     Some(out)
 }

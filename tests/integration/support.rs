@@ -21,7 +21,8 @@ use podns_sim::{SimArgs, SimHandle};
 pub use podns_testkit::dns::query as query_msg;
 pub use podns_testkit::http_get as admin_get;
 pub use podns_testkit::{
-    ZONE, addrs, ask, fqdn, has, need, need_cmd, ptrs, rcode, spawn_serve, tcp, udp, wait_for,
+    ZONE, addrs, ask, fqdn, has, need, need_cmd, output_ok, ptrs, rcode, spawn_serve, tcp, udp,
+    wait_for,
 };
 
 #[derive(Parser)]
@@ -222,16 +223,30 @@ pub async fn ensure_ns(client: &kube::Client, ns: &str) {
         .await;
 }
 
-pub async fn create_pod(client: &kube::Client, body: serde_json::Value) -> Pod {
+/// Create `body` (an object of kind `K` that names its namespace) through
+/// the API, making its namespace first when it is new.
+pub async fn create<K>(client: &kube::Client, body: serde_json::Value) -> K
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
     let ns = body["metadata"]["namespace"].as_str().unwrap().to_string();
     ensure_ns(client, &ns).await;
-    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let api: Api<K> = Api::namespaced(client.clone(), &ns);
     api.create(
         &PostParams::default(),
         &serde_json::from_value(body).unwrap(),
     )
     .await
     .unwrap()
+}
+
+pub async fn create_pod(client: &kube::Client, body: serde_json::Value) -> Pod {
+    create(client, body).await
 }
 
 /// Write a pod's status as a kubelet would: IPs, phase, Ready.
@@ -250,15 +265,22 @@ pub async fn set_status(client: &kube::Client, ns: &str, name: &str, ips: &[&str
 }
 
 pub async fn create_service(client: &kube::Client, body: serde_json::Value) -> Service {
-    let ns = body["metadata"]["namespace"].as_str().unwrap().to_string();
-    ensure_ns(client, &ns).await;
-    let api: Api<Service> = Api::namespaced(client.clone(), &ns);
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(body).unwrap(),
+    create(client, body).await
+}
+
+/// An ExternalName Service `ns/name` that points at `target`.
+pub async fn create_external_name(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    target: &str,
+) -> Service {
+    create_service(
+        client,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+               "spec": {"type": "ExternalName", "externalName": target}}),
     )
     .await
-    .unwrap()
 }
 
 pub fn headless_json(ns: &str, name: &str, app: &str) -> serde_json::Value {

@@ -102,13 +102,7 @@ async fn protobuf_and_json_answer_the_same() {
                      "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
     )
     .await;
-    create_service(
-        c,
-        json!({"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "out", "namespace": "ml"},
-            "spec": {"type": "ExternalName", "externalName": "example.com"}}),
-    )
-    .await;
+    create_external_name(c, "ml", "out", "example.com").await;
     let json_server = server(&env, "json");
     let auto_server = server(&env, "auto");
     for dns in [env.dns, json_server.dns_addr, auto_server.dns_addr] {

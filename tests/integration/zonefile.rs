@@ -84,18 +84,8 @@ async fn a_1000_pod_export_loads_in_nsd_and_knot_and_answers_like_podns() {
                    {"name": "dns", "port": 53, "protocol": "UDP"}]}}),
     )
     .await;
-    create_service(
-        &env.client,
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ext", "namespace": "web"},
-               "spec": {"type": "ExternalName", "externalName": "storage.example.com"}}),
-    )
-    .await;
-    create_service(
-        &env.client,
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "alias", "namespace": "web"},
-               "spec": {"type": "ExternalName", "externalName": "api.web.svc.cluster.local"}}),
-    )
-    .await;
+    create_external_name(&env.client, "web", "ext", "storage.example.com").await;
+    create_external_name(&env.client, "web", "alias", "api.web.svc.cluster.local").await;
 
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
@@ -139,16 +129,11 @@ async fn a_1000_pod_export_loads_in_nsd_and_knot_and_answers_like_podns() {
     if let Some(kzonecheck) = find_tool("kzonecheck") {
         for file in ZONE_FILES {
             let origin = file.trim_end_matches("zone");
-            let o = std::process::Command::new(&kzonecheck)
-                .args(["-o", origin])
-                .arg(out.join(file))
-                .output()
-                .unwrap();
-            assert!(
-                o.status.success(),
-                "kzonecheck {file}: {}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
+            output_ok(
+                std::process::Command::new(&kzonecheck)
+                    .args(["-o", origin])
+                    .arg(out.join(file)),
+                &format!("kzonecheck {file}"),
             );
         }
         checked_by.push("kzonecheck");
@@ -160,16 +145,11 @@ async fn a_1000_pod_export_loads_in_nsd_and_knot_and_answers_like_podns() {
     };
     for file in ZONE_FILES {
         let origin = file.trim_end_matches(".zone");
-        let o = std::process::Command::new(&nsd_checkzone)
-            .arg(origin)
-            .arg(out.join(file))
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "nsd-checkzone {file}: {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
+        output_ok(
+            std::process::Command::new(&nsd_checkzone)
+                .arg(origin)
+                .arg(out.join(file)),
+            &format!("nsd-checkzone {file}"),
         );
     }
     let nsd_bin = find_tool("nsd").expect("nsd beside nsd-checkzone");

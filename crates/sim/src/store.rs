@@ -169,6 +169,15 @@ impl Inner {
         }
         Ok(())
     }
+
+    /// The stored object `ns/name` of `kind` (`ns` ignored for a
+    /// cluster-scoped kind), or NotFound.
+    fn stored(&self, kind: Kind, ns: &str, name: &str) -> Result<Arc<Obj>, ApiError> {
+        self.objects[kind.idx()]
+            .get(&(ns_key(kind, ns), name.to_string()))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(kind, name))
+    }
 }
 
 /// Hooks the store calls after a commit (the kubelet and grace timers).
@@ -635,11 +644,7 @@ impl Store {
         f: impl FnOnce(&Value) -> Result<Value, ApiError>,
     ) -> Result<Arc<Obj>, ApiError> {
         let mut g = self.lock();
-        let key = (ns_key(kind, ns), name.to_string());
-        let old = g.objects[kind.idx()]
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(kind, name))?;
+        let old = g.stored(kind, ns, name)?;
         if let Some(w) = want_rv
             && w != old.rv.to_string()
         {
@@ -710,11 +715,7 @@ impl Store {
         want_uid: Option<&str>,
     ) -> Result<(Arc<Obj>, bool), ApiError> {
         let mut g = self.lock();
-        let key = (ns_key(kind, ns), name.to_string());
-        let old = g.objects[kind.idx()]
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(kind, name))?;
+        let old = g.stored(kind, ns, name)?;
         if let Some(u) = want_uid
             && u != old.uid
         {
@@ -1426,43 +1427,28 @@ mod tests {
     #[test]
     fn service_cluster_ip() {
         let s = store();
-        let a = s
-            .create(
+        // The stored spec of a Service `name` created in "ns" with `spec`.
+        let spec = |name: &str, spec: Value| {
+            s.create(
                 Kind::Service,
                 "ns",
-                json!({"metadata": {"name": "a"}, "spec": {"ports": [{"port": 80}]}}),
+                json!({"metadata": {"name": name}, "spec": spec}),
             )
             .unwrap()
-            .value();
-        assert!(
-            a["spec"]["clusterIP"]
-                .as_str()
-                .unwrap()
-                .starts_with("10.96.")
+            .value()["spec"]
+                .clone()
+        };
+        let a = spec("a", json!({"ports": [{"port": 80}]}));
+        assert!(a["clusterIP"].as_str().unwrap().starts_with("10.96."));
+        let h = spec("h", json!({"clusterIP": "None"}));
+        assert_eq!(h["clusterIP"], "None");
+        let x = spec(
+            "x",
+            json!({"type": "ExternalName", "externalName": "e.com"}),
         );
-        let h = s
-            .create(
-                Kind::Service,
-                "ns",
-                json!({"metadata": {"name": "h"}, "spec": {"clusterIP": "None"}}),
-            )
-            .unwrap()
-            .value();
-        assert_eq!(h["spec"]["clusterIP"], "None");
-        let x = s
-            .create(Kind::Service, "ns", json!({"metadata": {"name": "x"}, "spec": {"type": "ExternalName", "externalName": "e.com"}}))
-            .unwrap()
-            .value();
-        assert!(x["spec"].get("clusterIP").is_none());
-        let g = s
-            .create(
-                Kind::Service,
-                "ns",
-                json!({"metadata": {"name": "g"}, "spec": {"clusterIP": "10.96.9.9"}}),
-            )
-            .unwrap()
-            .value();
-        assert_eq!(g["spec"]["clusterIP"], "10.96.9.9");
+        assert!(x.get("clusterIP").is_none());
+        let g = spec("g", json!({"clusterIP": "10.96.9.9"}));
+        assert_eq!(g["clusterIP"], "10.96.9.9");
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub mod wait;
 pub use ci::{has, in_ci, need, need_cmd};
 pub use dns::{ZONE, addrs, ask, fqdn, ptrs, query, rcode, tcp, udp};
 pub use http::get as http_get;
-pub use process::{Spawned, spawn_serve};
+pub use process::{Spawned, output_ok, spawn_serve};
 pub use wait::{Check, wait_for};
 
 /// The blocking forms, for suites on plain threads.

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,6 +33,20 @@ impl Drop for Spawned {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Run `cmd` to its end and return its output, asserting that it exited
+/// 0; the panic names it as `what` and carries its stdout and stderr.
+pub fn output_ok(cmd: &mut Command, what: &str) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// The address after `what` in a log line (`listening dns udp 127.0.0.1:1234 …`).

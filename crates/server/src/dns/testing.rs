@@ -3,7 +3,7 @@
 //! encoder agreement check, the fuzz targets and the benches all build it
 //! here (`testing` feature).
 
-use hickory_proto::op::{Message, MessageType, OpCode, Query};
+use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 
 use super::answer::{AnswerConfig, Answerer};
@@ -53,6 +53,11 @@ impl World {
     /// The answer to one question; `name` is absolute.
     pub fn ask(&self, name: &str, qtype: RecordType) -> Message {
         self.answerer.answer(&query(name, qtype))
+    }
+
+    /// The RCODE of the answer to one question; `name` is absolute.
+    pub fn rcode(&self, name: &str, qtype: RecordType) -> ResponseCode {
+        self.ask(name, qtype).metadata.response_code
     }
 }
 

@@ -358,14 +358,7 @@ mod tests {
             ..Default::default()
         });
         for (running, name) in [(true, "run"), (false, "pend")] {
-            w.prerun.store(running, Ordering::Relaxed);
-            let req = JobRequest {
-                namespace: "ml".into(),
-                name: name.into(),
-                ranks: 2,
-                kind: "indexed-job".into(),
-            };
-            w.create_job(&req).unwrap();
+            w.create_test_job(name, running);
         }
         // Pods created one by one (churn, restarts) are lean too.
         let (_, pods) = store.snapshot(Kind::Pod, &Filter::default());
@@ -397,15 +390,8 @@ mod tests {
             ..Default::default()
         });
         for running in [true, false] {
-            w.prerun.store(running, Ordering::Relaxed);
             let name = if running { "run" } else { "pend" };
-            let req = JobRequest {
-                namespace: "ml".into(),
-                name: name.into(),
-                ranks: 2,
-                kind: "indexed-job".into(),
-            };
-            w.create_job(&req).unwrap();
+            w.create_test_job(name, running);
             let f = Filter {
                 ns: Some("ml".into()),
                 labels: LabelSelector::parse(&format!("job-name={name}")).unwrap(),

@@ -348,7 +348,6 @@ pub(super) async fn timer_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::JobRequest;
     use podns_kapi::filter::Filter;
 
     /// Kubernetes 1.35 and later copy the node's zone and region labels
@@ -422,14 +421,7 @@ mod tests {
                 assert_eq!(bad, before);
             }
             // The start-up workload's pods, made from a template.
-            w.prerun.store(true, Ordering::Relaxed);
-            let req = JobRequest {
-                namespace: "ml".into(),
-                name: "j".into(),
-                ranks: 2,
-                kind: "indexed-job".into(),
-            };
-            w.create_job(&req).unwrap();
+            w.create_test_job("j", true);
             let (_, pods) = store.snapshot(Kind::Pod, &Filter::default());
             assert_eq!(pods.len(), 2);
             for o in pods {

@@ -148,3 +148,21 @@ pub(crate) fn with_kubelet(args: SimArgs) -> (Arc<Store>, Arc<Workload>) {
     let w = Workload::new(store.clone(), &args, CancellationToken::new()).unwrap();
     (store, w)
 }
+
+#[cfg(test)]
+impl Workload {
+    /// An indexed Job `ml/name` of 2 ranks, its pods made as the start-up
+    /// workload makes them (already running, from the template) when
+    /// `prerun`, else as a Job created later (pending).
+    pub(crate) fn create_test_job(&self, name: &str, prerun: bool) {
+        self.prerun
+            .store(prerun, std::sync::atomic::Ordering::Relaxed);
+        let req = JobRequest {
+            namespace: "ml".into(),
+            name: name.into(),
+            ranks: 2,
+            kind: "indexed-job".into(),
+        };
+        self.create_job(&req).unwrap();
+    }
+}

@@ -158,11 +158,9 @@ fn job_pod_with(ns: &str, job: &str, idx: &str, sfx: &str, info: &JobInfo) -> Va
     v
 }
 
-/// One running rank of a 1,000-rank JobSet exactly as the simulator
-/// stores it (realistic, or `--lean-pods`), for benches that measure
-/// decoding and wire sizes.
-pub fn sample_job_pod(lean: bool) -> Value {
-    let info = JobInfo {
+/// The 1,000-rank JobSet `llama-70b` of [`sample_job_pod`], first attempt.
+fn sample_job_info(lean: bool) -> JobInfo {
+    JobInfo {
         kind: "jobset".into(),
         ranks: 1000,
         uid: new_uid(),
@@ -171,7 +169,14 @@ pub fn sample_job_pod(lean: bool) -> Value {
         key: new_uid().replace('-', ""),
         attempt: 0,
         lean,
-    };
+    }
+}
+
+/// One running rank of a 1,000-rank JobSet exactly as the simulator
+/// stores it (realistic, or `--lean-pods`), for benches that measure
+/// decoding and wire sizes.
+pub fn sample_job_pod(lean: bool) -> Value {
+    let info = sample_job_info(lean);
     let mut v = job_pod("team-a", "llama-70b", 17, &info);
     let p = Placement {
         node: "gpu-node-0042".into(),
@@ -533,14 +538,8 @@ mod tests {
     #[test]
     fn job_pod_is_realistic_size() {
         let info = JobInfo {
-            kind: "jobset".into(),
-            ranks: 1000,
-            uid: new_uid(),
-            job_name: child_job_name("jobset", "llama-70b"),
-            set_uid: new_uid(),
             key: "k".into(),
-            attempt: 0,
-            lean: false,
+            ..sample_job_info(false)
         };
         let p = job_pod("team-a", "llama-70b", 17, &info);
         let n = serde_json::to_vec(&p).unwrap().len();

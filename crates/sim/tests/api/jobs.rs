@@ -1,14 +1,12 @@
 //! batch/v1 Jobs: watchers, REST, selectors and status, `/sim/jobs` and
 //! JobSet restarts, namespace deletion, lean pods.
 
-use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use podns_sim::SimArgs;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use super::support::*;
 
@@ -31,24 +29,7 @@ async fn exercise_job_watcher(cfg: watcher::Config, streaming: bool) {
     let addr = sim.addr;
     sim_job(addr, "ml", "pre", 2, "indexed-job").await;
     sim_job(addr, "ml", "set", 2, "jobset").await;
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let api: Api<Job> = Api::all(sim.client());
-    let task = tokio::spawn(async move {
-        let mut s = watcher(api, cfg).boxed();
-        while let Some(e) = s.next().await {
-            let seen = match e {
-                Ok(watcher::Event::Init) => Seen::Init,
-                Ok(watcher::Event::InitApply(j)) => Seen::InitApply(j.metadata.name.unwrap()),
-                Ok(watcher::Event::InitDone) => Seen::InitDone,
-                Ok(watcher::Event::Apply(j)) => Seen::Apply(j.metadata.name.unwrap()),
-                Ok(watcher::Event::Delete(j)) => Seen::Delete(j.metadata.name.unwrap()),
-                Err(_) => continue,
-            };
-            if tx.send(seen).is_err() {
-                return;
-            }
-        }
-    });
+    let (mut rx, task) = watch_names(Api::<Job>::all(sim.client()), cfg);
     let before = expect_seen(&mut rx, Seen::InitDone).await;
     assert!(
         before.contains(&Seen::InitApply("pre".into())),
@@ -100,12 +81,7 @@ async fn jobs_rest_discovery_selectors_and_status() {
     let addr = sim.addr;
     // Discovery.
     let groups = get(addr, "/apis").await.json();
-    let batch = groups["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["name"] == "batch")
-        .expect("batch group");
+    let batch = named(&groups["groups"], "batch");
     assert_eq!(batch["preferredVersion"]["groupVersion"], "batch/v1");
     assert_eq!(get(addr, "/apis/batch").await.json()["kind"], "APIGroup");
     let rl = get(addr, "/apis/batch/v1").await.json();
@@ -323,13 +299,7 @@ async fn sim_jobs_create_the_owning_job() {
         assert_eq!(svc["spec"]["clusterIP"], "None");
     }
     // Start-up jobs get their Jobs too.
-    let sim = start(SimArgs {
-        jobs: 2,
-        ranks: 2,
-        job_kind: "mixed".into(),
-        ..SimArgs::default()
-    })
-    .await;
+    let sim = start_mixed_jobs().await;
     let l = get(sim.addr, "/apis/batch/v1/namespaces/default/jobs")
         .await
         .json();

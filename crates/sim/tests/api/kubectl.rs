@@ -316,13 +316,7 @@ async fn kubectl_works_unchanged() {
 
 #[tokio::test]
 async fn kubectl_gets_jobs() {
-    let sim = start(SimArgs {
-        jobs: 2,
-        ranks: 2,
-        job_kind: "mixed".into(),
-        ..SimArgs::default()
-    })
-    .await;
+    let sim = start_mixed_jobs().await;
     let Some(kubectl) = Kubectl::for_sim(&sim) else {
         return;
     };

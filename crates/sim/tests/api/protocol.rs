@@ -535,42 +535,35 @@ async fn status_errors() {
         422,
         "Invalid",
     );
-    check(
-        http(
-            addr,
+    // Bodies it cannot read, and a patch type it does not take.
+    for (method, path, ct, body, code, reason) in [
+        (
             "POST",
             "/api/v1/namespaces/default/pods",
-            Some("application/json"),
-            b"{not json",
-        )
-        .await,
-        400,
-        "BadRequest",
-    );
-    check(
-        http(
-            addr,
+            "application/json",
+            &b"{not json"[..],
+            400,
+            "BadRequest",
+        ),
+        (
             "PATCH",
             "/api/v1/namespaces/default/pods/a",
-            Some("application/merge-patch+json"),
+            "application/merge-patch+json",
             b"[",
-        )
-        .await,
-        400,
-        "BadRequest",
-    );
-    check(
-        http(
-            addr,
+            400,
+            "BadRequest",
+        ),
+        (
             "PATCH",
             "/api/v1/namespaces/default/pods/a",
-            Some("application/apply-patch+yaml"),
+            "application/apply-patch+yaml",
             b"{}",
-        )
-        .await,
-        415,
-        "UnsupportedMediaType",
-    );
+            415,
+            "UnsupportedMediaType",
+        ),
+    ] {
+        check(http(addr, method, path, Some(ct), body).await, code, reason);
+    }
     check(get(addr, "/api/v1/pods?limit=abc").await, 400, "BadRequest");
     check(
         http(addr, "DELETE", "/api/v1/namespaces/default/pods", None, b"").await,

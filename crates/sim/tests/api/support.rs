@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::watcher;
 use podns_sim::{SimArgs, SimHandle, spawn};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -47,8 +48,28 @@ pub async fn start(args: SimArgs) -> Sim {
     Sim { h, token }
 }
 
+/// The entry named `name` of the JSON list `list` (discovery's groups or
+/// resources); a panic that shows the list when there is none.
+pub fn named<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list.as_array()
+        .and_then(|l| l.iter().find(|e| e["name"] == name))
+        .unwrap_or_else(|| panic!("no {name:?} in {list}"))
+}
+
 pub async fn start_default() -> Sim {
     start(SimArgs::default()).await
+}
+
+/// A simulator with two start-up jobs of 2 ranks: `--job-kind mixed` makes
+/// the first an Indexed Job (`train-0`) and the second a JobSet.
+pub async fn start_mixed_jobs() -> Sim {
+    start(SimArgs {
+        jobs: 2,
+        ranks: 2,
+        job_kind: "mixed".into(),
+        ..SimArgs::default()
+    })
+    .await
 }
 
 /// A response of the raw client.
@@ -275,21 +296,34 @@ pub enum Seen {
     Delete(String),
 }
 
+/// A kube-rs watcher on the Pods of `default`; see [`watch_names`].
 pub fn run_watcher(
     client: kube::Client,
     cfg: watcher::Config,
 ) -> (mpsc::UnboundedReceiver<Seen>, tokio::task::JoinHandle<()>) {
+    watch_names(Api::<Pod>::namespaced(client, "default"), cfg)
+}
+
+/// A kube-rs watcher on `api` under `cfg`, its events by object name on
+/// the channel until the task is aborted.
+pub fn watch_names<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+) -> (mpsc::UnboundedReceiver<Seen>, tokio::task::JoinHandle<()>)
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
     let (tx, rx) = mpsc::unbounded_channel();
-    let api: Api<Pod> = Api::namespaced(client, "default");
+    let name = |o: K| o.meta().name.clone().unwrap();
     let task = tokio::spawn(async move {
         let mut s = watcher(api, cfg).boxed();
         while let Some(e) = s.next().await {
             let seen = match e {
                 Ok(watcher::Event::Init) => Seen::Init,
-                Ok(watcher::Event::InitApply(p)) => Seen::InitApply(p.metadata.name.unwrap()),
+                Ok(watcher::Event::InitApply(o)) => Seen::InitApply(name(o)),
                 Ok(watcher::Event::InitDone) => Seen::InitDone,
-                Ok(watcher::Event::Apply(p)) => Seen::Apply(p.metadata.name.unwrap()),
-                Ok(watcher::Event::Delete(p)) => Seen::Delete(p.metadata.name.unwrap()),
+                Ok(watcher::Event::Apply(o)) => Seen::Apply(name(o)),
+                Ok(watcher::Event::Delete(o)) => Seen::Delete(name(o)),
                 // Errors (a closed watch, a 410) are retried by the watcher.
                 Err(_) => continue,
             };

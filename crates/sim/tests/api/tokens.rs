@@ -503,22 +503,12 @@ async fn discovery_lists_tokenreviews_and_the_token_subresource() {
     );
     let v1 = get(addr, "/apis/authentication.k8s.io/v1").await.json();
     assert_eq!(v1["groupVersion"], "authentication.k8s.io/v1");
-    let reviews = v1["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == "tokenreviews")
-        .expect("tokenreviews listed");
+    let reviews = named(&v1["resources"], "tokenreviews");
     assert_eq!(reviews["kind"], "TokenReview");
     assert_eq!(reviews["namespaced"], false);
     assert_eq!(reviews["verbs"], json!(["create"]));
     let core = get(addr, "/api/v1").await.json();
-    let sub = core["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == "serviceaccounts/token")
-        .expect("serviceaccounts/token listed");
+    let sub = named(&core["resources"], "serviceaccounts/token");
     assert_eq!(
         (&sub["group"], &sub["version"], &sub["kind"], &sub["verbs"]),
         (

@@ -36,10 +36,6 @@ fn ptr(w: &World, name: &str) -> Option<String> {
     })
 }
 
-fn rcode(w: &World, name: &str, t: RecordType) -> ResponseCode {
-    w.ask(name, t).metadata.response_code
-}
-
 const DB: &str = "db.ml.svc.cluster.local.";
 
 /// An external database's three replicas, written by hand: one with a
@@ -80,7 +76,7 @@ fn a_headless_service_without_selector_answers_from_its_slices() {
         [ip("10.2.0.2")]
     );
     assert_eq!(
-        rcode(&w, "10-2-0-3.db.ml.svc.cluster.local.", RecordType::A),
+        w.rcode("10-2-0-3.db.ml.svc.cluster.local.", RecordType::A),
         ResponseCode::NXDomain,
         "a terminating endpoint has no name"
     );
@@ -114,7 +110,7 @@ fn a_headless_service_without_selector_answers_from_its_slices() {
     );
     assert_eq!(ptr(&w, "3.0.2.10.in-addr.arpa."), None);
     assert_eq!(
-        rcode(&w, "3.0.2.10.in-addr.arpa.", RecordType::PTR),
+        w.rcode("3.0.2.10.in-addr.arpa.", RecordType::PTR),
         ResponseCode::NXDomain
     );
 
@@ -124,7 +120,7 @@ fn a_headless_service_without_selector_answers_from_its_slices() {
     assert_eq!(ips(&w.ask(DB, RecordType::AAAA)), [ip("fd00::2:1")]);
     assert!(ips(&w.ask(host, RecordType::A)).is_empty());
     assert_eq!(
-        rcode(&w, "10-2-0-2.db.ml.svc.cluster.local.", RecordType::A),
+        w.rcode("10-2-0-2.db.ml.svc.cluster.local.", RecordType::A),
         ResponseCode::NXDomain
     );
     assert_eq!(ptr(&w, "1.0.2.10.in-addr.arpa."), None);
@@ -148,7 +144,7 @@ fn not_ready_endpoints_follow_the_publish_policy() {
     }
     assert_eq!(ips(&ready.ask(DB, RecordType::A)), [ip("10.2.0.1")]);
     assert_eq!(
-        rcode(&ready, "warming.db.ml.svc.cluster.local.", RecordType::A),
+        ready.rcode("warming.db.ml.svc.cluster.local.", RecordType::A),
         ResponseCode::NXDomain
     );
     assert_eq!(srv(&ready.ask(DB, RecordType::SRV)).len(), 1);
@@ -186,7 +182,7 @@ fn only_headless_services_without_a_selector_read_slices() {
         [ip("10.96.0.9")]
     );
     assert_eq!(
-        rcode(&w, "a0.api.ml.svc.cluster.local.", RecordType::A),
+        w.rcode("a0.api.ml.svc.cluster.local.", RecordType::A),
         ResponseCode::NXDomain
     );
     assert_eq!(ptr(&w, "1.1.2.10.in-addr.arpa."), None);
@@ -200,13 +196,13 @@ fn only_headless_services_without_a_selector_read_slices() {
         [ip("10.1.0.7")]
     );
     assert_eq!(
-        rcode(&w, "10-2-2-2.web.ml.svc.cluster.local.", RecordType::A),
+        w.rcode("10-2-2-2.web.ml.svc.cluster.local.", RecordType::A),
         ResponseCode::NXDomain
     );
     // A slice whose Service does not exist publishes nothing.
     w.slice(slice("ml", "orphan-1", "orphan").endpoint("10.2.3.3", Some("o"), true));
     assert_eq!(
-        rcode(&w, "orphan.ml.svc.cluster.local.", RecordType::A),
+        w.rcode("orphan.ml.svc.cluster.local.", RecordType::A),
         ResponseCode::NXDomain
     );
     assert_eq!(ptr(&w, "3.3.2.10.in-addr.arpa."), None);
@@ -223,7 +219,7 @@ fn only_headless_services_without_a_selector_read_slices() {
     // The Service gains a selector: the slice no longer counts.
     w.svc(headless("ml", "orphan", "nothing"));
     assert_eq!(
-        rcode(&w, "o.orphan.ml.svc.cluster.local.", RecordType::A),
+        w.rcode("o.orphan.ml.svc.cluster.local.", RecordType::A),
         ResponseCode::NXDomain
     );
     assert_eq!(ptr(&w, "3.3.2.10.in-addr.arpa."), None);

@@ -39,6 +39,9 @@ impl W {
         ));
         self.answerer.answer(&m)
     }
+    fn rcode(&self, name: &str, t: RecordType) -> ResponseCode {
+        self.ask(name, t).metadata.response_code
+    }
     fn a(&self, name: &str) -> Vec<IpAddr> {
         self.ask(name, RecordType::A)
             .answers
@@ -80,21 +83,16 @@ fn indexed_job_ranks_leader_and_summary() {
         "world=4 published=3 ready=1 generation=0"
     );
     // A rank that will appear: NXDOMAIN; one that cannot exist: NXDOMAIN.
-    assert_eq!(
-        w.ask("3.bert.ml.rank", RecordType::A)
-            .metadata
-            .response_code,
-        ResponseCode::NXDomain
-    );
-    assert_eq!(
-        w.ask("99.bert.ml.rank", RecordType::A)
-            .metadata
-            .response_code,
-        ResponseCode::NXDomain
-    );
+    for name in ["3.bert.ml.rank", "99.bert.ml.rank"] {
+        assert_eq!(
+            w.rcode(name, RecordType::A),
+            ResponseCode::NXDomain,
+            "{name}"
+        );
+    }
     // The job name has names below it: AAAA there is NODATA.
     assert_eq!(
-        w.ask("bert.ml.rank", RecordType::A).metadata.response_code,
+        w.rcode("bert.ml.rank", RecordType::A),
         ResponseCode::NoError
     );
     w.pod(rank_pod("ml", "bert", 3, "10.0.0.4"));
