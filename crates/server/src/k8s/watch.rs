@@ -13,6 +13,7 @@
 
 use std::marker::PhantomData;
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -138,6 +139,7 @@ pub fn spawn_watchers(
         taps,
         metrics: &metrics,
         shutdown: &shutdown,
+        held: Arc::new(super::compact::Held::default()),
     };
     for scope in cfg.scopes() {
         let ns = scope.as_deref();
@@ -158,13 +160,15 @@ pub fn spawn_watchers(
 }
 
 /// What every watch [`spawn_watchers`] starts shares: the client, the
-/// configuration, the taps, the metrics and the shutdown token.
+/// configuration, the taps, the metrics, the shutdown token and the
+/// compact stream's dictionaries received.
 struct Start<'a, T> {
     client: &'a kube::Client,
     cfg: &'a WatchConfig,
     taps: &'a T,
     metrics: &'a Metrics,
     shutdown: &'a CancellationToken,
+    held: Arc<super::compact::Held>,
 }
 
 impl<T: Taps> Start<'_, T> {
@@ -180,6 +184,7 @@ impl<T: Taps> Start<'_, T> {
         let mut config = raw_config::<K>(namespace, self.cfg, label_selector);
         config.seen = tap.resume_version();
         config.bookmarked = tap.bookmarks();
+        config.held = Some(self.held.clone());
         let saved = tap.saved();
         let watch = Watch {
             saved,
@@ -226,6 +231,7 @@ where
         wire: cfg.wire,
         seen: None,
         bookmarked: None,
+        held: None,
     }
 }
 
