@@ -275,6 +275,15 @@ impl std::fmt::Debug for Held {
     }
 }
 
+/// One store is equal to itself only: what it holds is no configuration.
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for Held {}
+
 impl Held {
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, Arc<[u8]>)>> {
         self.dicts.lock().unwrap_or_else(|p| p.into_inner())
@@ -439,7 +448,9 @@ pub enum DecodeError {
     UnknownType(u8),
     #[error("compact event uses dictionary {0}, never sent on this stream")]
     UnknownDict(u32),
-    #[error("compact stream refers to dictionary {0:016x} as held, but this watch did not claim it")]
+    #[error(
+        "compact stream refers to dictionary {0:016x} as held, but this watch did not claim it"
+    )]
     NotHeld(u64),
     #[error("over {MAX_DICTS} dictionaries on one compact stream")]
     TooManyDicts,

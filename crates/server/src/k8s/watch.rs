@@ -63,6 +63,11 @@ pub struct WatchConfig {
     /// Also watch Nodes and ServiceCIDRs: the reverse zones are learned
     /// from their ranges (off with `--reverse-cidr`).
     pub ranges: bool,
+    /// The compact stream's dictionaries received, kept for every watch
+    /// started with this configuration or a clone of it (a node instance's
+    /// watches of all its namespaces, and their reconnects), so a relay
+    /// sends each once per node instance.
+    pub dicts: Arc<super::compact::Held>,
 }
 
 impl WatchConfig {
@@ -139,7 +144,6 @@ pub fn spawn_watchers(
         taps,
         metrics: &metrics,
         shutdown: &shutdown,
-        held: Arc::new(super::compact::Held::default()),
     };
     for scope in cfg.scopes() {
         let ns = scope.as_deref();
@@ -160,15 +164,13 @@ pub fn spawn_watchers(
 }
 
 /// What every watch [`spawn_watchers`] starts shares: the client, the
-/// configuration, the taps, the metrics, the shutdown token and the
-/// compact stream's dictionaries received.
+/// configuration, the taps, the metrics and the shutdown token.
 struct Start<'a, T> {
     client: &'a kube::Client,
     cfg: &'a WatchConfig,
     taps: &'a T,
     metrics: &'a Metrics,
     shutdown: &'a CancellationToken,
-    held: Arc<super::compact::Held>,
 }
 
 impl<T: Taps> Start<'_, T> {
@@ -184,7 +186,7 @@ impl<T: Taps> Start<'_, T> {
         let mut config = raw_config::<K>(namespace, self.cfg, label_selector);
         config.seen = tap.resume_version();
         config.bookmarked = tap.bookmarks();
-        config.held = Some(self.held.clone());
+        config.held = Some(self.cfg.dicts.clone());
         let saved = tap.saved();
         let watch = Watch {
             saved,

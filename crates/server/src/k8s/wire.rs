@@ -363,8 +363,9 @@ async fn get(
     } else {
         wire.accept().into()
     };
-    let accept = http::HeaderValue::try_from(accept.as_ref())
-        .map_err(|e| kube::Error::BuildRequest(kube::core::request::Error::Validation(e.to_string())))?;
+    let accept = http::HeaderValue::try_from(accept.as_ref()).map_err(|e| {
+        kube::Error::BuildRequest(kube::core::request::Error::Validation(e.to_string()))
+    })?;
     parts.headers.insert(http::header::ACCEPT, accept);
     let req = http::Request::from_parts(parts, kube::client::Body::from(body));
     let res = client.send(req).await?;

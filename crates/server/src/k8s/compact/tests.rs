@@ -239,10 +239,7 @@ fn a_dictionary_named_as_held_but_not_claimed_is_refused() {
     stream.extend(event(EvType::Added, &pack(&samples(1)[0], Some(&d))));
     // A decoder that claimed nothing (an older node instance's, or one
     // whose request named no dictionaries).
-    assert_eq!(
-        decode_all(&stream),
-        Err(DecodeError::NotHeld(d.content))
-    );
+    assert_eq!(decode_all(&stream), Err(DecodeError::NotHeld(d.content)));
     assert_eq!(DecodeError::NotHeld(d.content).label(), "dictionary");
     // One that claimed another dictionary.
     let held = Arc::new(Held::default());
@@ -273,7 +270,10 @@ fn a_dictionary_named_as_held_but_not_claimed_is_refused() {
 #[test]
 fn content_ids_are_the_same_in_every_process() {
     // SHA-256's first 64 bits: no seed, no process of its own.
-    assert_eq!(content_id(b"podns compact dictionary"), 0x93a8_2b28_ff72_29cb);
+    assert_eq!(
+        content_id(b"podns compact dictionary"),
+        0x93a8_2b28_ff72_29cb
+    );
     assert_eq!(content_id(b""), 0xe3b0_c442_98fc_1c14);
     // Two relays (or one after a restart) that train the same bytes give
     // the same id, whatever number each gives it.

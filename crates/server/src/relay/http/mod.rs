@@ -715,7 +715,9 @@ impl Subscriber {
                 self.metrics.relay_dicts_held.inc();
                 d.held_frame()
             } else {
-                self.metrics.relay_dict_bytes_sent.inc_by(d.frame().len() as u64);
+                self.metrics
+                    .relay_dict_bytes_sent
+                    .inc_by(d.frame().len() as u64);
                 d.frame()
             };
             frames.push(frame);
