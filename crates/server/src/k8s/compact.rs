@@ -308,7 +308,7 @@ impl Held {
     }
 
     /// Keep `dict` (its content id `id`) as the most recently used.
-    fn keep(&self, id: u64, dict: &[u8]) {
+    pub fn keep(&self, id: u64, dict: &[u8]) {
         if dict.len() > MAX_HELD_BYTES {
             return;
         }
