@@ -7,7 +7,9 @@ use hickory_proto::rr::RecordType;
 use http_body_util::BodyExt;
 use podns_server::metrics::{DecodeErrorLabels, Metrics, WireLabels};
 
-use crate::relay::{T, env_with_relay, node_of_pods, relay_client, start_podns, wait_held};
+use crate::relay::{
+    T, env_with_relay, node_of_pods, pods_with_ip, relay_client, start_podns, wait_held,
+};
 use crate::support::*;
 
 fn started(m: &Metrics, wire: &'static str) -> u64 {
@@ -263,6 +265,7 @@ async fn a_compact_stream_it_cannot_decode_ends_the_watch_with_a_relist() {
         wire: Wire::Auto,
         seen: None,
         bookmarked: None,
+        held: None,
     };
     let mut w = std::pin::pin!(raw_watcher::<SlimPod>(client, cfg));
     let mut next = async || tokio::time::timeout(T, w.next()).await.unwrap().unwrap();
@@ -280,4 +283,121 @@ async fn a_compact_stream_it_cannot_decode_ends_the_watch_with_a_relist() {
     // Not a resume from the version it held: a relist, once.
     assert!(matches!(next().await, Ok(Event::Init)));
     assert_eq!(lists.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+/// A pod of `ns` on `node`, by name.
+async fn pod_on(client: &kube::Client, ns: &str, name: &str, node: &str) {
+    create_pod(
+        client,
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}
+        }),
+    )
+    .await;
+}
+
+/// A change to pod `ns/name` a watch of it sees: a label.
+async fn touch(client: &kube::Client, ns: &str, name: &str, n: usize) {
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client.clone(), ns);
+    let patch = serde_json::json!({"metadata": {"labels": {"touched": n.to_string()}}});
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+}
+
+fn applied(m: &Metrics) -> u64 {
+    m.watch_events
+        .get_or_create(&podns_server::metrics::EventLabels {
+            resource: "pods",
+            event: "apply",
+        })
+        .get()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_instance_is_sent_a_dictionary_once_across_its_watches() {
+    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
+    let relay_metrics = env.server.as_ref().unwrap().metrics.clone();
+    let dict_bytes = || relay_metrics.relay_dict_bytes_sent.get();
+    let named = || relay_metrics.relay_dicts_held.get();
+    // Enough pods for the relay to train its pods' dictionary (on a
+    // thread of its own when a watch first packs them), trained before
+    // the node instance starts: a compact watch of them, and of a new pod
+    // each time (an object is packed once), until one is sent it.
+    create_job(&env.client, "bulk", "big", 72, "indexed-job").await;
+    create_job(&env.client, "ml", "train", 4, "indexed-job").await;
+    let relay = relay_client(&kubeconfig).await;
+    let node = node_of_pods(&relay, "ml", 4).await;
+    let probes = std::sync::atomic::AtomicUsize::new(0);
+    wait_for("the relay's pods dictionary", T, || async {
+        let i = probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        pod_on(&env.client, "bulk", &format!("probe-{i}"), "probe-node").await;
+        let req = http::Request::builder()
+            .uri("/api/v1/namespaces/bulk/pods?watch=true&resourceVersion=0&timeoutSeconds=1")
+            .header("accept", podns_server::k8s::compact::COMPACT)
+            .body(Vec::new())
+            .unwrap();
+        if let Ok(res) = relay.send(req.map(kube::client::Body::from)).await {
+            let _ = res.into_body().collect().await;
+        }
+        dict_bytes() > 0
+    })
+    .await;
+    let before = dict_bytes();
+
+    let flags = [
+        format!("--relay-kubeconfig={}", kubeconfig.display()),
+        format!("--node={node}"),
+        format!("--relay-dns={}", env.dns),
+    ];
+    let n = start_podns(
+        &flags,
+        relay_client(&kubeconfig).await,
+        env.shutdown.clone(),
+    );
+    wait_held(&n.table, &["ml"]).await;
+    // A change in its gang: its pods watch is sent the dictionary.
+    let seen = applied(&n.metrics);
+    let gang = pods_with_ip(&relay, "ml").await;
+    let rank = gang
+        .iter()
+        .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node))
+        .and_then(|p| p.metadata.name.clone())
+        .unwrap();
+    touch(&env.client, "ml", &rank, 1).await;
+    wait_for("the dictionary sent to the node instance", T, || async {
+        dict_bytes() > before && applied(&n.metrics) > seen
+    })
+    .await;
+    let once = dict_bytes();
+    assert_eq!(named(), 0);
+
+    // A second namespace on its node: a second pods watch of the same
+    // node instance. It names the dictionary it holds, and the relay
+    // sends its number and content id, not its bytes.
+    pod_on(&env.client, "other", "here", &node).await;
+    wait_held(&n.table, &["ml", "other"]).await;
+    let seen = applied(&n.metrics);
+    touch(&env.client, "other", "here", 1).await;
+    wait_for(
+        "the dictionary named, not sent, on the second watch",
+        T,
+        || async { named() >= 1 && applied(&n.metrics) > seen },
+    )
+    .await;
+    assert_eq!(dict_bytes(), once, "the dictionary went once");
+    // And the events that use it decode.
+    touch(&env.client, "other", "here", 2).await;
+    wait_for("one more event on the second watch", T, || async {
+        applied(&n.metrics) > seen + 1
+    })
+    .await;
+    assert_eq!(decode_errors(&n.metrics), 0);
+    assert_eq!(dict_bytes(), once);
 }

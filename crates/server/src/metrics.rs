@@ -72,6 +72,11 @@ pub const RELAY_CONNECTIONS: &str = "podns_relay_connections";
 pub const RELAY_REFUSED: &str = "podns_relay_connections_refused";
 /// Bytes of watch events the relay sent.
 pub const RELAY_SENT_BYTES: &str = "podns_relay_watch_sent_bytes";
+/// Bytes of compact stream dictionaries the relay sent (in those above).
+pub const RELAY_DICT_BYTES: &str = "podns_relay_dict_bytes_sent";
+/// Compact stream dictionaries the relay did not send: the node instance
+/// said it held them.
+pub const RELAY_DICTS_HELD: &str = "podns_relay_dicts_held";
 /// Watch events the relay encoded (once per change, wire and event type,
 /// whatever the number of watches it goes to).
 pub const RELAY_ENCODED: &str = "podns_relay_events_encoded";
@@ -220,6 +225,8 @@ pub struct Metrics {
     pub relay_connections: Gauge<i64, AtomicI64>,
     pub relay_refused: Counter,
     pub relay_sent_bytes: Counter,
+    pub relay_dict_bytes_sent: Counter,
+    pub relay_dicts_held: Counter,
     pub relay_encoded: Counter,
     pub relay_sent: Counter,
     pub relay_unseen: Counter,
@@ -281,6 +288,8 @@ impl Metrics {
         let relay_connections = Gauge::<i64, AtomicI64>::default();
         let relay_refused = Counter::default();
         let relay_sent_bytes = Counter::default();
+        let relay_dict_bytes_sent = Counter::default();
+        let relay_dicts_held = Counter::default();
         let relay_encoded = Counter::default();
         let relay_sent = Counter::default();
         let relay_unseen = Counter::default();
@@ -441,6 +450,16 @@ impl Metrics {
             relay_sent_bytes.clone(),
         );
         registry.register(
+            RELAY_DICT_BYTES,
+            "Bytes of compact stream dictionaries the relay sent",
+            relay_dict_bytes_sent.clone(),
+        );
+        registry.register(
+            RELAY_DICTS_HELD,
+            "Compact stream dictionaries the relay did not send: the node instance held them",
+            relay_dicts_held.clone(),
+        );
+        registry.register(
             RELAY_ENCODED,
             "Watch events the relay encoded (once per change, wire and type)",
             relay_encoded.clone(),
@@ -517,6 +536,8 @@ impl Metrics {
             relay_connections,
             relay_refused,
             relay_sent_bytes,
+            relay_dict_bytes_sent,
+            relay_dicts_held,
             requests,
             responses,
             request_duration,

@@ -459,6 +459,7 @@ fn watch_config(args: &ServeConfig) -> WatchConfig {
         endpoint_slices: args.endpoint_slices,
         wire: args.wire,
         ranges: args.reverse_cidrs.is_empty() && !node,
+        dicts: Default::default(),
     }
 }
 

@@ -13,6 +13,7 @@
 
 use std::marker::PhantomData;
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -62,6 +63,11 @@ pub struct WatchConfig {
     /// Also watch Nodes and ServiceCIDRs: the reverse zones are learned
     /// from their ranges (off with `--reverse-cidr`).
     pub ranges: bool,
+    /// The compact stream's dictionaries received, kept for every watch
+    /// started with this configuration or a clone of it (a node instance's
+    /// watches of all its namespaces, and their reconnects), so a relay
+    /// sends each once per node instance.
+    pub dicts: Arc<super::compact::Held>,
 }
 
 impl WatchConfig {
@@ -180,6 +186,7 @@ impl<T: Taps> Start<'_, T> {
         let mut config = raw_config::<K>(namespace, self.cfg, label_selector);
         config.seen = tap.resume_version();
         config.bookmarked = tap.bookmarks();
+        config.held = Some(self.cfg.dicts.clone());
         let saved = tap.saved();
         let watch = Watch {
             saved,
@@ -226,6 +233,7 @@ where
         wire: cfg.wire,
         seen: None,
         bookmarked: None,
+        held: None,
     }
 }
 

@@ -67,6 +67,19 @@ impl Wire {
             w => w.accept(),
         }
     }
+
+    /// [`Wire::watch_accept`], naming the compact stream's dictionaries
+    /// the node instance holds (content ids, [`compact::accept_holding`]).
+    pub fn watch_accept_holding(self, held: &[u64]) -> std::borrow::Cow<'static, str> {
+        match self {
+            Wire::Auto if !held.is_empty() => format!(
+                "{}, application/vnd.kubernetes.protobuf, application/json",
+                compact::accept_holding(held)
+            )
+            .into(),
+            w => w.watch_accept().into(),
+        }
+    }
 }
 
 /// What the watcher needs of a slim type.
@@ -95,6 +108,11 @@ pub struct RawConfig {
     /// event before it has been yielded), for a tap that saves where the
     /// watch is (a node instance's saved scope).
     pub bookmarked: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+    /// The compact stream's dictionaries kept across the node instance's
+    /// watches and reconnects, named in each watch request so the relay
+    /// sends them once ([`compact::Held`]); `None`: each stream is sent
+    /// its own.
+    pub held: Option<std::sync::Arc<compact::Held>>,
 }
 
 /// A list a watcher starts from as if it had just read it: a node
@@ -326,11 +344,13 @@ fn rv_of<K: kube::Resource>(k: &K) -> Option<String> {
     k.meta().resource_version.clone()
 }
 
-/// Sends a GET with the wire's `Accept`; a non-2xx answer becomes the
-/// `Status` it carries, in either encoding.
+/// Sends a GET with the wire's `Accept` (a watch's names the compact
+/// stream's dictionaries `held`); a non-2xx answer becomes the `Status`
+/// it carries, in either encoding.
 async fn get(
     client: &kube::Client,
     wire: Wire,
+    held: &[u64],
     req: http::Request<Vec<u8>>,
 ) -> Result<http::Response<kube::client::Body>, kube::Error> {
     let (mut parts, body) = req.into_parts();
@@ -339,13 +359,14 @@ async fn get(
         .query()
         .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
     let accept = if watch {
-        wire.watch_accept()
+        wire.watch_accept_holding(held)
     } else {
-        wire.accept()
+        wire.accept().into()
     };
-    parts
-        .headers
-        .insert(http::header::ACCEPT, http::HeaderValue::from_static(accept));
+    let accept = http::HeaderValue::try_from(accept.as_ref()).map_err(|e| {
+        kube::Error::BuildRequest(kube::core::request::Error::Validation(e.to_string()))
+    })?;
+    parts.headers.insert(http::header::ACCEPT, accept);
     let req = http::Request::from_parts(parts, kube::client::Body::from(body));
     let res = client.send(req).await?;
     let code = res.status();
@@ -375,7 +396,7 @@ pub async fn list_page<K: RawWatched>(
     let req = kube::core::Request::new(url_path)
         .list(lp)
         .map_err(kube::Error::BuildRequest)?;
-    let res = get(client, wire, req).await?;
+    let res = get(client, wire, &[], req).await?;
     let codec = Codec::of(res.headers());
     let body: Bytes = res.into_body().collect().await?.to_bytes();
     let page = codec.list::<K>(&body)?;
@@ -385,9 +406,10 @@ pub async fn list_page<K: RawWatched>(
 impl Ctx {
     async fn get(
         &self,
+        held: &[u64],
         req: http::Request<Vec<u8>>,
     ) -> Result<http::Response<kube::client::Body>, kube::Error> {
-        get(&self.client, self.cfg.wire, req).await
+        get(&self.client, self.cfg.wire, held, req).await
     }
 
     fn request(&self) -> kube::core::Request {
@@ -421,7 +443,7 @@ impl Ctx {
             .request()
             .list(&lp)
             .map_err(kube::Error::BuildRequest)?;
-        let res = self.get(req).await?;
+        let res = self.get(&[], req).await?;
         let codec = Codec::of(res.headers());
         let body: Bytes = res.into_body().collect().await?.to_bytes();
         let page = codec.list::<K>(&body)?;
@@ -447,13 +469,19 @@ impl Ctx {
             http::header::ACCEPT_ENCODING,
             http::HeaderValue::from_static("identity"),
         );
-        let res = self.get(req).await?;
+        // The dictionaries held now, named in the request and kept for
+        // this stream by its decoder.
+        let (compact, held) = match &self.cfg.held {
+            Some(h) if self.cfg.wire == Wire::Auto => h.claim(),
+            _ => (compact::Decoder::default(), Vec::new()),
+        };
+        let res = self.get(&held, req).await?;
         Ok(Events {
             codec: Codec::of(res.headers()),
             body: res.into_body(),
             frames: pb::Framer::default(),
             lines: Vec::new(),
-            compact: compact::Decoder::default(),
+            compact,
         })
     }
 }

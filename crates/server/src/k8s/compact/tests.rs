@@ -185,6 +185,168 @@ fn decode_errors_are_found_inside_watch_errors() {
     assert_eq!(DecodeError::of(&other), None);
 }
 
+/// Every event of `stream` through `d`, which is then finished.
+fn decode_with(d: &mut Decoder, stream: &[u8]) -> Result<Vec<Decoded>, DecodeError> {
+    d.push(stream);
+    let mut out = Vec::new();
+    while let Some(x) = d.next_event()? {
+        out.push(x);
+    }
+    d.finish()?;
+    Ok(out)
+}
+
+#[test]
+fn a_dictionary_held_from_an_earlier_stream_is_named_not_sent_again() {
+    let held = Arc::new(Held::default());
+    let d = dict(7);
+    let s = samples(2);
+    // The first stream claims nothing and is sent the dictionary: kept.
+    let (mut first, ids) = held.claim();
+    assert_eq!(ids, Vec::<u64>::new());
+    let mut stream = d.frame().to_vec();
+    stream.extend(event(EvType::Added, &pack(&s[0], Some(&d))));
+    assert_eq!(
+        decode_with(&mut first, &stream).unwrap(),
+        vec![Decoded::Event(EvType::Added, s[0].clone())]
+    );
+    assert_eq!(held.ids(), vec![d.content]);
+    // The next claims it in its Accept, and the relay reads the claim.
+    let (mut second, ids) = held.claim();
+    assert_eq!(ids, vec![d.content]);
+    let accept = format!(
+        "{}, application/vnd.kubernetes.protobuf",
+        accept_holding(&ids)
+    );
+    assert!(preferred(Some(&accept)), "still the compact stream first");
+    assert_eq!(claimed(Some(&accept)), vec![d.content]);
+    // So it is sent the dictionary's number and content id: 11 bytes
+    // instead of the dictionary's.
+    let named = d.held_frame();
+    assert!(named.len() <= 12 && d.frame().len() > 500, "{named:?}");
+    let mut stream = named.to_vec();
+    stream.extend(event(EvType::Modified, &pack(&s[1], Some(&d))));
+    assert_eq!(
+        decode_with(&mut second, &stream).unwrap(),
+        vec![Decoded::Event(EvType::Modified, s[1].clone())]
+    );
+}
+
+#[test]
+fn a_dictionary_named_as_held_but_not_claimed_is_refused() {
+    let d = dict(2);
+    let mut stream = d.held_frame().to_vec();
+    stream.extend(event(EvType::Added, &pack(&samples(1)[0], Some(&d))));
+    // A decoder that claimed nothing (an older node instance's, or one
+    // whose request named no dictionaries).
+    assert_eq!(decode_all(&stream), Err(DecodeError::NotHeld(d.content)));
+    assert_eq!(DecodeError::NotHeld(d.content).label(), "dictionary");
+    // One that claimed another dictionary.
+    let held = Arc::new(Held::default());
+    held.keep(content_id(b"another"), b"another");
+    let (mut dec, ids) = held.claim();
+    assert_eq!(ids.len(), 1);
+    assert_eq!(
+        decode_with(&mut dec, &stream),
+        Err(DecodeError::NotHeld(d.content))
+    );
+    // A dictionary kept after the claim is not claimed by it.
+    let held = Arc::new(Held::default());
+    let (mut early, _) = held.claim();
+    held.keep(d.content, &[]);
+    assert_eq!(
+        decode_with(&mut early, &stream),
+        Err(DecodeError::NotHeld(d.content))
+    );
+    // A held frame cut short, or of number 0.
+    let mut cut = vec![9, TAG_HELD, 1];
+    cut.extend_from_slice(&[0; 7]);
+    assert_eq!(decode_all(&cut), Err(DecodeError::Short));
+    let mut zero = vec![10, TAG_HELD, 0];
+    zero.extend_from_slice(&[0; 8]);
+    assert!(matches!(decode_all(&zero), Err(DecodeError::BadDict(_))));
+}
+
+#[test]
+fn content_ids_are_the_same_in_every_process() {
+    // SHA-256's first 64 bits: no seed, no process of its own.
+    assert_eq!(
+        content_id(b"podns compact dictionary"),
+        0x93a8_2b28_ff72_29cb
+    );
+    assert_eq!(content_id(b""), 0xe3b0_c442_98fc_1c14);
+    // Two relays (or one after a restart) that train the same bytes give
+    // the same id, whatever number each gives it.
+    let (a, b) = (dict(1), dict(40));
+    assert_eq!(a.content, b.content);
+    assert_ne!(a.content, Dict::new(1, b"other bytes").unwrap().content);
+}
+
+#[test]
+fn held_dictionaries_are_bounded_and_the_least_recently_used_goes() {
+    let held = Arc::new(Held::default());
+    let raw = |i: usize| format!("dictionary {i}").into_bytes();
+    for i in 0..=MAX_HELD {
+        held.keep(content_id(&raw(i)), &raw(i));
+    }
+    let ids = held.ids();
+    assert_eq!(ids.len(), MAX_HELD);
+    assert!(!ids.contains(&content_id(&raw(0))), "the oldest went");
+    // A stream that uses the oldest left keeps it: the next goes instead.
+    let (mut dec, _) = held.claim();
+    let d = Arc::new(Dict::new(3, &raw(1)).unwrap());
+    let mut stream = d.held_frame().to_vec();
+    stream.extend(event(EvType::Added, &pack(b"an object", Some(&d))));
+    decode_with(&mut dec, &stream).unwrap();
+    held.keep(content_id(&raw(99)), &raw(99));
+    let ids = held.ids();
+    assert!(ids.contains(&content_id(&raw(1))));
+    assert!(!ids.contains(&content_id(&raw(2))));
+    // What a stream claimed it keeps, whatever is dropped meanwhile.
+    let (mut dec, _) = held.claim();
+    for i in 100..100 + MAX_HELD {
+        held.keep(content_id(&raw(i)), &raw(i));
+    }
+    assert!(!held.ids().contains(&content_id(&raw(1))));
+    let mut again = d.held_frame().to_vec();
+    again.extend(event(EvType::Added, &pack(b"an object", Some(&d))));
+    assert_eq!(
+        decode_with(&mut dec, &again).unwrap(),
+        vec![Decoded::Event(EvType::Added, b"an object".to_vec())]
+    );
+    // Bytes are bounded too: a dictionary over the bound is not kept,
+    // and large ones push the others out.
+    let big = vec![7u8; MAX_HELD_BYTES + 1];
+    held.keep(content_id(&big), &big);
+    assert!(!held.ids().contains(&content_id(&big)));
+    let half = vec![8u8; MAX_HELD_BYTES / 2 + 1];
+    held.keep(content_id(&half), &half);
+    let other = vec![9u8; MAX_HELD_BYTES / 2 + 1];
+    held.keep(content_id(&other), &other);
+    assert_eq!(held.ids(), vec![content_id(&other)]);
+}
+
+#[test]
+fn a_claim_is_read_from_the_compact_type_only_and_bounded() {
+    let ids: Vec<u64> = (1..=MAX_CLAIMED as u64 + 4).collect();
+    let accept = format!("{}, application/json", accept_holding(&ids));
+    assert_eq!(claimed(Some(&accept)), ids[..MAX_CLAIMED].to_vec());
+    assert_eq!(claimed(Some(COMPACT)), Vec::<u64>::new());
+    assert_eq!(claimed(None), Vec::<u64>::new());
+    // Another type's parameter, or ids not 16 hex digits, are no claim.
+    assert_eq!(
+        claimed(Some("application/json;dicts=0000000000000001")),
+        Vec::<u64>::new()
+    );
+    assert_eq!(
+        claimed(Some(&format!(
+            "{COMPACT};dicts=1.zz00000000000000.00000000000000ff"
+        ))),
+        vec![0xff]
+    );
+    assert_eq!(accept_holding(&[]), COMPACT);
+}
+
 /// Seeds for the `compact` fuzz target (`fuzz/corpus/compact`), written
 /// by `PODNS_WRITE_SEEDS=fuzz/corpus/compact cargo test -p podns-server
 /// --lib write_fuzz_seeds -- --ignored` from the repository root), as

@@ -382,7 +382,12 @@ async fn serve(s: &Arc<Server>, req: &Head) -> Result<Reply, ApiError> {
         return Ok(object_response(target.kind, item, wire));
     }
     if watching {
-        watch(s, cache, filter, &query, wire).await
+        // The compact stream's dictionaries the node instance holds.
+        let held = match wire {
+            Wire::Compact => compact::claimed(req.accept.as_deref()),
+            _ => Vec::new(),
+        };
+        watch(s, cache, filter, &query, wire, held).await
     } else {
         Ok(list(&cache, &filter, wire))
     }
@@ -469,6 +474,7 @@ async fn watch(
     filter: Filter,
     q: &HashMap<String, String>,
     wire: Wire,
+    held: Vec<u64>,
 ) -> Result<Reply, ApiError> {
     let params = WatchParams::parse(|k| q.get(k).map(String::as_str)).map_err(|e| match e {
         ParamError::Invalid(m) => ApiError::new(422, "Invalid", m),
@@ -509,6 +515,7 @@ async fn watch(
         every: s.bookmark_every,
         shutdown: s.shutdown.clone(),
         metrics: s.metrics.clone(),
+        held,
     })))
 }
 
@@ -525,6 +532,9 @@ struct Subscriber {
     every: Duration,
     shutdown: CancellationToken,
     metrics: Metrics,
+    /// The compact stream's dictionaries the client holds (content ids):
+    /// each goes as its number and id, not its bytes.
+    held: Vec<u64>,
 }
 
 impl Subscriber {
@@ -622,7 +632,7 @@ impl Subscriber {
                         &self.metrics.relay_encoded,
                     );
                     size += frame.len();
-                    add(&mut frames, &mut dicts, frame);
+                    self.add(&mut frames, &mut dicts, frame);
                     if size >= INITIAL_CHUNK {
                         if !self.send(out, &frames).await {
                             return;
@@ -663,7 +673,7 @@ impl Subscriber {
                         if let Some(ty) = c.ty.seen(before, now) {
                             let f =
                                 c.frame(&self.cache, self.wire, ty, &self.metrics.relay_encoded);
-                            add(&mut frames, &mut dicts, f);
+                            self.add(&mut frames, &mut dicts, f);
                             events += 1;
                         }
                     }
@@ -692,18 +702,28 @@ impl Subscriber {
             }
         }
     }
-}
 
-/// Add `f` to `frames`, after its dictionary if this stream has not sent
-/// it yet (`sent`).
-fn add(frames: &mut Vec<Bytes>, sent: &mut Vec<u32>, f: cache::Frame) {
-    if let Some(d) = f.dict()
-        && !sent.contains(&d.id)
-    {
-        sent.push(d.id);
-        frames.push(d.frame());
+    /// Add `f` to `frames`, after its dictionary if this stream has not
+    /// sent it yet (`sent`): only its number and content id if the client
+    /// holds it.
+    fn add(&self, frames: &mut Vec<Bytes>, sent: &mut Vec<u32>, f: cache::Frame) {
+        if let Some(d) = f.dict()
+            && !sent.contains(&d.id)
+        {
+            sent.push(d.id);
+            let frame = if self.held.contains(&d.content) {
+                self.metrics.relay_dicts_held.inc();
+                d.held_frame()
+            } else {
+                self.metrics
+                    .relay_dict_bytes_sent
+                    .inc_by(d.frame().len() as u64);
+                d.frame()
+            };
+            frames.push(frame);
+        }
+        frames.extend(f.parts());
     }
-    frames.extend(f.parts());
 }
 
 fn version() -> Value {

@@ -849,6 +849,7 @@ fn train(id: u32, samples: &[Bytes], kind: Kind) -> Option<Arc<Dict>> {
             tracing::info!(
                 resource = kind.plural(),
                 dictionary = id,
+                content = format_args!("{:016x}", d.content),
                 samples = samples.len(),
                 "compact stream dictionary trained"
             );
