@@ -8,7 +8,7 @@ use http_body_util::BodyExt;
 use podns_server::metrics::{DecodeErrorLabels, Metrics, WireLabels};
 
 use crate::relay::{
-    T, env_with_relay, node_of_pods, pods_with_ip, relay_client, start_podns, wait_held,
+    T, env_with_relay, node_instance, node_of_pods, pods_with_ip, relay_client, wait_held,
 };
 use crate::support::*;
 
@@ -44,18 +44,7 @@ async fn node_instances_watch_in_the_compact_stream_and_answer_as_over_protobuf(
 
     // Two node instances of the same node: one as shipped (auto: the
     // compact stream), one asking for Protobuf.
-    let start = |wire: &str| {
-        let flags = [
-            format!("--relay-kubeconfig={}", kubeconfig.display()),
-            format!("--node={node}"),
-            format!("--relay-dns={}", env.dns),
-            format!("--wire={wire}"),
-        ];
-        let client = relay_client(&kubeconfig);
-        let stop = env.shutdown.clone();
-        async move { start_podns(&flags, client.await, stop) }
-    };
-    let compact = start("auto").await;
+    let compact = node_instance(&env, &kubeconfig, &node, &["--wire=auto"]).await;
     wait_held(&compact.table, &["ml"]).await;
     // Its watches: its node's pods, the namespace's pods, Services, Jobs.
     wait_for(
@@ -65,7 +54,7 @@ async fn node_instances_watch_in_the_compact_stream_and_answer_as_over_protobuf(
     )
     .await;
     assert_eq!(started(&relay_metrics, "protobuf"), 0);
-    let protobuf = start("protobuf").await;
+    let protobuf = node_instance(&env, &kubeconfig, &node, &["--wire=protobuf"]).await;
     wait_held(&protobuf.table, &["ml"]).await;
     wait_for("the other's watches in Protobuf", T, || async {
         started(&relay_metrics, "protobuf") >= 4
@@ -351,16 +340,7 @@ async fn a_node_instance_is_sent_a_dictionary_once_across_its_watches() {
     .await;
     let before = dict_bytes();
 
-    let flags = [
-        format!("--relay-kubeconfig={}", kubeconfig.display()),
-        format!("--node={node}"),
-        format!("--relay-dns={}", env.dns),
-    ];
-    let n = start_podns(
-        &flags,
-        relay_client(&kubeconfig).await,
-        env.shutdown.clone(),
-    );
+    let n = node_instance(&env, &kubeconfig, &node, &[]).await;
     wait_held(&n.table, &["ml"]).await;
     // A change in its gang: its pods watch is sent the dictionary.
     let seen = applied(&n.metrics);

@@ -94,6 +94,23 @@ pub(crate) async fn relay_client(kubeconfig: &Path) -> kube::Client {
     kube::Client::try_from(config).unwrap()
 }
 
+/// A node instance of `node` on loopback: the relay's kubeconfig, the
+/// relay's DNS (`env`'s), and `extra` flags; stopped with `env`.
+pub(crate) async fn node_instance(
+    env: &Env,
+    kubeconfig: &Path,
+    node: &str,
+    extra: &[&str],
+) -> podns_server::serve::Running {
+    let mut flags = vec![
+        format!("--relay-kubeconfig={}", kubeconfig.display()),
+        format!("--node={node}"),
+        format!("--relay-dns={}", env.dns),
+    ];
+    flags.extend(extra.iter().map(|f| f.to_string()));
+    start_podns(&flags, relay_client(kubeconfig).await, env.shutdown.clone())
+}
+
 /// Another podns on loopback with these flags (a relay, a node instance),
 /// reading the API through `client`, stopped with `stop`.
 pub(crate) fn start_podns(
@@ -698,14 +715,7 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
     );
 
     // The node instance: the relay's kubeconfig, its node, the relay's DNS.
-    let flags = [
-        format!("--relay-kubeconfig={}", kubeconfig.display()),
-        format!("--node={node}"),
-        format!("--relay-dns={}", env.dns),
-        "--scope-linger=0s".to_string(),
-    ];
-    let client = relay_client(&kubeconfig).await;
-    let n = start_podns(&flags, client, env.shutdown.clone());
+    let n = node_instance(&env, &kubeconfig, &node, &["--scope-linger=0s"]).await;
     let (table, metrics, dns) = (n.table.clone(), n.metrics.clone(), n.dns_addr);
     wait_held(&table, &["ml"]).await;
     // Every pod here is of gang `train`: `ml` is held in part.
@@ -927,16 +937,7 @@ async fn a_service_selecting_on_a_label_not_served_yet_has_its_pods_served_anew(
 
     // A node instance holding `ml`, and a plain watch of `ml` through the
     // relay from where it is now.
-    let flags = [
-        format!("--relay-kubeconfig={}", kubeconfig.display()),
-        format!("--node={node}"),
-        format!("--relay-dns={}", env.dns),
-    ];
-    let n = start_podns(
-        &flags,
-        relay_client(&kubeconfig).await,
-        env.shutdown.clone(),
-    );
+    let n = node_instance(&env, &kubeconfig, &node, &[]).await;
     let (table, metrics, dns) = (n.table.clone(), n.metrics.clone(), n.dns_addr);
     wait_held(&table, &["ml"]).await;
     let rv = list_rv(&relay, "ml").await;

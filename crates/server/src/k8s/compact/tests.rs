@@ -32,14 +32,7 @@ fn event(ty: EvType, p: &Packed) -> Vec<u8> {
 }
 
 fn decode_all(stream: &[u8]) -> Result<Vec<Decoded>, DecodeError> {
-    let mut d = Decoder::default();
-    d.push(stream);
-    let mut out = Vec::new();
-    while let Some(x) = d.next_event()? {
-        out.push(x);
-    }
-    d.finish()?;
-    Ok(out)
+    decode_with(&mut Decoder::default(), stream)
 }
 
 #[test]
