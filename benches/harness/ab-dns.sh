@@ -4,11 +4,13 @@
 # alternating the builds, server on core 0 and dnsperf on core 1. For a
 # before/after of a change to the DNS path, in one run on one machine:
 #   benches/harness/ab-dns.sh BEFORE_BINARY AFTER_BINARY > ab.csv
+# The simulator is AFTER_BINARY's `podns sim`, or SIM's (a build with the
+# simulator, when the two compared are image builds without it).
 # Prints CSV: qps, the server's CPU-ms per 1,000 answers, queries lost.
 set -euo pipefail
 [[ $# -eq 2 && -x $1 && -x $2 ]] || { echo "usage: $0 BEFORE_BINARY AFTER_BINARY" >&2; exit 64; }
 before=$1 after=$2
-W=$(mktemp -d); B=$after
+W=$(mktemp -d); B=${SIM:-$after}
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$W"' EXIT
 $B sim --listen 127.0.0.1:0 --kubelet --jobs 10 --ranks 1000 --pod-cidr 10.0.0.0/12 --kubeconfig-out $W/k.yaml > $W/sim.log 2>&1 & sim=$!
 end=$(($(date +%s) + 300))
