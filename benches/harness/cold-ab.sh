@@ -18,7 +18,9 @@
 #   (`exec podns "$@" --wire json` when $1 is serve; the pid stays the same).
 # An old build for A/B: git worktree add /tmp/before <commit> &&
 #   (cd /tmp/before && cargo build --release) and pass /tmp/before/target/release/podns.
-# The simulator is the first BIN's. Everything binds 127.0.0.1; pod IPs are data.
+# The simulator is the first BIN's, or SIM's (a build with the simulator,
+# when the BINs are image builds without it). Everything binds 127.0.0.1;
+# pod IPs are data.
 set -euo pipefail
 J=$1
 shift
@@ -27,7 +29,7 @@ sim_pid=""
 cleanup() { [[ -n $sim_pid ]] && kill "$sim_pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 # shellcheck disable=SC2086 # LEAN is a flag or nothing
-"$1" sim --listen 127.0.0.1:0 --kubelet ${LEAN---lean-pods} --jobs "$J" --ranks ${RANKS:-1000} \
+"${SIM:-$1}" sim --listen 127.0.0.1:0 --kubelet ${LEAN---lean-pods} --jobs "$J" --ranks ${RANKS:-1000} \
   --pod-cidr 10.0.0.0/10 --kubeconfig-out "$work/k.yaml" >"$work/sim.log" 2>&1 &
 sim_pid=$!
 end=$(($(date +%s) + 900))
