@@ -592,17 +592,11 @@ async fn kubectl_gets_and_watches_the_relay() {
     };
     let (env, _dir, kubeconfig, _relay) = relay_with_job("gpt", 2).await;
     let kc = kubeconfig.display().to_string();
+    let get_pods = ["--kubeconfig", &kc, "get", "pods", "-n", "ml"];
     let out = output_ok(
-        std::process::Command::new(&kubectl).args([
-            "--kubeconfig",
-            &kc,
-            "get",
-            "pods",
-            "-n",
-            "ml",
-            "-o",
-            "yaml",
-        ]),
+        std::process::Command::new(&kubectl)
+            .args(get_pods)
+            .args(["-o", "yaml"]),
         "kubectl get pods",
     );
     let text = String::from_utf8_lossy(&out.stdout);
@@ -611,17 +605,8 @@ async fn kubectl_gets_and_watches_the_relay() {
 
     // `get --watch`: a pod created while it watches shows up.
     let mut child = std::process::Command::new(&kubectl)
-        .args([
-            "--kubeconfig",
-            &kc,
-            "get",
-            "pods",
-            "-n",
-            "ml",
-            "--watch",
-            "-o",
-            "name",
-        ])
+        .args(get_pods)
+        .args(["--watch", "-o", "name"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
