@@ -232,8 +232,8 @@ fn daemonset_node_instance_answers_the_gang_and_uninstalls_clean() {
     // In scope: the node instance answers, the relays are not asked.
     let (node_before, relays_before) = (requests(&node), requests(&relays));
     let hops = [
-        Hop::new("the node instance", LINK_LOCAL, true),
-        Hop::new("the cluster DNS", &n.dns, false),
+        Hop::new("the node instance", LINK_LOCAL, 53),
+        Hop::new("the cluster DNS", &n.dns, 53),
     ];
     check_forward_names(&n, tns, "client", &ips, &hops);
     let (node_after, relays_after) = (requests(&node), requests(&relays));
