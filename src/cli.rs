@@ -265,6 +265,9 @@ pub struct ServeArgs {
     /// Initial list by watch stream (sendInitialEvents).
     #[arg(long, env = "PODNS_STREAMING_LIST", default_value = "auto", value_parser = keyword::<StreamingList>(StreamingList::NAMES))]
     pub streaming_list: StreamingList,
+    /// Reopen a watch that has had neither an event nor a bookmark for this long, from its resourceVersion: the API server's watch cache and podns relays send a bookmark about every minute, so such a watch is stuck, not quiet (0: never).
+    #[arg(long, env = "PODNS_WATCH_PROGRESS_TIMEOUT", default_value = "90s")]
+    pub watch_progress_timeout: Secs,
     /// How long to keep answering after SIGTERM while /readyz reports 503.
     #[arg(long, env = "PODNS_SHUTDOWN_GRACE", default_value = "5s")]
     pub shutdown_grace: Secs,
@@ -381,6 +384,7 @@ impl ServeArgs {
             endpoint_slices: !self.no_endpoint_slices,
             consistent_list: self.consistent_list,
             streaming_list: self.streaming_list,
+            watch_progress: Some(self.watch_progress_timeout.0).filter(|d| !d.is_zero()),
             wire: shared.wire,
             kubeconfig: self
                 .relay_kubeconfig

@@ -599,6 +599,43 @@ async fn throttling_is_waited_out_as_retry_after_says() {
     wait_resolves(env.dns, "after-0.after.th.svc", Duration::from_secs(30)).await;
 }
 
+/// A watch the server keeps open but stops feeding, no event and no
+/// bookmark, is reopened from its resourceVersion after
+/// `--watch-progress-timeout`: a pod created meanwhile answers within
+/// seconds, not after the watch's own timeout (290 s), and nothing is
+/// listed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_watch_is_reopened_where_it_was() {
+    let env = env(
+        &["--kubelet", "--bookmark-interval=1"],
+        &["--watch-progress-timeout=3s"],
+    )
+    .await;
+    create_job(&env.client, "st", "before", 1, "indexed-job").await;
+    wait_resolves(env.dns, "before-0.before.st.svc", T).await;
+    let restarts = |metrics: &str, retry: &str| -> u64 {
+        metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("podns_watch_restarts_total")
+                    && l.contains(r#"reason="stalled""#)
+                    && l.contains(&format!(r#"retry="{retry}""#))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let before = admin_get(env.admin, "/metrics").await.1;
+    assert_eq!(restarts(&before, "resume"), 0, "{before}");
+    let stalled = std::time::Instant::now();
+    sim_post(&env.client, "/sim/faults/stall-watches", json!({})).await;
+    create_job(&env.client, "st", "after", 1, "indexed-job").await;
+    wait_resolves(env.dns, "after-0.after.st.svc", Duration::from_secs(30)).await;
+    eprintln!("answered {:?} after the stall", stalled.elapsed());
+    let metrics = admin_get(env.admin, "/metrics").await.1;
+    assert!(restarts(&metrics, "resume") > 0, "{metrics}");
+    assert_eq!(restarts(&metrics, "relist"), 0, "{metrics}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_and_label_scopes_limit_the_pod_watch() {
     let env = env(&[], &["--namespace=in", "--label-selector=dns=yes"]).await;

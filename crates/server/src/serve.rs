@@ -67,6 +67,9 @@ pub struct ServeConfig {
     /// Quorum reads instead of lists from the watch cache.
     pub consistent_list: bool,
     pub streaming_list: StreamingList,
+    /// Reopen a watch with neither an event nor a bookmark for this long
+    /// (`None`: never).
+    pub watch_progress: Option<std::time::Duration>,
     /// Protobuf or JSON from the API server (`auto`: Protobuf when offered).
     pub wire: Wire,
     /// A kubeconfig path (None: `$KUBECONFIG`, `~/.kube/config`, in-cluster).
@@ -110,6 +113,7 @@ impl Default for ServeConfig {
             endpoint_slices: true,
             consistent_list: false,
             streaming_list: StreamingList::Auto,
+            watch_progress: Some(WATCH_PROGRESS),
             wire: Wire::Auto,
             kubeconfig: None,
             context: None,
@@ -122,6 +126,11 @@ impl Default for ServeConfig {
         }
     }
 }
+
+/// `--watch-progress-timeout`'s default: one and a half times the minute
+/// between the API server's bookmarks (and a relay's), so a bookmark a
+/// little late is not taken for a stuck watch.
+pub const WATCH_PROGRESS: std::time::Duration = std::time::Duration::from_secs(90);
 
 /// serve's configuration errors are the shared ones (the binary matches on
 /// this path for exit code 64).
@@ -460,6 +469,7 @@ fn watch_config(args: &ServeConfig) -> WatchConfig {
         wire: args.wire,
         ranges: args.reverse_cidrs.is_empty() && !node,
         dicts: Default::default(),
+        progress: args.watch_progress,
     }
 }
 

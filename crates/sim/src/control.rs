@@ -123,6 +123,10 @@ async fn route(sim: &Arc<Sim>, req: Request, rest: &str) -> Result<Response, Api
             sim.faults.drop_watches();
             Ok(ok(json!({"dropped": true})))
         }
+        (&Method::POST, ["faults", "stall-watches"]) => {
+            sim.faults.stall_watches();
+            Ok(ok(json!({"stalled": true})))
+        }
         (&Method::POST, ["faults", "outage"]) => {
             sim.faults.outage(dur("seconds")?);
             Ok(ok(json!({"outage": true})))

@@ -1,5 +1,5 @@
-//! Injected faults: outages (503), throttling (429), added latency, and
-//! dropping every open watch.
+//! Injected faults: outages (503), throttling (429), added latency,
+//! dropping every open watch, and stalling them (open, but silent).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -21,6 +21,8 @@ pub struct Faults {
     state: Mutex<State>,
     /// Cancelled (and replaced) to close every open watch.
     watches: Mutex<CancellationToken>,
+    /// Cancelled (and replaced) to stall every open watch.
+    stalls: Mutex<CancellationToken>,
 }
 
 impl Default for Faults {
@@ -28,6 +30,7 @@ impl Default for Faults {
         Faults {
             state: Mutex::new(State::default()),
             watches: Mutex::new(CancellationToken::new()),
+            stalls: Mutex::new(CancellationToken::new()),
         }
     }
 }
@@ -46,9 +49,22 @@ impl Faults {
     }
 
     pub fn drop_watches(&self) {
-        let mut t = self.watches.lock().unwrap_or_else(|p| p.into_inner());
-        t.cancel();
-        *t = CancellationToken::new();
+        renew(&self.watches);
+    }
+
+    /// The token that stalls a new watch.
+    pub fn stall_token(&self) -> CancellationToken {
+        self.stalls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Every open watch keeps its connection and sends nothing more, no
+    /// event and no bookmark, until its client goes (a watch stuck behind
+    /// a proxy or a server that lost it); watches opened after are served.
+    pub fn stall_watches(&self) {
+        renew(&self.stalls);
     }
 
     pub fn outage(&self, d: Duration) {
@@ -108,4 +124,11 @@ impl Faults {
         }
         None
     }
+}
+
+/// Cancel the token every open watch holds, and give new ones a fresh one.
+fn renew(token: &Mutex<CancellationToken>) {
+    let mut t = token.lock().unwrap_or_else(|p| p.into_inner());
+    t.cancel();
+    *t = CancellationToken::new();
 }

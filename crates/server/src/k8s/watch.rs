@@ -68,6 +68,10 @@ pub struct WatchConfig {
     /// watches of all its namespaces, and their reconnects), so a relay
     /// sends each once per node instance.
     pub dicts: Arc<super::compact::Held>,
+    /// How long a watch may go without an event or a bookmark before it
+    /// is reopened from its resourceVersion (`--watch-progress-timeout`);
+    /// `None`: never.
+    pub progress: Option<Duration>,
 }
 
 impl WatchConfig {
@@ -234,6 +238,7 @@ where
         seen: None,
         bookmarked: None,
         held: None,
+        progress: cfg.progress,
     }
 }
 
@@ -592,7 +597,7 @@ fn status(error: &watcher::Error) -> Option<&Status> {
 
 /// Every `reason` label of `podns_watch_restarts`: what [`restart_reason`]
 /// gives, and `streaming_refused` (a fallback to list + watch).
-pub const RESTART_REASONS: [&str; 7] = [
+pub const RESTART_REASONS: [&str; 8] = [
     "expired_410",
     "throttled_429",
     "unavailable",
@@ -600,6 +605,7 @@ pub const RESTART_REASONS: [&str; 7] = [
     "no_resource_version",
     "watch_failed",
     "streaming_refused",
+    "stalled",
 ];
 
 /// A relay's compact stream that could not be decoded (`wire` relists).
@@ -625,6 +631,7 @@ pub fn restart_reason(error: &watcher::Error) -> &'static str {
         }
         watcher::Error::InitialListFailed(_) => "list_failed",
         watcher::Error::NoResourceVersion => "no_resource_version",
+        watcher::Error::WatchFailed(e) if super::wire::is_stalled(e) => "stalled",
         _ => "watch_failed",
     }
 }

@@ -113,6 +113,28 @@ pub struct RawConfig {
     /// sends them once ([`compact::Held`]); `None`: each stream is sent
     /// its own.
     pub held: Option<std::sync::Arc<compact::Held>>,
+    /// The longest a watch may go without an event or a bookmark before it
+    /// is reopened from its resourceVersion ([`Stalled`]); `None`: never.
+    pub progress: Option<std::time::Duration>,
+}
+
+/// A watch that asked for bookmarks and got neither an event nor a
+/// bookmark for `after`: the API server's watch cache sends one about
+/// every minute (and a relay as often), so the stream is stuck, not
+/// quiet. Its connection is dropped and the watch resumes from its
+/// resourceVersion, so the server's history brings what it missed.
+#[derive(Debug, thiserror::Error)]
+#[error("no event and no bookmark for {after:?}: the watch is reopened")]
+pub struct Stalled {
+    pub after: std::time::Duration,
+}
+
+/// Whether a watch ended because it stalled ([`Stalled`]).
+pub fn is_stalled(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::ReadEvents(io) => io.get_ref().is_some_and(|i| i.is::<Stalled>()),
+        _ => false,
+    }
 }
 
 /// A list a watcher starts from as if it had just read it: a node
@@ -558,7 +580,20 @@ impl<K: RawWatched> RawWatcher<K> {
                     mut events,
                     mut initial,
                 } => {
-                    let ev = match events.next::<K>().await {
+                    // A streaming list's initial events have their own
+                    // deadline (`--streaming-list auto`'s fallback).
+                    let next = match self.ctx.cfg.progress.filter(|_| !initial) {
+                        Some(after) => tokio::time::timeout(after, events.next::<K>())
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(kube::Error::ReadEvents(std::io::Error::new(
+                                    std::io::ErrorKind::TimedOut,
+                                    Stalled { after },
+                                )))
+                            }),
+                        None => events.next::<K>().await,
+                    };
+                    let ev = match next {
                         Ok(Some(ev)) => ev,
                         // The server closed the watch (timeoutSeconds): resume.
                         Ok(None) if initial => continue,

@@ -173,6 +173,7 @@ impl WatchTask {
     async fn run_inner(&self) -> Option<()> {
         let store = &self.sim.store;
         let cancel = self.sim.faults.watch_token();
+        let stall = self.sim.faults.stall_token();
         let shutdown = self.sim.shutdown.clone();
         let mut changes = store.subscribe();
         let mut cursor = match self.start_rv {
@@ -193,6 +194,15 @@ impl WatchTask {
         let interval = Duration::from_secs(self.sim.bookmark_interval.max(1));
         let mut next_bookmark = Instant::now() + interval;
         loop {
+            if stall.is_cancelled() {
+                // Open and silent until the client goes.
+                tokio::select! {
+                    _ = cancel.cancelled() => {}
+                    _ = shutdown.cancelled() => {}
+                    _ = self.tx.closed() => {}
+                }
+                return None;
+            }
             changes.borrow_and_update();
             match store.events_after(cursor, 1024) {
                 Err(_) => {
@@ -246,6 +256,7 @@ impl WatchTask {
                 _ = cancel.cancelled() => return None,
                 _ = shutdown.cancelled() => return None,
                 _ = self.tx.closed() => return None,
+                _ = stall.cancelled() => {}
             }
         }
     }
