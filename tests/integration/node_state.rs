@@ -193,13 +193,16 @@ async fn a_restarted_node_instance_serves_its_saved_scope_at_once_and_resumes_wi
     })
     .await;
 
+    // The answers, read (listed) through the relay before the restart.
+    let ip = ip_of(&t.relay, "train-1").await;
+    let late_ip = ip_of(&t.relay, "late").await;
+    let lists = t._relay.metrics.relay_lists.get();
     let token = t.env.shutdown.child_token();
     let started = Instant::now();
     let n = node_instance(&t, state.path(), "ca-1", token.clone());
     let m = n.metrics.clone();
     wait_loaded(&m, "loaded").await;
     // Ready from the saved scope, and a rank answers from it.
-    let ip = ip_of(&t.relay, "train-1").await;
     wait_for("ready", T, || async {
         admin_get(n.admin_addr, "/readyz").await.0 == 200
     })
@@ -209,13 +212,18 @@ async fn a_restarted_node_instance_serves_its_saved_scope_at_once_and_resumes_wi
     eprintln!("restart: ready and answering a rank from the saved scope in {serving:?}");
     assert!(serving < Duration::from_secs(5), "{serving:?}");
     // The pod made during the downtime arrives by resume.
-    let late_ip = ip_of(&t.relay, "late").await;
     wait_answers(n.dns_addr, "late.train.ml.svc", &late_ip).await;
     // Every watch started from the saved scope; none listed.
     let saved = count(&m.node_state_watches, "saved");
     assert!(saved >= 2, "pods and services at least: {saved}");
     assert_eq!(count(&m.node_state_watches, "listed"), 0);
     assert_eq!(relists(&m), 0, "resumed from the relay's history");
+    // Nor did its node's pods' watch: the relay served no list since.
+    assert_eq!(
+        t._relay.metrics.relay_lists.get(),
+        lists,
+        "no list of any kind"
+    );
     stop(n, token).await;
 }
 

@@ -70,6 +70,8 @@ pub const WATCH_DECODE_ERRORS: &str = "podns_watch_decode_errors";
 pub const RELAY_CONNECTIONS: &str = "podns_relay_connections";
 /// Connections the relay closed at once: it held --relay-max-connections.
 pub const RELAY_REFUSED: &str = "podns_relay_connections_refused";
+/// Lists the relay served (a watch that started by listing; gets apart).
+pub const RELAY_LISTS: &str = "podns_relay_lists";
 /// Bytes of watch events the relay sent.
 pub const RELAY_SENT_BYTES: &str = "podns_relay_watch_sent_bytes";
 /// Bytes of compact stream dictionaries the relay sent (in those above).
@@ -224,6 +226,7 @@ pub struct Metrics {
     pub watch_decode_errors: Family<DecodeErrorLabels, Counter>,
     pub relay_connections: Gauge<i64, AtomicI64>,
     pub relay_refused: Counter,
+    pub relay_lists: Counter,
     pub relay_sent_bytes: Counter,
     pub relay_dict_bytes_sent: Counter,
     pub relay_dicts_held: Counter,
@@ -287,6 +290,7 @@ impl Metrics {
         let watch_decode_errors = Family::<DecodeErrorLabels, Counter>::default();
         let relay_connections = Gauge::<i64, AtomicI64>::default();
         let relay_refused = Counter::default();
+        let relay_lists = Counter::default();
         let relay_sent_bytes = Counter::default();
         let relay_dict_bytes_sent = Counter::default();
         let relay_dicts_held = Counter::default();
@@ -445,6 +449,11 @@ impl Metrics {
             relay_refused.clone(),
         );
         registry.register(
+            RELAY_LISTS,
+            "Lists the relay served (gets of one object apart)",
+            relay_lists.clone(),
+        );
+        registry.register(
             RELAY_SENT_BYTES,
             "Bytes of watch events the relay sent",
             relay_sent_bytes.clone(),
@@ -535,6 +544,7 @@ impl Metrics {
             watch_decode_errors,
             relay_connections,
             relay_refused,
+            relay_lists,
             relay_sent_bytes,
             relay_dict_bytes_sent,
             relay_dicts_held,

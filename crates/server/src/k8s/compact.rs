@@ -324,6 +324,27 @@ impl Held {
         }
     }
 
+    /// The dictionaries held, least recently used first: what a node
+    /// instance saves with its scope (`node::state`).
+    pub fn dicts(&self) -> Vec<Arc<[u8]>> {
+        self.lock().iter().map(|(_, d)| d.clone()).collect()
+    }
+
+    /// Hold `dicts` again (least recently used first), as a restarted
+    /// node instance does with those it saved, each under its content id
+    /// and bounded as [`Held::keep`] is; one zstd refuses (or larger than
+    /// [`MAX_DICT`]) is dropped, so a watch never claims what it could not
+    /// decode with.
+    /// How many are held after.
+    pub fn restore<'a>(&self, dicts: impl IntoIterator<Item = &'a [u8]>) -> usize {
+        for d in dicts {
+            if d.len() <= MAX_DICT && decompressor(d).is_ok() {
+                self.keep(content_id(d), d);
+            }
+        }
+        self.lock().len()
+    }
+
     /// `id` was used: the most recently used now (if still held).
     fn touch(&self, id: u64) {
         let mut g = self.lock();

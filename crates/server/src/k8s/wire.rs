@@ -360,6 +360,9 @@ struct RawWatcher<K> {
 struct Ctx {
     client: kube::Client,
     cfg: RawConfig,
+    /// The field selector of the list and watch (a node instance's own
+    /// pods: `spec.nodeName=NODE`).
+    fields: Option<String>,
 }
 
 fn rv_of<K: kube::Resource>(k: &K) -> Option<String> {
@@ -455,6 +458,7 @@ impl Ctx {
     async fn list<K: RawWatched>(&self) -> Result<(Vec<K>, String), kube::Error> {
         let lp = ListParams {
             label_selector: self.cfg.label_selector.clone(),
+            field_selector: self.fields.clone(),
             resource_version: match self.list_rv() {
                 "" => None,
                 rv => Some(rv.to_owned()),
@@ -475,6 +479,7 @@ impl Ctx {
     async fn watch(&self, rv: &str, initial: bool) -> Result<Events, kube::Error> {
         let mut wp = WatchParams {
             label_selector: self.cfg.label_selector.clone(),
+            field_selector: self.fields.clone(),
             bookmarks: true,
             ..WatchParams::default()
         };
@@ -686,8 +691,23 @@ pub fn raw_watcher_from<K: RawWatched>(
     cfg: RawConfig,
     start: Option<Listed<K>>,
 ) -> impl Stream<Item = watcher::Result<Event<K>>> + Send {
+    raw_watcher_selecting(client, cfg, None, start)
+}
+
+/// [`raw_watcher_from`] of the objects a field selector selects too: a
+/// node instance's watch of its node's pods (`spec.nodeName=NODE`).
+pub fn raw_watcher_selecting<K: RawWatched>(
+    client: kube::Client,
+    cfg: RawConfig,
+    fields: Option<String>,
+    start: Option<Listed<K>>,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send {
     let w = RawWatcher {
-        ctx: Ctx { client, cfg },
+        ctx: Ctx {
+            client,
+            cfg,
+            fields,
+        },
         state: start.map_or(State::Empty, State::Saved),
     };
     futures::stream::unfold(w, |mut w| async move {

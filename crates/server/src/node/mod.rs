@@ -29,17 +29,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::{Event, ListSemantic};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::index::Table;
 use crate::index::types::Arrival;
 use crate::k8s::failure::Failure;
+use crate::k8s::objects::SlimPod;
 use crate::k8s::watch::WatchConfig;
+use crate::k8s::wire::{RawConfig, raw_watcher_selecting};
 use crate::metrics::Metrics;
 use held::Held;
 pub use reach::Reach;
@@ -68,9 +68,14 @@ pub struct NodeConfig {
 }
 
 /// A pod's gang ([`crate::labels::gang_of`]) from its labels.
-fn gang_of(p: &Pod) -> Option<(&'static str, String)> {
-    let labels = p.metadata.labels.as_ref()?;
-    crate::labels::gang_of(|k| labels.get(k).map(String::as_str))
+fn gang_of(p: &SlimPod) -> Option<(&'static str, String)> {
+    let labels = &p.meta.labels;
+    crate::labels::gang_of(|k| {
+        labels
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    })
 }
 
 /// Follow this node's pods and keep the scope's watches running.
@@ -89,7 +94,12 @@ pub async fn run(
             ca: cfg.relay_ca.clone(),
             node: cfg.node.clone(),
         };
-        Arc::new(state::Store::new(dir, identity, metrics.clone()))
+        Arc::new(state::Store::new(
+            dir,
+            identity,
+            metrics.clone(),
+            wcfg.dicts.clone(),
+        ))
     });
     let loaded = match &store {
         Some(s) => s.load().await,
@@ -115,12 +125,38 @@ pub async fn run(
         endpoint_slices: slices,
         ..wcfg
     };
-    let api: Api<Pod> = Api::all(client.clone());
+    // This node's pods, on the watch loop of the scope's watches: in the
+    // relay's compact stream, and with a saved scope started from its
+    // saved list and resumed from its resourceVersion, not listed.
     let selector = format!("spec.nodeName={}", cfg.node);
+    let mut keep = store.as_ref().map(|s| s.node_pods(&selector));
+    let start = keep
+        .as_mut()
+        .and_then(state::KeepTap::take_saved::<SlimPod>);
+    if let Some(l) = &start {
+        tracing::info!(pods = l.items.len(), resource_version = %l.rv, "this node's pods: resuming from the saved scope");
+    }
+    let raw = RawConfig {
+        url_path: "/api/v1/pods".into(),
+        label_selector: None,
+        list_semantic: ListSemantic::Any,
+        streaming: false,
+        wire: wcfg.wire,
+        seen: keep.as_ref().map(state::KeepTap::seen),
+        bookmarked: keep.as_ref().map(state::KeepTap::bookmarked),
+        held: Some(wcfg.dicts.clone()),
+        progress: wcfg.progress,
+    };
     // Without `Init`, which the watcher sends before it asks for a list:
     // the backoff resets on every item, and on `Init` it would never grow
     // while the relays are down (every node retrying about once a second).
-    let mut pods = watcher::watcher(api, watcher::Config::default().fields(&selector))
+    // The state keeps every event, `Init` too.
+    let mut pods = raw_watcher_selecting::<SlimPod>(client.clone(), raw, Some(selector), start)
+        .inspect(move |e| {
+            if let (Some(k), Ok(e)) = (&keep, e) {
+                k.note(e);
+            }
+        })
         .try_filter(|e| std::future::ready(!matches!(e, Event::Init)))
         .default_backoff()
         .boxed();
@@ -140,7 +176,7 @@ pub async fn run(
         .map(|s| tokio::spawn(s.keep_saving(saving.clone())));
     if let Some((saved, _)) = loaded {
         // Served at once: each watch starts from its saved list and
-        // resumes; this node's pods are listed again beside them.
+        // resumes, this node's pods' too (listed if none was saved).
         here = saved;
         held.rescope(&here).await;
         table.set_synced(true);
@@ -241,7 +277,7 @@ async fn relay_serves_slices(
     }
 }
 
-fn key(p: &Pod) -> Option<(String, String)> {
+fn key(p: &SlimPod) -> Option<(String, String)> {
     Some((p.metadata.namespace.clone()?, p.metadata.name.clone()?))
 }
 
@@ -250,18 +286,16 @@ mod tests {
     use super::*;
     #[test]
     fn a_pods_gang_is_its_most_encompassing_label() {
-        let mut p = Pod::default();
+        let mut p = SlimPod::default();
         assert_eq!(gang_of(&p), None);
-        p.metadata.labels = Some(
-            [
-                ("batch.kubernetes.io/job-name", "js-workers-0"),
-                ("jobset.sigs.k8s.io/jobset-name", "js"),
-                ("app", "x"),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        );
+        p.meta.labels = [
+            ("batch.kubernetes.io/job-name", "js-workers-0"),
+            ("jobset.sigs.k8s.io/jobset-name", "js"),
+            ("app", "x"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
         assert_eq!(
             gang_of(&p),
             Some(("jobset.sigs.k8s.io/jobset-name", "js".to_string()))

@@ -2,10 +2,12 @@
 //! stopped, so a restart (a DaemonSet rollout) serves at once and resumes
 //! its watches from the relays' history instead of relisting them.
 //!
-//! The state is one file: the pods of this node (the scope) and, per watch,
-//! its objects (their Protobuf messages, as [`Slim::to_raw`] writes them
-//! and [`Slim::decode_pb`] reads them) and the resourceVersion it would
-//! resume from, with the identity of the relay tier it came from (its URL
+//! The state is one file: the pods of this node (the scope) and, per watch
+//! (the watch of this node's pods among them), its objects (their Protobuf
+//! messages, as [`Slim::to_raw`] writes them and [`Slim::decode_pb`] reads
+//! them) and the resourceVersion it would resume from, the compact
+//! stream's dictionaries it holds ([`compact::Held`], so a restart claims
+//! them and the relay sends each as a reference, not again), with the identity of the relay tier it came from (its URL
 //! and the SHA-256 of the CA the relay kubeconfig trusts) and the node's
 //! name. The file is a SHA-256-checked Protobuf message behind a magic and
 //! a format version, at most [`MAX_BYTES`], written atomically (a
@@ -18,8 +20,8 @@
 //! [`MAX_BYTES`] is dropped with one log line saying why
 //! (`podns_node_state_loads_total{result}`), and the scope is listed as
 //! without one; it is never served. A state that loads is served at once
-//! (each watch starts from its saved list, [`Listed`]) and each watch
-//! resumes from its resourceVersion: the relay's history decides between
+//! (each watch starts from its saved list, [`Listed`], this node's pods'
+//! too) and each watch resumes from its resourceVersion: the relay's history decides between
 //! the changes since and 410 and one relist of that watch. A watch whose
 //! list is not complete when the state is written (a first list, a relist
 //! after 410) is left out, and lists after a restart.
@@ -36,6 +38,7 @@ use kube::runtime::watcher::Event;
 use ring::digest::{SHA256, digest};
 
 use super::Here;
+use crate::k8s::compact;
 use crate::k8s::objects::Message;
 use crate::k8s::objects::proto::{Val, fields, put_bytes, put_int, put_message, str_of, sub};
 use crate::k8s::tap::{Tap, Taps, Watched};
@@ -43,7 +46,9 @@ use crate::k8s::wire::Listed;
 use crate::metrics::{Metrics, ResultLabels};
 
 /// The state's format: raised whenever what is written changes meaning.
-pub const FORMAT: u32 = 1;
+/// 2: the compact stream's dictionaries held, and the watch of this
+/// node's pods (a field selector, no namespace).
+pub const FORMAT: u32 = 2;
 /// The largest state written or read. Past it nothing is written (the
 /// file there is removed, so an older scope is never loaded), one WARN
 /// line says so and `podns_node_state_writes_total{result="too_large"}`
@@ -121,8 +126,10 @@ fn hex(b: &[u8]) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WatchKey {
     pub resource: String,
+    /// Empty for the watch of this node's pods (every namespace).
     pub namespace: String,
-    /// The pods' label selector (a held gang's); `None` for the other kinds.
+    /// The pods' label selector (a held gang's), or the field selector of
+    /// this node's pods (`spec.nodeName=`); `None` for the other kinds.
     pub selector: Option<String>,
 }
 
@@ -146,6 +153,8 @@ pub struct Saved {
     pub slices: bool,
     pub here: Vec<HerePod>,
     pub watches: BTreeMap<WatchKey, SavedWatch>,
+    /// The compact stream's dictionaries held, least recently used first.
+    pub dicts: Vec<Bytes>,
 }
 
 /// Why a state was not loaded: the `result` label and the words.
@@ -176,6 +185,7 @@ const F_SAVED_AT: u32 = 4;
 const F_SLICES: u32 = 5;
 const F_HERE: u32 = 6;
 const F_WATCH: u32 = 7;
+const F_DICT: u32 = 8;
 // A pod here.
 const H_NS: u32 = 1;
 const H_NAME: u32 = 2;
@@ -221,6 +231,9 @@ impl Saved {
                 }
                 Ok::<(), ()>(())
             });
+        }
+        for d in &self.dicts {
+            put_bytes(&mut body, F_DICT, d);
         }
         let mut out = Vec::with_capacity(HEAD + body.len());
         out.extend_from_slice(MAGIC);
@@ -282,6 +295,9 @@ impl Saved {
                     let (k, w) = decode_watch(sub(v).ok_or("watch")?)?;
                     s.watches.insert(k, w);
                 }
+                F_DICT => s
+                    .dicts
+                    .push(Bytes::copy_from_slice(sub(v).ok_or("dictionary")?)),
                 _ => return Err("field"),
             }
         }
@@ -392,6 +408,8 @@ pub struct Store {
     live: Mutex<HashMap<WatchKey, Arc<Mutex<Live>>>>,
     here: Mutex<Vec<HerePod>>,
     slices: AtomicBool,
+    /// The compact stream's dictionaries every watch shares.
+    dicts: Arc<compact::Held>,
     /// Bumped on every change; the last one written.
     changes: AtomicU64,
     written: AtomicU64,
@@ -400,7 +418,14 @@ pub struct Store {
 }
 
 impl Store {
-    pub fn new(dir: &Path, identity: Identity, metrics: Metrics) -> Self {
+    /// The state in `dir`, saving and restoring the dictionaries `dicts`
+    /// (the `WatchConfig::dicts` of the node instance's watches).
+    pub fn new(
+        dir: &Path,
+        identity: Identity,
+        metrics: Metrics,
+        dicts: Arc<compact::Held>,
+    ) -> Self {
         for result in LOAD_RESULTS {
             let _ = metrics
                 .node_state_loads
@@ -424,6 +449,7 @@ impl Store {
             live: Mutex::default(),
             here: Mutex::default(),
             slices: AtomicBool::new(false),
+            dicts,
             changes: AtomicU64::new(0),
             written: AtomicU64::new(0),
             too_large: AtomicBool::new(false),
@@ -469,11 +495,14 @@ impl Store {
         };
         self.count_load("loaded");
         let objects: usize = saved.watches.values().map(|w| w.objects.len()).sum();
+        // Held before any watch starts: the first ones claim them.
+        let dicts = self.dicts.restore(saved.dicts.iter().map(|d| &d[..]));
         tracing::info!(
             path = %path.display(),
             bytes = file.len(),
             watches = saved.watches.len(),
             objects,
+            dicts,
             age_seconds = now_secs().saturating_sub(saved.saved_at),
             "serving the saved scope; its watches resume"
         );
@@ -543,6 +572,12 @@ impl Store {
             slices: self.slices.load(Ordering::Relaxed),
             here: lock(&self.here).clone(),
             watches,
+            dicts: self
+                .dicts
+                .dicts()
+                .iter()
+                .map(|d| Bytes::copy_from_slice(d))
+                .collect(),
         }
     }
 
@@ -641,13 +676,32 @@ impl Taps for Keep {
                 .then(|| self.pods_selector.clone())
                 .flatten(),
         };
+        self.store.keeper(key)
+    }
+}
+
+impl Store {
+    /// The keeper of the watch `key`, kept in the state from now on.
+    fn keeper(self: &Arc<Self>, key: WatchKey) -> KeepTap {
         let live = Arc::new(Mutex::new(Live::new()));
-        lock(&self.store.live).insert(key.clone(), live.clone());
+        lock(&self.live).insert(key.clone(), live.clone());
         KeepTap {
-            store: self.store.clone(),
+            store: self.clone(),
             key,
             live,
         }
+    }
+
+    /// The keeper of the watch of this node's pods (`fields`:
+    /// `spec.nodeName=NODE`, every namespace), which `node` runs itself:
+    /// it starts from [`KeepTap::take_saved`] and hands each event to
+    /// [`KeepTap::note`].
+    pub fn node_pods(self: &Arc<Self>, fields: &str) -> KeepTap {
+        self.keeper(WatchKey {
+            resource: "pods".into(),
+            namespace: String::new(),
+            selector: Some(fields.to_owned()),
+        })
     }
 }
 
@@ -669,12 +723,9 @@ fn encode<K: Watched>(k: &K) -> Option<Bytes> {
     Some(Bytes::from(b))
 }
 
-impl<K: Watched> Tap<K> for KeepTap {
-    async fn event(
-        &mut self,
-        event: &Event<K>,
-        _at: std::time::Instant,
-    ) -> std::ops::ControlFlow<()> {
+impl KeepTap {
+    /// Keep `event` (as [`Tap::event`] does).
+    pub fn note<K: Watched>(&self, event: &Event<K>) {
         let mut l = lock(&self.live);
         let rv = l.seen.load(Ordering::Acquire);
         match event {
@@ -711,31 +762,59 @@ impl<K: Watched> Tap<K> for KeepTap {
         }
         drop(l);
         self.store.changes.fetch_add(1, Ordering::Relaxed);
-        std::ops::ControlFlow::Continue(())
     }
 
-    fn resume_version(&self) -> Option<Arc<AtomicU64>> {
-        Some(lock(&self.live).seen.clone())
+    /// The resourceVersion the watcher would resume from, published by
+    /// it ([`RawConfig::seen`](crate::k8s::wire::RawConfig::seen)).
+    pub fn seen(&self) -> Arc<AtomicU64> {
+        lock(&self.live).seen.clone()
     }
 
-    fn bookmarks(&self) -> Option<Arc<AtomicU64>> {
-        Some(lock(&self.live).bookmarked.clone())
+    /// Each bookmark's resourceVersion, published by the watcher
+    /// ([`RawConfig::bookmarked`](crate::k8s::wire::RawConfig::bookmarked)).
+    pub fn bookmarked(&self) -> Arc<AtomicU64> {
+        lock(&self.live).bookmarked.clone()
     }
 
-    fn saved(&mut self) -> Option<Listed<K>> {
-        let w = lock(&self.store.loaded).remove(&self.key);
-        let result = if w.is_some() { "saved" } else { "listed" };
-        self.store
-            .metrics
-            .node_state_watches
-            .get_or_create(&ResultLabels { result })
-            .inc();
-        let w = w?;
+    /// The saved list this watch starts from, if the state loaded has one
+    /// (taken once).
+    pub fn take_saved<K: Watched>(&mut self) -> Option<Listed<K>> {
+        let w = lock(&self.store.loaded).remove(&self.key)?;
         let items = w.objects.iter().map(|b| K::decode_pb(b)).collect();
         Some(Listed {
             items,
             rv: w.rv.to_string(),
         })
+    }
+}
+
+impl<K: Watched> Tap<K> for KeepTap {
+    async fn event(
+        &mut self,
+        event: &Event<K>,
+        _at: std::time::Instant,
+    ) -> std::ops::ControlFlow<()> {
+        self.note(event);
+        std::ops::ControlFlow::Continue(())
+    }
+
+    fn resume_version(&self) -> Option<Arc<AtomicU64>> {
+        Some(self.seen())
+    }
+
+    fn bookmarks(&self) -> Option<Arc<AtomicU64>> {
+        Some(self.bookmarked())
+    }
+
+    fn saved(&mut self) -> Option<Listed<K>> {
+        let listed = self.take_saved();
+        let result = if listed.is_some() { "saved" } else { "listed" };
+        self.store
+            .metrics
+            .node_state_watches
+            .get_or_create(&ResultLabels { result })
+            .inc();
+        listed
     }
 }
 
@@ -777,6 +856,17 @@ mod tests {
                 objects: vec![encode(&pod("js-0", "41", "10.0.0.1")).unwrap()],
             },
         );
+        watches.insert(
+            WatchKey {
+                resource: "pods".into(),
+                namespace: String::new(),
+                selector: Some("spec.nodeName=node-1".into()),
+            },
+            SavedWatch {
+                rv: 40,
+                objects: vec![encode(&pod("js-0", "41", "10.0.0.1")).unwrap()],
+            },
+        );
         Saved {
             identity: ours(),
             saved_at: now,
@@ -787,6 +877,10 @@ mod tests {
                 Some(("jobset.sigs.k8s.io/jobset-name", "js".into())),
             )],
             watches,
+            dicts: vec![
+                Bytes::from_static(b"the pods' dictionary"),
+                Bytes::from_static(b"the services' dictionary"),
+            ],
         }
     }
 
@@ -796,6 +890,11 @@ mod tests {
         let s = saved(now);
         let file = s.encode();
         assert_eq!(Saved::decode(&file, &ours(), now + 60), Ok(s.clone()));
+        // This node's pods' watch (no namespace) and the dictionaries, in
+        // their order.
+        let back = Saved::decode(&file, &ours(), now).unwrap();
+        assert!(back.watches.keys().any(|k| k.namespace.is_empty()));
+        assert_eq!(back.dicts[1], &b"the services' dictionary"[..]);
         // Its object decodes as the pod it was.
         let w = s.watches.values().next().unwrap();
         let back = SlimPod::decode_pb(&w.objects[0]);
@@ -880,6 +979,84 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_state_of_the_previous_format_is_dropped_in_one_line_and_listed() {
+        // Format 1 (no dictionaries, no watch of this node's pods): its
+        // body is one this podns could read, but it is not served.
+        assert_eq!(FORMAT, 2);
+        let now = now_secs();
+        let mut old = saved(now);
+        old.dicts.clear();
+        old.watches.retain(|k, _| !k.namespace.is_empty());
+        let mut file = old.encode();
+        file[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let d = Saved::decode(&file, &ours(), now).unwrap_err();
+        assert_eq!(d.result, "version");
+        assert_eq!(d.why, "its format is 1, this podns reads 2");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(FILE), &file).unwrap();
+        let metrics = Metrics::new();
+        let held = Arc::new(compact::Held::default());
+        let store = Store::new(dir.path(), ours(), metrics.clone(), held.clone());
+        assert!(store.load().await.is_none());
+        assert_eq!(loads(&metrics, "version"), 1);
+        assert_eq!(loads(&metrics, "loaded"), 0);
+        assert!(lock(&store.loaded).is_empty() && held.ids().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_dictionaries_held_and_this_nodes_pods_are_saved_and_restored() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Metrics::new();
+        let held = Arc::new(compact::Held::default());
+        for d in [&b"the pods' dictionary"[..], b"the jobs' dictionary"] {
+            held.keep(compact::content_id(d), d);
+        }
+        let store = Arc::new(Store::new(dir.path(), ours(), metrics, held.clone()));
+        assert!(store.load().await.is_none());
+        // This node's pods, watched by `node` itself through the keeper.
+        let mut mine = store.node_pods("spec.nodeName=node-1");
+        assert!(mine.take_saved::<SlimPod>().is_none());
+        let seen = mine.seen();
+        mine.note(&Event::<SlimPod>::Init);
+        mine.note(&Event::InitApply(pod("a", "5", "10.0.0.1")));
+        seen.store(9, Ordering::Release);
+        mine.note(&Event::<SlimPod>::InitDone);
+        seen.store(10, Ordering::Release);
+        mine.note(&Event::Apply(pod("b", "10", "10.0.0.2")));
+        store.save(false).await;
+
+        // A restart: a new `Held` holds them again, in their order, once
+        // the state is loaded, and this node's pods start from their list.
+        let metrics = Metrics::new();
+        let again_held = Arc::new(compact::Held::default());
+        let again = Arc::new(Store::new(
+            dir.path(),
+            ours(),
+            metrics.clone(),
+            again_held.clone(),
+        ));
+        assert!(again_held.ids().is_empty());
+        again.load().await.expect("loaded");
+        assert_eq!(again_held.ids(), held.ids());
+        assert_eq!(again_held.dicts(), held.dicts());
+        let mut mine = again.node_pods("spec.nodeName=node-1");
+        let listed: Listed<SlimPod> = mine.take_saved().expect("saved");
+        assert_eq!(listed.rv, "10");
+        let names: Vec<_> = listed.items.iter().map(|p| p.meta().name.clone()).collect();
+        assert_eq!(names, [Some("a".to_string()), Some("b".to_string())]);
+        assert!(mine.take_saved::<SlimPod>().is_none(), "taken once");
+        // Not one of the scope's watches in the metric.
+        let saved = metrics
+            .node_state_watches
+            .get_or_create(&ResultLabels { result: "saved" })
+            .get();
+        assert_eq!(saved, 0);
+        // Another node's pods are not this one's.
+        let mut other = again.node_pods("spec.nodeName=node-2");
+        assert!(other.take_saved::<SlimPod>().is_none());
+    }
+
     fn loads(m: &Metrics, result: &'static str) -> u64 {
         m.node_state_loads
             .get_or_create(&ResultLabels { result })
@@ -890,7 +1067,12 @@ mod tests {
     async fn a_watch_is_saved_with_its_complete_list_and_starts_from_it() {
         let dir = tempfile::tempdir().unwrap();
         let metrics = Metrics::new();
-        let store = Arc::new(Store::new(dir.path(), ours(), metrics.clone()));
+        let store = Arc::new(Store::new(
+            dir.path(),
+            ours(),
+            metrics.clone(),
+            Arc::default(),
+        ));
         assert!(store.load().await.is_none());
         assert_eq!(loads(&metrics, "missing"), 1);
         let keep = Keep {
@@ -954,7 +1136,12 @@ mod tests {
 
         // The next start serves it: the watch starts from its list.
         let metrics = Metrics::new();
-        let again = Arc::new(Store::new(dir.path(), ours(), metrics.clone()));
+        let again = Arc::new(Store::new(
+            dir.path(),
+            ours(),
+            metrics.clone(),
+            Arc::default(),
+        ));
         let (here, slices) = again.load().await.expect("loaded");
         assert!(slices);
         assert_eq!(here.len(), 1);
@@ -978,7 +1165,7 @@ mod tests {
             ca: "00".into(),
             ..ours()
         };
-        let third = Store::new(dir.path(), foreign, metrics.clone());
+        let third = Store::new(dir.path(), foreign, metrics.clone(), Arc::default());
         assert!(third.load().await.is_none());
         assert_eq!(loads(&metrics, "foreign"), 1);
         assert!(lock(&third.loaded).is_empty());
@@ -987,7 +1174,12 @@ mod tests {
     #[tokio::test]
     async fn a_watch_with_a_relist_in_progress_or_a_gone_namespace_is_left_out() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Store::new(dir.path(), ours(), Metrics::new()));
+        let store = Arc::new(Store::new(
+            dir.path(),
+            ours(),
+            Metrics::new(),
+            Arc::default(),
+        ));
         let keep = Keep {
             store: store.clone(),
             pods_selector: None,

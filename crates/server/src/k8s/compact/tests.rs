@@ -386,3 +386,50 @@ fn write_fuzz_seeds() {
         std::fs::write(dir.join(name), bytes).unwrap();
     }
 }
+
+#[test]
+fn held_dictionaries_restored_in_another_process_are_claimed_as_before() {
+    // What a node instance saves: its dictionaries, least recently used
+    // first. Restored in a new `Held` (a restart), in the same order,
+    // under the same content ids.
+    let a = b"the pods' dictionary";
+    let b = Arc::new(Dict::new(2, b"the services' dictionary").unwrap());
+    let held = Arc::new(Held::default());
+    held.keep(content_id(a), a);
+    held.keep(b.content, b"the services' dictionary");
+    let saved = held.dicts();
+    let again = Arc::new(Held::default());
+    assert_eq!(again.restore(saved.iter().map(|d| &d[..])), 2);
+    assert_eq!(again.ids(), held.ids());
+    assert_eq!(again.ids(), vec![content_id(a), b.content]);
+    // Its first stream claims them and reads a `4` frame of each.
+    let (mut dec, ids) = again.claim();
+    assert_eq!(ids, again.ids());
+    let mut stream = b.held_frame().to_vec();
+    stream.extend(event(EvType::Added, &pack(b"an object", Some(&b))));
+    assert_eq!(
+        decode_with(&mut dec, &stream).unwrap(),
+        vec![Decoded::Event(EvType::Added, b"an object".to_vec())]
+    );
+    // Bounded as kept dictionaries are; one zstd refuses (its magic, then
+    // nonsense) or over MAX_DICT is not held.
+    let mut broken = 0xEC30_A437u32.to_le_bytes().to_vec();
+    broken.extend_from_slice(&[0xff; 40]);
+    let big = vec![3u8; MAX_DICT + 1];
+    let many: Vec<Vec<u8>> = (0..MAX_HELD + 3)
+        .map(|i| format!("dictionary {i}").into_bytes())
+        .collect();
+    let fresh = Held::default();
+    let n = fresh.restore(
+        [&broken[..], &big[..]]
+            .into_iter()
+            .chain(many.iter().map(Vec::as_slice)),
+    );
+    assert_eq!(n, MAX_HELD);
+    assert!(!fresh.ids().contains(&content_id(&broken)));
+    assert_eq!(
+        fresh.ids().last(),
+        Some(&content_id(many.last().unwrap())),
+        "the most recently used last"
+    );
+}

@@ -389,6 +389,7 @@ async fn serve(s: &Arc<Server>, req: &Head) -> Result<Reply, ApiError> {
         };
         watch(s, cache, filter, &query, wire, held).await
     } else {
+        s.metrics.relay_lists.inc();
         Ok(list(&cache, &filter, wire))
     }
 }
