@@ -536,6 +536,7 @@ fn answerer(args: &ServeConfig, table: &Arc<Table>, metrics: &Metrics) -> Answer
                 forwarder,
                 runtime: tokio::runtime::Handle::current(),
                 answered: result("answered"),
+                stale: result("stale"),
                 failed: result("failed"),
             })
         }

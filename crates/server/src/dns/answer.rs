@@ -33,6 +33,8 @@ pub struct Forwarding {
     pub runtime: tokio::runtime::Handle,
     /// `podns_dns_forwarded_total{result}`.
     pub answered: prometheus_client::metrics::counter::Counter,
+    /// Answered from a namespace's stale data ([`Rules::resolve_stale`]).
+    pub stale: prometheus_client::metrics::counter::Counter,
     pub failed: prometheus_client::metrics::counter::Counter,
 }
 
@@ -52,16 +54,37 @@ impl Answerer {
     }
 
     /// The relays' answer to a question this node instance does not hold,
-    /// unchanged but for the client's ID; SERVFAIL when none answers.
+    /// unchanged but for the client's ID. When none answers: the answer
+    /// from what it held of a namespace being listed again, if that is
+    /// NOERROR ([`Rules::resolve_stale`]), else SERVFAIL.
+    ///
+    /// A relay rollout is when both happen: a node instance's watch that
+    /// resumes on a relay without its history lists again, and the relay
+    /// it forwards to may be the one going. SERVFAIL there breaks more
+    /// than the one question: glibc, given SERVFAIL for A beside NODATA
+    /// for AAAA, reports "no such host" without asking its next server.
     pub async fn forwarded(&self, query: &[u8], tcp: bool) -> Option<Vec<u8>> {
         if let Some(f) = &self.forwarding {
             if let Some(reply) = f.forwarder.forward(query, tcp).await {
                 f.answered.inc();
                 return Some(reply);
             }
+            if let Some(reply) = self.stale(query, tcp) {
+                f.stale.inc();
+                return Some(reply);
+            }
             f.failed.inc();
         }
         servfail(query)
+    }
+
+    /// [`Rules::resolve_stale`]'s reply to `query`, if it has one.
+    fn stale(&self, query: &[u8], tcp: bool) -> Option<Vec<u8>> {
+        let req = Message::from_vec(query).ok()?;
+        let name = lower_name(&req);
+        let plan = (self.rules).resolve_stale(&self.table, &request(&req, &name, !tcp))?;
+        let qtype = req.queries.first().map(|q| q.query_type());
+        Some(encode(&req, plan, qtype)?.bytes)
     }
 
     /// [`Self::forwarded`] from a blocking UDP loop: on the runtime, the

@@ -295,15 +295,16 @@ enum Held {
 /// (but those of a headless Service without a selector, or, in a
 /// namespace held in part, one that does not keep to the held gangs; and
 /// there a pod's own name only when it is found), reverse names and names
-/// no rule makes never (any pod may be behind them).
-fn held(scope: &Scope, place: &Place<'_>) -> Held {
+/// no rule makes never (any pod may be behind them). `stale`: a namespace
+/// out of scope only while it is listed again counts as held.
+fn held(scope: &Scope, place: &Place<'_>, stale: bool) -> Held {
     match place {
         Place::Forward { rel, .. } => {
             let q = QName::parse(rel);
             match q.holder() {
                 Holder::Zone => Held::Yes,
                 Holder::Namespace(ns) => {
-                    if !scope.contains(ns) {
+                    if !(scope.contains(ns) || stale && scope.is_stale(ns)) {
                         return Held::No;
                     }
                     // A headless Service without a selector answers from
@@ -402,6 +403,20 @@ impl Rules {
 
     /// The answer plan for one request.
     pub fn resolve<'a>(&'a self, table: &Table, req: &Request<'_>) -> Plan<'a> {
+        self.plan(table, req, false)
+    }
+
+    /// A node instance's answer from what it held of a namespace that is
+    /// being listed again ([`Scope::is_stale`]), for a question the relays
+    /// left unanswered: only a NOERROR one (records or NODATA); `None`
+    /// when it would be forwarded still or deny the name (a name new
+    /// since may exist: SERVFAIL, which nobody caches, stays the answer).
+    pub fn resolve_stale<'a>(&'a self, table: &Table, req: &Request<'_>) -> Option<Plan<'a>> {
+        let plan = self.plan(table, req, true);
+        (!plan.forward && plan.rcode == ResponseCode::NoError).then_some(plan)
+    }
+
+    fn plan<'a>(&'a self, table: &Table, req: &Request<'_>, stale: bool) -> Plan<'a> {
         let limit = payload_limit(req.udp, req.edns);
         // A fresh OPT of version 0: the client's options and unknown flags
         // are never echoed (RFC 6891 §6.1.2, §6.1.4), but DO is copied
@@ -448,7 +463,7 @@ impl Rules {
         }
         let scope = table.scope();
         let held = if scope.is_node() {
-            held(scope, &place)
+            held(scope, &place, stale)
         } else {
             Held::Yes
         };

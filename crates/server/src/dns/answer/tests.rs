@@ -1840,3 +1840,75 @@ fn a_namespace_held_in_part_answers_what_it_finds_and_forwards_what_another_gang
     w.apply(Update::Unscope("ml".into()));
     assert!(!table.scope().is_partial("ml"));
 }
+
+/// A namespace a node instance lists again (its watch resumed on a relay
+/// without its history) is forwarded; when no relay answers, what the
+/// index held of it answers instead of SERVFAIL, but only a NOERROR: a
+/// name it did not hold still gets SERVFAIL, not NXDOMAIN. Listed again,
+/// the namespace is answered here.
+#[tokio::test]
+async fn a_relisting_namespace_answers_what_it_held_when_no_relay_answers() {
+    use prometheus_client::metrics::counter::Counter;
+    let mut w = partly_held();
+    w.apply(Update::Partial {
+        namespace: "ml".into(),
+        gangs: None,
+    });
+    let table = w.writer.table().clone();
+    // A relay that never answers.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let forwarder = crate::dns::forward::Forwarder::new(
+        vec![silent.local_addr().unwrap()],
+        std::time::Duration::from_millis(100),
+    )
+    .unwrap();
+    let (answered, stale, failed) = (Counter::default(), Counter::default(), Counter::default());
+    let node = Answerer::new(table.clone(), AnswerConfig::default()).with_forwarding(Forwarding {
+        forwarder,
+        runtime: tokio::runtime::Handle::current(),
+        answered: answered.clone(),
+        stale: stale.clone(),
+        failed: failed.clone(),
+    });
+    let ask = |name: &'static str, qtype| {
+        let node = &node;
+        async move {
+            let b = query(name, qtype).to_vec().unwrap();
+            Message::from_vec(&node.forwarded(&b, false).await.unwrap()).unwrap()
+        }
+    };
+    let rank = "train-0.train.ml.svc.cluster.local.";
+    assert!(!forwards(&w, rank));
+    // Another namespace, out of scope and not listing: a relay's silence
+    // is SERVFAIL.
+    let r = ask("w-0.w.other.svc.cluster.local.", RecordType::A).await;
+    assert_eq!(r.metadata.response_code, ResponseCode::ServFail);
+    assert_eq!((stale.get(), failed.get()), (0, 1));
+
+    w.apply(Update::Relisting {
+        resource: "pods",
+        namespace: "ml".into(),
+    });
+    assert!(forwards(&w, rank) && table.scope().is_stale("ml"));
+    let r = ask(rank, RecordType::A).await;
+    assert_eq!(r.metadata.response_code, ResponseCode::NoError);
+    assert_eq!(ips(&r), [ip("10.0.0.1")]);
+    // NODATA is what it held too: A and AAAA agree, so a resolver that
+    // asks both gets an address.
+    let r = ask(rank, RecordType::AAAA).await;
+    assert_eq!(r.metadata.response_code, ResponseCode::NoError);
+    assert!(r.answers.is_empty());
+    assert_eq!(stale.get(), 2);
+    // A name it did not hold may be new: SERVFAIL, never NXDOMAIN.
+    let r = ask("train-7.train.ml.svc.cluster.local.", RecordType::A).await;
+    assert_eq!(r.metadata.response_code, ResponseCode::ServFail);
+    assert_eq!((stale.get(), failed.get(), answered.get()), (2, 2, 0));
+
+    // Listed again: answered here, nothing stale.
+    w.apply(Update::Pod(Change::Reset {
+        namespace: Some("ml".into()),
+        items: vec![rank_pod("ml", "train", 0, "10.0.0.5")],
+    }));
+    assert!(!forwards(&w, rank) && !table.scope().is_stale("ml"));
+    assert_eq!(ips(&w.ask(rank, RecordType::A)), [ip("10.0.0.5")]);
+}

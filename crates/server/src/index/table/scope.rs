@@ -30,6 +30,10 @@ pub struct Scope {
     partial: DashSet<Box<str>>,
     /// The relay serves EndpointSlices, so they are held too.
     slices_held: AtomicBool,
+    /// Namespaces out of scope only while a watch of theirs lists again:
+    /// their names are forwarded, and answered from what the index still
+    /// holds of them when no relay answers ([`Self::is_stale`]).
+    stale: DashSet<Box<str>>,
 }
 
 impl Scope {
@@ -89,6 +93,23 @@ impl Scope {
     /// be another gang's), with the names of Services held whole.
     pub fn is_partial(&self, ns: &str) -> bool {
         self.partial.contains(ns)
+    }
+
+    /// Whether `ns` left a node instance's scope only to be listed again:
+    /// what the index holds of it was whole until then, so a question the
+    /// relays leave unanswered may be answered from it rather than get
+    /// SERVFAIL (the stale answers of RFC 8767).
+    pub fn is_stale(&self, ns: &str) -> bool {
+        self.stale.contains(ns)
+    }
+
+    /// Mark or unmark `ns` as [`Self::is_stale`] (the writer).
+    pub(crate) fn set_stale(&self, ns: &str, on: bool) {
+        if on {
+            self.stale.insert(ns.into());
+        } else {
+            self.stale.remove(ns);
+        }
     }
 
     /// Mark or unmark `ns` as [`Self::is_partial`] (the writer).

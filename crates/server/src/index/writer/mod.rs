@@ -325,6 +325,7 @@ impl Writer {
                 self.relisting.retain(|(_, n)| *n != ns);
                 self.partial.remove(&ns);
                 self.table.scope().set_partial(&ns, false);
+                self.table.scope().set_stale(&ns, false);
                 let held = self.table.scope().set_contains(&ns, false);
                 self.metrics.node_scope_namespaces.set(held as i64);
                 self.flush();
@@ -333,8 +334,14 @@ impl Writer {
                 resource,
                 namespace,
             } => {
-                if self.table.scope().is_node() {
-                    let held = self.table.scope().set_contains(&namespace, false);
+                let scope = self.table.scope();
+                if scope.is_node() {
+                    // What it answered until now stays, for the questions
+                    // the relays leave unanswered meanwhile.
+                    if scope.contains(&namespace) {
+                        scope.set_stale(&namespace, true);
+                    }
+                    let held = scope.set_contains(&namespace, false);
                     self.metrics.node_scope_namespaces.set(held as i64);
                     self.relisting.insert((resource, namespace));
                 }
@@ -405,6 +412,7 @@ impl Writer {
                 && (!self.policy.rank_view || self.job_resets.contains(&scope))
                 && (!self.table.scope().slices_held() || self.slice_resets.contains(&scope));
             if whole {
+                self.table.scope().set_stale(ns, false);
                 let held = self.table.scope().set_contains(ns, true);
                 self.metrics.node_scope_namespaces.set(held as i64);
             }

@@ -152,8 +152,8 @@ mod scope {
             namespace: "ml".into(),
         });
         assert!(
-            !table.scope().contains("ml"),
-            "forwarded while its pods relist"
+            !table.scope().contains("ml") && table.scope().is_stale("ml"),
+            "forwarded while its pods relist, what it held kept for when no relay answers"
         );
         w.apply(Update::Service(Change::Reset {
             namespace: ns(),
@@ -164,12 +164,13 @@ mod scope {
             namespace: ns(),
             items: vec![],
         }));
-        assert!(table.scope().contains("ml"));
+        assert!(table.scope().contains("ml") && !table.scope().is_stale("ml"));
         w.apply(Update::Relisting {
             resource: "jobs",
             namespace: "ml".into(),
         });
         w.apply(Update::Unscope("ml".into()));
+        assert!(!table.scope().is_stale("ml"), "out of scope: nothing kept");
         all(&mut w);
         assert!(
             table.scope().contains("ml"),
