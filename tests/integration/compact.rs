@@ -339,11 +339,15 @@ async fn a_node_instance_is_sent_a_dictionary_once_across_its_watches() {
         dict_bytes() > 0
     })
     .await;
+    // One watch was sent it: the probe that found it trained.
     let before = dict_bytes();
+    let dict = before;
 
     let n = node_instance(&env, &kubeconfig, &node, &[]).await;
     wait_held(&n.table, &["ml"]).await;
-    // A change in its gang: its pods watch is sent the dictionary.
+    // A change in its gang: its namespace's pods watch and its node's
+    // own-pods watch, both opened before it held any dictionary, are each
+    // sent it, once.
     let seen = applied(&n.metrics);
     let gang = pods_with_ip(&relay, "ml").await;
     let rank = gang
@@ -352,11 +356,12 @@ async fn a_node_instance_is_sent_a_dictionary_once_across_its_watches() {
         .and_then(|p| p.metadata.name.clone())
         .unwrap();
     touch(&env.client, "ml", &rank, 1).await;
-    wait_for("the dictionary sent to the node instance", T, || async {
-        dict_bytes() > before && applied(&n.metrics) > seen
+    wait_for("the dictionary sent to both watches", T, || async {
+        dict_bytes() >= before + 2 * dict && applied(&n.metrics) > seen
     })
     .await;
     let once = dict_bytes();
+    assert_eq!(once, before + 2 * dict, "once to each watch");
     assert_eq!(named(), 0);
 
     // A second namespace on its node: a second pods watch of the same

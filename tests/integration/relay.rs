@@ -482,7 +482,19 @@ async fn a_watch_resumes_on_another_relay_without_a_relist() {
             .is_ok()
     })
     .await;
-    let rv = list_rv(&a, "ml").await;
+    // And relay A has seen at least what B has (its watch of the API
+    // server may lag B's by an event): A's version is then within B's
+    // history, as a relay's version is within another's once both run.
+    let b_rv: u64 = list_rv(&bc, "ml").await.parse().unwrap();
+    let a_rv = std::sync::Mutex::new(String::new());
+    wait_for("relay A to catch up with B", T, || async {
+        let rv = list_rv(&a, "ml").await;
+        let caught_up = rv.parse::<u64>().unwrap() >= b_rv;
+        *a_rv.lock().unwrap() = rv;
+        caught_up
+    })
+    .await;
+    let rv = a_rv.into_inner().unwrap();
     create_pod(&env.client, pod_json("ml", "late", json!({"app": "late"}))).await;
     // Relay B has never seen this client: it resumes from A's version.
     let first = first_watch_event(bc, "ml", &rv)
