@@ -42,10 +42,7 @@ impl Faults {
 
     /// The token a new watch listens on.
     pub fn watch_token(&self) -> CancellationToken {
-        self.watches
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        current(&self.watches)
     }
 
     pub fn drop_watches(&self) {
@@ -54,10 +51,7 @@ impl Faults {
 
     /// The token that stalls a new watch.
     pub fn stall_token(&self) -> CancellationToken {
-        self.stalls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        current(&self.stalls)
     }
 
     /// Every open watch keeps its connection and sends nothing more, no
@@ -124,6 +118,11 @@ impl Faults {
         }
         None
     }
+}
+
+/// The token a watch opened now holds.
+fn current(token: &Mutex<CancellationToken>) -> CancellationToken {
+    token.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 /// Cancel the token every open watch holds, and give new ones a fresh one.

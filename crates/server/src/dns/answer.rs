@@ -82,7 +82,9 @@ impl Answerer {
     fn stale(&self, query: &[u8], tcp: bool) -> Option<Vec<u8>> {
         let req = Message::from_vec(query).ok()?;
         let name = lower_name(&req);
-        let plan = (self.rules).resolve_stale(&self.table, &request(&req, &name, !tcp))?;
+        let plan = self
+            .rules
+            .resolve_stale(&self.table, &request(&req, &name, !tcp))?;
         let qtype = req.queries.first().map(|q| q.query_type());
         Some(encode(&req, plan, qtype)?.bytes)
     }
