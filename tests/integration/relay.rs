@@ -1003,6 +1003,68 @@ async fn a_service_selecting_on_a_label_not_served_yet_has_its_pods_served_anew(
     );
 }
 
+/// After a Service widens the labels served in a namespace, the relay ends
+/// for a while (its rekey grace) every watch resumed there, since another
+/// relay may have served the old labels at a later position. A node
+/// instance that starts in that while must not be sent back to list its
+/// node's pods again and again: it lists and watches them in one request
+/// (a streaming list), whose start reflects the widening.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_instance_started_right_after_a_widening_lists_its_pods_once() {
+    use podns_server::metrics::{NODE_RELAY_FAILURE_REASONS, ReasonLabels};
+    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
+    create_job(&env.client, "ml", "train", 2, "indexed-job").await;
+    let relay = relay_client(&kubeconfig).await;
+    let node = node_of_pods(&relay, "ml", 2).await;
+    let mut p = pod_json("ml", "g0", json!({"tier": "gpu"}));
+    p["spec"]["nodeName"] = json!(node);
+    create_pod(&env.client, p).await;
+    wait_for("g0 with an IP through the relay", T, || async {
+        pods_with_ip(&relay, "ml").await.len() == 3
+    })
+    .await;
+    create_service(
+        &env.client,
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "gpus", "namespace": "ml"},
+               "spec": {"clusterIP": "None", "selector": {"tier": "gpu"}}}),
+    )
+    .await;
+    wait_for("the relay serving g0's tier label", T, || async {
+        pods_with_ip(&relay, "ml")
+            .await
+            .iter()
+            .any(|p| p.labels().get("tier").is_some())
+    })
+    .await;
+
+    // Within the grace: a node instance of that node starts.
+    let n = node_instance(&env, &kubeconfig, &node, &[]).await;
+    wait_held(&n.table, &["ml"]).await;
+    // Its node's pods watch carries what comes next: a pod of another
+    // namespace on the node brings that namespace into its scope.
+    ensure_ns(&env.client, "ml2").await;
+    let mut p = pod_json("ml2", "h0", json!({}));
+    p["spec"]["nodeName"] = json!(node);
+    create_pod(&env.client, p).await;
+    wait_held(&n.table, &["ml", "ml2"]).await;
+    let failures: Vec<(&str, u64)> = NODE_RELAY_FAILURE_REASONS
+        .into_iter()
+        .map(|reason| {
+            let c = n
+                .metrics
+                .node_relay_failures
+                .get_or_create(&ReasonLabels { reason });
+            (reason, c.get())
+        })
+        .filter(|(_, c)| *c > 0)
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "the node instance failed to read the relay: {failures:?}"
+    );
+}
+
 /// A TCP proxy on loopback to whichever relay `target` names now, as the
 /// relay Service would be; connections to a relay that stopped end with it.
 async fn proxy(

@@ -38,7 +38,7 @@ use crate::index::Table;
 use crate::index::types::Arrival;
 use crate::k8s::failure::Failure;
 use crate::k8s::objects::SlimPod;
-use crate::k8s::watch::WatchConfig;
+use crate::k8s::watch::{StreamingList, WatchConfig};
 use crate::k8s::wire::{RawConfig, raw_watcher_selecting};
 use crate::metrics::Metrics;
 use held::Held;
@@ -140,7 +140,13 @@ pub async fn run(
         url_path: "/api/v1/pods".into(),
         label_selector: None,
         list_semantic: ListSemantic::Any,
-        streaming: false,
+        // A streaming list: the list and its watch in one request. After a
+        // Service widens the labels served in a namespace, a relay ends
+        // every watch resumed there for a while (another relay may have
+        // served the old labels at a later position); a list followed by a
+        // watch from its resourceVersion would be sent back to list again
+        // and again until that while is over.
+        streaming: wcfg.streaming != StreamingList::Off,
         wire: wcfg.wire,
         seen: keep.as_ref().map(state::KeepTap::seen),
         bookmarked: keep.as_ref().map(state::KeepTap::bookmarked),
