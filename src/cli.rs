@@ -265,7 +265,7 @@ pub struct ServeArgs {
     /// Initial list by watch stream (sendInitialEvents).
     #[arg(long, env = "PODNS_STREAMING_LIST", default_value = "auto", value_parser = keyword::<StreamingList>(StreamingList::NAMES))]
     pub streaming_list: StreamingList,
-    /// Reopen a watch that has had neither an event nor a bookmark for this long, from its resourceVersion: the API server's watch cache and podns relays send a bookmark about every minute, so such a watch is stuck, not quiet (0: never).
+    /// Reopen, from its resourceVersion, a watch that had been moving (an event or a bookmark after its list) and then had neither for this long: it may be stuck. A watch whose kind has not changed since it began is left alone: the API server sends it no bookmark until its kind moves (0: never).
     #[arg(long, env = "PODNS_WATCH_PROGRESS_TIMEOUT", default_value = "90s")]
     pub watch_progress_timeout: Secs,
     /// How long to keep answering after SIGTERM while /readyz reports 503.

@@ -501,13 +501,24 @@ impl<K: Watched, T: Tap<K>> Watch<K, T> {
                 Retry::Relist => attempts.relist_backoff.next(),
             })
             .unwrap_or(Duration::from_secs(30));
-        tracing::warn!(
-            error = %super::failure::Failure::of_watcher(error),
-            reason,
-            retry = retry.label(),
-            ?delay,
-            "watch failed, retrying"
-        );
+        if reason == "stalled" {
+            // A watch that went quiet is reopened where it was: routine
+            // when its kind simply stopped changing.
+            tracing::info!(
+                reason,
+                retry = retry.label(),
+                ?delay,
+                "watch silent, reopening"
+            );
+        } else {
+            tracing::warn!(
+                error = %super::failure::Failure::of_watcher(error),
+                reason,
+                retry = retry.label(),
+                ?delay,
+                "watch failed, retrying"
+            );
+        }
         tokio::select! {
             biased;
             () = self.shutdown.cancelled() => ControlFlow::Break(()),

@@ -118,11 +118,17 @@ pub struct RawConfig {
     pub progress: Option<std::time::Duration>,
 }
 
-/// A watch that asked for bookmarks and got neither an event nor a
-/// bookmark for `after`: the API server's watch cache sends one about
-/// every minute (and a relay as often), so the stream is stuck, not
-/// quiet. Its connection is dropped and the watch resumes from its
-/// resourceVersion, so the server's history brings what it missed.
+/// A watch that has shown progress (an event or a bookmark after its
+/// list) and then got neither for `after`. The API server's watch cache
+/// sends a bookmark about every minute only while its own position for
+/// the kind moves past the watcher's (a change of the kind, or etcd's
+/// progress notice): a kind no one has changed since the watch began can
+/// be silent until the watch's timeout, so silence alone proves nothing,
+/// and such a watch is left alone. A relay sends one every minute. A
+/// watch that had been moving and went silent may be stuck: its
+/// connection is dropped and the watch resumes from its resourceVersion,
+/// so the server's history brings what it missed. Once reopened, it waits
+/// for progress again before its silence counts.
 #[derive(Debug, thiserror::Error)]
 #[error("no event and no bookmark for {after:?}: the watch is reopened")]
 pub struct Stalled {
@@ -353,6 +359,9 @@ enum State<K> {
 struct RawWatcher<K> {
     ctx: Ctx,
     state: State<K>,
+    /// An event or a bookmark came after the list and since the last
+    /// reopening for silence: the progress deadline applies ([`Stalled`]).
+    moving: bool,
 }
 
 /// What requests need (shared while a body is being read, so kept apart
@@ -587,10 +596,11 @@ impl<K: RawWatched> RawWatcher<K> {
                 } => {
                     // A streaming list's initial events have their own
                     // deadline (`--streaming-list auto`'s fallback).
-                    let next = match self.ctx.cfg.progress.filter(|_| !initial) {
+                    let next = match self.ctx.cfg.progress.filter(|_| !initial && self.moving) {
                         Some(after) => tokio::time::timeout(after, events.next::<K>())
                             .await
                             .unwrap_or_else(|_| {
+                                self.moving = false;
                                 Err(kube::Error::ReadEvents(std::io::Error::new(
                                     std::io::ErrorKind::TimedOut,
                                     Stalled { after },
@@ -617,6 +627,10 @@ impl<K: RawWatched> RawWatcher<K> {
                             return Err(watcher::Error::WatchFailed(e));
                         }
                     };
+                    // Progress after the list (a streaming list's initial
+                    // events and its end bookmark come whatever the server
+                    // does later).
+                    self.moving |= !initial;
                     let out = match ev {
                         WatchEvent::Added(k) | WatchEvent::Modified(k) => {
                             if let Some(v) = rv_of(&k) {
@@ -709,6 +723,7 @@ pub fn raw_watcher_selecting<K: RawWatched>(
             fields,
         },
         state: start.map_or(State::Empty, State::Saved),
+        moving: false,
     };
     futures::stream::unfold(w, |mut w| async move {
         let r = w.step().await;
