@@ -190,12 +190,29 @@ class Kube:
                         {"metadata": {"name": name, "labels": labels}, "spec": spec})
 
 
+_given_ports = set()
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+    """A loopback port free for TCP and UDP both (DNS servers bind both),
+    never handed out twice in a run: 100 servers started from ports found
+    one at a time collided before (a port free for TCP, busy for UDP)."""
+    for _ in range(1000):
+        t = socket.socket()
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            t.bind(("127.0.0.1", 0))
+            p = t.getsockname()[1]
+            u.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        finally:
+            t.close()
+            u.close()
+        if p not in _given_ports:
+            _given_ports.add(p)
+            return p
+    raise RuntimeError("no free loopback port for TCP and UDP")
 
 
 def rss_kib(pid, field="VmRSS"):
