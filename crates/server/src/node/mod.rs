@@ -121,8 +121,15 @@ pub async fn run(
     }
     let slices = slices && wcfg.endpoint_slices;
     table.scope().set_slices_held(slices);
+    // Every watch on one connection to the relay (a relay without the
+    // multiplexed watch is read one request per watch);
+    // `PODNS_NODE_MUX=off` opens each watch as its own request.
+    let mux = (wcfg.wire == crate::k8s::wire::Wire::Auto
+        && std::env::var("PODNS_NODE_MUX").map_or(true, |v| v != "off"))
+    .then(|| crate::k8s::mux::Mux::new(client.clone(), wcfg.dicts.clone(), metrics.clone()));
     let wcfg = WatchConfig {
         endpoint_slices: slices,
+        mux,
         ..wcfg
     };
     // This node's pods, on the watch loop of the scope's watches: in the
@@ -146,6 +153,7 @@ pub async fn run(
         bookmarked: keep.as_ref().map(state::KeepTap::bookmarked),
         held: Some(wcfg.dicts.clone()),
         progress: wcfg.progress,
+        mux: wcfg.mux.clone(),
     };
     // Without `Init`, which the watcher sends before it asks for a list:
     // the backoff resets on every item, and on `Init` it would never grow

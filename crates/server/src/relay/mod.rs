@@ -67,6 +67,10 @@ pub struct RelayConfig {
     /// How long a node instance may still read a namespace or gang after
     /// its node's last pod there left (at least its `--scope-linger`).
     pub scope_linger: Duration,
+    /// Serve the multiplexed watch (`crate::k8s::mux`): a node instance's
+    /// watches in one response. On unless `PODNS_RELAY_MUX=off` (tests and
+    /// benchmarks: a relay from before it, which answers 404).
+    pub mux: bool,
 }
 
 impl RelayConfig {
@@ -83,6 +87,7 @@ impl RelayConfig {
             tls_ca: None,
             audience: http::auth::AUDIENCE.to_owned(),
             scope_linger: store::scope::LINGER,
+            mux: std::env::var("PODNS_RELAY_MUX").map_or(true, |v| v != "off"),
         }
     }
 }
