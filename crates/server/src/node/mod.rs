@@ -65,6 +65,9 @@ pub struct NodeConfig {
     pub relay_ca: String,
     /// Where the scope is saved across restarts (`--state-dir`).
     pub state_dir: Option<std::path::PathBuf>,
+    /// Open the watches through the relay's multiplexed watch
+    /// ([`crate::k8s::mux`]; off: `--no-watch-mux`).
+    pub mux: bool,
 }
 
 /// A pod's gang ([`crate::labels::gang_of`]) from its labels.
@@ -122,11 +125,8 @@ pub async fn run(
     let slices = slices && wcfg.endpoint_slices;
     table.scope().set_slices_held(slices);
     // Every watch on one connection to the relay (a relay without the
-    // multiplexed watch is read one request per watch);
-    // `PODNS_NODE_MUX=off` opens each watch as its own request.
-    let mux = (wcfg.wire == crate::k8s::wire::Wire::Auto
-        && std::env::var("PODNS_NODE_MUX").map_or(true, |v| v != "off"))
-    .then(|| crate::k8s::mux::Mux::new(client.clone(), wcfg.dicts.clone(), metrics.clone()));
+    // multiplexed watch is read one request per watch).
+    let mux = (wcfg.wire == crate::k8s::wire::Wire::Auto && cfg.mux).then(|| crate::k8s::mux::Mux::new(client.clone(), wcfg.dicts.clone(), metrics.clone()));
     let wcfg = WatchConfig {
         endpoint_slices: slices,
         mux,

@@ -68,8 +68,8 @@ pub struct RelayConfig {
     /// its node's last pod there left (at least its `--scope-linger`).
     pub scope_linger: Duration,
     /// Serve the multiplexed watch (`crate::k8s::mux`): a node instance's
-    /// watches in one response. On unless `PODNS_RELAY_MUX=off` (tests and
-    /// benchmarks: a relay from before it, which answers 404).
+    /// watches in one response. Off (`--no-watch-mux`, for tests and
+    /// benchmarks), the relay answers it 404 as one from before it.
     pub mux: bool,
 }
 
@@ -87,7 +87,7 @@ impl RelayConfig {
             tls_ca: None,
             audience: http::auth::AUDIENCE.to_owned(),
             scope_linger: store::scope::LINGER,
-            mux: std::env::var("PODNS_RELAY_MUX").map_or(true, |v| v != "off"),
+            mux: true,
         }
     }
 }

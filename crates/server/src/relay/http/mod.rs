@@ -622,9 +622,17 @@ impl Subscriber {
             .relay_watches_started
             .get_or_create(&crate::metrics::WireLabels { wire })
             .inc();
+        // Counted while it runs: a multiplexed watch is dropped, not
+        // ended, when its connection goes.
+        struct Running(Gauge<i64, AtomicI64>);
+        impl Drop for Running {
+            fn drop(&mut self) {
+                self.0.dec();
+            }
+        }
         self.metrics.relay_watches.inc();
+        let _running = Running(self.metrics.relay_watches.clone());
         self.stream(out).await;
-        self.metrics.relay_watches.dec();
     }
 
     async fn stream<O: Sink>(&self, out: &mut O) {
