@@ -321,7 +321,11 @@ async fn main() {
         }
     }
     for mux in [false, true] {
-        let way = if mux { "multiplexed" } else { "one request per watch" };
+        let way = if mux {
+            "multiplexed"
+        } else {
+            "one request per watch"
+        };
         let egress: Vec<String> = results
             .iter()
             .filter(|r| r.0 == mux)

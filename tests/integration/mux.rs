@@ -113,27 +113,33 @@ async fn a_node_instance_holds_one_connection_to_the_relay_for_all_its_watches()
     let (lists, started) = (relay_metrics.relay_lists.get(), inits(&n.metrics));
     create_job(&env.client, "third", "more", 2, "indexed-job").await;
     // (Asked of the simulator: the relay counts this test's lists too.)
-    assert_eq!(node_of_pods(&env.client, "third", 2).await, node, "one node");
+    assert_eq!(
+        node_of_pods(&env.client, "third", 2).await,
+        node,
+        "one node"
+    );
     wait_holds(&n.table, &["eval", "ml", "third"]).await;
-    wait_for("the new namespace's watches on the one connection", T, || async {
-        let (open, now) = (
-            conns.open.load(Ordering::SeqCst),
-            relay_metrics.relay_watches.get(),
-        );
-        if open == 1 && now == watches + per_namespace {
-            Ok(())
-        } else {
-            Err(format!("{open} connections, {now} watches"))
-        }
-    })
+    wait_for(
+        "the new namespace's watches on the one connection",
+        T,
+        || async {
+            let (open, now) = (
+                conns.open.load(Ordering::SeqCst),
+                relay_metrics.relay_watches.get(),
+            );
+            if open == 1 && now == watches + per_namespace {
+                Ok(())
+            } else {
+                Err(format!("{open} connections, {now} watches"))
+            }
+        },
+    )
     .await;
     // Answered by the node instance itself, not forwarded.
     let forwarded = || {
         n.metrics
             .forwarded
-            .get_or_create(&podns_server::metrics::ResultLabels {
-                result: "answered",
-            })
+            .get_or_create(&podns_server::metrics::ResultLabels { result: "answered" })
             .get()
     };
     let before = forwarded();

@@ -300,7 +300,7 @@ impl Eq for Mux {}
 enum Ended {
     /// Every inner watch ended: the response is read to its end, so the
     /// connection is kept for the next.
-    AllEnded,
+    Done,
     /// A watch wants in, or one left: the connection is dropped and the
     /// others resume on the next.
     Reopen,
@@ -461,7 +461,8 @@ async fn serve(sh: &Arc<Shared>, wants: Vec<Want>) {
             .ok()
             .and_then(|b| serde_json::from_slice::<kube::core::Status>(&b).ok())
             .unwrap_or_else(|| {
-                kube::core::Status::failure("multiplexed watch refused", "").with_code(code.as_u16())
+                kube::core::Status::failure("multiplexed watch refused", "")
+                    .with_code(code.as_u16())
             });
         return failed(sh, wants, &kube::Error::Api(status.boxed()));
     }
@@ -484,7 +485,7 @@ async fn serve(sh: &Arc<Shared>, wants: Vec<Want>) {
     let mut frames = Decoder::default();
     let ended = 'conn: loop {
         if txs.iter().all(Option::is_none) {
-            break Ended::AllEnded;
+            break Ended::Done;
         }
         let chunk = tokio::select! {
             () = sh.wake.notified() => {
@@ -545,7 +546,7 @@ async fn serve(sh: &Arc<Shared>, wants: Vec<Want>) {
     // Every inner watch sees its stream end and resumes from its
     // resourceVersion: they ask again at once and go in one request.
     drop(txs);
-    if matches!(ended, Ended::AllEnded) {
+    if matches!(ended, Ended::Done) {
         // Read the response to its end, so the connection is reused.
         let rest = async { while let Some(Ok(_)) = body.frame().await {} };
         let _ = tokio::time::timeout(Duration::from_secs(1), rest).await;

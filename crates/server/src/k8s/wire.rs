@@ -364,7 +364,7 @@ enum State<K> {
     },
     Watching {
         rv: String,
-        events: Events,
+        events: Box<Events>,
         /// A streaming list whose end bookmark has not come yet.
         initial: bool,
     },
@@ -497,7 +497,7 @@ impl Ctx {
         Ok((page.items, page.resource_version.unwrap_or_default()))
     }
 
-    async fn watch(&self, rv: &str, initial: bool) -> Result<Events, kube::Error> {
+    async fn watch(&self, rv: &str, initial: bool) -> Result<Box<Events>, kube::Error> {
         let mut wp = WatchParams {
             label_selector: self.cfg.label_selector.clone(),
             field_selector: self.fields.clone(),
@@ -525,13 +525,13 @@ impl Ctx {
                 .map_or_else(String::new, |p| p.as_str().to_owned());
             match mux.open(target).await {
                 super::mux::Opened::Stream(mut inner) => {
-                    return Ok(Events {
+                    return Ok(Box::new(Events {
                         codec: Codec::Compact,
                         compact: inner.take_decoder(),
                         body: Body::Mux(inner),
                         frames: pb::Framer::default(),
                         lines: Vec::new(),
-                    });
+                    }));
                 }
                 super::mux::Opened::Failed(e) => return Err(e),
                 super::mux::Opened::Fallback => {}
@@ -544,13 +544,13 @@ impl Ctx {
             _ => (compact::Decoder::default(), Vec::new()),
         };
         let res = self.get(&held, req).await?;
-        Ok(Events {
+        Ok(Box::new(Events {
             codec: Codec::of(res.headers()),
             body: Body::Http(res.into_body()),
             frames: pb::Framer::default(),
             lines: Vec::new(),
             compact,
-        })
+        }))
     }
 }
 

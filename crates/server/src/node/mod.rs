@@ -126,7 +126,8 @@ pub async fn run(
     table.scope().set_slices_held(slices);
     // Every watch on one connection to the relay (a relay without the
     // multiplexed watch is read one request per watch).
-    let mux = (wcfg.wire == crate::k8s::wire::Wire::Auto && cfg.mux).then(|| crate::k8s::mux::Mux::new(client.clone(), wcfg.dicts.clone(), metrics.clone()));
+    let mux = (wcfg.wire == crate::k8s::wire::Wire::Auto && cfg.mux)
+        .then(|| crate::k8s::mux::Mux::new(client.clone(), wcfg.dicts.clone(), metrics.clone()));
     let wcfg = WatchConfig {
         endpoint_slices: slices,
         mux,

@@ -568,11 +568,7 @@ impl Subscriber {
     }
 
     /// Send `frames` as one chunk: false if the client is gone.
-    async fn send<O: Sink>(
-        &self,
-        out: &mut O,
-        frames: &[Bytes],
-    ) -> bool {
+    async fn send<O: Sink>(&self, out: &mut O, frames: &[Bytes]) -> bool {
         let n: usize = frames.iter().map(Bytes::len).sum();
         let sent = out.send(frames).await;
         if sent {
