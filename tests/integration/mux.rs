@@ -203,3 +203,110 @@ async fn against_a_relay_without_it_each_watch_is_its_own_request() {
     create_job(&env.client, "ml", "late", 1, "indexed-job").await;
     wait_resolves(n.dns_addr, "late-0.late.ml.svc", T).await;
 }
+
+/// A relay that lists one pod in JSON and answers the multiplexed watch
+/// with `outer` (then closes).
+async fn bad_mux_server(outer: Vec<u8>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let outer = outer.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&b[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&head);
+                let (ct, body): (&str, Vec<u8>) = if head.contains(mux::MUX_PATH) {
+                    (mux::MUX, outer)
+                } else {
+                    let list = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"a","namespace":"ml","resourceVersion":"5"}}]}"#;
+                    ("application/json", list.as_bytes().to_vec())
+                };
+                let out = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: {ct}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(out.as_bytes()).await;
+                let _ = s.write_all(&body).await;
+            });
+        }
+    });
+    url
+}
+
+use podns_server::k8s::mux;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multiplexed_stream_it_cannot_read_is_counted_and_the_watch_resumes() {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{Error, Event};
+    use podns_server::k8s::objects::SlimPod;
+    use podns_server::k8s::wire::{RawConfig, Wire, raw_watcher};
+    let mut cut = mux::data_head(0, 10).to_vec();
+    cut.extend_from_slice(b"abc");
+    let mut huge = Vec::new();
+    for b in [0xff, 0xff, 0xff, 0x7f] {
+        huge.push(b);
+    }
+    let mut stranger = mux::data_head(7, 1).to_vec();
+    stranger.push(0);
+    for (outer, label) in [
+        (cut, "truncated"),
+        (huge, "too_large"),
+        (stranger, "unknown_index"),
+        (vec![2, 9, 0], "unknown_frame"),
+    ] {
+        let url = bad_mux_server(outer).await;
+        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let metrics = podns_server::metrics::Metrics::new();
+        let held = std::sync::Arc::new(podns_server::k8s::compact::Held::default());
+        let cfg = RawConfig {
+            url_path: "/api/v1/namespaces/ml/pods".into(),
+            label_selector: None,
+            list_semantic: kube::runtime::watcher::ListSemantic::Any,
+            streaming: false,
+            wire: Wire::Auto,
+            seen: None,
+            bookmarked: None,
+            held: Some(held.clone()),
+            progress: None,
+            mux: Some(mux::Mux::new(client.clone(), held, metrics.clone())),
+        };
+        let mut w = std::pin::pin!(raw_watcher::<SlimPod>(client, cfg));
+        let mut next = async || tokio::time::timeout(T, w.next()).await.unwrap().unwrap();
+        assert!(matches!(next().await, Ok(Event::Init)));
+        assert!(matches!(next().await, Ok(Event::InitApply(_))));
+        assert!(matches!(next().await, Ok(Event::InitDone)));
+        match next().await {
+            Err(Error::WatchFailed(e)) => {
+                let kube::Error::ReadEvents(io) = &e else {
+                    panic!("{label}: {e}")
+                };
+                let m = io.get_ref().and_then(|i| i.downcast_ref::<mux::MuxError>());
+                assert_eq!(m.map(mux::MuxError::label), Some(label), "{e}");
+            }
+            other => panic!("{label}: not the multiplexed stream's error: {other:?}"),
+        }
+        let counted = metrics
+            .watch_decode_errors
+            .get_or_create(&podns_server::metrics::DecodeErrorLabels {
+                resource: "mux",
+                error: label,
+            })
+            .get();
+        assert_eq!(counted, 1, "{label}");
+        // It resumes from the version it held (no list): the next
+        // attempt fails the same way.
+        assert!(
+            matches!(next().await, Err(Error::WatchFailed(_))),
+            "{label}"
+        );
+    }
+}

@@ -306,6 +306,9 @@ enum Ended {
     Reopen,
     /// The connection ended or broke.
     Dropped,
+    /// The relay sent what cannot be read: each watch gets the error
+    /// (and resumes after its backoff).
+    Broken(MuxError),
 }
 
 impl Mux {
@@ -466,10 +469,10 @@ async fn serve(sh: &Arc<Shared>, wants: Vec<Want>) {
             });
         return failed(sh, wants, &kube::Error::Api(status.boxed()));
     }
+    let opened = Instant::now();
     {
         let mut st = sh.lock();
         st.retry_at = None;
-        st.retry_after = Duration::ZERO;
     }
     let mut txs: Vec<Option<mpsc::Sender<Result<Bytes, kube::Error>>>> = Vec::new();
     for (w, decoder) in wants.into_iter().zip(decoders) {
@@ -498,12 +501,10 @@ async fn serve(sh: &Arc<Shared>, wants: Vec<Want>) {
             chunk = body.frame() => chunk,
         };
         let data = match chunk {
-            None => {
-                if let Err(e) = frames.finish() {
-                    count(sh, &e);
-                }
-                break Ended::Dropped;
-            }
+            None => match frames.finish() {
+                Err(e) => break Ended::Broken(e),
+                Ok(()) => break Ended::Dropped,
+            },
             Some(Err(e)) => {
                 tracing::debug!(error = %e, "multiplexed watch connection broke");
                 break Ended::Dropped;
@@ -518,18 +519,14 @@ async fn serve(sh: &Arc<Shared>, wants: Vec<Want>) {
             let frame = match frames.next_frame() {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
-                Err(e) => {
-                    count(sh, &e);
-                    break 'conn Ended::Dropped;
-                }
+                Err(e) => break 'conn Ended::Broken(e),
             };
             let (index, item, end) = match frame {
                 Outer::Data(i, b) => (i, Some(Ok(b)), false),
                 Outer::End(i, status) => (i, status.map(|s| Err(refused(&s))), true),
             };
             let Some(slot) = txs.get_mut(index).filter(|t| t.is_some()) else {
-                count(sh, &MuxError::UnknownIndex(index as u64));
-                break 'conn Ended::Dropped;
+                break 'conn Ended::Broken(MuxError::UnknownIndex(index as u64));
             };
             if let (Some(tx), Some(item)) = (slot.as_ref(), item)
                 && tx.send(item).await.is_err()
@@ -543,6 +540,28 @@ async fn serve(sh: &Arc<Shared>, wants: Vec<Want>) {
             }
         }
     };
+    // A connection that broke soon after it opened is a failed request:
+    // the next waits (a relay that ends every stream at once is not asked
+    // in a loop).
+    let broke = match &ended {
+        Ended::Broken(e) => {
+            count(sh, e);
+            for tx in txs.iter().flatten() {
+                let e = kube::Error::ReadEvents(std::io::Error::other(e.clone()));
+                let _ = tx.try_send(Err(e));
+            }
+            true
+        }
+        Ended::Dropped => opened.elapsed() < Duration::from_secs(1),
+        Ended::Done | Ended::Reopen => false,
+    };
+    if broke {
+        let mut st = sh.lock();
+        st.retry_after = (st.retry_after * 2).clamp(RETRY_FIRST, RETRY_MAX);
+        st.retry_at = Some(Instant::now() + st.retry_after);
+    } else {
+        sh.lock().retry_after = Duration::ZERO;
+    }
     // Every inner watch sees its stream end and resumes from its
     // resourceVersion: they ask again at once and go in one request.
     drop(txs);
