@@ -988,6 +988,32 @@ fn version() -> Value {
 mod tests {
     use super::*;
 
+    /// The size of the future `f` returns, without making one.
+    fn future_size<A, F: Future>(_f: impl Fn(A) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// What a connection's task holds while it waits, before what the
+    /// socket and TLS hold (printed for the notes).
+    #[test]
+    fn a_connections_task_is_small() {
+        type Io = tokio::io::DuplexStream;
+        let conn = future_size(|(s, io): (Arc<Server>, Io)| async move {
+            connection(&s, io).await;
+        });
+        let served = future_size(|(s, h): (Arc<Server>, Head)| async move {
+            let _ = serve(&s, &h).await;
+        });
+        let streaming = future_size(|(sub, mut p): (Subscriber, Part)| async move {
+            sub.run(&mut p).await;
+        });
+        println!(
+            "connection future {conn} B, serve {served} B, an inner watch {streaming} B, Subscriber {} B",
+            std::mem::size_of::<Subscriber>()
+        );
+        assert!(conn < 64 * 1024);
+    }
+
     #[test]
     fn paths_name_the_relayed_kinds_only() {
         let t = parse_target("/api/v1/namespaces/ml/pods").unwrap();
