@@ -14,8 +14,21 @@
 //!   answering one of its node's ranks itself (`podns_node_scope_namespaces`
 //!   ≥ 1 and the name answered), p50 / max.
 //!
+//! - the relay's memory per node instance with all its watches open: its
+//!   RSS once every node instance serves, less its RSS before they
+//!   started, over NODES; and its connections and watches then.
+//!
+//! The phases: a rollout that relists (one request per watch, as before
+//! the multiplexed watch), then with `--state-dir` ROUNDS times each way,
+//! alternated: one request per watch (`--no-watch-mux` on the node
+//! instances), and every watch of a node instance in one multiplexed
+//! request (`k8s::mux`). Last, what one bare TLS connection costs the
+//! relay: BARE clients each holding one idle kept-alive connection (a
+//! `GET /version` done), its RSS delta over BARE.
+//!
 //! Run: `cargo bench --bench rollout`. Knobs (env): JOBS (10), RANKS (500),
-//! NODES (100), WAVE (10). Loopback only; every wait is bounded.
+//! NODES (100), WAVE (10), ROUNDS (2), BARE (500). Loopback only; every
+//! wait is bounded.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -82,6 +95,8 @@ struct Node {
     rank: String,
     state: Option<PathBuf>,
     log: PathBuf,
+    /// Its watches in one multiplexed request (else `--no-watch-mux`).
+    mux: bool,
 }
 
 struct Up {
@@ -99,6 +114,9 @@ fn start(n: &Node, kubeconfig: &Path, relay_dns: SocketAddr) -> Up {
     ];
     if let Some(s) = &n.state {
         args.push(format!("--state-dir={}", s.display()));
+    }
+    if !n.mux {
+        args.push("--no-watch-mux".into());
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let proc = serve(&args, &n.log);
@@ -139,15 +157,36 @@ fn lists(up: &Up) -> f64 {
     ) - metric(up.admin, "podns_node_state_watches_total{result=\"saved\"}")
 }
 
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The relay with every node instance up: its RSS over theirs (KiB per
+/// node instance), its connections and watches.
+struct Held {
+    kib_per_node: f64,
+    connections: f64,
+    watches: f64,
+}
+
 /// One phase: start every node instance, let them settle and save, roll
-/// them out in waves; (bytes sent during the rollout, lists, times).
+/// them out in waves; (bytes sent during the rollout, lists, times, the
+/// relay with them all up).
 async fn phase(
     nodes: &[Node],
     kubeconfig: &Path,
-    relay_dns: SocketAddr,
+    relay: &Relay,
     sent: &AtomicU64,
     wave: usize,
-) -> (u64, f64, Vec<Duration>) {
+) -> (u64, f64, Vec<Duration>, Held) {
+    let relay_dns = relay.dns;
+    let pid = relay.proc.0.id();
+    let rss_before = rss_kib(pid);
     let mut ups = Vec::new();
     for n in nodes {
         let t = Instant::now();
@@ -157,6 +196,11 @@ async fn phase(
     }
     // Every saved scope written at least once (every 5 s) before the rollout.
     tokio::time::sleep(Duration::from_secs(6)).await;
+    let held = Held {
+        kib_per_node: rss_kib(pid).saturating_sub(rss_before) as f64 / nodes.len() as f64,
+        connections: metric(relay.admin, "podns_relay_connections "),
+        watches: metric(relay.admin, "podns_relay_watches "),
+    };
     let before = sent.load(Ordering::Relaxed);
     let (mut listed, mut times) = (0.0, Vec::new());
     for chunk in (0..nodes.len()).collect::<Vec<_>>().chunks(wave) {
@@ -183,7 +227,9 @@ async fn phase(
         stop(up.proc);
     }
     times.sort();
-    (bytes, listed, times)
+    // The node instances' connections closed on the relay.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    (bytes, listed, times, held)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -195,7 +241,7 @@ async fn main() {
     println!("rollout: {jobs} x {ranks} pods, {count} node instances in waves of {wave}");
     let (_sim, _api) = start_sim(dir.path(), jobs, ranks, &[]).await;
     let relay = start_relay(dir.path()).await;
-    let (relay_dns, relay_client) = (relay.dns, relay.client.clone());
+    let relay_client = relay.client.clone();
     let rk = d("rk.yaml");
     // The node instances read the relay through the counting proxy.
     let text = std::fs::read_to_string(&rk).unwrap();
@@ -234,34 +280,87 @@ async fn main() {
     by_node.truncate(count);
     assert_eq!(by_node.len(), count, "not enough nodes with pods");
 
-    let mut results = Vec::new();
-    for with_state in [false, true] {
+    // (state, multiplexed): a relist first, then alternated rounds.
+    let mut phases = vec![(false, false)];
+    for _ in 0..knob("ROUNDS", 2) {
+        phases.extend([(true, false), (true, true)]);
+    }
+    let mut relist = 0;
+    let mut results: Vec<(bool, u64, f64)> = Vec::new();
+    for (p, &(with_state, mux)) in phases.iter().enumerate() {
         let nodes: Vec<Node> = by_node
             .iter()
             .enumerate()
             .map(|(i, (node, rank))| Node {
                 node: node.clone(),
                 rank: rank.clone(),
-                state: with_state.then(|| d(&format!("state-{i}"))),
-                log: d(&format!("node-{i}-{with_state}.log")),
+                state: with_state.then(|| d(&format!("state-{p}-{i}"))),
+                log: d(&format!("node-{i}-{p}.log")),
+                mux,
             })
             .collect();
-        let (bytes, listed, times) = phase(&nodes, &nk, relay_dns, &sent, wave).await;
+        let (bytes, listed, times, held) = phase(&nodes, &nk, &relay, &sent, wave).await;
         let p50 = times[times.len() / 2];
         let max = *times.last().unwrap();
-        let label = if with_state {
-            "after (--state-dir)"
-        } else {
-            "before"
+        let label = match (with_state, mux) {
+            (false, _) => "relist (one request per watch)",
+            (true, false) => "--state-dir, one request per watch",
+            (true, true) => "--state-dir, multiplexed",
         };
         println!(
-            "{label}: relay sent {bytes} B for the rollout ({} B per node instance), {listed} lists, start to serving p50 {p50:?} max {max:?}",
-            bytes / count as u64
+            "{label}: relay sent {bytes} B for the rollout ({} B per node instance), {listed} lists, start to serving p50 {p50:?} max {max:?}; relay with all up: {:.1} KiB RSS per node instance, {} connections, {} watches",
+            bytes / count as u64,
+            held.kib_per_node,
+            held.connections,
+            held.watches,
         );
-        results.push(bytes);
+        if with_state {
+            results.push((mux, bytes, held.kib_per_node));
+        } else {
+            relist = bytes;
+        }
     }
-    println!(
-        "relay egress after / before: {:.2}%",
-        results[1] as f64 * 100.0 / results[0].max(1) as f64
+    for mux in [false, true] {
+        let way = if mux {
+            "multiplexed"
+        } else {
+            "one request per watch"
+        };
+        let egress: Vec<String> = results
+            .iter()
+            .filter(|r| r.0 == mux)
+            .map(|r| format!("{:.2}%", r.1 as f64 * 100.0 / relist.max(1) as f64))
+            .collect();
+        let kib: Vec<String> = results
+            .iter()
+            .filter(|r| r.0 == mux)
+            .map(|r| format!("{:.1}", r.2))
+            .collect();
+        println!(
+            "{way}: relay egress with --state-dir / relist {}; relay KiB per node instance {}",
+            egress.join(", "),
+            kib.join(", ")
+        );
+    }
+
+    // One bare TLS connection: kept alive, idle, after a `GET /version`.
+    let bare = knob("BARE", 500) as usize;
+    let pid = relay.proc.0.id();
+    let (rss_before, conns_before) = (
+        rss_kib(pid),
+        metric(relay.admin, "podns_relay_connections "),
     );
+    let mut clients = Vec::new();
+    for _ in 0..bare {
+        let c = client_from(&rk).await;
+        c.apiserver_version().await.unwrap();
+        clients.push(c);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    println!(
+        "bare TLS connections: {} more on the relay, {:.1} KiB RSS each",
+        metric(relay.admin, "podns_relay_connections ") - conns_before,
+        rss_kib(pid).saturating_sub(rss_before) as f64 / bare as f64
+    );
+    drop(clients);
 }

@@ -262,6 +262,9 @@ pub struct ServeArgs {
     /// Ask for quorum reads instead of lists from the API server's watch cache.
     #[arg(long, env = "PODNS_CONSISTENT_LIST")]
     pub consistent_list: bool,
+    /// No multiplexed watch: a relay does not serve it (as one from before it: 404), a node instance opens each watch as its own request. For tests and benchmarks.
+    #[arg(long, env = "PODNS_NO_WATCH_MUX", hide = true)]
+    pub no_watch_mux: bool,
     /// Initial list by watch stream (sendInitialEvents).
     #[arg(long, env = "PODNS_STREAMING_LIST", default_value = "auto", value_parser = keyword::<StreamingList>(StreamingList::NAMES))]
     pub streaming_list: StreamingList,
@@ -406,6 +409,7 @@ impl ServeArgs {
                 relay_url: String::new(),
                 relay_ca: String::new(),
                 state_dir: self.state_dir.clone(),
+                mux: !self.no_watch_mux,
             }),
             relay: self.relay_listen.map(|listen| RelayConfig {
                 history: self.relay_history.0,
@@ -417,6 +421,7 @@ impl ServeArgs {
                 tls_ca: self.relay_tls_ca.clone(),
                 audience: self.relay_audience.clone(),
                 scope_linger: self.scope_linger.0,
+                mux: !self.no_watch_mux,
                 ..RelayConfig::new(listen)
             }),
         }

@@ -256,6 +256,7 @@ async fn a_compact_stream_it_cannot_decode_ends_the_watch_with_a_relist() {
         bookmarked: None,
         held: None,
         progress: None,
+        mux: None,
     };
     let mut w = std::pin::pin!(raw_watcher::<SlimPod>(client, cfg));
     let mut next = async || tokio::time::timeout(T, w.next()).await.unwrap().unwrap();

@@ -14,6 +14,7 @@ mod explain;
 mod fast_path;
 mod fuzz_corpus;
 mod image;
+mod mux;
 mod node_state;
 mod prometheus;
 mod rank;

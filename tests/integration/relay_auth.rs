@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, ListParams};
+use podns_server::k8s::mux;
 use podns_server::relay::http::auth::AUDIENCE;
 use serde_json::json;
 
@@ -169,6 +170,46 @@ async fn a_token_bound_to_a_pod_reads_only_its_nodes_scope() {
     );
     assert_eq!(code(pods(Some("other")).list(&gang).await), 403);
     assert!(denied(env.admin, "out_of_scope").await >= 5);
+
+    // Multiplexed, each inner watch is authorized as its own request
+    // would be: the one in the node's scope streams, the one outside it
+    // is refused alone (its ending frame carries the 403), the request
+    // itself is 200.
+    let refused_before = denied(env.admin, "out_of_scope").await;
+    let watch = |ns: &str| {
+        format!(
+            "/api/v1/namespaces/{ns}/services?watch=true&allowWatchBookmarks=true\
+             &sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion="
+        )
+    };
+    let req = http::Request::get(mux::request_uri(&[watch("ml"), watch("other")]))
+        .header("accept", podns_server::k8s::compact::COMPACT)
+        .body(kube::client::Body::from(Vec::new()))
+        .unwrap();
+    let res = bound.send(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    let mut frames = mux::Decoder::default();
+    let (mut data, mut refusal) = (0, None);
+    tokio::time::timeout(T, async {
+        while data == 0 || refusal.is_none() {
+            use http_body_util::BodyExt;
+            let chunk = body.frame().await.expect("more").expect("a frame");
+            frames.push(&chunk.into_data().unwrap_or_default());
+            while let Some(f) = frames.next_frame().unwrap() {
+                match f {
+                    mux::Outer::Data(0, b) => data += b.len(),
+                    mux::Outer::End(1, Some(status)) => refusal = Some(status),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+    })
+    .await
+    .expect("the in-scope watch's events and the other's refusal");
+    let status: serde_json::Value = serde_json::from_slice(&refusal.unwrap()).unwrap();
+    assert_eq!(status["code"], 403, "{status}");
+    assert_eq!(denied(env.admin, "out_of_scope").await, refused_before + 1);
 
     // A node instance with that token holds its scope: every request it
     // makes is in it.

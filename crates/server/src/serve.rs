@@ -470,6 +470,8 @@ fn watch_config(args: &ServeConfig) -> WatchConfig {
         ranges: args.reverse_cidrs.is_empty() && !node,
         dicts: Default::default(),
         progress: args.watch_progress,
+        // A node instance's (`node::run`).
+        mux: None,
     }
 }
 

@@ -307,6 +307,22 @@ impl Held {
         (d, ids)
     }
 
+    /// [`Held::claim`] for `n` streams at once: decoders that all hold the
+    /// same dictionaries, named once in one request (a multiplexed
+    /// watch's, [`super::mux`]).
+    pub fn claim_many(self: &Arc<Self>, n: usize) -> (Vec<Decoder>, Vec<u64>) {
+        let claimed: Vec<(u64, Arc<[u8]>)> = self.lock().iter().cloned().collect();
+        let ids = claimed.iter().map(|(id, _)| *id).collect();
+        let decoders = (0..n)
+            .map(|_| Decoder {
+                held: Some(self.clone()),
+                claimed: claimed.clone(),
+                ..Decoder::default()
+            })
+            .collect();
+        (decoders, ids)
+    }
+
     /// Keep `dict` (its content id `id`) as the most recently used.
     pub fn keep(&self, id: u64, dict: &[u8]) {
         if dict.len() > MAX_HELD_BYTES {
@@ -424,7 +440,7 @@ fn framed(body: &[u8]) -> Bytes {
     Bytes::from(out)
 }
 
-fn put_varint(out: &mut Vec<u8>, mut n: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut n: u64) {
     while n >= 0x80 {
         out.push((n as u8) | 0x80);
         n >>= 7;
@@ -434,7 +450,7 @@ fn put_varint(out: &mut Vec<u8>, mut n: u64) {
 
 /// A LEB128 number at the start of `b` (at most 5 bytes: 35 bits), and
 /// its length; `Ok(None)` when `b` ends inside it.
-fn varint(b: &[u8]) -> Result<Option<(u64, usize)>, DecodeError> {
+pub(crate) fn varint(b: &[u8]) -> Result<Option<(u64, usize)>, DecodeError> {
     let mut n = 0u64;
     for (i, byte) in b.iter().enumerate() {
         if i == 5 {

@@ -11,6 +11,7 @@
 pub mod compact;
 pub mod convert;
 pub mod failure;
+pub mod mux;
 pub mod objects;
 pub mod pb;
 pub mod tap;

@@ -72,6 +72,9 @@ pub struct WatchConfig {
     /// is reopened from its resourceVersion (`--watch-progress-timeout`);
     /// `None`: never.
     pub progress: Option<Duration>,
+    /// A relay's watch multiplexer, shared by every watch started with
+    /// this configuration ([`super::mux`]): a node instance's.
+    pub mux: Option<super::mux::Mux>,
 }
 
 impl WatchConfig {
@@ -239,6 +242,7 @@ where
         bookmarked: None,
         held: None,
         progress: cfg.progress,
+        mux: cfg.mux.clone(),
     }
 }
 

@@ -116,6 +116,10 @@ pub struct RawConfig {
     /// The longest a watch may go without an event or a bookmark before it
     /// is reopened from its resourceVersion ([`Stalled`]); `None`: never.
     pub progress: Option<std::time::Duration>,
+    /// A relay's watch multiplexer: the watch (`--wire auto`) opens its
+    /// stream through it, on the one connection it holds for all of a
+    /// node instance's watches ([`super::mux`]); `None`: its own request.
+    pub mux: Option<super::mux::Mux>,
 }
 
 /// A watch that has shown progress (an event or a bookmark after its
@@ -237,9 +241,34 @@ impl Codec {
     }
 }
 
+/// A watch's response body: its own, or its part of a multiplexed one.
+enum Body {
+    Http(kube::client::Body),
+    Mux(super::mux::Inner),
+}
+
+impl Body {
+    /// The next bytes; `None` at the end.
+    async fn chunk(&mut self) -> Option<Result<Bytes, kube::Error>> {
+        match self {
+            Body::Http(b) => loop {
+                match b.frame().await? {
+                    Err(e) => return Some(Err(kube::Error::ReadEvents(std::io::Error::other(e)))),
+                    Ok(f) => {
+                        if let Ok(data) = f.into_data() {
+                            return Some(Ok(data));
+                        }
+                    }
+                }
+            },
+            Body::Mux(inner) => inner.next().await,
+        }
+    }
+}
+
 /// The body of a watch, split into events.
 struct Events {
-    body: kube::client::Body,
+    body: Body,
     codec: Codec,
     frames: pb::Framer,
     lines: Vec<u8>,
@@ -275,18 +304,14 @@ impl Events {
                 }
                 return Ok(Some(line));
             }
-            match self.body.frame().await {
+            match self.body.chunk().await {
                 None => return Ok(None),
-                Some(Err(e)) => {
-                    return Err(kube::Error::ReadEvents(std::io::Error::other(e)));
-                }
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        if self.codec == Codec::Protobuf {
-                            self.frames.push(&data);
-                        } else {
-                            self.lines.extend_from_slice(&data);
-                        }
+                Some(Err(e)) => return Err(e),
+                Some(Ok(data)) => {
+                    if self.codec == Codec::Protobuf {
+                        self.frames.push(&data);
+                    } else {
+                        self.lines.extend_from_slice(&data);
                     }
                 }
             }
@@ -308,17 +333,13 @@ impl Events {
                 Some(Decoded::Protobuf(raw)) => return Codec::Compact.event(&raw).map(Some),
                 None => {}
             }
-            match self.body.frame().await {
+            match self.body.chunk().await {
                 None => {
                     self.compact.finish().map_err(undecodable)?;
                     return Ok(None);
                 }
-                Some(Err(e)) => return Err(kube::Error::ReadEvents(std::io::Error::other(e))),
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        self.compact.push(&data);
-                    }
-                }
+                Some(Err(e)) => return Err(e),
+                Some(Ok(data)) => self.compact.push(&data),
             }
         }
     }
@@ -349,7 +370,7 @@ enum State<K> {
     },
     Watching {
         rv: String,
-        events: Events,
+        events: Box<Events>,
         /// A streaming list whose end bookmark has not come yet.
         initial: bool,
     },
@@ -485,7 +506,7 @@ impl Ctx {
         Ok((page.items, page.resource_version.unwrap_or_default()))
     }
 
-    async fn watch(&self, rv: &str, initial: bool) -> Result<Events, kube::Error> {
+    async fn watch(&self, rv: &str, initial: bool) -> Result<Box<Events>, kube::Error> {
         let mut wp = WatchParams {
             label_selector: self.cfg.label_selector.clone(),
             field_selector: self.fields.clone(),
@@ -505,6 +526,26 @@ impl Ctx {
             http::header::ACCEPT_ENCODING,
             http::HeaderValue::from_static("identity"),
         );
+        // Through the relay's multiplexer, unless that relay has none.
+        if let (Some(mux), Wire::Auto) = (&self.cfg.mux, self.cfg.wire) {
+            let target = req
+                .uri()
+                .path_and_query()
+                .map_or_else(String::new, |p| p.as_str().to_owned());
+            match mux.open(target).await {
+                super::mux::Opened::Stream(mut inner) => {
+                    return Ok(Box::new(Events {
+                        codec: Codec::Compact,
+                        compact: inner.take_decoder(),
+                        body: Body::Mux(inner),
+                        frames: pb::Framer::default(),
+                        lines: Vec::new(),
+                    }));
+                }
+                super::mux::Opened::Failed(e) => return Err(e),
+                super::mux::Opened::Fallback => {}
+            }
+        }
         // The dictionaries held now, named in the request and kept for
         // this stream by its decoder.
         let (compact, held) = match &self.cfg.held {
@@ -512,13 +553,13 @@ impl Ctx {
             _ => (compact::Decoder::default(), Vec::new()),
         };
         let res = self.get(&held, req).await?;
-        Ok(Events {
+        Ok(Box::new(Events {
             codec: Codec::of(res.headers()),
-            body: res.into_body(),
+            body: Body::Http(res.into_body()),
             frames: pb::Framer::default(),
             lines: Vec::new(),
             compact,
-        })
+        }))
     }
 }
 
@@ -619,7 +660,8 @@ impl<K: RawWatched> RawWatcher<K> {
                         Err(e) => {
                             // A stream it cannot decode: what it holds may
                             // have missed a change; relist the scope.
-                            self.state = if initial || is_undecodable(&e) {
+                            let expired = matches!(&e, kube::Error::Api(s) if s.code == 410);
+                            self.state = if initial || expired || is_undecodable(&e) {
                                 State::Empty
                             } else {
                                 State::Resume { rv }

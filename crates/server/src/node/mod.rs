@@ -65,6 +65,9 @@ pub struct NodeConfig {
     pub relay_ca: String,
     /// Where the scope is saved across restarts (`--state-dir`).
     pub state_dir: Option<std::path::PathBuf>,
+    /// Open the watches through the relay's multiplexed watch
+    /// ([`crate::k8s::mux`]; off: `--no-watch-mux`).
+    pub mux: bool,
 }
 
 /// A pod's gang ([`crate::labels::gang_of`]) from its labels.
@@ -121,8 +124,13 @@ pub async fn run(
     }
     let slices = slices && wcfg.endpoint_slices;
     table.scope().set_slices_held(slices);
+    // Every watch on one connection to the relay (a relay without the
+    // multiplexed watch is read one request per watch).
+    let mux = (wcfg.wire == crate::k8s::wire::Wire::Auto && cfg.mux)
+        .then(|| crate::k8s::mux::Mux::new(client.clone(), wcfg.dicts.clone(), metrics.clone()));
     let wcfg = WatchConfig {
         endpoint_slices: slices,
+        mux,
         ..wcfg
     };
     // This node's pods, on the watch loop of the scope's watches: in the
@@ -152,6 +160,7 @@ pub async fn run(
         bookmarked: keep.as_ref().map(state::KeepTap::bookmarked),
         held: Some(wcfg.dicts.clone()),
         progress: wcfg.progress,
+        mux: wcfg.mux.clone(),
     };
     // Without `Init`, which the watcher sends before it asks for a list:
     // the backoff resets on every item, and on `Init` it would never grow

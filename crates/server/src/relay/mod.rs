@@ -67,6 +67,10 @@ pub struct RelayConfig {
     /// How long a node instance may still read a namespace or gang after
     /// its node's last pod there left (at least its `--scope-linger`).
     pub scope_linger: Duration,
+    /// Serve the multiplexed watch (`crate::k8s::mux`): a node instance's
+    /// watches in one response. Off (`--no-watch-mux`, for tests and
+    /// benchmarks), the relay answers it 404 as one from before it.
+    pub mux: bool,
 }
 
 impl RelayConfig {
@@ -83,6 +87,7 @@ impl RelayConfig {
             tls_ca: None,
             audience: http::auth::AUDIENCE.to_owned(),
             scope_linger: store::scope::LINGER,
+            mux: true,
         }
     }
 }

@@ -62,6 +62,21 @@ pub struct Head {
     close: bool,
 }
 
+impl Head {
+    /// The request an inner watch of a multiplexed one (`uri`) would be:
+    /// the same token and `Accept`.
+    pub fn inner(&self, uri: Uri) -> Self {
+        Self {
+            method: Method::GET,
+            uri,
+            authorization: self.authorization.clone(),
+            accept: self.accept.clone(),
+            http10: self.http10,
+            close: self.close,
+        }
+    }
+}
+
 /// The next thing on a connection.
 #[derive(Debug)]
 pub enum Next {

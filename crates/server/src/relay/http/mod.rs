@@ -14,6 +14,11 @@
 //!   enough for kubectl.
 //! - Any other verb: 405. No valid ServiceAccount token: 401.
 //!
+//! - A node instance's watches in one response
+//!   (`/apis/podns.io/v1/watches?w=...`, [`crate::k8s::mux`]): each inner
+//!   watch served and authorized as its own request would be, all of them
+//!   in the connection's task.
+//!
 //! A connection is one task ([`conn`]); a watch runs in it and
 //! writes each batch of changes to it as one chunk. Who may read what is
 //! [`auth`]'s (a TokenReview, then the token's node scope); the
@@ -48,7 +53,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::store::cache::{self, After, Cache, Item, Wire};
 use super::{Relay, RelayConfig};
-use crate::k8s::compact;
+use crate::k8s::{compact, mux};
 use crate::metrics::{Metrics, ReasonLabels};
 use auth::{Auth, Denied, PERMISSION};
 use conn::{Conn, Head, Next, Stream};
@@ -69,6 +74,8 @@ struct Server {
     metrics: Metrics,
     bookmark_every: Duration,
     shutdown: CancellationToken,
+    /// Whether the multiplexed watch is served ([`RelayConfig::mux`]).
+    mux: bool,
 }
 
 impl Server {
@@ -132,6 +139,7 @@ pub async fn run(
         metrics,
         bookmark_every: cfg.bookmark_every,
         shutdown: shutdown.clone(),
+        mux: cfg.mux,
     });
     let slots = Arc::new(Semaphore::new(cfg.max_connections.max(1)));
     loop {
@@ -210,6 +218,13 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin>(s: &Arc<Server>, io: S) {
                 }
                 None => head.method == Method::HEAD,
             },
+            Ok(Reply::Mux(heads)) => match conn.stream(&head, mux::MUX).await {
+                Some(mut out) => {
+                    multiplexed(s, &heads, &mut out).await;
+                    out.finish().await
+                }
+                None => head.method == Method::HEAD,
+            },
             Err(e) => {
                 let code =
                     StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -238,6 +253,8 @@ enum Reply {
         body: Vec<Bytes>,
     },
     Watch(Box<Subscriber>),
+    /// A multiplexed watch: the inner watches' requests.
+    Mux(Vec<Head>),
 }
 
 fn value_response(v: &Value) -> Reply {
@@ -317,6 +334,9 @@ async fn serve(s: &Arc<Server>, req: &Head) -> Result<Reply, ApiError> {
     }
     if let Some(doc) = DISCOVERY.document(trimmed) {
         return Ok(value_response(&doc));
+    }
+    if s.mux && trimmed == mux::MUX_PATH {
+        return mux_request(req);
     }
     let target = parse_target(path).ok_or_else(|| {
         ApiError::new(
@@ -548,11 +568,7 @@ impl Subscriber {
     }
 
     /// Send `frames` as one chunk: false if the client is gone.
-    async fn send<S: AsyncRead + AsyncWrite + Unpin>(
-        &self,
-        out: &mut Stream<'_, S>,
-        frames: &[Bytes],
-    ) -> bool {
+    async fn send<O: Sink>(&self, out: &mut O, frames: &[Bytes]) -> bool {
         let n: usize = frames.iter().map(Bytes::len).sum();
         let sent = out.send(frames).await;
         if sent {
@@ -592,7 +608,7 @@ impl Subscriber {
         }
     }
 
-    async fn run<S: AsyncRead + AsyncWrite + Unpin>(self, out: &mut Stream<'_, S>) {
+    async fn run<O: Sink>(self, out: &mut O) {
         let wire = match self.wire {
             Wire::Json => "json",
             Wire::Protobuf => "protobuf",
@@ -602,12 +618,20 @@ impl Subscriber {
             .relay_watches_started
             .get_or_create(&crate::metrics::WireLabels { wire })
             .inc();
+        // Counted while it runs: a multiplexed watch is dropped, not
+        // ended, when its connection goes.
+        struct Running(Gauge<i64, AtomicI64>);
+        impl Drop for Running {
+            fn drop(&mut self) {
+                self.0.dec();
+            }
+        }
         self.metrics.relay_watches.inc();
+        let _running = Running(self.metrics.relay_watches.clone());
         self.stream(out).await;
-        self.metrics.relay_watches.dec();
     }
 
-    async fn stream<S: AsyncRead + AsyncWrite + Unpin>(&self, out: &mut Stream<'_, S>) {
+    async fn stream<O: Sink>(&self, out: &mut O) {
         // The compact stream's dictionaries sent so far (each once).
         let mut dicts = Vec::new();
         // Woken only by changes that may concern this watch.
@@ -727,6 +751,225 @@ impl Subscriber {
     }
 }
 
+/// Where a watch writes: its own response, or its part of a multiplexed
+/// one ([`Part`]).
+trait Sink {
+    /// Send `frames` as one chunk: false if the client is gone.
+    async fn send(&mut self, frames: &[Bytes]) -> bool;
+    /// Resolves when the client has closed the connection.
+    async fn closed(&mut self);
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Sink for Stream<'_, S> {
+    async fn send(&mut self, frames: &[Bytes]) -> bool {
+        Stream::send(self, frames).await
+    }
+
+    async fn closed(&mut self) {
+        Stream::closed(self).await;
+    }
+}
+
+/// The requests of a multiplexed watch's inner watches (`w=`, each a
+/// URL-encoded path and query), with the outer request's token and
+/// `Accept`. Served in the compact stream only.
+fn mux_request(req: &Head) -> Result<Reply, ApiError> {
+    let bad = |m: String| ApiError::new(400, "BadRequest", m);
+    if !compact::preferred(req.accept.as_deref()) {
+        return Err(ApiError::new(
+            406,
+            "NotAcceptable",
+            format!(
+                "the multiplexed watch is served as {} only",
+                compact::COMPACT
+            ),
+        ));
+    }
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(req.uri.query().unwrap_or(""))
+        .map_err(|e| bad(format!("bad query: {e}")))?;
+    let mut heads = Vec::new();
+    for (k, v) in pairs {
+        if k != "w" {
+            continue;
+        }
+        if heads.len() == mux::MAX_INNER {
+            return Err(bad(format!(
+                "over {} watches in one request",
+                mux::MAX_INNER
+            )));
+        }
+        let uri: http::Uri = v
+            .parse()
+            .map_err(|e| bad(format!("bad watch {v:?}: {e}")))?;
+        if !uri.path().starts_with('/') || uri.authority().is_some() {
+            return Err(bad(format!("bad watch {v:?}: a path and a query")));
+        }
+        heads.push(req.inner(uri));
+    }
+    if heads.is_empty() {
+        return Err(bad("no watch named (w=)".into()));
+    }
+    Ok(Reply::Mux(heads))
+}
+
+/// A multiplexed response's frames not yet written, and the bytes they
+/// hold.
+#[derive(Default)]
+struct Queue {
+    frames: std::sync::Mutex<(Vec<Bytes>, usize)>,
+    /// An inner watch queued frames.
+    pushed: tokio::sync::Notify,
+    /// The connection's task wrote what was queued.
+    drained: tokio::sync::Notify,
+}
+
+/// Bytes queued at most before an inner watch waits for them to be
+/// written (as its own response would wait on the socket).
+const QUEUED: usize = 256 * 1024;
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<Bytes>, usize)> {
+        self.frames.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn push(&self, frames: impl IntoIterator<Item = Bytes>) {
+        let mut q = self.lock();
+        for f in frames {
+            q.1 += f.len();
+            q.0.push(f);
+        }
+        drop(q);
+        self.pushed.notify_one();
+    }
+}
+
+/// An inner watch's part of a multiplexed response: its frames go to the
+/// queue marked with its index, the connection's task writes them.
+struct Part {
+    index: usize,
+    queue: Arc<Queue>,
+    metrics: Metrics,
+}
+
+impl Sink for Part {
+    async fn send(&mut self, frames: &[Bytes]) -> bool {
+        let mut out = Vec::with_capacity(frames.len() + 1);
+        let mut run: Vec<Bytes> = Vec::new();
+        let mut len = 0;
+        let mut heads = 0;
+        let mut flush = |run: &mut Vec<Bytes>, len: &mut usize| {
+            if *len > 0 {
+                let head = mux::data_head(self.index, *len);
+                heads += head.len();
+                out.push(head);
+                out.append(run);
+                *len = 0;
+            }
+        };
+        for f in frames {
+            let mut f = f.clone();
+            while !f.is_empty() {
+                let take = (mux::MAX_RUN - len).min(f.len());
+                run.push(f.split_to(take));
+                len += take;
+                if len == mux::MAX_RUN {
+                    flush(&mut run, &mut len);
+                }
+            }
+        }
+        flush(&mut run, &mut len);
+        if out.is_empty() {
+            return true;
+        }
+        self.metrics.relay_sent_bytes.inc_by(heads as u64);
+        self.queue.push(out);
+        loop {
+            let drained = self.queue.drained.notified();
+            if self.queue.lock().1 <= QUEUED {
+                return true;
+            }
+            drained.await;
+        }
+    }
+
+    async fn closed(&mut self) {
+        // The connection's task watches the connection.
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Serve a multiplexed watch on `out`: each inner watch as its own
+/// request would be served (its token checked, its node scope), all of
+/// them in this task; each ending with an ending frame, the response when
+/// they all have or the client goes.
+async fn multiplexed<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &Arc<Server>,
+    heads: &[Head],
+    out: &mut Stream<'_, S>,
+) {
+    use futures::StreamExt as _;
+    let queue = Arc::new(Queue::default());
+    let ending = |index: usize, e: Option<&ApiError>| {
+        let frame = mux::end_frame(index, e.map(error_body).as_deref());
+        s.metrics.relay_sent_bytes.inc_by(frame.len() as u64);
+        frame
+    };
+    let replies = futures::future::join_all(heads.iter().map(|h| async move {
+        let watching = h
+            .uri
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .any(|p| p == "watch=true" || p == "watch=1");
+        if !watching {
+            return Err(ApiError::new(
+                400,
+                "BadRequest",
+                "only watches (watch=true) are multiplexed",
+            ));
+        }
+        serve(s, h).await
+    }))
+    .await;
+    type Running<'a> = std::pin::Pin<Box<dyn Future<Output = usize> + Send + 'a>>;
+    let mut parts = futures::stream::FuturesUnordered::<Running<'_>>::new();
+    for (index, reply) in replies.into_iter().enumerate() {
+        match reply {
+            Ok(Reply::Watch(sub)) => {
+                let mut part = Part {
+                    index,
+                    queue: queue.clone(),
+                    metrics: s.metrics.clone(),
+                };
+                parts.push(Box::pin(async move {
+                    sub.run(&mut part).await;
+                    index
+                }));
+            }
+            Ok(_) => {
+                let e = ApiError::new(400, "BadRequest", "only watches are multiplexed");
+                queue.push([ending(index, Some(&e))]);
+            }
+            Err(e) => queue.push([ending(index, Some(&e))]),
+        }
+    }
+    loop {
+        let frames = std::mem::take(&mut *queue.lock()).0;
+        if !frames.is_empty() && !out.send(&frames).await {
+            return;
+        }
+        queue.drained.notify_waiters();
+        if parts.is_empty() {
+            return;
+        }
+        tokio::select! {
+            Some(index) = parts.next() => queue.push([ending(index, None)]),
+            () = queue.pushed.notified() => {}
+            () = out.closed() => return,
+        }
+    }
+}
+
 fn version() -> Value {
     json!({
         "major": "1",
@@ -744,6 +987,32 @@ fn version() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The size of the future `f` returns, without making one.
+    fn future_size<A, F: Future>(_f: impl Fn(A) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// What a connection's task holds while it waits, before what the
+    /// socket and TLS hold (printed for the notes).
+    #[test]
+    fn a_connections_task_is_small() {
+        type Io = tokio::io::DuplexStream;
+        let conn = future_size(|(s, io): (Arc<Server>, Io)| async move {
+            connection(&s, io).await;
+        });
+        let served = future_size(|(s, h): (Arc<Server>, Head)| async move {
+            let _ = serve(&s, &h).await;
+        });
+        let streaming = future_size(|(sub, mut p): (Subscriber, Part)| async move {
+            sub.run(&mut p).await;
+        });
+        println!(
+            "connection future {conn} B, serve {served} B, an inner watch {streaming} B, Subscriber {} B",
+            std::mem::size_of::<Subscriber>()
+        );
+        assert!(conn < 64 * 1024);
+    }
 
     #[test]
     fn paths_name_the_relayed_kinds_only() {
