@@ -1038,8 +1038,11 @@ async fn a_node_instance_started_right_after_a_widening_lists_its_pods_once() {
     })
     .await;
 
-    // Within the grace: a node instance of that node starts.
-    let n = node_instance(&env, &kubeconfig, &node, &[]).await;
+    // Within the grace: a node instance of that node starts, one request
+    // per watch. (Multiplexed, each reopening of its one connection in
+    // the grace resumes every watch, and those covering `ml` or the node
+    // are sent back to list once per reopening: bounded, not a loop.)
+    let n = node_instance(&env, &kubeconfig, &node, &["--no-watch-mux"]).await;
     wait_held(&n.table, &["ml"]).await;
     // Its node's pods watch carries what comes next: a pod of another
     // namespace on the node brings that namespace into its scope.
