@@ -8,7 +8,8 @@ use http_body_util::BodyExt;
 use podns_server::metrics::{DecodeErrorLabels, Metrics, WireLabels};
 
 use crate::relay::{
-    T, env_with_relay, node_instance, node_of_pods, pods_with_ip, relay_client, wait_held,
+    T, env_with_relay, node_instance, node_of_pods, pods_with_ip, relay_client, relay_with_jobs,
+    wait_held,
 };
 use crate::support::*;
 
@@ -33,14 +34,12 @@ fn decode_errors(m: &Metrics) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_instances_watch_in_the_compact_stream_and_answer_as_over_protobuf() {
-    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
-    let relay_metrics = env.server.as_ref().unwrap().metrics.clone();
     // Enough pods for the relay to train a dictionary (64), then the gang
     // the node instances hold.
-    create_job(&env.client, "bulk", "big", 72, "indexed-job").await;
-    create_job(&env.client, "ml", "train", 8, "indexed-job").await;
-    let relay = relay_client(&kubeconfig).await;
-    let node = node_of_pods(&relay, "ml", 8).await;
+    let (env, _dir, kubeconfig, _relay, nodes) =
+        relay_with_jobs(&[("bulk", "big", 72), ("ml", "train", 8)]).await;
+    let relay_metrics = env.server.as_ref().unwrap().metrics.clone();
+    let node = nodes[1].clone();
 
     // Two node instances of the same node: one as shipped (auto: the
     // compact stream), one asking for Protobuf.
@@ -198,43 +197,19 @@ async fn kube_rs_clients_of_the_relay_still_get_protobuf_and_json() {
 /// A server that lists one pod in JSON and answers every watch with a
 /// compact stream whose event names a dictionary it never sent.
 async fn bad_compact_server(lists: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            let lists = lists.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut b = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut b).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&b[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&head);
-                let (ct, body): (&str, Vec<u8>) = if head.contains("watch=true") {
-                    // An event: ADDED, dictionary 9 (never sent), 4 bytes.
-                    (
-                        podns_server::k8s::compact::COMPACT,
-                        vec![5, 2, 0, 9, 4, 0xee],
-                    )
-                } else {
-                    lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    let list = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"a","namespace":"ml","resourceVersion":"5"}}]}"#;
-                    ("application/json", list.as_bytes().to_vec())
-                };
-                let out = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: {ct}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = s.write_all(out.as_bytes()).await;
-                let _ = s.write_all(&body).await;
-            });
+    canned_server(move |head| {
+        if head.contains("watch=true") {
+            // An event: ADDED, dictionary 9 (never sent), 4 bytes.
+            (
+                podns_server::k8s::compact::COMPACT,
+                vec![5, 2, 0, 9, 4, 0xee],
+            )
+        } else {
+            lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            ("application/json", ONE_POD_LIST.as_bytes().to_vec())
         }
-    });
-    url
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -242,22 +217,11 @@ async fn a_compact_stream_it_cannot_decode_ends_the_watch_with_a_relist() {
     use futures::StreamExt;
     use kube::runtime::watcher::{Error, Event};
     use podns_server::k8s::objects::SlimPod;
-    use podns_server::k8s::wire::{RawConfig, Wire, raw_watcher};
+    use podns_server::k8s::wire::raw_watcher;
     let lists = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let url = bad_compact_server(lists.clone()).await;
     let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
-    let cfg = RawConfig {
-        url_path: "/api/v1/namespaces/ml/pods".into(),
-        label_selector: None,
-        list_semantic: kube::runtime::watcher::ListSemantic::Any,
-        streaming: false,
-        wire: Wire::Auto,
-        seen: None,
-        bookmarked: None,
-        held: None,
-        progress: None,
-        mux: None,
-    };
+    let cfg = ml_pods_watch(None, None);
     let mut w = std::pin::pin!(raw_watcher::<SlimPod>(client, cfg));
     let mut next = async || tokio::time::timeout(T, w.next()).await.unwrap().unwrap();
     assert!(matches!(next().await, Ok(Event::Init)));

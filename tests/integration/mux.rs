@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use crate::relay::{T, env_with_relay, node_of_pods, relay_client, start_podns};
+use crate::relay::{
+    T, env_with_relay, inits, node_of_pods, relay_client, relay_with_jobs, start_podns,
+};
 use crate::support::*;
 
 /// Connections through a proxy: accepted in all, and open now.
@@ -48,19 +50,22 @@ fn through(kubeconfig: &Path, relay: SocketAddr, front: SocketAddr) -> PathBuf {
     path
 }
 
-/// Watches the node instance started by listing (`init`), every kind.
-fn inits(m: &podns_server::metrics::Metrics) -> u64 {
-    ["pods", "services", "jobs", "endpointslices"]
-        .into_iter()
-        .map(|resource| {
-            m.watch_events
-                .get_or_create(&podns_server::metrics::EventLabels {
-                    resource,
-                    event: "init",
-                })
-                .get()
-        })
-        .sum()
+/// A node instance of `node` reading the relay through a proxy that
+/// counts its connections.
+async fn node_through_proxy(
+    env: &Env,
+    kubeconfig: &Path,
+    node: &str,
+) -> (podns_server::serve::Running, Arc<Conns>) {
+    let (front, conns) = counting_proxy(env.relay.unwrap()).await;
+    let kc = through(kubeconfig, env.relay.unwrap(), front);
+    let flags = [
+        format!("--relay-kubeconfig={}", kc.display()),
+        format!("--node={node}"),
+        format!("--relay-dns={}", env.dns),
+    ];
+    let n = start_podns(&flags, relay_client(&kc).await, env.shutdown.clone());
+    (n, conns)
 }
 
 /// Wait until `table` holds every one of `namespaces`.
@@ -74,22 +79,13 @@ async fn wait_holds(table: &Arc<podns_server::index::Table>, namespaces: &[&str]
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_instance_holds_one_connection_to_the_relay_for_all_its_watches() {
-    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
+    // The simulator fills a node with 8 pods: these two jobs share one.
+    let (env, _dir, kubeconfig, _relay, nodes) =
+        relay_with_jobs(&[("ml", "train", 3), ("eval", "score", 3)]).await;
     let relay_metrics = env.server.as_ref().unwrap().metrics.clone();
-    // The simulator fills a node with 8 pods: these three jobs share one.
-    create_job(&env.client, "ml", "train", 3, "indexed-job").await;
-    create_job(&env.client, "eval", "score", 3, "indexed-job").await;
-    let admin = relay_client(&kubeconfig).await;
-    let node = node_of_pods(&admin, "ml", 3).await;
-    assert_eq!(node_of_pods(&admin, "eval", 3).await, node, "one node");
-    let (front, conns) = counting_proxy(env.relay.unwrap()).await;
-    let kc = through(&kubeconfig, env.relay.unwrap(), front);
-    let flags = [
-        format!("--relay-kubeconfig={}", kc.display()),
-        format!("--node={node}"),
-        format!("--relay-dns={}", env.dns),
-    ];
-    let n = start_podns(&flags, relay_client(&kc).await, env.shutdown.clone());
+    let node = nodes[0].clone();
+    assert_eq!(nodes[1], node, "one node");
+    let (n, conns) = node_through_proxy(&env, &kubeconfig, &node).await;
     wait_holds(&n.table, &["eval", "ml"]).await;
     // Its own pods' watch and each namespace's (pods, Services, Jobs,
     // EndpointSlices): all on one connection.
@@ -110,7 +106,10 @@ async fn a_node_instance_holds_one_connection_to_the_relay_for_all_its_watches()
 
     // A namespace enters the scope: its watches join, the others resume
     // on the new connection from where they were (no list, no relist).
-    let (lists, started) = (relay_metrics.relay_lists.get(), inits(&n.metrics));
+    let (lists, started) = (
+        relay_metrics.relay_lists.get(),
+        inits(&n.metrics, &["pods", "services", "jobs", "endpointslices"]),
+    );
     create_job(&env.client, "third", "more", 2, "indexed-job").await;
     // (Asked of the simulator: the relay counts this test's lists too.)
     assert_eq!(
@@ -147,7 +146,7 @@ async fn a_node_instance_holds_one_connection_to_the_relay_for_all_its_watches()
     wait_resolves(n.dns_addr, "score-2.score.eval.svc", T).await;
     assert_eq!(forwarded(), before, "answered on the node");
     assert_eq!(
-        inits(&n.metrics) - started,
+        inits(&n.metrics, &["pods", "services", "jobs", "endpointslices"]) - started,
         per_namespace as u64,
         "only the new namespace's watches started anew"
     );
@@ -177,14 +176,7 @@ async fn against_a_relay_without_it_each_watch_is_its_own_request() {
     create_job(&env.client, "ml", "train", 3, "indexed-job").await;
     let admin = relay_client(&kubeconfig).await;
     let node = node_of_pods(&admin, "ml", 3).await;
-    let (front, conns) = counting_proxy(env.relay.unwrap()).await;
-    let kc = through(&kubeconfig, env.relay.unwrap(), front);
-    let flags = [
-        format!("--relay-kubeconfig={}", kc.display()),
-        format!("--node={node}"),
-        format!("--relay-dns={}", env.dns),
-    ];
-    let n = start_podns(&flags, relay_client(&kc).await, env.shutdown.clone());
+    let (n, conns) = node_through_proxy(&env, &kubeconfig, &node).await;
     wait_holds(&n.table, &["ml"]).await;
     wait_resolves(n.dns_addr, "train-2.train.ml.svc", T).await;
     // A connection per watch, as before.
@@ -207,38 +199,14 @@ async fn against_a_relay_without_it_each_watch_is_its_own_request() {
 /// A relay that lists one pod in JSON and answers the multiplexed watch
 /// with `outer` (then closes).
 async fn bad_mux_server(outer: Vec<u8>) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            let outer = outer.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut b = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut b).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&b[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&head);
-                let (ct, body): (&str, Vec<u8>) = if head.contains(mux::MUX_PATH) {
-                    (mux::MUX, outer)
-                } else {
-                    let list = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"a","namespace":"ml","resourceVersion":"5"}}]}"#;
-                    ("application/json", list.as_bytes().to_vec())
-                };
-                let out = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: {ct}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = s.write_all(out.as_bytes()).await;
-                let _ = s.write_all(&body).await;
-            });
+    canned_server(move |head| {
+        if head.contains(mux::MUX_PATH) {
+            (mux::MUX, outer.clone())
+        } else {
+            ("application/json", ONE_POD_LIST.as_bytes().to_vec())
         }
-    });
-    url
+    })
+    .await
 }
 
 use podns_server::k8s::mux;
@@ -248,7 +216,7 @@ async fn a_multiplexed_stream_it_cannot_read_is_counted_and_the_watch_resumes() 
     use futures::StreamExt;
     use kube::runtime::watcher::{Error, Event};
     use podns_server::k8s::objects::SlimPod;
-    use podns_server::k8s::wire::{RawConfig, Wire, raw_watcher};
+    use podns_server::k8s::wire::raw_watcher;
     let mut cut = mux::data_head(0, 10).to_vec();
     cut.extend_from_slice(b"abc");
     let mut huge = Vec::new();
@@ -267,18 +235,10 @@ async fn a_multiplexed_stream_it_cannot_read_is_counted_and_the_watch_resumes() 
         let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
         let metrics = podns_server::metrics::Metrics::new();
         let held = std::sync::Arc::new(podns_server::k8s::compact::Held::default());
-        let cfg = RawConfig {
-            url_path: "/api/v1/namespaces/ml/pods".into(),
-            label_selector: None,
-            list_semantic: kube::runtime::watcher::ListSemantic::Any,
-            streaming: false,
-            wire: Wire::Auto,
-            seen: None,
-            bookmarked: None,
-            held: Some(held.clone()),
-            progress: None,
-            mux: Some(mux::Mux::new(client.clone(), held, metrics.clone())),
-        };
+        let cfg = ml_pods_watch(
+            Some(held.clone()),
+            Some(mux::Mux::new(client.clone(), held, metrics.clone())),
+        );
         let mut w = std::pin::pin!(raw_watcher::<SlimPod>(client, cfg));
         let mut next = async || tokio::time::timeout(T, w.next()).await.unwrap().unwrap();
         assert!(matches!(next().await, Ok(Event::Init)));

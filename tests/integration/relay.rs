@@ -900,13 +900,40 @@ async fn a_node_instance_answers_its_scope_itself_and_forwards_the_rest_unchange
     assert_eq!(here, same_question(env.dns, &msg).await);
 }
 
+/// A relay over `podns sim` with these Jobs (namespace, name, ranks), each
+/// waited for through the relay: the relay's kubeconfig, a client of it,
+/// and each Job's node (of its first pod).
+pub(crate) async fn relay_with_jobs(
+    jobs: &[(&str, &str, usize)],
+) -> (Env, tempfile::TempDir, PathBuf, kube::Client, Vec<String>) {
+    let (env, dir, kubeconfig) = env_with_relay(&[]).await;
+    for (ns, name, ranks) in jobs {
+        create_job(&env.client, ns, name, *ranks, "indexed-job").await;
+    }
+    let relay = relay_client(&kubeconfig).await;
+    let mut nodes = Vec::new();
+    for (ns, _, ranks) in jobs {
+        nodes.push(node_of_pods(&relay, ns, *ranks).await);
+    }
+    (env, dir, kubeconfig, relay, nodes)
+}
+
+/// A headless Service `ml/gpus` selecting on `tier: gpu`.
+async fn create_gpus_service(client: &kube::Client) {
+    create_service(
+        client,
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "gpus", "namespace": "ml"},
+               "spec": {"clusterIP": "None", "selector": {"tier": "gpu"}}}),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_selecting_on_a_label_not_served_yet_has_its_pods_served_anew() {
     use hickory_proto::rr::RecordType;
-    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
-    create_job(&env.client, "ml", "train", 2, "indexed-job").await;
-    let relay = relay_client(&kubeconfig).await;
-    let node = node_of_pods(&relay, "ml", 2).await;
+    let (env, _dir, kubeconfig, relay, nodes) = relay_with_jobs(&[("ml", "train", 2)]).await;
+    let node = nodes[0].clone();
     // Two pods labelled `tier: gpu`, which no Service selects on yet.
     for name in ["g0", "g1"] {
         let mut p = pod_json("ml", name, json!({"tier": "gpu", "team": "a"}));
@@ -945,13 +972,7 @@ async fn a_service_selecting_on_a_label_not_served_yet_has_its_pods_served_anew(
         .boxed();
 
     // A headless Service selecting on `tier`.
-    create_service(
-        &env.client,
-        json!({"apiVersion": "v1", "kind": "Service",
-               "metadata": {"name": "gpus", "namespace": "ml"},
-               "spec": {"clusterIP": "None", "selector": {"tier": "gpu"}}}),
-    )
-    .await;
+    create_gpus_service(&env.client).await;
     // The watch that holds the pods as served before is told to relist
     // (after any status write still in flight)...
     let gone = tokio::time::timeout(T, async {
@@ -1012,10 +1033,8 @@ async fn a_service_selecting_on_a_label_not_served_yet_has_its_pods_served_anew(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_instance_started_right_after_a_widening_lists_its_pods_once() {
     use podns_server::metrics::{NODE_RELAY_FAILURE_REASONS, ReasonLabels};
-    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
-    create_job(&env.client, "ml", "train", 2, "indexed-job").await;
-    let relay = relay_client(&kubeconfig).await;
-    let node = node_of_pods(&relay, "ml", 2).await;
+    let (env, _dir, kubeconfig, relay, nodes) = relay_with_jobs(&[("ml", "train", 2)]).await;
+    let node = nodes[0].clone();
     let mut p = pod_json("ml", "g0", json!({"tier": "gpu"}));
     p["spec"]["nodeName"] = json!(node);
     create_pod(&env.client, p).await;
@@ -1023,13 +1042,7 @@ async fn a_node_instance_started_right_after_a_widening_lists_its_pods_once() {
         pods_with_ip(&relay, "ml").await.len() == 3
     })
     .await;
-    create_service(
-        &env.client,
-        json!({"apiVersion": "v1", "kind": "Service",
-               "metadata": {"name": "gpus", "namespace": "ml"},
-               "spec": {"clusterIP": "None", "selector": {"tier": "gpu"}}}),
-    )
-    .await;
+    create_gpus_service(&env.client).await;
     wait_for("the relay serving g0's tier label", T, || async {
         pods_with_ip(&relay, "ml")
             .await
@@ -1088,10 +1101,12 @@ async fn proxy(
     addr
 }
 
-fn relists(m: &podns_server::metrics::Metrics) -> u64 {
-    ["pods", "services", "jobs"]
-        .into_iter()
-        .map(|resource| {
+/// The watches of `resources` the node instance started by listing
+/// (`init`).
+pub(crate) fn inits(m: &podns_server::metrics::Metrics, resources: &[&'static str]) -> u64 {
+    resources
+        .iter()
+        .map(|&resource| {
             m.watch_events
                 .get_or_create(&podns_server::metrics::EventLabels {
                     resource,
@@ -1100,6 +1115,10 @@ fn relists(m: &podns_server::metrics::Metrics) -> u64 {
                 .get()
         })
         .sum()
+}
+
+fn relists(m: &podns_server::metrics::Metrics) -> u64 {
+    inits(m, &["pods", "services", "jobs"])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -413,3 +413,62 @@ pub async fn request_token(
         .expect("a token")
         .token
 }
+
+/// A pod list of one pod, `ml/a`, at resourceVersion 5 (JSON).
+pub const ONE_POD_LIST: &str = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"a","namespace":"ml","resourceVersion":"5"}}]}"#;
+
+/// An HTTP/1.1 server on loopback that reads each connection's request
+/// head and answers it with `answer(head)` (a content type and a body),
+/// then closes the connection: a relay or API server saying exactly one
+/// thing, bad input included. Its URL.
+pub async fn canned_server(
+    answer: impl Fn(&str) -> (&'static str, Vec<u8>) + Send + Sync + 'static,
+) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let answer = std::sync::Arc::new(answer);
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&b[..n]),
+                    }
+                }
+                let (ct, body) = answer(&String::from_utf8_lossy(&head));
+                let out = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: {ct}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(out.as_bytes()).await;
+                let _ = s.write_all(&body).await;
+            });
+        }
+    });
+    url
+}
+
+/// A list-then-watch of `ml`'s pods on `--wire auto`, as a node instance
+/// opens one, holding dictionaries in `held` and through `mux` if given.
+pub fn ml_pods_watch(
+    held: Option<std::sync::Arc<podns_server::k8s::compact::Held>>,
+    mux: Option<podns_server::k8s::mux::Mux>,
+) -> podns_server::k8s::wire::RawConfig {
+    podns_server::k8s::wire::RawConfig {
+        url_path: "/api/v1/namespaces/ml/pods".into(),
+        label_selector: None,
+        list_semantic: kube::runtime::watcher::ListSemantic::Any,
+        streaming: false,
+        wire: podns_server::k8s::wire::Wire::Auto,
+        seen: None,
+        bookmarked: None,
+        held,
+        progress: None,
+        mux,
+    }
+}
