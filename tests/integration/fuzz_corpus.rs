@@ -43,3 +43,8 @@ fn the_encoders_corpus_replays_cleanly() {
 fn the_compact_corpus_replays_cleanly() {
     assert!(replay("compact", podns_server::fuzzing::compact) >= 5);
 }
+
+#[test]
+fn the_mux_corpus_replays_cleanly() {
+    assert!(replay("mux", podns_server::fuzzing::mux) >= 6);
+}

@@ -214,6 +214,55 @@ pub fn compact(data: &[u8]) {
     }
 }
 
+/// Arbitrary bytes as a relay's multiplexed watch, whole and cut in two at
+/// every tenth byte: outer frames split by `k8s::mux`'s decoder, each
+/// inner watch's bytes (the first [`crate::k8s::mux::MAX_INNER`] indices)
+/// through a compact decoder of its own, as a node instance reads them.
+/// Errors are fine, panics and unbounded allocations are not.
+pub fn mux(data: &[u8]) {
+    use crate::k8s::compact::{Decoded, Decoder as Inner};
+    use crate::k8s::mux::{Decoder, MAX_INNER, Outer};
+    let run = |parts: &[&[u8]]| {
+        let mut outer = Decoder::default();
+        let mut inner: Vec<Option<Inner>> = Vec::new();
+        for p in parts {
+            outer.push(p);
+            loop {
+                match outer.next_frame() {
+                    Ok(Some(Outer::Data(i, bytes))) if i < MAX_INNER => {
+                        if inner.len() <= i {
+                            inner.resize_with(i + 1, || None);
+                        }
+                        let d = inner[i].get_or_insert_with(Inner::default);
+                        d.push(&bytes);
+                        while let Ok(Some(ev)) = d.next_event() {
+                            if let Decoded::Event(_, raw) = ev {
+                                let _ = SlimPod::decode_pb(&raw).convert();
+                            }
+                        }
+                    }
+                    Ok(Some(Outer::End(i, status))) => {
+                        if let Some(d) = inner.get_mut(i).and_then(Option::take) {
+                            let _ = d.finish();
+                        }
+                        if let Some(s) = status {
+                            let _ = serde_json::from_slice::<serde_json::Value>(&s);
+                        }
+                    }
+                    Ok(Some(Outer::Data(..))) => return,
+                    Ok(None) => break,
+                    Err(_) => return,
+                }
+            }
+        }
+        let _ = outer.finish();
+    };
+    run(&[data]);
+    for cut in (0..data.len()).step_by(10) {
+        run(&[&data[..cut], &data[cut..]]);
+    }
+}
+
 /// What the relay serves of an object, when it serves it, is a fixed
 /// point: its Protobuf decodes and is served again as the same bytes, and
 /// its JSON decodes and is served as the same Protobuf.
