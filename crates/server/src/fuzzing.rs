@@ -179,6 +179,15 @@ pub fn pb(data: &[u8]) {
     }
 }
 
+/// `run` over `data` whole, then cut in two at every tenth byte: a
+/// stream's decoder must not care where its reads end.
+fn whole_and_cut(data: &[u8], run: impl Fn(&[&[u8]])) {
+    run(&[data]);
+    for cut in (0..data.len()).step_by(10) {
+        run(&[&data[..cut], &data[cut..]]);
+    }
+}
+
 /// Arbitrary bytes as a relay's compact stream, whole and cut in two at
 /// every tenth byte: decoded frames, objects decoded as pods. Errors are
 /// fine (each a `DecodeError`), panics and unbounded allocations are not.
@@ -208,10 +217,7 @@ pub fn compact(data: &[u8]) {
         }
         let _ = d.finish();
     };
-    run(&[data]);
-    for cut in (0..data.len()).step_by(10) {
-        run(&[&data[..cut], &data[cut..]]);
-    }
+    whole_and_cut(data, run);
 }
 
 /// Arbitrary bytes as a relay's multiplexed watch, whole and cut in two at
@@ -257,10 +263,7 @@ pub fn mux(data: &[u8]) {
         }
         let _ = outer.finish();
     };
-    run(&[data]);
-    for cut in (0..data.len()).step_by(10) {
-        run(&[&data[..cut], &data[cut..]]);
-    }
+    whole_and_cut(data, run);
 }
 
 /// What the relay serves of an object, when it serves it, is a fixed
