@@ -24,22 +24,30 @@ fn release_memory() {
 /// No transparent huge pages for this process. mimalloc asks for them
 /// (`MADV_HUGEPAGE`) on its arenas, and a 2 MiB page that holds one live
 /// block is resident whole: at 100k pods they were 53 of 139 MiB of RSS
-/// (benches/results/notes/2026-12-03-index-history.md). The kernel checks the flag at
-/// each fault, so it holds for memory mimalloc reserved before `main`. An
-/// operator who wants them sets `MIMALLOC_ALLOW_THP=1` (mimalloc's own
-/// option).
-fn no_huge_pages() {
-    if std::env::var_os("MIMALLOC_ALLOW_THP").is_some() {
-        return;
-    }
-    #[cfg(target_os = "linux")]
-    // SAFETY: PR_SET_THP_DISABLE takes plain integers and only sets a flag
-    // on this process; a kernel without it returns EINVAL, which changes
-    // nothing.
+/// (benches/results/notes/2026-12-03-index-history.md). The kernel checks
+/// the flag at each fault, so it must be set before the first allocation:
+/// the runtime allocates before `main`, and those first faults took two
+/// huge pages, 4 MiB of a 21 MiB server at 1,000 pods
+/// (benches/results/notes/2026-12-07-thp-before-main.md). Hence a
+/// constructor, which the loader runs before the runtime. An operator who
+/// wants them sets `MIMALLOC_ALLOW_THP=1` (mimalloc's own option).
+#[cfg(target_os = "linux")]
+extern "C" fn no_huge_pages() {
+    // SAFETY: getenv reads the environment the loader set up, before any
+    // thread exists; PR_SET_THP_DISABLE takes plain integers and only sets
+    // a flag on this process (a kernel without it returns EINVAL, which
+    // changes nothing).
     unsafe {
-        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+        if libc::getenv(c"MIMALLOC_ALLOW_THP".as_ptr()).is_null() {
+            libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+        }
     }
 }
+
+#[cfg(target_os = "linux")]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static NO_HUGE_PAGES: extern "C" fn() = no_huge_pages;
 
 /// EX_USAGE from sysexits.h.
 const EXIT_USAGE: u8 = 64;
@@ -56,7 +64,6 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(EXIT_USAGE);
     }
-    no_huge_pages();
     podns_server::index::set_release_memory(release_memory);
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -420,11 +420,23 @@ fn thp_enabled(pid: &str) -> Option<String> {
         .map(|v| v.trim().to_string())
 }
 
+/// `AnonHugePages` (kB) from /proc/PID/smaps_rollup (Linux ≥ 4.14).
+fn anon_huge_pages_kb(pid: &str) -> Option<u64> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("AnonHugePages:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 /// The binary turns transparent huge pages off for itself (mimalloc asks
 /// for them, and a 2 MiB page holding one live block is resident whole:
-/// benches/results/notes/2026-12-03-index-history.md), and `MIMALLOC_ALLOW_THP` keeps them. The flag
-/// is inherited, so the second half runs only where this test's own
-/// process has them on; a kernel that does not show the flag skips both.
+/// benches/results/notes/2026-12-03-index-history.md), before its first
+/// allocation: when `main` turned them off, the runtime's allocations
+/// before it had already taken 4 MiB of huge pages. `MIMALLOC_ALLOW_THP`
+/// keeps them. The flag is inherited, so the second half runs only where
+/// this test's own process has them on; a kernel that does not show the
+/// flag skips both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_turns_huge_pages_off_unless_told_not_to() {
     let Some(ours) = thp_enabled("self") else {
@@ -437,7 +449,12 @@ async fn the_server_turns_huge_pages_off_unless_told_not_to() {
     cmd.env_remove("MIMALLOC_ALLOW_THP");
     // Its listeners are logged, so `main` has run.
     let podns = spawn_serve(cmd);
-    assert_eq!(thp_enabled(&podns.pid().to_string()).as_deref(), Some("0"));
+    let pid = podns.pid().to_string();
+    assert_eq!(thp_enabled(&pid).as_deref(), Some("0"));
+    // Not one huge page, not even from the allocations made before `main`.
+    if let Some(huge) = anon_huge_pages_kb(&pid) {
+        assert_eq!(huge, 0, "huge pages in a server that turned them off");
+    }
     drop(podns);
 
     if ours == "1" {
