@@ -54,7 +54,9 @@ pub const WRITE_STALL: Duration = Duration::from_secs(60);
 pub struct Head {
     pub method: Method,
     pub uri: Uri,
-    pub authorization: Option<String>,
+    /// Shared with the inner watches of a multiplexed one ([`Head::inner`]):
+    /// a ServiceAccount token is about a kilobyte.
+    pub authorization: Option<std::sync::Arc<str>>,
     pub accept: Option<String>,
     /// HTTP/1.0: no chunked answers, no keep-alive.
     http10: bool,
@@ -120,7 +122,7 @@ fn parse(req: &httparse::Request<'_, '_>) -> Result<(Head, Body), (StatusCode, S
         let value = std::str::from_utf8(h.value).ok().map(str::trim);
         let name = h.name;
         if name.eq_ignore_ascii_case("authorization") {
-            authorization = value.map(str::to_owned);
+            authorization = value.map(std::sync::Arc::from);
         } else if name.eq_ignore_ascii_case("accept") {
             accept = value.map(str::to_owned);
         } else if name.eq_ignore_ascii_case("host") {

@@ -43,6 +43,7 @@ use podns_kapi::pbenc::{self, Media};
 use podns_kapi::selector::Field;
 use podns_kapi::status::ApiError;
 use podns_kapi::watch::{EvType, ParamError, WatchParams, bookmark_line, event_line};
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -207,12 +208,16 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin>(s: &Arc<Server>, io: S) {
                 return;
             }
         };
-        let keep = match serve(s, &head).await {
+        // Boxed: the connection's task would otherwise keep room for
+        // `serve`'s state while it streams a watch (minutes), not only
+        // while it answers.
+        let keep = match Box::pin(serve(s, &head)).await {
             Ok(Reply::Body { content_type, body }) => {
                 conn.reply(&head, StatusCode::OK, content_type, &body).await
             }
             Ok(Reply::Watch(sub)) => match conn.stream(&head, sub.content_type()).await {
                 Some(mut out) => {
+                    drop(head);
                     sub.run(&mut out).await;
                     out.finish().await
                 }
@@ -220,7 +225,10 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin>(s: &Arc<Server>, io: S) {
             },
             Ok(Reply::Mux(heads)) => match conn.stream(&head, mux::MUX).await {
                 Some(mut out) => {
-                    multiplexed(s, &heads, &mut out).await;
+                    // Its URI names every inner watch: not kept while
+                    // they run.
+                    drop(head);
+                    multiplexed(s, heads, &mut out).await;
                     out.finish().await
                 }
                 None => head.method == Method::HEAD,
@@ -533,9 +541,7 @@ async fn watch(
         initial_end: params.initial_end(),
         start,
         deadline: params.timeout.map(|d| Instant::now() + d),
-        every: s.bookmark_every,
-        shutdown: s.shutdown.clone(),
-        metrics: s.metrics.clone(),
+        server: s.clone(),
         held,
     })))
 }
@@ -550,9 +556,9 @@ struct Subscriber {
     initial_end: bool,
     start: Option<u64>,
     deadline: Option<Instant>,
-    every: Duration,
-    shutdown: CancellationToken,
-    metrics: Metrics,
+    /// The bookmark interval, the metrics and the shutdown are the
+    /// server's: one pointer, not a copy of each per watch.
+    server: Arc<Server>,
     /// The compact stream's dictionaries the client holds (content ids):
     /// each goes as its number and id, not its bytes.
     held: Vec<u64>,
@@ -572,7 +578,7 @@ impl Subscriber {
         let n: usize = frames.iter().map(Bytes::len).sum();
         let sent = out.send(frames).await;
         if sent {
-            self.metrics.relay_sent_bytes.inc_by(n as u64);
+            self.server.metrics.relay_sent_bytes.inc_by(n as u64);
         }
         sent
     }
@@ -614,7 +620,8 @@ impl Subscriber {
             Wire::Protobuf => "protobuf",
             Wire::Compact => "compact",
         };
-        self.metrics
+        self.server
+            .metrics
             .relay_watches_started
             .get_or_create(&crate::metrics::WireLabels { wire })
             .inc();
@@ -626,8 +633,8 @@ impl Subscriber {
                 self.0.dec();
             }
         }
-        self.metrics.relay_watches.inc();
-        let _running = Running(self.metrics.relay_watches.clone());
+        self.server.metrics.relay_watches.inc();
+        let _running = Running(self.server.metrics.relay_watches.clone());
         self.stream(out).await;
     }
 
@@ -654,7 +661,7 @@ impl Subscriber {
                         self.wire,
                         EvType::Added,
                         &o,
-                        &self.metrics.relay_encoded,
+                        &self.server.metrics.relay_encoded,
                     );
                     size += frame.len();
                     self.add(&mut frames, &mut dicts, frame);
@@ -674,7 +681,7 @@ impl Subscriber {
                 rv
             }
         };
-        let mut next_bookmark = Instant::now() + self.every;
+        let mut next_bookmark = Instant::now() + self.server.bookmark_every;
         loop {
             if self
                 .cache
@@ -696,8 +703,12 @@ impl Subscriber {
                         let before = c.prev.as_ref().is_some_and(|p| self.filter.matches(p));
                         let now = self.filter.matches(&c.obj);
                         if let Some(ty) = c.ty.seen(before, now) {
-                            let f =
-                                c.frame(&self.cache, self.wire, ty, &self.metrics.relay_encoded);
+                            let f = c.frame(
+                                &self.cache,
+                                self.wire,
+                                ty,
+                                &self.server.metrics.relay_encoded,
+                            );
                             self.add(&mut frames, &mut dicts, f);
                             events += 1;
                         }
@@ -705,24 +716,31 @@ impl Subscriber {
                     if !self.send(out, &frames).await {
                         return;
                     }
-                    self.metrics.relay_sent.inc_by(events);
+                    self.server.metrics.relay_sent.inc_by(events);
                     cursor = upto;
                     if full {
                         continue;
                     }
                 }
             }
+            // One timer: the next bookmark or the watch's end.
             let deadline = self.deadline;
+            let wake = match (self.bookmarks.then_some(next_bookmark), deadline) {
+                (Some(b), Some(d)) => Some(b.min(d)),
+                (b, d) => b.or(d),
+            };
             tokio::select! {
                 () = changes.notified() => {}
-                () = tokio::time::sleep_until(next_bookmark), if self.bookmarks => {
+                () = async { tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)).await }, if wake.is_some() => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return;
+                    }
                     if !self.send(out, &[self.bookmark(cursor, false)]).await {
                         return;
                     }
-                    next_bookmark = Instant::now() + self.every;
+                    next_bookmark = Instant::now() + self.server.bookmark_every;
                 }
-                () = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => return,
-                () = self.shutdown.cancelled() => return,
+                () = self.server.shutdown.cancelled() => return,
                 () = out.closed() => return,
             }
         }
@@ -737,10 +755,11 @@ impl Subscriber {
         {
             sent.push(d.id);
             let frame = if self.held.contains(&d.content) {
-                self.metrics.relay_dicts_held.inc();
+                self.server.metrics.relay_dicts_held.inc();
                 d.held_frame()
             } else {
-                self.metrics
+                self.server
+                    .metrics
                     .relay_dict_bytes_sent
                     .inc_by(d.frame().len() as u64);
                 d.frame()
@@ -848,7 +867,8 @@ impl Queue {
 struct Part {
     index: usize,
     queue: Arc<Queue>,
-    metrics: Metrics,
+    /// `podns_relay_sent_bytes_total`, for the frames' heads.
+    sent_bytes: Counter,
 }
 
 impl Sink for Part {
@@ -881,7 +901,7 @@ impl Sink for Part {
         if out.is_empty() {
             return true;
         }
-        self.metrics.relay_sent_bytes.inc_by(heads as u64);
+        self.sent_bytes.inc_by(heads as u64);
         self.queue.push(out);
         loop {
             let drained = self.queue.drained.notified();
@@ -904,7 +924,7 @@ impl Sink for Part {
 /// they all have or the client goes.
 async fn multiplexed<S: AsyncRead + AsyncWrite + Unpin>(
     s: &Arc<Server>,
-    heads: &[Head],
+    heads: Vec<Head>,
     out: &mut Stream<'_, S>,
 ) {
     use futures::StreamExt as _;
@@ -931,6 +951,8 @@ async fn multiplexed<S: AsyncRead + AsyncWrite + Unpin>(
         serve(s, h).await
     }))
     .await;
+    // The requests are served: not kept while the watches run.
+    drop(heads);
     type Running<'a> = std::pin::Pin<Box<dyn Future<Output = usize> + Send + 'a>>;
     let mut parts = futures::stream::FuturesUnordered::<Running<'_>>::new();
     for (index, reply) in replies.into_iter().enumerate() {
@@ -939,7 +961,7 @@ async fn multiplexed<S: AsyncRead + AsyncWrite + Unpin>(
                 let mut part = Part {
                     index,
                     queue: queue.clone(),
-                    metrics: s.metrics.clone(),
+                    sent_bytes: s.metrics.relay_sent_bytes.clone(),
                 };
                 parts.push(Box::pin(async move {
                     sub.run(&mut part).await;
