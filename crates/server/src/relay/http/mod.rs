@@ -980,6 +980,11 @@ async fn multiplexed<S: AsyncRead + AsyncWrite + Unpin>(
         if !frames.is_empty() && !out.send(&frames).await {
             return;
         }
+        // Not kept while the watches wait: a node instance's initial
+        // events (thousands of frames and the list of them) stayed
+        // referenced until its next change, 40 KiB and more a node
+        // instance.
+        drop(frames);
         queue.drained.notify_waiters();
         if parts.is_empty() {
             return;
