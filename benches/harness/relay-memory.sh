@@ -27,20 +27,12 @@
 # simulator, the default features). Everything binds 127.0.0.1; pod IPs
 # are data. Every wait is bounded.
 set -euo pipefail
+. benches/harness/common.sh # start_work, start_sim_in
 N=${N:-100}
 ROUNDS=${ROUNDS:-1 2}
 JOBS=${JOBS:-10}
 RANKS=${RANKS:-500}
-SIM=${SIM:-$1}
 export MIMALLOC_PURGE_DELAY=${MIMALLOC_PURGE_DELAY:-0}
-work=$(mktemp -d /tmp/podns-relaymem.XXXXXX)
-pids=()
-cleanup() {
-    [[ ${#pids[@]} -gt 0 ]] && kill "${pids[@]}" 2>/dev/null
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
 
 # wait_for FILE PATTERN: until PATTERN is in FILE (60 s at most).
 wait_for() {
@@ -55,13 +47,10 @@ addr() { grep -o "$2 [0-9.:]*" "$1" | head -1 | awk '{print $NF}'; }
 metric() { curl -s "$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
 rss() { awk '/^VmRSS/{print $2}' "/proc/$1/status"; }
 
+start_work relaymem
+BIN=${SIM:-$1} start_sim_in "$work" 600 --lean-pods --jobs "$JOBS" --ranks "$RANKS"
 cd "$work"
-"$SIM" sim --listen 127.0.0.1:0 --kubelet --lean-pods --jobs "$JOBS" --ranks "$RANKS" \
-    --kubeconfig-out k.yaml 2>sim.log &
-pids+=($!)
-wait_for sim.log "simulator ready"
-api=$(awk '/server:/{print $2; exit}' k.yaml | tr -d '"')
-token=$(awk '/token:/{print $2; exit}' k.yaml | tr -d '"')
+token=$(awk '/token:/{print $2; exit}' "$kubeconfig" | tr -d '"')
 req=(-sf -H "Authorization: Bearer $token" -H "content-type: application/json")
 # The node instances' account may read the relay, as the chart grants it.
 curl "${req[@]}" -X POST "$api/apis/rbac.authorization.k8s.io/v1/clusterroles" \
@@ -87,7 +76,7 @@ for round in $ROUNDS; do
         run="$work/$round-$(basename "$(dirname "$bin")")-$RANDOM"
         mkdir -p "$run"
         "$bin" serve --dns-listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --udp-sockets 1 \
-            --kubeconfig k.yaml --relay-listen 127.0.0.1:0 \
+            --kubeconfig "$kubeconfig" --relay-listen 127.0.0.1:0 \
             --relay-kubeconfig-out "$run/rk.yaml" 2>"$run/relay.log" &
         relay=$!
         pids+=($relay)

@@ -411,22 +411,27 @@ async fn outage_recovery_is_quick_with_default_wire() {
     job_created_during_outage_answers_soon_after(&[]).await;
 }
 
-/// `THP_enabled` from /proc/PID/status (Linux ≥ 5.0), if the kernel shows it.
-fn thp_enabled(pid: &str) -> Option<String> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("THP_enabled:"))
+/// A field of /proc/PID/FILE (`Key:   value`), its value trimmed, if the
+/// kernel shows it.
+fn proc_field(pid: &str, file: &str, key: &str) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
         .map(|v| v.trim().to_string())
+}
+
+/// `THP_enabled` from /proc/PID/status (Linux ≥ 5.0).
+fn thp_enabled(pid: &str) -> Option<String> {
+    proc_field(pid, "status", "THP_enabled")
 }
 
 /// `AnonHugePages` (kB) from /proc/PID/smaps_rollup (Linux ≥ 4.14).
 fn anon_huge_pages_kb(pid: &str) -> Option<u64> {
-    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-    rollup
-        .lines()
-        .find_map(|l| l.strip_prefix("AnonHugePages:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    proc_field(pid, "smaps_rollup", "AnonHugePages")?
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The binary turns transparent huge pages off for itself (mimalloc asks
