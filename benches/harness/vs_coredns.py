@@ -13,7 +13,8 @@ tests/cluster/versions.env with its `kubernetes` plugin as a cluster runs it
 with its defaults. Everything is on 127.0.0.1; pod IPs are data. Every loop
 is bounded by a deadline.
 
-Stages (--stages, default all):
+Stages (--stages; default prop,nx,qps,rss,api, the longer gang, restart and bill
+are asked for by name):
   prop   time from a pod's IP status write (kwok's PATCH, seen on a watch of
          the real API server) to the right answer for its hostname name and
          to its address in its headless Service's set (over TCP), per
