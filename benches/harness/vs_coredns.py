@@ -371,6 +371,12 @@ def dashed(ip):
     return ip.replace(".", "-").replace(":", "-")
 
 
+def last_name(ns, count):
+    """The hostname name of the last pod populate() makes: a server that
+    answers it has synced them all."""
+    return f"p-{count - 1}.gang{(count - 1) // 1000}.{ns}.svc.cluster.local"
+
+
 def load1():
     """The 1-minute load average, beside each figure: the machine is shared."""
     return open("/proc/loadavg").read().split()[0]
@@ -426,6 +432,18 @@ class Bench:
             self.has_multisocket[name] = "multisocket" in plugins
             self.row("meta", f"coredns-{name}", "build", out[0] if out else "?",
                      f"path={path} multisocket={'yes' if self.has_multisocket[name] else 'NO'}")
+
+    def podns_specs(self):
+        """(server name, binary, "podns") for each podns build
+        (--podns-build NAME=PATH, repeated; default --podns, named podns)."""
+        builds = [tuple(x.split("=", 1)) for x in self.a.podns_build]
+        return [(f"podns-{n}", p, "podns") for n, p in builds] or [("podns", self.a.podns, "podns")]
+
+    def start_spec(self, name, path, config):
+        """A server of podns_specs() or coredns_specs(), started fresh."""
+        if config == "podns":
+            return self.start_podns(name, binary=path)
+        return self.start_coredns(name, binary=path, config=config)
 
     def coredns_specs(self):
         """(server name, binary, config) for each build and configuration."""
@@ -891,23 +909,17 @@ class Bench:
             self.row("qps", "-", "skipped", 0, "dnsperf not installed (apt-get install dnsperf)")
             stages = [x for x in stages if x != "qps"]
         ns = "h2h-rss"
-        # Every podns build (--podns-build NAME=PATH, repeated; default
-        # --podns alone, named podns) beside every CoreDNS.
-        builds = [tuple(x.split("=", 1)) for x in self.a.podns_build]
-        podns = [(f"podns-{n}", p, "podns") for n, p in builds] or [("podns", self.a.podns, "podns")]
+        podns = self.podns_specs()
         specs = podns + self.coredns_specs()
         for count in self.a.sizes:
             self.populate(ns, count)
-            last = f"p-{count - 1}.gang{(count - 1) // 1000}.{ns}.svc.cluster.local"
+            last = last_name(ns, count)
             qf = self.query_file(ns, count) if "qps" in stages else None
             got = {name: {} for name, _, _ in specs}
             for rnd in range(1, self.a.rounds + 1):
                 for name, path, config in specs:
                     t0 = time.time()
-                    if config == "podns":
-                        s = self.start_podns(name, binary=path)
-                    else:
-                        s = self.start_coredns(name, binary=path, config=config)
+                    s = self.start_spec(name, path, config)
                     ok = wait_answer(s.dns, last, 1800)
                     ready = time.time() - t0
                     time.sleep(2)  # let a just-finished sync settle before sampling RSS
@@ -960,16 +972,13 @@ class Bench:
         pod's IP status write to the answer, and the server's CPU from the
         stop to the answer."""
         ns = "h2h-rss"
-        builds = [tuple(x.split("=", 1)) for x in self.a.podns_build]
-        name, path = (f"podns-{builds[0][0]}", builds[0][1]) if builds else ("podns", self.a.podns)
-        specs = [(name, path, "podns")] + [(f"coredns-{n}/{self.configs[0]}", p, self.configs[0])
-                                           for n, p in self.builds]
+        specs = self.podns_specs()[:1] + [(f"coredns-{n}/{self.configs[0]}", p, self.configs[0])
+                                          for n, p in self.builds]
         for count in self.a.sizes:
             self.populate(ns, count)
-            last = f"p-{count - 1}.gang{(count - 1) // 1000}.{ns}.svc.cluster.local"
+            last = last_name(ns, count)
             for i, (name, path, config) in enumerate(specs):
-                s = self.start_podns(name, binary=path) if config == "podns" else \
-                    self.start_coredns(name, binary=path, config=config)
+                s = self.start_spec(name, path, config)
                 if not wait_answer(s.dns, last, 1800):
                     self.row("restart", name, f"{count}-not-synced", 1, f"see {self.logs}")
                     s.stop()
