@@ -7,9 +7,11 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use hickory_proto::op::{Edns, Message, MessageType, OpCode, ResponseCode};
+use hickory_proto::ProtoError;
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, ResponseCode, emit_message_parts};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, PTR, SOA, SRV, TXT};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
+use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
 
 use super::fast::Fast;
 use super::resolve::{self, ClientEdns, Data, Owner, Plan, Records, Request, Rules};
@@ -266,7 +268,7 @@ fn encode(req: &Message, mut plan: Plan<'_>, qtype: Option<RecordType>) -> Optio
     // than limit / MIN_RECORD_LEN of them cannot fit.
     if !plan.overflows {
         let most = plan.limit / resolve::MIN_RECORD_LEN + 1;
-        let bytes = message_of(req, &plan, most).to_vec().ok()?;
+        let bytes = to_wire(&message_of(req, &plan, most))?;
         // Past 65,535 bytes hickory-proto stops writing records itself:
         // it sets TC, counts what it wrote and leaves the rolled-back part
         // of the record that did not fit behind the end (hickory-dns
@@ -276,9 +278,86 @@ fn encode(req: &Message, mut plan: Plan<'_>, qtype: Option<RecordType>) -> Optio
             return Some(ReplyMeta::of(&plan, qtype).with(bytes));
         }
     }
-    let bytes = cut(req, &mut plan)?.to_vec().ok()?;
+    let bytes = to_wire(&cut(req, &mut plan)?)?;
     Some(ReplyMeta::of(&plan, qtype).with(bytes))
 }
+
+/// A response as hickory-proto writes it, but for the owners spelled as
+/// the question ([`Rr`]).
+fn to_wire<'a>(resp: &'a Message) -> Option<Vec<u8>> {
+    let q = question_name(resp);
+    let wrap = |recs: &'a [Record]| recs.iter().map(|r| Rr::of(r, q)).collect::<Vec<_>>();
+    let (an, ns, ar) = (
+        wrap(&resp.answers),
+        wrap(&resp.authorities),
+        wrap(&resp.additionals),
+    );
+    let mut buf = Vec::with_capacity(512);
+    let mut enc = BinEncoder::new(&mut buf);
+    emit_message_parts(
+        &resp.metadata,
+        &mut resp.queries.iter(),
+        &mut an.iter(),
+        &mut ns.iter(),
+        &mut ar.iter(),
+        resp.edns.as_ref(),
+        None,
+        &mut enc,
+    )
+    .ok()?;
+    Some(buf)
+}
+
+fn question_name(m: &Message) -> Option<&Name> {
+    match m.queries.as_slice() {
+        [q] => Some(q.name()),
+        _ => None,
+    }
+}
+
+/// One record as hickory-proto writes it, except that an owner spelled
+/// byte for byte as the question's name is always a pointer to the
+/// question (offset 12), as hickory-proto writes it for the first 120
+/// names of a message. hickory-proto stops compressing after 120 names
+/// (Unbound's bound on the cost of searching earlier names,
+/// CVE-2024-8508); this pointer needs no search, so a set of thousands
+/// owned by the question costs 2 bytes an owner, not the whole name:
+/// 4,092 A records fit 65,535 bytes instead of 1,416. Such owners do not
+/// count toward the 120, so the names after them (a SOA, glue) are
+/// compressed as before. The fast path ([`super::fast`]) writes the same
+/// bytes.
+struct Rr<'a> {
+    rec: &'a Record,
+    at_question: bool,
+}
+
+impl<'a> Rr<'a> {
+    fn of(rec: &'a Record, question: Option<&Name>) -> Self {
+        let at_question = question.is_some_and(|q| q.eq_case(&rec.name));
+        Self { rec, at_question }
+    }
+}
+
+impl BinEncodable for Rr<'_> {
+    fn emit(&self, enc: &mut BinEncoder<'_>) -> Result<(), ProtoError> {
+        if !self.at_question {
+            return self.rec.emit(enc);
+        }
+        // Record::emit with the owner written as the pointer.
+        enc.emit_u16(0xc000 | HEADER_LEN)?;
+        self.rec.record_type().emit(enc)?;
+        self.rec.dns_class.emit(enc)?;
+        enc.emit_u32(self.rec.ttl)?;
+        let place = enc.place::<u16>()?;
+        self.rec.data.emit(enc)?;
+        let len = u16::try_from(enc.len_since_place(&place))
+            .map_err(|_| ProtoError::from("record data longer than 65,535 bytes"))?;
+        place.replace(enc, len)
+    }
+}
+
+/// Where the question's name starts: right after the header.
+const HEADER_LEN: u16 = 12;
 
 /// SERVFAIL for a query no relay answered: the question echoed, no AA.
 fn servfail(query: &[u8]) -> Option<Vec<u8>> {
@@ -293,7 +372,6 @@ fn servfail(query: &[u8]) -> Option<Vec<u8>> {
 /// ends past [`Plan::room`]; the plan is cut to what fits, and the
 /// message of the cut plan made from the records already built.
 fn cut(req: &Message, plan: &mut Plan<'_>) -> Option<Message> {
-    use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
     let room = plan.room();
     let mut buf = Vec::with_capacity(plan.limit.min(4096) + 512);
     let mut enc = BinEncoder::new(&mut buf);
@@ -310,7 +388,7 @@ fn cut(req: &Message, plan: &mut Plan<'_>) -> Option<Message> {
     // refuses to write (past 65,535 bytes) does not.
     let used = std::cell::Cell::new(enc.offset());
     let mut fits = |rec: &Record| {
-        let ok = rec.emit(&mut enc).is_ok();
+        let ok = Rr::of(rec, q).emit(&mut enc).is_ok();
         used.set(enc.offset());
         ok && enc.offset() <= room
     };

@@ -32,7 +32,8 @@ const TYPE_SOA: u16 = 6;
 const CLASS_IN: u16 = 1;
 /// hickory-proto compresses the first 120 names of a message and writes
 /// the rest in full (Unbound's limit, CVE-2024-8508); the fast path
-/// writes the same bytes.
+/// writes the same bytes. An owner spelled as the question is always a
+/// pointer to it and does not count (the general encoder's `Rr`).
 const COMPRESSED_NAME_LIMIT: usize = 120;
 
 /// A question the fast path can take, read from the request bytes.
@@ -274,7 +275,6 @@ fn write(q: &Question, req: &[u8], key: &str, plan: &Plan<'_>, out: &mut Vec<u8>
     out.extend_from_slice(&req[HEADER..q.end]);
     let mut names = Names {
         q,
-        req,
         key,
         count: 1,
         stored: [(0, ""); 8],
@@ -348,13 +348,14 @@ fn write(q: &Question, req: &[u8], key: &str, plan: &Plan<'_>, out: &mut Vec<u8>
 
 /// Names written so far, for compression as hickory-proto does it: a
 /// suffix (whole labels) that is byte-equal to one written earlier becomes
-/// a pointer to it, the first 120 names only.
+/// a pointer to it, the first 120 names only (the question's name again
+/// is always a pointer, and not counted).
 struct Names<'r> {
     q: &'r Question,
-    req: &'r [u8],
     /// The question's name, lower case, dotted.
     key: &'r str,
-    /// Names written, the question's included.
+    /// Names written with a search for earlier ones, the question's
+    /// included (not its repetitions as owners).
     count: usize,
     /// Names written in full after the question: offset and text.
     stored: [(u16, &'r str); 8],
@@ -362,15 +363,10 @@ struct Names<'r> {
 }
 
 impl<'r> Names<'r> {
-    /// The question's name again: a pointer to it, or (past the
-    /// compression limit) its bytes.
-    fn question(&mut self, out: &mut Vec<u8>) {
-        if self.count < COMPRESSED_NAME_LIMIT {
-            out.extend_from_slice(&[0xc0, 0x0c]);
-        } else {
-            out.extend_from_slice(&self.req[HEADER..self.q.end - 4]);
-        }
-        self.count += 1;
+    /// The question's name again, as an owner: a pointer to it, however
+    /// many came before (no search, so no bound on its cost).
+    fn question(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&[0xc0, 0x0c]);
     }
 
     /// Where a name (lower case, dotted) was written before.

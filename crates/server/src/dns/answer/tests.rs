@@ -1267,21 +1267,25 @@ fn tcp_answers_past_64k_keep_whole_records_too() {
     assert_eq!(general, into);
     let m = Message::from_vec(&general).unwrap();
     assert!(m.metadata.truncation && general.len() <= 65535);
-    // Past the 120th name hickory-proto writes owners in full (26 bytes
-    // here): 119 records of 28 bytes, then 52 each.
-    assert_eq!(m.answers.len(), 119 + (65535 - 42 - 119 * 28) / 52);
-    // 1,500 A records (40 bytes past the 120th) fit: TCP carries all.
-    let mut w = world();
-    crowd(&mut w, 1500, false);
-    let big = w.answerer.handle(
-        &query("big.ml.svc.cluster.local.", RecordType::A)
-            .to_vec()
-            .unwrap(),
-        Transport::Tcp,
-    );
-    let big = big.unwrap();
-    assert!(!big.truncated);
-    assert_eq!(Message::from_vec(&big.bytes).unwrap().answers.len(), 1500);
+    // Every owner is a pointer to the question, however many (hickory-proto
+    // alone would write them in full past the 120th name): 28 bytes an
+    // AAAA record.
+    assert_eq!(m.answers.len(), (65535 - 42) / 28);
+    // A's 16 bytes a record: 4,093 fit with this 24-byte name, so a set
+    // of 4,093 goes whole over TCP and one of 4,096 is cut to 4,093
+    // whole records. 4,096 can never fit 65,535 bytes: 4,096 x 16 alone is
+    // 65,536.
+    for (members, answered, cut) in [(4093, 4093, false), (4096, 4093, true)] {
+        let mut w = world();
+        crowd(&mut w, members, false);
+        let q = query("big.ml.svc.cluster.local.", RecordType::A);
+        let [(_, general), (_, into)] = both_paths(&w, &q.to_vec().unwrap(), Transport::Tcp);
+        assert_eq!(general, into, "{members}: the encoders agree");
+        let m = Message::from_vec(&general).unwrap();
+        assert_eq!(m.metadata.truncation, cut, "{members}");
+        assert_eq!(m.answers.len(), answered, "{members}");
+        assert!(general.len() <= 65535);
+    }
 }
 
 #[test]
