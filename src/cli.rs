@@ -151,6 +151,18 @@ where
     PossibleValuesParser::new(names).try_map(|s| s.parse::<T>())
 }
 
+/// The groups of `podns serve --help`, by role: what is answered, how
+/// the API server is watched (forward targets and relays), the DNS
+/// listeners, the admin port, then the flags of each DaemonSet-mode role.
+mod heading {
+    pub const RECORDS: &str = "Records (every role)";
+    pub const API_SERVER: &str = "API server (forward target and relay)";
+    pub const DNS: &str = "DNS tuning";
+    pub const ADMIN: &str = "Admin";
+    pub const RELAY: &str = "Relay (--relay-listen)";
+    pub const NODE_INSTANCE: &str = "Node instance (--node)";
+}
+
 /// Flags `podns serve` and `podns zonefile` share: what is answered (or
 /// exported) and where the cluster is.
 #[derive(clap::Args, Clone, Debug)]
@@ -160,46 +172,48 @@ pub struct SharedArgs {
         long = "zone",
         env = "PODNS_ZONE",
         value_delimiter = ',',
-        default_value = "cluster.local"
+        default_value = "cluster.local",
+        help_heading = heading::RECORDS
     )]
     pub zones: Vec<Zone>,
     /// TTL of positive answers, in seconds.
-    #[arg(long, env = "PODNS_TTL", default_value_t = podns_server::dns::DEFAULT_TTL)]
+    #[arg(long, env = "PODNS_TTL", default_value_t = podns_server::dns::DEFAULT_TTL, help_heading = heading::RECORDS)]
     pub ttl: u32,
     /// TTL of negative answers (the SOA MINIMUM), in seconds.
-    #[arg(long, env = "PODNS_NEGATIVE_TTL", default_value_t = podns_server::dns::DEFAULT_NEGATIVE_TTL)]
+    #[arg(long, env = "PODNS_NEGATIVE_TTL", default_value_t = podns_server::dns::DEFAULT_NEGATIVE_TTL, help_heading = heading::RECORDS)]
     pub negative_ttl: u32,
     /// Which pods are published.
-    #[arg(long, env = "PODNS_PUBLISH", default_value = "ip", value_parser = keyword::<Publish>(Publish::NAMES))]
+    #[arg(long, env = "PODNS_PUBLISH", default_value = "ip", value_parser = keyword::<Publish>(Publish::NAMES), help_heading = heading::RECORDS)]
     pub publish: Publish,
     /// Where hostname names come from.
-    #[arg(long, env = "PODNS_HOSTNAMES", default_value = "pod", value_parser = keyword::<Hostnames>(Hostnames::NAMES))]
+    #[arg(long, env = "PODNS_HOSTNAMES", default_value = "pod", value_parser = keyword::<Hostnames>(Hostnames::NAMES), help_heading = heading::RECORDS)]
     pub hostnames: Hostnames,
     /// What to answer when several published pods share one hostname.
-    #[arg(long, env = "PODNS_DUPLICATE_HOSTNAMES", default_value = "one", value_parser = keyword::<Duplicates>(Duplicates::NAMES))]
+    #[arg(long, env = "PODNS_DUPLICATE_HOSTNAMES", default_value = "one", value_parser = keyword::<Duplicates>(Duplicates::NAMES), help_heading = heading::RECORDS)]
     pub duplicate_hostnames: Duplicates,
     /// The server's own address for `ns.dns.<zone>` (default: $POD_IP).
-    #[arg(long, env = "PODNS_NS_ADDRESS")]
+    #[arg(long, env = "PODNS_NS_ADDRESS", help_heading = heading::RECORDS)]
     pub ns_address: Vec<IpAddr>,
     /// Serve the rank view (`<i>.<job>.<ns>.rank.<zone>`, leader, TXT summary) and watch Jobs for it (the default).
-    #[arg(long = "rank-view", overrides_with = "no_rank_view")]
+    #[arg(long = "rank-view", overrides_with = "no_rank_view", help_heading = heading::RECORDS)]
     pub rank_view: bool,
     /// Turn the rank view and its Job watch off (no RBAC on jobs needed).
     #[arg(
         long = "no-rank-view",
         env = "PODNS_NO_RANK_VIEW",
-        overrides_with = "rank_view"
+        overrides_with = "rank_view",
+        help_heading = heading::RECORDS
     )]
     pub no_rank_view: bool,
     /// Encoding asked of the API server: auto (Protobuf, else JSON, as
     /// client-go does for built-in types), protobuf, or json.
-    #[arg(long, env = "PODNS_WIRE", default_value = "auto", value_parser = keyword::<Wire>(Wire::NAMES))]
+    #[arg(long, env = "PODNS_WIRE", default_value = "auto", value_parser = keyword::<Wire>(Wire::NAMES), help_heading = heading::API_SERVER)]
     pub wire: Wire,
-    /// Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).
-    #[arg(long, env = "KUBECONFIG")]
+    /// Path to a kubeconfig. Unset: the files $KUBECONFIG lists (merged as kubectl merges them; empty means unset), else ~/.kube/config, else in-cluster. A node instance never reads $KUBECONFIG.
+    #[arg(long, help_heading = heading::API_SERVER)]
     pub kubeconfig: Option<PathBuf>,
     /// Kubeconfig context to use.
-    #[arg(long, env = "PODNS_CONTEXT")]
+    #[arg(long, env = "PODNS_CONTEXT", help_heading = heading::API_SERVER)]
     pub context: Option<String>,
 }
 
@@ -226,78 +240,80 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub shared: SharedArgs,
     /// DNS address, UDP and TCP.
-    #[arg(long, env = "PODNS_DNS_LISTEN", default_value = "0.0.0.0:53")]
+    #[arg(long, env = "PODNS_DNS_LISTEN", default_value = "0.0.0.0:53", help_heading = heading::DNS)]
     pub dns_listen: SocketAddr,
     /// UDP sockets bound with SO_REUSEPORT, each with its own receive loop (0: one per core).
-    #[arg(long, env = "PODNS_UDP_SOCKETS", default_value_t = 0)]
+    #[arg(long, env = "PODNS_UDP_SOCKETS", default_value_t = 0, help_heading = heading::DNS)]
     pub udp_sockets: usize,
     /// Receive buffer asked for each UDP socket (0: the system default): queries wait there while a loop is busy, and are dropped when it is full. Past net.core.rmem_max only with CAP_NET_ADMIN; what the kernel granted is logged.
-    #[arg(long, env = "PODNS_UDP_RECV_BUFFER", default_value = "4MiB")]
+    #[arg(long, env = "PODNS_UDP_RECV_BUFFER", default_value = "4MiB", help_heading = heading::DNS)]
     pub udp_recv_buffer: Bytes,
     /// Send buffer asked for each UDP socket (0: the system default; net.core.wmem_max caps it without CAP_NET_ADMIN).
-    #[arg(long, env = "PODNS_UDP_SEND_BUFFER", default_value = "1MiB")]
+    #[arg(long, env = "PODNS_UDP_SEND_BUFFER", default_value = "1MiB", help_heading = heading::DNS)]
     pub udp_send_buffer: Bytes,
     /// Admin address: /metrics, /healthz, /readyz.
-    #[arg(long, env = "PODNS_ADMIN_LISTEN", default_value = "0.0.0.0:9153")]
+    #[arg(long, env = "PODNS_ADMIN_LISTEN", default_value = "0.0.0.0:9153", help_heading = heading::ADMIN)]
     pub admin_listen: SocketAddr,
     /// The reverse zones podns owns, exactly (repeatable). Unset: learned from Nodes' spec.podCIDRs and ServiceCIDRs (needs list/watch on both). Other reverse names get REFUSED either way, so resolvers ask their next server.
-    #[arg(long, env = "PODNS_REVERSE_CIDR", value_delimiter = ',', value_parser = cidr)]
+    #[arg(long, env = "PODNS_REVERSE_CIDR", value_delimiter = ',', value_parser = cidr, help_heading = heading::RECORDS)]
     pub reverse_cidr: Vec<IpNet>,
     /// Watch pods only in these namespaces (repeatable; default all).
-    #[arg(long = "namespace", env = "PODNS_NAMESPACE", value_delimiter = ',')]
+    #[arg(long = "namespace", env = "PODNS_NAMESPACE", value_delimiter = ',', help_heading = heading::API_SERVER)]
     pub namespaces: Vec<String>,
     /// Watch only pods matching this label selector.
-    #[arg(long, env = "PODNS_LABEL_SELECTOR")]
+    #[arg(long, env = "PODNS_LABEL_SELECTOR", help_heading = heading::API_SERVER)]
     pub label_selector: Option<String>,
     /// Watch the EndpointSlices the EndpointSlice controller does not manage, so headless Services without a selector answer from them (the default).
-    #[arg(long = "endpoint-slices", overrides_with = "no_endpoint_slices")]
+    #[arg(long = "endpoint-slices", overrides_with = "no_endpoint_slices", help_heading = heading::API_SERVER)]
     pub endpoint_slices: bool,
     /// Turn the EndpointSlice watch off (no RBAC on endpointslices needed; Services without a selector then answer no addresses).
     #[arg(
         long = "no-endpoint-slices",
         env = "PODNS_NO_ENDPOINT_SLICES",
-        overrides_with = "endpoint_slices"
+        overrides_with = "endpoint_slices",
+        help_heading = heading::API_SERVER
     )]
     pub no_endpoint_slices: bool,
     /// Ask for quorum reads instead of lists from the API server's watch cache.
-    #[arg(long, env = "PODNS_CONSISTENT_LIST")]
+    #[arg(long, env = "PODNS_CONSISTENT_LIST", help_heading = heading::API_SERVER)]
     pub consistent_list: bool,
     /// No multiplexed watch: a relay does not serve it (as one from before it: 404), a node instance opens each watch as its own request. For tests and benchmarks.
-    #[arg(long, env = "PODNS_NO_WATCH_MUX", hide = true)]
+    #[arg(long, env = "PODNS_NO_WATCH_MUX", hide = true, help_heading = heading::API_SERVER)]
     pub no_watch_mux: bool,
     /// Initial list by watch stream (sendInitialEvents).
-    #[arg(long, env = "PODNS_STREAMING_LIST", default_value = "auto", value_parser = keyword::<StreamingList>(StreamingList::NAMES))]
+    #[arg(long, env = "PODNS_STREAMING_LIST", default_value = "auto", value_parser = keyword::<StreamingList>(StreamingList::NAMES), help_heading = heading::API_SERVER)]
     pub streaming_list: StreamingList,
     /// Reopen, from its resourceVersion, a watch that had been moving (an event or a bookmark after its list) and then had neither for this long: it may be stuck. A watch whose kind has not changed since it began is left alone: the API server sends it no bookmark until its kind moves (0: never).
-    #[arg(long, env = "PODNS_WATCH_PROGRESS_TIMEOUT", default_value = "90s")]
+    #[arg(long, env = "PODNS_WATCH_PROGRESS_TIMEOUT", default_value = "90s", help_heading = heading::API_SERVER)]
     pub watch_progress_timeout: Secs,
     /// How long to keep answering after SIGTERM while /readyz reports 503.
-    #[arg(long, env = "PODNS_SHUTDOWN_GRACE", default_value = "5s")]
+    #[arg(long, env = "PODNS_SHUTDOWN_GRACE", default_value = "5s", help_heading = heading::ADMIN)]
     pub shutdown_grace: Secs,
     /// TCP connections served at once; more are accepted and closed at once.
-    #[arg(long, env = "PODNS_TCP_MAX_CONNECTIONS", default_value_t = 1024)]
+    #[arg(long, env = "PODNS_TCP_MAX_CONNECTIONS", default_value_t = 1024, help_heading = heading::DNS)]
     pub tcp_max_connections: usize,
     /// Time a TCP connection gets to send its next whole query before it is closed.
-    #[arg(long, env = "PODNS_TCP_IDLE_TIMEOUT", default_value = "10s")]
+    #[arg(long, env = "PODNS_TCP_IDLE_TIMEOUT", default_value = "10s", help_heading = heading::DNS)]
     pub tcp_idle_timeout: Secs,
     /// Queries answered on one TCP connection before it is closed.
-    #[arg(long, env = "PODNS_TCP_MAX_QUERIES", default_value_t = 1000)]
+    #[arg(long, env = "PODNS_TCP_MAX_QUERIES", default_value_t = 1000, help_heading = heading::DNS)]
     pub tcp_max_queries: usize,
     /// Response rate limiting: at most this many UDP responses a second per client /24 (IPv4) or /56 (IPv6); over it, half slip as TC=1, half are dropped (default: off).
-    #[arg(long, env = "PODNS_RRL")]
+    #[arg(long, env = "PODNS_RRL", help_heading = heading::DNS)]
     pub rrl: Option<u32>,
     /// Serve /debug/explain (`podns explain`) on the admin address. It shows pods that DNS does not publish: keep the admin port private.
-    #[arg(long, env = "PODNS_ADMIN_DEBUG")]
+    #[arg(long, env = "PODNS_ADMIN_DEBUG", help_heading = heading::ADMIN)]
     pub admin_debug: bool,
     /// Also serve a read-only Kubernetes API of slim Pods, Services, Jobs and EndpointSlices here (the relay node instances watch instead of the API server). Clients need a ServiceAccount token for --relay-audience (TokenReview) whose user may `get` `relays` in API group `dns.podns.io` (SubjectAccessReview); a token bound to a pod reads only that pod's node's scope. Served over TLS (--relay-tls-cert, or self-signed).
-    #[arg(long, env = "PODNS_RELAY_LISTEN")]
+    #[arg(long, env = "PODNS_RELAY_LISTEN", help_heading = heading::RELAY)]
     pub relay_listen: Option<SocketAddr>,
     /// How long the relay keeps changes: a client that reconnects within it resumes without a relist; past it, 410.
     #[arg(
         long,
         env = "PODNS_RELAY_HISTORY",
         default_value = "15m",
-        requires = "relay_listen"
+        requires = "relay_listen",
+        help_heading = heading::RELAY
     )]
     pub relay_history: Secs,
     /// Connections the relay serves at once (a watch holds one); more are accepted and closed at once.
@@ -306,7 +322,8 @@ pub struct ServeArgs {
         env = "PODNS_RELAY_MAX_CONNECTIONS",
         default_value_t = 32_768,
         value_parser = clap::value_parser!(u32).range(1..),
-        requires = "relay_listen"
+        requires = "relay_listen",
+        help_heading = heading::RELAY
     )]
     pub relay_max_connections: u32,
     /// The audience node instances' tokens must be issued for (their projected token volume's `audience`); a token for any other audience, such as the API server's own, is refused.
@@ -314,43 +331,59 @@ pub struct ServeArgs {
         long,
         env = "PODNS_RELAY_AUDIENCE",
         default_value = podns_server::relay::http::auth::AUDIENCE,
-        requires = "relay_listen"
+        requires = "relay_listen",
+        help_heading = heading::RELAY
     )]
     pub relay_audience: String,
     /// Write a kubeconfig for the relay here, with a token for --relay-kubeconfig-account and --relay-audience (TokenRequest), for node instances on this machine.
-    #[arg(long, env = "PODNS_RELAY_KUBECONFIG_OUT", requires = "relay_listen")]
+    #[arg(long, env = "PODNS_RELAY_KUBECONFIG_OUT", requires = "relay_listen", help_heading = heading::RELAY)]
     pub relay_kubeconfig_out: Option<std::path::PathBuf>,
     /// The relay's TLS certificate (PEM; with --relay-tls-key). Unset: a self-signed one, made at start.
-    #[arg(long, env = "PODNS_RELAY_TLS_CERT", requires = "relay_tls_key")]
+    #[arg(long, env = "PODNS_RELAY_TLS_CERT", requires = "relay_tls_key", help_heading = heading::RELAY)]
     pub relay_tls_cert: Option<std::path::PathBuf>,
     /// The relay's TLS private key (PEM).
-    #[arg(long, env = "PODNS_RELAY_TLS_KEY", requires = "relay_tls_cert")]
+    #[arg(long, env = "PODNS_RELAY_TLS_KEY", requires = "relay_tls_cert", help_heading = heading::RELAY)]
     pub relay_tls_key: Option<std::path::PathBuf>,
     /// The CA that --relay-kubeconfig-out tells clients to trust (default: the certificate itself).
-    #[arg(long, env = "PODNS_RELAY_TLS_CA")]
+    #[arg(long, env = "PODNS_RELAY_TLS_CA", help_heading = heading::RELAY)]
     pub relay_tls_ca: Option<std::path::PathBuf>,
     /// Be a node instance: watch the relay this kubeconfig names (its CA, a ServiceAccount token), never the API server, holding only the namespaces of this node's pods; other names are forwarded to the relays' DNS.
-    #[arg(long, env = "PODNS_RELAY_KUBECONFIG", requires = "node", conflicts_with_all = ["relay_listen", "kubeconfig"])]
+    #[arg(
+        long = "node-relay-kubeconfig",
+        alias = "relay-kubeconfig",
+        env = "PODNS_NODE_RELAY_KUBECONFIG",
+        requires = "node",
+        conflicts_with_all = ["relay_listen", "kubeconfig"],
+        help_heading = heading::NODE_INSTANCE
+    )]
     pub relay_kubeconfig: Option<std::path::PathBuf>,
     /// This node's name (a node instance; the DaemonSet passes spec.nodeName).
-    #[arg(long, env = "PODNS_NODE", requires = "relay_kubeconfig")]
+    #[arg(long, env = "PODNS_NODE", requires = "relay_kubeconfig", help_heading = heading::NODE_INSTANCE)]
     pub node: Option<String>,
     /// The relays' DNS addresses (repeatable; default: the address the relay kubeconfig names, which --relay-kubeconfig-out writes, else its server host, port 53).
     #[arg(
-        long,
-        env = "PODNS_RELAY_DNS",
+        long = "node-relay-dns",
+        alias = "relay-dns",
+        env = "PODNS_NODE_RELAY_DNS",
         value_delimiter = ',',
-        requires = "relay_kubeconfig"
+        requires = "relay_kubeconfig",
+        help_heading = heading::NODE_INSTANCE
     )]
     pub relay_dns: Vec<SocketAddr>,
     /// How long a namespace stays in a node instance's scope after its last pod left the node (a gang restart recreates its pods); on a relay, how long a node instance may still read it (keep it at least the node instances').
-    #[arg(long, env = "PODNS_SCOPE_LINGER", default_value = "5m")]
+    #[arg(long, env = "PODNS_SCOPE_LINGER", default_value = "5m", help_heading = heading::NODE_INSTANCE)]
     pub scope_linger: Secs,
     /// A node instance's saved scope: the directory (a hostPath) where it keeps what it holds and where each watch would resume, so a restart serves at once and resumes from the relays' history instead of relisting; a state that is corrupt, of another relay, CA, node or format, or older than 15 minutes is dropped with one line and the scope listed.
-    #[arg(long, env = "PODNS_STATE_DIR", requires = "node")]
+    #[arg(
+        long = "node-state-dir",
+        alias = "state-dir",
+        env = "PODNS_NODE_STATE_DIR",
+        requires = "node",
+        help_heading = heading::NODE_INSTANCE
+    )]
     pub state_dir: Option<std::path::PathBuf>,
     /// The ServiceAccount (NAMESPACE/NAME) whose token --relay-kubeconfig-out writes.
-    #[arg(long, env = "PODNS_RELAY_KUBECONFIG_ACCOUNT", default_value = "default/podns-node", value_parser = account)]
+    #[arg(long, env = "PODNS_RELAY_KUBECONFIG_ACCOUNT", default_value = "default/podns-node", value_parser = account, help_heading = heading::RELAY)]
     pub relay_kubeconfig_account: (String, String),
 }
 
@@ -576,12 +609,28 @@ pub struct CompletionArgs {
 /// Flags of `podns man`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ManArgs {
-    /// The command whose page to print (default: the page of podns itself).
-    #[arg(conflicts_with = "out_dir")]
+    /// The command whose page to print (default: the page of podns itself); or a directory (a path with a `/`, or one that exists) to write every page to, as --out-dir.
+    #[arg(value_name = "COMMAND|DIR", conflicts_with = "out_dir")]
     pub command: Option<String>,
     /// Write every page (podns.1, podns-serve.1, ...) to this directory instead.
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
+}
+
+impl ManArgs {
+    /// The directory `podns man DIR` names: a command's name is a page;
+    /// a path (with a `/`, or a directory that exists) is where every
+    /// page goes, as `--out-dir` (how clap_mangen's and cargo's own man
+    /// commands take it). Anything else is a command that does not exist.
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        let arg = self.command.as_deref()?;
+        let known = <Cli as clap::CommandFactory>::command()
+            .find_subcommand(arg)
+            .is_some();
+        let path = std::path::Path::new(arg);
+        (!known && (arg.contains(std::path::MAIN_SEPARATOR) || arg.contains('/') || path.is_dir()))
+            .then_some(path)
+    }
 }
 
 /// A record type by name (`A`, `aaaa`, `SRV`) or number, upper-cased.
@@ -670,5 +719,61 @@ mod tests {
             line(&["podns", "serv"]),
             "error: unrecognized subcommand 'serv'; tip: a similar subcommand exists: 'serve'"
         );
+    }
+
+    /// The node instance's flags by their role's name, and the old
+    /// spellings as hidden aliases (one release).
+    #[test]
+    fn node_instance_flags_say_their_role_and_keep_the_old_spellings() {
+        let new = parse_serve([
+            "serve",
+            "--node=n1",
+            "--node-relay-kubeconfig=/k",
+            "--node-relay-dns=127.0.0.1:53",
+            "--node-state-dir=/s",
+        ])
+        .unwrap();
+        let old = parse_serve([
+            "serve",
+            "--node=n1",
+            "--relay-kubeconfig=/k",
+            "--relay-dns=127.0.0.1:53",
+            "--state-dir=/s",
+        ])
+        .unwrap();
+        assert_eq!(format!("{new:?}"), format!("{old:?}"));
+        let node = new.node.expect("a node instance");
+        assert_eq!(node.state_dir.as_deref(), Some(std::path::Path::new("/s")));
+        assert_eq!(new.kubeconfig.as_deref(), Some(std::path::Path::new("/k")));
+
+        let mut cmd = <Cli as clap::CommandFactory>::command();
+        let help = cmd
+            .find_subcommand_mut("serve")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        for heading in [
+            heading::RECORDS,
+            heading::API_SERVER,
+            heading::DNS,
+            heading::ADMIN,
+            heading::RELAY,
+            heading::NODE_INSTANCE,
+        ] {
+            assert!(help.contains(&format!("{heading}:")), "{heading}: {help}");
+        }
+        assert!(help.contains("--node-relay-kubeconfig"), "{help}");
+        assert!(!help.contains("--relay-kubeconfig <"), "{help}");
+        assert!(!help.contains("--state-dir <"), "{help}");
+        // Every flag of serve sits under a role's heading.
+        let serve = cmd.find_subcommand("serve").unwrap();
+        let bare: Vec<_> = serve
+            .get_arguments()
+            .filter(|a| !a.is_hide_set() && a.get_long().is_some())
+            .filter(|a| a.get_help_heading().is_none())
+            .filter(|a| !matches!(a.get_long(), Some("help" | "log-format")))
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(bare.is_empty(), "flags without a heading: {bare:?}");
     }
 }

@@ -192,7 +192,7 @@ fn print(bytes: &[u8]) -> ExitCode {
 /// `podns man`: one page on stdout, or every page into a directory (the
 /// files written, one a line).
 fn man(args: &podns::cli::ManArgs) -> ExitCode {
-    let done = match &args.out_dir {
+    let done = match args.out_dir.as_deref().or_else(|| args.dir()) {
         Some(dir) => podns::manual::man_pages_to(dir).map(|paths| {
             let list: String = paths.iter().map(|p| format!("{}\n", p.display())).collect();
             print(list.as_bytes())

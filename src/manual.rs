@@ -36,7 +36,9 @@ fn page(cmd: clap::Command) -> clap_mangen::Man {
 #[derive(Debug, thiserror::Error)]
 pub enum ManError {
     /// No such subcommand (exit 64).
-    #[error("podns man: no command {0:?} (commands: {1})")]
+    #[error(
+        "podns man: no command {0:?} (commands: {1}); to write every page to a directory, name it as a path (./{0})"
+    )]
     NoCommand(String, String),
     /// The page could not be written (exit 1).
     #[error("podns man: failed to write {0}: {1}")]

@@ -693,6 +693,18 @@ fn man_pages_render() {
     let (code, err) = run_bare(&["man", "serv"], dir.path());
     assert_eq!(code, Some(64), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("name it as a path (./serv)"), "{err}");
+    // `podns man DIR`, as clap_mangen's users write it: every page there.
+    let pages = dir.path().join("pages");
+    let out = Command::new(BIN).arg("man").arg(&pages).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    for page in ["podns.1", "podns-serve.1"] {
+        assert!(
+            pages.join(page).is_file(),
+            "{page} not in {}",
+            pages.display()
+        );
+    }
 }
 
 /// `podns --version` names the crate version, the commit it was built from
@@ -1020,4 +1032,98 @@ async fn each_error_is_one_line() {
         }
         assert!(took < Duration::from_secs(8), "{args:?} took {took:?}");
     }
+}
+
+/// `KUBECONFIG` as operators export it never stands for a flag they did
+/// not pass: a node instance (`--relay-kubeconfig`) starts and serves
+/// whatever `$KUBECONFIG` says, since it never reads the variable; an
+/// empty one is unset; a list is read as kubectl reads it (a missing file
+/// skipped, the rest merged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubeconfig_variable_never_stands_for_a_flag() {
+    let (env, dir, relay_kc) = crate::relay::env_with_relay(&[]).await;
+    let sim_kc = dir.path().join("sim.yaml");
+    std::fs::write(&sim_kc, env.sim.kubeconfig_yaml()).unwrap();
+    let ready = |admin| async move {
+        wait_for("ready", Duration::from_secs(30), || async {
+            admin_get(admin, "/readyz").await.0 == 200
+        })
+        .await;
+    };
+    // A node instance, whatever KUBECONFIG holds: a file that does not
+    // exist, the API server's own kubeconfig, nothing.
+    let missing = "/nonexistent/kubeconfig".to_string();
+    for value in [missing.clone(), sim_kc.display().to_string(), String::new()] {
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "serve",
+            "--dns-listen=127.0.0.1:0",
+            "--admin-listen=127.0.0.1:0",
+            "--node=node-a",
+        ])
+        .arg(format!("--relay-kubeconfig={}", relay_kc.display()))
+        .arg(format!("--relay-dns={}", env.dns))
+        .env("KUBECONFIG", &value);
+        let node = podns_testkit::process::spawn_serve(cmd);
+        ready(node.admin).await;
+        let log = node.log_text();
+        assert!(
+            log.contains("kubernetes api https://127.0.0.1"),
+            "KUBECONFIG={value:?}: the node instance reads its relay, not the API server: {log}"
+        );
+    }
+    // Plain serve: a list whose first file is missing reads the second.
+    let list = std::env::join_paths([std::path::Path::new(&missing), &sim_kc]).unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "serve",
+        "--dns-listen=127.0.0.1:0",
+        "--admin-listen=127.0.0.1:0",
+    ])
+    .env("KUBECONFIG", &list)
+    .env("RUST_LOG", "info")
+    .env("NO_COLOR", "1")
+    .stderr(Stdio::piped());
+    let (_child, mut lines) = spawn_lines(&mut cmd);
+    let admin = wait_listening(&mut lines, "listening admin http ");
+    std::thread::spawn(move || for _ in lines {});
+    ready(admin).await;
+    // An empty KUBECONFIG is unset: the usual "no kubeconfig", not clap's
+    // "a value is required for '--kubeconfig'".
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--dns-listen=127.0.0.1:0",
+            "--admin-listen=127.0.0.1:0",
+        ])
+        .env("RUST_LOG", "off")
+        .env("HOME", home.path())
+        .env("KUBECONFIG", "")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(
+        err.starts_with("error: no kubeconfig: pass --kubeconfig"),
+        "{err}"
+    );
+    // A list of files none of which exists: one line naming them.
+    let out = Command::new(BIN)
+        .args(["zonefile"])
+        .env("RUST_LOG", "off")
+        .env("HOME", home.path())
+        .env("KUBECONFIG", format!("{missing}:/nonexistent/other"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "error: KUBECONFIG names no file that exists ({missing}, /nonexistent/other): fix it, unset it, or pass --kubeconfig"
+        )
+    );
 }

@@ -25,11 +25,17 @@ pub fn client_of(config: kube::Config) -> Result<kube::Client, ConfigError> {
     })
 }
 
-/// The client configuration, found as kubectl
-/// finds it: the kubeconfig given (`--kubeconfig`, `$KUBECONFIG`), else
+/// The client configuration, found as kubectl finds it: the kubeconfig
+/// given (`--kubeconfig`, or a node instance's relay kubeconfig), else
+/// the files `$KUBECONFIG` lists ([`env_kubeconfigs`]), else
 /// `~/.kube/config` if it exists, else in-cluster when the pod's
 /// `KUBERNETES_SERVICE_HOST` is set. Every failure is one line that names
 /// what was looked for.
+///
+/// `$KUBECONFIG` is read here, not as the flag's default: a node instance
+/// names its relay kubeconfig and must never read the operator's
+/// `$KUBECONFIG` (clap would take the variable for `--kubeconfig` and
+/// refuse the pair), and kubectl reads an empty value as unset.
 pub async fn kube_config(
     kubeconfig: Option<&std::path::Path>,
     context: Option<&str>,
@@ -37,9 +43,14 @@ pub async fn kube_config(
     let default = std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(|home| Path::new(&home).join(".kube").join("config"));
+    let listed = match kubeconfig {
+        Some(_) => Vec::new(),
+        None => env_kubeconfigs(std::env::var_os("KUBECONFIG").as_deref())?,
+    };
     let mut config = match (kubeconfig, default) {
-        (Some(path), _) => from_file(path, context).await?,
-        (None, Some(path)) if path.exists() => from_file(&path, context).await?,
+        (Some(path), _) => from_files(&[path.to_path_buf()], context).await?,
+        (None, _) if !listed.is_empty() => from_files(&listed, context).await?,
+        (None, Some(path)) if path.exists() => from_files(&[path], context).await?,
         (None, default) => {
             let looked = match &default {
                 Some(path) => format!("{} does not exist", path.display()),
@@ -73,22 +84,69 @@ pub async fn kube_config(
     Ok(config)
 }
 
-/// The configuration in the kubeconfig at `path`.
-async fn from_file(path: &Path, context: Option<&str>) -> Result<kube::Config, ConfigError> {
+/// The files a `$KUBECONFIG` value lists, as kubectl reads them: a list
+/// separated by `:` (`;` on Windows), empty entries ignored (so an empty
+/// value is unset), files that do not exist skipped. A value that lists
+/// files none of which exists is an error, as kubectl's "no configuration
+/// has been provided" is, naming them.
+pub fn env_kubeconfigs(
+    value: Option<&std::ffi::OsStr>,
+) -> Result<Vec<std::path::PathBuf>, ConfigError> {
+    let Some(value) = value else {
+        return Ok(Vec::new());
+    };
+    let named: Vec<_> = std::env::split_paths(value)
+        .filter(|p| !p.as_os_str().is_empty())
+        .collect();
+    let found: Vec<_> = named.iter().filter(|p| p.exists()).cloned().collect();
+    if found.is_empty() && !named.is_empty() {
+        let shown: Vec<_> = named.iter().map(|p| p.display().to_string()).collect();
+        return Err(ConfigError(format!(
+            "KUBECONFIG names no file that exists ({}): fix it, unset it, or pass --kubeconfig",
+            shown.join(", ")
+        )));
+    }
+    Ok(found)
+}
+
+/// The configuration in the kubeconfigs at `paths`, merged as kubectl
+/// merges `$KUBECONFIG`'s files (the first to set a value wins).
+async fn from_files(
+    paths: &[std::path::PathBuf],
+    context: Option<&str>,
+) -> Result<kube::Config, ConfigError> {
     use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
-    let shown = path.display();
-    let kc = Kubeconfig::read_from(path).map_err(|e| {
-        ConfigError(match e {
-            // kube's message prints the path quoted twice.
-            KubeconfigError::ReadConfig(io, _) => {
-                format!("failed to read kubeconfig {shown}: {io}")
-            }
-            KubeconfigError::Parse(e) => {
-                format!("failed to parse kubeconfig {shown}: {}", yaml_error(&e))
-            }
-            e => format!("failed to load kubeconfig {shown}: {}", error_line(&e)),
-        })
-    })?;
+    let mut merged: Option<Kubeconfig> = None;
+    for path in paths {
+        let shown = path.display();
+        let kc = Kubeconfig::read_from(path).map_err(|e| {
+            ConfigError(match e {
+                // kube's message prints the path quoted twice.
+                KubeconfigError::ReadConfig(io, _) => {
+                    format!("failed to read kubeconfig {shown}: {io}")
+                }
+                KubeconfigError::Parse(e) => {
+                    format!("failed to parse kubeconfig {shown}: {}", yaml_error(&e))
+                }
+                e => format!("failed to load kubeconfig {shown}: {}", error_line(&e)),
+            })
+        })?;
+        merged = Some(match merged {
+            None => kc,
+            Some(m) => m.merge(kc).map_err(|e| {
+                ConfigError(format!(
+                    "failed to merge kubeconfig {shown} into the files before it in KUBECONFIG: {}",
+                    error_line(&e)
+                ))
+            })?,
+        });
+    }
+    let shown = paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    let kc = merged.ok_or_else(|| ConfigError(NO_KUBECONFIG.to_string()))?;
     let options = KubeConfigOptions {
         context: context.map(str::to_string),
         ..Default::default()
@@ -211,4 +269,39 @@ pub fn ns_addrs_or_pod_ip(flag: &[IpAddr]) -> Vec<IpAddr> {
         .and_then(|ip| ip.parse::<IpAddr>().ok())
         .into_iter()
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    use super::env_kubeconfigs;
+
+    #[test]
+    fn kubeconfig_variable_is_read_as_kubectl_reads_it() {
+        let dir = std::env::temp_dir().join(format!("podns-kubeconfigs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b) = (dir.join("a"), dir.join("b"));
+        std::fs::write(&b, "apiVersion: v1\nkind: Config\n").unwrap();
+        // Unset and empty are the same: nothing listed.
+        assert!(env_kubeconfigs(None).unwrap().is_empty());
+        assert!(env_kubeconfigs(Some(&OsString::new())).unwrap().is_empty());
+        assert!(
+            env_kubeconfigs(Some(&OsString::from(":")))
+                .unwrap()
+                .is_empty()
+        );
+        // A list: the files that exist, in order; a missing one skipped.
+        let list = std::env::join_paths([&a, &b]).unwrap();
+        assert_eq!(env_kubeconfigs(Some(&list)).unwrap(), vec![b.clone()]);
+        // None of them exists: one line naming them.
+        let missing = std::env::join_paths([&a, &dir.join("c")]).unwrap();
+        let err = env_kubeconfigs(Some(&missing)).unwrap_err().0;
+        assert!(
+            err.starts_with("KUBECONFIG names no file that exists (")
+                && err.contains(&*a.to_string_lossy()),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -98,7 +98,7 @@ pub(super) struct Held {
     metrics: Metrics,
     shutdown: CancellationToken,
     /// Where the watches' objects are kept for the saved scope
-    /// (`--state-dir`).
+    /// (`--node-state-dir`).
     store: Option<Arc<Store>>,
 }
 

@@ -1,4 +1,4 @@
-//! A node instance's saved scope (`--state-dir`): what it held when it
+//! A node instance's saved scope (`--node-state-dir`): what it held when it
 //! stopped, so a restart (a DaemonSet rollout) serves at once and resumes
 //! its watches from the relays' history instead of relisting them.
 //!
@@ -60,7 +60,7 @@ pub const MAX_BYTES: u64 = 64 << 20;
 pub const MAX_AGE: Duration = Duration::from_secs(15 * 60);
 /// How often the state is written when something changed.
 pub const SAVE_EVERY: Duration = Duration::from_secs(5);
-/// The file in `--state-dir`.
+/// The file in `--node-state-dir`.
 pub const FILE: &str = "podns-node-scope.state";
 const MAGIC: &[u8; 8] = b"podnsst\n";
 /// Magic, format (u32 LE), SHA-256 of the body.

@@ -288,7 +288,7 @@ pub async fn request_token(
 }
 
 /// The kubeconfig extension (on the cluster entry) naming the relays' DNS
-/// address, which a node instance forwards to unless `--relay-dns` says.
+/// address, which a node instance forwards to unless `--node-relay-dns` says.
 pub const DNS_EXTENSION: &str = "dns.podns.io/relay-dns";
 
 /// A kubeconfig naming the relay at `server` (trusting `ca_pem`, and
