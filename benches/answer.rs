@@ -6,7 +6,10 @@
 //! World, built once: 100 Jobs × 1,000 ranks (100k pods) in namespace `ml`,
 //! each pod with hostname `<job>-<i>`, subdomain `<job>`, label `app=<job>`,
 //! one headless Service per Job; plus a 64-rank job `mpi` whose headless
-//! Service has the named port `nccl` (for SRV and the 64-address set).
+//! Service has the named port `nccl` (for SRV and the 64-address set);
+//! plus three gangs of 8, 512 and 4,096 ranks (`job-100`..`job-102`) for
+//! whole sets: 8 over UDP, 512 and 4,096 over TCP (4,092 of them fit
+//! 65,535 bytes with this name and the OPT record).
 //! Queries carry EDNS with a 1232-byte payload and RD, as glibc/musl
 //! resolvers behind node-local caches send them.
 //!
@@ -28,6 +31,8 @@ use common::*;
 
 const JOBS: usize = 100;
 const RANKS: usize = 1_000;
+/// Gangs beside the world, answered as whole sets: `job-100` and on.
+const GANGS: [usize; 3] = [8, 512, 4_096];
 
 fn query_bytes(name: &str, qtype: RecordType) -> Vec<u8> {
     let mut m = Message::new(0x5a5a, MessageType::Query, OpCode::Query);
@@ -150,6 +155,37 @@ fn cases() -> Vec<Case> {
             true,
         ),
         case(
+            "headless_a_8",
+            format!("{}.{ns}.svc.cluster.local.", job_name(JOBS)),
+            A,
+            Udp,
+            NoError,
+            GANGS[0],
+            0,
+            false,
+        ),
+        case(
+            "headless_a_512_tcp",
+            format!("{}.{ns}.svc.cluster.local.", job_name(JOBS + 1)),
+            A,
+            Tcp,
+            NoError,
+            GANGS[1],
+            0,
+            false,
+        ),
+        // 4,096 x 16 bytes alone is past 65,535: cut to whole records.
+        case(
+            "headless_a_4096_tcp",
+            format!("{}.{ns}.svc.cluster.local.", job_name(JOBS + 2)),
+            A,
+            Tcp,
+            NoError,
+            4_092,
+            0,
+            true,
+        ),
+        case(
             "ptr",
             format!("{d}.{c}.{b}.{a}.in-addr.arpa."),
             PTR,
@@ -179,6 +215,12 @@ fn bench_answer(c: &mut Criterion) {
     let (svc, small) = small_job();
     services.push(svc);
     pods.extend(small);
+    let mut n = JOBS * RANKS;
+    for (k, size) in GANGS.into_iter().enumerate() {
+        services.push(job_service(JOBS + k));
+        pods.extend((0..size).map(|i| rank_pod(JOBS + k, i, n + i, Labels::App)));
+        n += size;
+    }
     let mut writer = writer_with_services(services);
     writer.apply(Update::Pod(Change::all(pods)));
     assert!(writer.table().is_synced());
