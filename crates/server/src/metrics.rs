@@ -117,6 +117,31 @@ pub const GANG_COMPLETE: &str = "podns_rank_gang_complete_seconds";
 pub const REQUEST_DURATION_BUCKETS: [f64; 11] = [
     5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 2.5e-2, 8e-2,
 ];
+/// [`DNS_REQUEST_DURATION`]'s buckets on a node instance: one of
+/// thousands, answering its own pods from memory (what it forwards is not
+/// timed here), it says whether its answers take microseconds, not which.
+pub const NODE_REQUEST_DURATION_BUCKETS: [f64; 2] = [1e-4, 1e-3];
+/// [`PROPAGATION`]'s buckets on a node instance: the relay tier's target
+/// (20 ms) and the budget `PodnsPropagationSlow` holds (100 ms).
+pub const NODE_PROPAGATION_BUCKETS: [f64; 2] = [2e-2, 0.1];
+
+/// What a podns process is, which decides what it exports. A DaemonSet
+/// runs thousands of node instances, each scraped: a series a node
+/// instance exports is paid for thousands of times, so it exports only
+/// what it can move, with fewer buckets, and creates at 0 only the label
+/// sets an alert reads from it with `increase()` or `rate()`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Role {
+    /// `podns serve` watching the API server: a forward target, a relay
+    /// (`--relay-listen`). Every label set known in advance exists at 0.
+    #[default]
+    Server,
+    /// `podns serve --relay-kubeconfig F --node N`: no relay's or gang's
+    /// metrics; the node's own (`podns_node_*`, forwarded questions) only
+    /// here.
+    Node,
+}
+
 /// Every value [`rcode_label`] gives.
 pub const RCODES: [&str; 8] = [
     "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "BADVERS", "other",
@@ -241,7 +266,21 @@ pub struct Metrics {
     pub node_state_writes: Family<ResultLabels, Counter>,
     pub node_state_bytes: Gauge<i64, AtomicI64>,
     pub node_state_watches: Family<ResultLabels, Counter>,
+    role: Role,
     registry: Arc<Registry>,
+}
+
+/// Register `metric` only in the role that exports it: `(role, only)`.
+fn register_for(
+    registry: &mut Registry,
+    (role, only): (Role, Role),
+    name: &str,
+    help: &str,
+    metric: impl prometheus_client::registry::Metric,
+) {
+    if role == only {
+        registry.register(name, help, metric);
+    }
 }
 
 impl Default for Metrics {
@@ -251,10 +290,21 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// A forward target's or a relay's metrics ([`Role::Server`]).
     pub fn new() -> Self {
+        Self::for_role(Role::Server)
+    }
+
+    /// The metrics `role` exports.
+    pub fn for_role(role: Role) -> Self {
+        let node = role == Role::Node;
         let requests = Family::<RequestLabels, Counter>::default();
         let responses = Family::<RcodeLabels, Counter>::default();
-        let request_duration = ShardedHistogram::new(REQUEST_DURATION_BUCKETS);
+        let request_duration = if node {
+            ShardedHistogram::new(NODE_REQUEST_DURATION_BUCKETS)
+        } else {
+            ShardedHistogram::new(REQUEST_DURATION_BUCKETS)
+        };
         let truncated = Counter::default();
         let tcp_refused = Counter::default();
         let rate_limited = Family::<ActionLabels, Counter>::default();
@@ -273,11 +323,15 @@ impl Metrics {
         // 100 µs apart up to 1 ms (a quantile estimate is only as fine as
         // its bucket); tens of ms under churn are what BENCHMARKS.md has to
         // tell apart; seconds mean a backlog.
-        let propagation = Histogram::new([
-            1e-5, 2.5e-5, 5e-5, 1e-4, 2e-4, 3e-4, 4e-4, 5e-4, 6e-4, 7e-4, 8e-4, 9e-4, 1e-3,
-            1.25e-3, 1.5e-3, 2e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5,
-            10.0,
-        ]);
+        let propagation = if node {
+            Histogram::new(NODE_PROPAGATION_BUCKETS)
+        } else {
+            Histogram::new([
+                1e-5, 2.5e-5, 5e-5, 1e-4, 2e-4, 3e-4, 4e-4, 5e-4, 6e-4, 7e-4, 8e-4, 9e-4, 1e-3,
+                1.25e-3, 1.5e-3, 2e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5,
+                10.0,
+            ])
+        };
 
         let rank_jobs = Gauge::<i64, AtomicI64>::default();
         let forwarded = Family::<ResultLabels, Counter>::default();
@@ -321,12 +375,19 @@ impl Metrics {
         // increase() never see its first events (the first SERVFAILs, the
         // first drops), and a missing series reads as "no data", not 0. A
         // podns that never syncs must export `watch_synced 0`, or the alert
-        // on it has nothing to fire on.
-        for rcode in RCODES {
+        // on it has nothing to fire on. A node instance creates at 0 only
+        // what its alerts read (see [`Role`]): SERVFAIL for the share
+        // answered SERVFAIL, its relay failures, its forwarded results.
+        // Its other label sets appear with their first event, and
+        // `--rrl`'s actions only with `--rrl`.
+        let rcodes: &[&str] = if node { &["SERVFAIL"] } else { &RCODES };
+        for &rcode in rcodes {
             let _ = responses.get_or_create(&RcodeLabels { rcode });
         }
-        for action in RATE_LIMIT_ACTIONS {
-            let _ = rate_limited.get_or_create(&ActionLabels { action });
+        if !node {
+            for action in RATE_LIMIT_ACTIONS {
+                let _ = rate_limited.get_or_create(&ActionLabels { action });
+            }
         }
         for resource in SYNCED_RESOURCES {
             let _ = watch_synced.get_or_create(&ResourceLabels { resource });
@@ -408,117 +469,163 @@ impl Metrics {
             "Jobs and JobSets in the rank view",
             rank_jobs.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Server),
             GANG_COMPLETE,
             "Earliest pod creation of a generation to every rank published",
             gang_complete.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Node),
             DNS_FORWARDED,
             "Questions a node instance sent to the relays, by result",
             forwarded.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Node),
             NODE_SCOPE_NAMESPACES,
             "Namespaces a node instance holds whole",
             node_scope_namespaces.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Server),
             RELAY_WATCHES,
             "Watches the relay serves now",
             relay_watches.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Server),
             RELAY_WATCHES_STARTED,
             "Watches the relay started, by wire",
             relay_watches_started.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Node),
             WATCH_DECODE_ERRORS,
             "Compact watch streams that could not be decoded (each relists its scope)",
             watch_decode_errors.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Server),
             RELAY_CONNECTIONS,
             "Connections the relay holds now, TLS handshakes included",
             relay_connections.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Server),
             RELAY_REFUSED,
             "Connections the relay closed at once because it held --relay-max-connections",
             relay_refused.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Server),
             RELAY_LISTS,
             "Lists the relay served (gets of one object apart)",
             relay_lists.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Server),
             RELAY_SENT_BYTES,
             "Bytes of watch events the relay sent",
             relay_sent_bytes.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Server),
             RELAY_DICT_BYTES,
             "Bytes of compact stream dictionaries the relay sent",
             relay_dict_bytes_sent.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Server),
             RELAY_DICTS_HELD,
             "Compact stream dictionaries the relay did not send: the node instance held them",
             relay_dicts_held.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Server),
             RELAY_ENCODED,
             "Watch events the relay encoded (once per change, wire and type)",
             relay_encoded.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Server),
             RELAY_SENT,
             "Watch events the relay sent (changes only)",
             relay_sent.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Server),
             RELAY_UNSEEN,
             "Changes the relay did not send: its object was the same but for the resourceVersion",
             relay_unseen.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Server),
             RELAY_DENIED,
             "Requests the relay refused, by reason",
             relay_denied.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Node),
             NODE_RELAY_REACHABLE,
             "1 while a node instance's last attempt to read its relay worked",
             node_relay_reachable.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Node),
             NODE_RELAY_LAST_SUCCESS,
             "When a node instance last read its relay, Unix seconds (0: never)",
             node_relay_last_success.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Node),
             NODE_RELAY_FAILURES,
             "A node instance's failed attempts to read its relay, by reason",
             node_relay_failures.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Node),
             NODE_STATE_LOADS,
             "A node instance's saved scope at start, by result (loaded, missing, or why it was dropped)",
             node_state_loads.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Node),
             NODE_STATE_WRITES,
             "Writes of a node instance's saved scope, by result",
             node_state_writes.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Node),
             NODE_STATE_BYTES,
             "Size of the last saved scope a node instance wrote, in bytes",
             node_state_bytes.clone(),
         );
-        registry.register(
+        register_for(
+            &mut registry,
+            (role, Role::Node),
             NODE_STATE_WATCHES,
             "A node instance's watches as they start with --state-dir, by how (saved: resumed from the saved scope; listed)",
             node_state_watches.clone(),
@@ -566,7 +673,43 @@ impl Metrics {
             watch_skipped,
             watch_synced,
             propagation,
+            role,
             registry: Arc::new(registry),
+        }
+    }
+
+    /// What this process is.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// A watch of `resource` starts: its skipped objects and its restarts
+    /// by every `reason` and `retry` exist at 0, so `PodnsWatchesRestarting`'s
+    /// increase() counts the first restart too. Not on a node instance:
+    /// no alert reads its restarts (they follow its relay's, which
+    /// `PodnsNodesRelayUnreachable` says once for the fleet; its relists
+    /// are the relay's `podns_relay_lists_total`), and these would be
+    /// most of its series.
+    pub fn watch_from_zero(
+        &self,
+        resource: &'static str,
+        reasons: &[&'static str],
+        retries: &[&'static str],
+    ) {
+        if self.role == Role::Node {
+            return;
+        }
+        let _ = self
+            .watch_skipped
+            .get_or_create(&ResourceLabels { resource });
+        for &reason in reasons {
+            for &retry in retries {
+                let _ = self.watch_restarts.get_or_create(&RestartLabels {
+                    resource,
+                    reason,
+                    retry,
+                });
+            }
         }
     }
 
@@ -968,6 +1111,72 @@ mod tests {
             let line = format!("podns_watch_synced{{resource=\"{resource}\"}} 0\n");
             assert!(text.contains(&line), "{line} in\n{text}");
         }
+    }
+
+    #[test]
+    fn a_node_instance_exports_its_own_and_at_zero_only_what_its_alerts_read() {
+        let families = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("# TYPE "))
+                .map(|l| l.split(' ').next().unwrap().to_string())
+                .collect()
+        };
+        let node = Metrics::for_role(Role::Node);
+        node.watch_from_zero("pods", &["expired_410"], &["resume", "relist"]);
+        let text = node.encode();
+        let exported = families(&text);
+        for name in [NODE_RELAY_REACHABLE, NODE_RELAY_FAILURES, DNS_FORWARDED] {
+            assert!(exported.iter().any(|f| f == name), "{name} in\n{text}");
+        }
+        for f in &exported {
+            assert!(
+                !f.starts_with("podns_relay_") && f != GANG_COMPLETE,
+                "{f} in\n{text}"
+            );
+        }
+        for reason in NODE_RELAY_FAILURE_REASONS {
+            let line = format!("podns_node_relay_failures_total{{reason=\"{reason}\"}} 0\n");
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+        assert!(text.contains("podns_dns_responses_total{rcode=\"SERVFAIL\"} 0\n"));
+        for absent in [
+            "podns_dns_responses_total{rcode=\"NOERROR\"}",
+            "podns_dns_rate_limited_total{",
+            "podns_watch_restarts_total{",
+            "podns_watch_skipped_objects_total{",
+        ] {
+            assert!(!text.contains(absent), "{absent} in\n{text}");
+        }
+        // Two buckets and +Inf each.
+        for name in [DNS_REQUEST_DURATION, PROPAGATION] {
+            let buckets = text
+                .lines()
+                .filter(|l| l.starts_with(&format!("{name}_bucket{{")))
+                .count();
+            assert_eq!(buckets, 3, "{name} in\n{text}");
+        }
+
+        // A forward target or a relay: the other way round.
+        let server = Metrics::new();
+        server.watch_from_zero("pods", &["expired_410"], &["resume", "relist"]);
+        let text = server.encode();
+        let exported = families(&text);
+        for f in &exported {
+            assert!(
+                !f.starts_with("podns_node_") && f != DNS_FORWARDED,
+                "{f} in\n{text}"
+            );
+        }
+        for name in [RELAY_LISTS, RELAY_DENIED, GANG_COMPLETE] {
+            assert!(exported.iter().any(|f| f == name), "{name} in\n{text}");
+        }
+        for retry in ["resume", "relist"] {
+            let line = format!(
+                "podns_watch_restarts_total{{resource=\"pods\",reason=\"expired_410\",retry=\"{retry}\"}} 0\n"
+            );
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+        assert!(text.contains("podns_watch_skipped_objects_total{resource=\"pods\"} 0\n"));
     }
 
     #[test]

@@ -384,7 +384,10 @@ pub fn start(
     listeners: Listeners,
     shutdown: CancellationToken,
 ) -> Running {
-    let metrics = Metrics::new();
+    let metrics = Metrics::for_role(match args.node {
+        Some(_) => crate::metrics::Role::Node,
+        None => crate::metrics::Role::Server,
+    });
     count_udp_buffers(&metrics, listeners.udp_buffers);
     let table = Table::new();
     // A node instance says why it is not ready (its relay's failures).

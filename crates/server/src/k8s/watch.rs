@@ -28,7 +28,7 @@ use tracing::Instrument;
 use super::objects::{SlimEndpointSlice, SlimJob, SlimNode, SlimPod, SlimService, SlimServiceCidr};
 use super::tap::{Tap, Taps, Watched};
 use super::wire::{Listed, RawConfig, Wire, raw_watcher_from};
-use crate::metrics::{Metrics, ResourceLabels, RestartLabels};
+use crate::metrics::{Metrics, RestartLabels};
 
 /// How the first list is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -363,21 +363,14 @@ impl<K: Watched, T: Tap<K>> Watch<K, T> {
     }
 
     /// Every reason at 0 before the first error, so the restart alert's
-    /// increase() counts the first restart too (see metrics.rs); the same
-    /// for the first skipped object.
+    /// increase() counts the first restart too; the same for the first
+    /// skipped object (as the role does: `Metrics::watch_from_zero`).
     fn count_from_zero(&self) {
-        let _ = self.metrics.watch_skipped.get_or_create(&ResourceLabels {
-            resource: K::RESOURCE,
-        });
-        for reason in RESTART_REASONS {
-            for retry in [Retry::Resume, Retry::Relist] {
-                let _ = self.metrics.watch_restarts.get_or_create(&RestartLabels {
-                    resource: K::RESOURCE,
-                    reason,
-                    retry: retry.label(),
-                });
-            }
-        }
+        self.metrics.watch_from_zero(
+            K::RESOURCE,
+            &RESTART_REASONS,
+            &[Retry::Resume.label(), Retry::Relist.label()],
+        );
     }
 
     async fn run(mut self) {
