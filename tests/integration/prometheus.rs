@@ -5,8 +5,12 @@
 //! gets UDP and TCP traffic (answers, NXDOMAIN, a truncated set), three
 //! watch restarts and a gang restart. Every query of the dashboard must
 //! then return data, every alert rule must evaluate cleanly, and
-//! PodnsWatchesRestarting must go pending. Tests that need promtool or
-//! prometheus skip (with a line on stderr) when it is missing.
+//! PodnsWatchesRestarting must go pending. A node instance, against a
+//! relay against `podns sim`, keeps to its series budget, and a real
+//! Prometheus scraping both answers the dashboard's relay and node
+//! instance rows. `promtool check metrics` passes on a scrape of each
+//! role. Tests that need promtool or prometheus skip (with a line on
+//! stderr) when it is missing.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -26,9 +30,10 @@ use crate::support::{
     PODNS_BIN, admin_get, need, query_msg, rcode, spawn_serve, tcp, udp, wait_for,
 };
 
-/// Every metric family podns exports (without the `_total`, `_bucket`,
-/// `_sum` and `_count` suffixes the exposition adds).
-const EXPORTED: [&str; 23] = [
+/// Every metric family podns exports that the alerts and the dashboard
+/// read (without the `_total`, `_bucket`, `_sum` and `_count` suffixes the
+/// exposition adds).
+const EXPORTED: [&str; 31] = [
     m::DNS_REQUESTS,
     m::DNS_RESPONSES,
     m::DNS_REQUEST_DURATION,
@@ -49,8 +54,16 @@ const EXPORTED: [&str; 23] = [
     m::RANK_JOBS,
     m::GANG_COMPLETE,
     m::RELAY_REFUSED,
+    m::RELAY_CONNECTIONS,
+    m::RELAY_WATCHES,
+    m::RELAY_LISTS,
+    m::RELAY_SENT_BYTES,
+    m::RELAY_DICT_BYTES,
+    m::RELAY_DENIED,
     m::NODE_RELAY_REACHABLE,
     m::NODE_RELAY_FAILURES,
+    m::NODE_SCOPE_NAMESPACES,
+    m::DNS_FORWARDED,
     // Prometheus's own, per target.
     "up",
 ];
@@ -110,12 +123,33 @@ fn exported(name: &str) -> bool {
     EXPORTED.contains(&name) || EXPORTED.contains(&base)
 }
 
+/// The dashboard's row of node instances: its panels read metrics only
+/// node instances export, which the demo (a forward target) has not.
+const NODE_ROW: &str = "Node instances (aggregate)";
+/// The row of relays: the demo exports their metrics, at 0.
+const RELAY_ROW: &str = "Relays";
+
 /// Every query of the dashboard: (panel title, refId, expr).
 fn dashboard_queries(d: &Value) -> Vec<(String, String, String)> {
+    dashboard_queries_by_row(d)
+        .into_iter()
+        .map(|(_, title, id, expr)| (title, id, expr))
+        .collect()
+}
+
+/// Every query of the dashboard with the title of the row it is under:
+/// (row, panel title, refId, expr).
+fn dashboard_queries_by_row(d: &Value) -> Vec<(String, String, String, String)> {
     let mut out = vec![];
+    let mut row = String::new();
     for p in d["panels"].as_array().unwrap() {
+        if p["type"] == "row" {
+            row = p["title"].as_str().unwrap().to_string();
+            continue;
+        }
         for t in p["targets"].as_array().into_iter().flatten() {
             out.push((
+                row.clone(),
                 p["title"].as_str().unwrap().to_string(),
                 t["refId"].as_str().unwrap().to_string(),
                 t["expr"].as_str().unwrap().to_string(),
@@ -268,8 +302,26 @@ fn dashboard_is_templated_and_uses_exported_metrics() {
         "podns_dns_tcp_connections_refused_total",
         "podns_udp_receive_dropped_total",
         "podns_udp_receive_buffer_bytes",
+        // Relays: connections (a node instance each), bytes, lists served,
+        // denials.
+        "podns_relay_connections",
+        "podns_relay_watch_sent_bytes_total",
+        "podns_relay_lists_total",
+        "sum by (reason) (rate(podns_relay_requests_denied_total",
+        // Node instances in aggregate: reading their relays, answered from
+        // what they hold and forwarded (answered, stale, failed).
+        "count(podns_node_relay_reachable",
+        "sum by (result) (rate(podns_dns_forwarded_total",
+        "podns_node_scope_namespaces",
     ] {
         assert!(all.contains(needle), "no panel queries {needle}");
+    }
+    let rows: BTreeSet<String> = dashboard_queries_by_row(&d)
+        .into_iter()
+        .map(|q| q.0)
+        .collect();
+    for row in [RELAY_ROW, NODE_ROW] {
+        assert!(rows.contains(row), "no row {row:?} in {rows:?}");
     }
 }
 
@@ -438,16 +490,26 @@ fn expectation(title: &str, ref_id: &str, result: &[Value]) -> bool {
     }
 }
 
-/// A Prometheus (Debian's) on 127.0.0.1, port 0, scraping `target` every
-/// second as job `podns-metrics` and evaluating rules.yaml every second.
-async fn start_prometheus(bin: &Path, dir: &Path, target: SocketAddr) -> (Daemon, SocketAddr) {
+/// A Prometheus (Debian's) on 127.0.0.1, port 0, scraping each of
+/// `targets` (job, address) every second and evaluating rules.yaml every
+/// second.
+async fn start_prometheus(
+    bin: &Path,
+    dir: &Path,
+    targets: &[(&str, SocketAddr)],
+) -> (Daemon, SocketAddr) {
     let rules = repo().join("deploy/prometheus/rules.yaml");
-    let config = format!(
+    let mut config = format!(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
          rule_files:\n  - {rules}\n\
-         scrape_configs:\n  - job_name: {JOB}\n    static_configs:\n      - targets: [\"{target}\"]\n",
+         scrape_configs:\n",
         rules = rules.display()
     );
+    for (job, target) in targets {
+        config.push_str(&format!(
+            "  - job_name: {job}\n    static_configs:\n      - targets: [\"{target}\"]\n"
+        ));
+    }
     let path = dir.join("prometheus.yml");
     std::fs::write(&path, config).unwrap();
     let mut prom = Daemon::spawn(
@@ -535,7 +597,7 @@ async fn dashboard_queries_and_alerts_work_on_a_real_prometheus_scraping_the_dem
         .await;
     }
 
-    let (prom, prom_addr) = start_prometheus(&prometheus_bin, dir.path(), admin).await;
+    let (prom, prom_addr) = start_prometheus(&prometheus_bin, dir.path(), &[(JOB, admin)]).await;
     wait_for("prometheus ready", Duration::from_secs(30), || async {
         http(prom_addr, "GET", "/-/ready").await.0 == 200
     })
@@ -629,9 +691,12 @@ async fn dashboard_queries_and_alerts_work_on_a_real_prometheus_scraping_the_dem
     // instance chosen, until each returns what it should.
     let instance = admin.to_string();
     let d = dashboard();
-    let mut probes: Vec<Probe> = dashboard_queries(&d)
+    // The node instances' row has its own test (a node instance against a
+    // relay): the demo runs none.
+    let mut probes: Vec<Probe> = dashboard_queries_by_row(&d)
         .into_iter()
-        .map(|(title, id, expr)| Probe {
+        .filter(|(row, ..)| row != NODE_ROW)
+        .map(|(_, title, id, expr)| Probe {
             query: substitute(&expr, JOB, &instance),
             ok: Box::new(move |r| {
                 !r.is_empty()
@@ -749,8 +814,384 @@ async fn dashboard_queries_and_alerts_work_on_a_real_prometheus_scraping_the_dem
         );
     }
 
+    // The forward target's exposition, as promtool lints it.
+    if let Some(promtool) = find_tool("promtool") {
+        check_metrics(&promtool, "forward target", &metrics().await);
+    }
+
     stop.store(true, Ordering::Relaxed);
     traffic.await.expect("the traffic task answers every query");
     drop(prom);
     drop(demo);
+}
+
+// ---- each role's exposition --------------------------------------------------
+
+/// The series a node instance may export: docs/metrics.md "Series budget".
+const NODE_SERIES_BUDGET: usize = 60;
+
+/// The samples of an exposition (every line but comments): one a series.
+fn samples(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect()
+}
+
+/// The metric families an exposition declares, with their types.
+fn families(text: &str) -> std::collections::BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, kind)| (name.to_string(), kind.to_string()))
+        .collect()
+}
+
+/// `promtool check metrics` on an exposition of `role`. promtool reads the
+/// Prometheus text format only (prometheus/prometheus#8932 asks for
+/// OpenMetrics); podns serves OpenMetrics, which names a counter's family
+/// without `_total` (`# TYPE podns_dns_truncated counter`) and its sample
+/// with it (`podns_dns_truncated_total 0`). Read as text, each counter's
+/// samples are a family without help and type, and promtool says "no help
+/// text" for each, and nothing else: this checks that. With each
+/// counter's HELP and TYPE named as the text format names them (the one
+/// difference between the two formats that podns's exposition has),
+/// promtool must say nothing at all.
+fn check_metrics(promtool: &Path, role: &str, text: &str) {
+    use std::io::Write;
+    let run = |input: &str| -> (bool, String) {
+        let mut child = Command::new(promtool)
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), said)
+    };
+    let counters: BTreeSet<String> = families(text)
+        .into_iter()
+        .filter(|(_, kind)| kind == "counter")
+        .map(|(name, _)| name)
+        .collect();
+    let with_samples: BTreeSet<String> = samples(text)
+        .iter()
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .filter_map(|n| n.strip_suffix("_total"))
+        .filter(|n| counters.contains(*n))
+        .map(|n| format!("{n}_total no help text"))
+        .collect();
+    assert!(!with_samples.is_empty(), "{role}: no counter in\n{text}");
+    let (ok, said) = run(text);
+    let complaints: BTreeSet<String> = said.lines().map(str::to_string).collect();
+    assert!(
+        !ok && complaints == with_samples,
+        "{role}: promtool check metrics on OpenMetrics should complain of the counters' help only:\n{said}"
+    );
+    let text_format: String = text
+        .lines()
+        .map(|l| {
+            for kind in ["# HELP ", "# TYPE "] {
+                if let Some(rest) = l.strip_prefix(kind)
+                    && let Some((name, tail)) = rest.split_once(' ')
+                    && counters.contains(name)
+                {
+                    return format!("{kind}{name}_total {tail}\n");
+                }
+            }
+            format!("{l}\n")
+        })
+        .collect();
+    let (ok, said) = run(&text_format);
+    assert!(
+        ok && said.trim().is_empty(),
+        "{role}: promtool check metrics:\n{said}"
+    );
+}
+
+/// What a query of the dashboard's relay and node instance rows must show
+/// with one relay and one node instance that reads it, answers what it
+/// holds and forwards the rest.
+fn node_expectation(title: &str, ref_id: &str, result: &[Value]) -> bool {
+    let all = |want: f64| !result.is_empty() && result.iter().all(|s| value(s) == want);
+    match (title, ref_id) {
+        ("Relay connections and watches", _) => result.iter().map(value).any(|v| v >= 1.0),
+        ("Node instances reading their relays", "A") => all(1.0),
+        ("Node instances reading their relays", "B") => all(0.0),
+        ("Node instances: answered from what they hold, forwarded", "A") => {
+            result.iter().map(value).any(|v| v > 0.0)
+        }
+        ("Node instances: answered from what they hold, forwarded", "B") => {
+            value_where(result, "result", "answered") > 0.0
+        }
+        ("Node instances' scope", "A") => all(1.0),
+        _ => true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_instance_keeps_its_series_budget_and_each_role_passes_promtool() {
+    use crate::relay::{env_with_relay, node_instance, node_of_pods, relay_client, wait_held};
+    use crate::support::{create_job, create_service, fqdn, headless_json};
+    let (env, _dir, kubeconfig) = env_with_relay(&[]).await;
+    // The simulator fills nodes 8 pods at a time: `ml`'s on the first,
+    // `other`'s on the next.
+    create_job(&env.client, "ml", "train", 8, "indexed-job").await;
+    create_job(&env.client, "other", "far", 8, "indexed-job").await;
+    let relay = relay_client(&kubeconfig).await;
+    node_of_pods(&relay, "other", 8).await;
+    let node = node_of_pods(&relay, "ml", 8).await;
+    let n = node_instance(&env, &kubeconfig, &node, &[]).await;
+    wait_held(&n.table, &["ml"]).await;
+    let (dns, admin) = (n.dns_addr, n.admin_addr);
+    wait_for(
+        "the node instance ready",
+        Duration::from_secs(30),
+        || async { admin_get(admin, "/readyz").await.0 == 200 },
+    )
+    .await;
+
+    // What a node instance meets: a name it holds, one it does not have,
+    // and one it forwards.
+    let held = fqdn("train-0.train.ml.svc");
+    let missing = fqdn("train-99.train.ml.svc");
+    let far = fqdn("far-0.far.other.svc");
+    let ask = move || {
+        let (held, missing, far) = (held.clone(), missing.clone(), far.clone());
+        async move {
+            let here = udp(dns, &query_msg(&held, RecordType::A, Some(1232))).await;
+            let none = udp(dns, &query_msg(&missing, RecordType::A, Some(1232))).await;
+            let there = udp(dns, &query_msg(&far, RecordType::A, Some(1232))).await;
+            (
+                rcode(&here),
+                rcode(&none),
+                rcode(&there),
+                there.answers.len(),
+            )
+        }
+    };
+    assert_eq!(
+        ask().await,
+        (
+            ResponseCode::NoError,
+            ResponseCode::NXDomain,
+            ResponseCode::NoError,
+            1
+        )
+    );
+    let forwarded = |m: &str| sample_sum(m, "podns_dns_forwarded_total", &[r#"result="answered""#]);
+
+    // Its series: within the budget, and those its alerts and the
+    // dashboard read.
+    let node_text = admin_get(admin, "/metrics").await.1;
+    assert!(forwarded(&node_text) >= 1.0, "{node_text}");
+    let node_series = samples(&node_text);
+    eprintln!(
+        "a node instance exports {} series:\n{}",
+        node_series.len(),
+        node_series.join("\n")
+    );
+    assert!(
+        node_series.len() <= NODE_SERIES_BUDGET,
+        "{} series, over the budget of {NODE_SERIES_BUDGET}:\n{node_text}",
+        node_series.len()
+    );
+    let relay_text = admin_get(env.admin, "/metrics").await.1;
+    let (node_families, relay_families) = (families(&node_text), families(&relay_text));
+    // Every series a node instance's alerts read with increase() or
+    // rate(), or compare, exists from the start (at 0 unless it moved).
+    let mut wanted: Vec<(&str, String)> = vec![
+        ("podns_node_relay_reachable", String::new()),
+        ("podns_dns_responses_total", r#"rcode="SERVFAIL""#.into()),
+        ("podns_watch_synced", r#"resource="pods""#.into()),
+        ("podns_watch_synced", r#"resource="services""#.into()),
+        ("podns_node_scope_namespaces", String::new()),
+    ];
+    for r in m::NODE_RELAY_FAILURE_REASONS {
+        wanted.push((
+            "podns_node_relay_failures_total",
+            format!(r#"reason="{r}""#),
+        ));
+    }
+    for r in ["answered", "stale", "failed"] {
+        wanted.push(("podns_dns_forwarded_total", format!(r#"result="{r}""#)));
+    }
+    for (name, labels) in &wanted {
+        assert!(
+            node_series.iter().any(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(['{', ' ']))
+                    && l.contains(labels.as_str())
+            }),
+            "a node instance lacks {name}{{{labels}}}:\n{node_text}"
+        );
+    }
+    // Every metric of the alerts and of the dashboard is a family of one
+    // role or the other; the node instances' row reads node instances'
+    // families only, the relays' row relays' only; neither role exports
+    // the other's own.
+    let base = |name: &str| {
+        ["_total", "_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name)
+            .to_string()
+    };
+    let rules: Vec<String> = alerts()
+        .iter()
+        .map(|(_, r)| r["expr"].as_str().unwrap().to_string())
+        .collect();
+    let rules = rules.join("\n");
+    let rows = dashboard_queries_by_row(&dashboard());
+    for name in podns_names(&rules).iter().chain(
+        rows.iter()
+            .flat_map(|(_, _, _, expr)| podns_names(expr))
+            .collect::<BTreeSet<_>>()
+            .iter(),
+    ) {
+        let name = base(name);
+        assert!(
+            node_families.contains_key(&name) || relay_families.contains_key(&name),
+            "neither role exports {name}"
+        );
+    }
+    for (row, title, _, expr) in &rows {
+        let (families, role) = match row.as_str() {
+            NODE_ROW => (&node_families, "a node instance"),
+            RELAY_ROW => (&relay_families, "a relay"),
+            _ => continue,
+        };
+        for name in podns_names(expr) {
+            let name = base(&name);
+            assert!(
+                families.contains_key(&name),
+                "{title}: {role} exports no {name}"
+            );
+        }
+    }
+    for name in node_families.keys() {
+        assert!(
+            !name.starts_with("podns_relay_") && name != m::GANG_COMPLETE,
+            "a node instance exports {name}"
+        );
+    }
+    for name in relay_families.keys() {
+        assert!(
+            !name.starts_with("podns_node_") && name != m::DNS_FORWARDED,
+            "a relay exports {name}"
+        );
+    }
+
+    // promtool's lint of each role (the forward target's, a relay's
+    // registry without its relay, in the demo's test).
+    let Some(promtool) = find_tool("promtool") else {
+        need("promtool (Debian package prometheus)", false);
+        return;
+    };
+    check_metrics(&promtool, "node instance", &node_text);
+    check_metrics(&promtool, "relay", &relay_text);
+
+    // The dashboard's relay and node instance rows, on a real Prometheus
+    // scraping both, while the node instance answers, forwards and sees
+    // Services come.
+    let Some(prometheus_bin) = find_tool("prometheus") else {
+        need("prometheus (Debian package prometheus)", false);
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (prom, prom_addr) = start_prometheus(
+        &prometheus_bin,
+        dir.path(),
+        &[(JOB, env.admin), ("podns-node", admin)],
+    )
+    .await;
+    wait_for("prometheus ready", Duration::from_secs(30), || async {
+        http(prom_addr, "GET", "/-/ready").await.0 == 200
+    })
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            while !stop.load(Ordering::Relaxed) {
+                ask().await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    });
+    let mut probes: Vec<Probe> = rows
+        .into_iter()
+        .filter(|(row, ..)| row == NODE_ROW || row == RELAY_ROW)
+        .map(|(_, title, id, expr)| Probe {
+            query: substitute(&expr, ".+", ".+"),
+            ok: Box::new(move |r| {
+                !r.is_empty()
+                    && r.iter().all(|s| value(s).is_finite())
+                    && node_expectation(&title, &id, r)
+            }),
+            last: String::new(),
+        })
+        .collect();
+    assert!(
+        probes.len() >= 10,
+        "{} queries in the two rows",
+        probes.len()
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    for round in 0.. {
+        // A Service now and then: changes for the node instance to apply
+        // (its propagation panel needs some in the window).
+        if round % 4 == 0 {
+            create_service(
+                &env.client,
+                headless_json("ml", &format!("s{round}"), "none"),
+            )
+            .await;
+        }
+        let mut waiting = vec![];
+        for mut p in probes {
+            match query(prom_addr, &p.query).await {
+                Ok(result) if (p.ok)(&result) => continue,
+                Ok(result) => p.last = serde_json::to_string(&result).unwrap(),
+                Err(e) => p.last = e,
+            }
+            waiting.push(p);
+        }
+        probes = waiting;
+        if probes.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "relay and node instance queries without the expected data:\n{}",
+            probes
+                .iter()
+                .map(|p| format!("{}\n    last: {}", p.query, p.last))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // One node instance reading its relay: no relay alert.
+    for a in api_list(prom_addr, "/api/v1/alerts", "alerts").await {
+        let name = a["labels"]["alertname"].as_str().unwrap_or_default();
+        assert!(
+            !name.contains("Relay") && !name.contains("Relays"),
+            "unexpected alert: {a}"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    traffic.await.expect("the traffic task answers every query");
+    drop(prom);
 }
