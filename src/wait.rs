@@ -12,9 +12,9 @@
 //! it took.
 //!
 //! What cannot get better by waiting fails early: every server answers
-//! REFUSED, or NXDOMAIN under another zone's SOA (it does not serve
-//! `--zone`: exit 64); no server answers at all in the first seconds
-//! (exit 1).
+//! REFUSED, or a negative answer without the zone's SOA, under another
+//! zone's or none (it does not serve `--zone`: exit 64); no server answers
+//! at all in the first seconds (exit 1).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -417,9 +417,18 @@ pub fn done_line(cfg: &WaitConfig, s: &Summary, took: Duration) -> String {
 }
 
 /// Answers that no amount of waiting changes: every server refuses the
-/// name, or says NXDOMAIN under another zone's SOA. Either way it does not
-/// serve `zone`: a wrong `--server` (the host's resolver, not the cluster's)
-/// or a wrong `--zone`.
+/// name, or gives a negative answer (NXDOMAIN, NODATA) that did not come
+/// from the zone. Either way it does not serve `zone`: a wrong `--server`
+/// (the host's resolver, not the cluster's) or a wrong `--zone`.
+///
+/// "From the zone" is the zone's SOA in Authority: RFC 2308 §3 has a
+/// server of the zone put it there, and §5 has a cache that answers from a
+/// stored negative answer send it too, so podns, CoreDNS forwarding the
+/// zone to podns, NodeLocal DNSCache and a node instance all give it. The
+/// AA bit is no test: a recursive resolver's cache clears it, and
+/// CoreDNS's `cache` sets it on whatever it answers from. The host's
+/// resolver gives the root's SOA (the Internet has no `cluster.local`) or
+/// none at all.
 fn wrong_server(seen: &Seen, zone: &Name, asked: &str) -> Option<WaitError> {
     let hint = "(check --zone, default cluster.local, and --server)";
     match seen {
@@ -439,9 +448,26 @@ fn wrong_server(seen: &Seen, zone: &Name, asked: &str) -> Option<WaitError> {
             soa: Some(soa),
         } if !zone.zone_of(soa) => Some(WaitError::Config(format!(
             "{server} answered {} for {asked} under the SOA of {soa}: it does not serve zone {zone} {hint}",
-            rcode_name(*rcode)
+            negative(*rcode)
+        ))),
+        Seen::NoRecord {
+            rcode,
+            server,
+            soa: None,
+        } => Some(WaitError::Config(format!(
+            "{server} answered {} for {asked} with no SOA: it does not serve zone {zone} {hint}",
+            negative(*rcode)
         ))),
         _ => None,
+    }
+}
+
+/// A negative answer's name as `why` says it: NXDOMAIN, or NODATA for an
+/// empty NOERROR.
+fn negative(rcode: ResponseCode) -> &'static str {
+    match rcode {
+        ResponseCode::NXDomain => "NXDOMAIN",
+        _ => "NODATA",
     }
 }
 
@@ -698,13 +724,13 @@ mod tests {
         assert_eq!(s.published, 2);
     }
 
-    /// The host's resolver, asked for a cluster name, answers NXDOMAIN
-    /// under the root's SOA: it does not serve the zone, and waiting will
-    /// not change that.
-    #[tokio::test]
-    async fn nxdomain_under_another_zones_soa_fails_at_once() {
+    /// A server that answers every question with `rcode`, no records and,
+    /// in Authority, the SOA of `soa` if any; AA=0, as a recursive
+    /// resolver answers from its cache.
+    async fn negative_server(rcode: ResponseCode, soa: Option<&str>) -> SocketAddr {
         use hickory_proto::rr::Record;
         use hickory_proto::rr::rdata::SOA;
+        let soa = soa.map(|s| Name::from_ascii(s).unwrap());
         let udp_s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let addr = udp_s.local_addr().unwrap();
         tokio::spawn(async move {
@@ -713,25 +739,76 @@ mod tests {
                 let (n, peer) = udp_s.recv_from(&mut buf).await.unwrap();
                 let q = Message::from_vec(&buf[..n]).unwrap();
                 let mut r = Message::new(q.metadata.id, MessageType::Response, OpCode::Query);
-                r.metadata.response_code = ResponseCode::NXDomain;
+                r.metadata.response_code = rcode;
                 r.add_query(q.queries[0].clone());
-                let root = Name::root();
-                let soa = SOA::new(root.clone(), root.clone(), 1, 1800, 900, 604800, 86400);
-                r.add_authority(Record::from_rdata(root, 86400, RData::SOA(soa)));
+                if let Some(owner) = &soa {
+                    let rdata = SOA::new(owner.clone(), owner.clone(), 1, 1800, 900, 604800, 60);
+                    r.add_authority(Record::from_rdata(owner.clone(), 60, RData::SOA(rdata)));
+                }
                 udp_s.send_to(&r.to_vec().unwrap(), peer).await.unwrap();
             }
         });
-        let cfg = config(addr, Duration::from_secs(600));
-        let e = run(&cfg, |l| panic!("unexpected notice {l}"))
-            .await
-            .unwrap_err();
-        assert_eq!(e.exit_code(), 64);
-        assert_eq!(
-            e.to_string(),
-            format!(
-                "podns wait: {addr} answered NXDOMAIN for j.ns.rank.cluster.local. TXT under the SOA of .: it does not serve zone cluster.local. (check --zone, default cluster.local, and --server)"
-            )
-        );
+        addr
+    }
+
+    /// The host's resolver, asked for a cluster name, answers NXDOMAIN
+    /// under the root's SOA, or with no SOA at all: it does not serve the
+    /// zone, and waiting will not change that.
+    #[tokio::test]
+    async fn negative_answers_from_outside_the_zone_fail_at_once() {
+        let hint = "it does not serve zone cluster.local. (check --zone, default cluster.local, and --server)";
+        for (rcode, soa, said) in [
+            (
+                ResponseCode::NXDomain,
+                Some("."),
+                "NXDOMAIN for j.ns.rank.cluster.local. TXT under the SOA of .",
+            ),
+            (
+                ResponseCode::NXDomain,
+                None,
+                "NXDOMAIN for j.ns.rank.cluster.local. TXT with no SOA",
+            ),
+            (
+                ResponseCode::NoError,
+                None,
+                "NODATA for j.ns.rank.cluster.local. TXT with no SOA",
+            ),
+            (
+                ResponseCode::NXDomain,
+                Some("example.org."),
+                "NXDOMAIN for j.ns.rank.cluster.local. TXT under the SOA of example.org.",
+            ),
+        ] {
+            let addr = negative_server(rcode, soa).await;
+            let cfg = config(addr, Duration::from_secs(600));
+            let e = run(&cfg, |l| panic!("unexpected notice {l}"))
+                .await
+                .unwrap_err();
+            assert_eq!(e.exit_code(), 64, "{e}");
+            assert_eq!(
+                e.to_string(),
+                format!("podns wait: {addr} answered {said}: {hint}")
+            );
+        }
+    }
+
+    /// NXDOMAIN under the zone's SOA (or a name below it) is the zone
+    /// saying "not yet": keep asking until the timeout, even without AA
+    /// (a resolver's cache in between clears it).
+    #[tokio::test]
+    async fn negative_answers_from_the_zone_keep_waiting() {
+        for soa in ["cluster.local.", "CLUSTER.local.", "rank.cluster.local."] {
+            let addr = negative_server(ResponseCode::NXDomain, Some(soa)).await;
+            let cfg = config(addr, Duration::from_millis(600));
+            let e = run(&cfg, |l| panic!("unexpected notice {l}"))
+                .await
+                .unwrap_err();
+            assert_eq!(e.exit_code(), 1, "{soa}: {e}");
+            assert!(
+                matches!(&e, WaitError::TimedOut { seen, .. } if matches!(**seen, Seen::NoRecord { .. })),
+                "{soa}: {e}"
+            );
+        }
     }
 
     #[test]

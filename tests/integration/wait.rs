@@ -294,6 +294,155 @@ async fn wait_fails_at_once_when_the_server_refuses_the_zone() {
     );
 }
 
+/// A resolver that does not serve the cluster zone, as the host's is
+/// outside a cluster: every question gets NXDOMAIN with no records and, in
+/// Authority, the SOA of `soa` if any (the root's, as the Internet's
+/// resolvers give, or none). On `sock`, already bound.
+fn outside_resolver(sock: std::net::UdpSocket, soa: Option<&'static str>) {
+    use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
+    use hickory_proto::rr::rdata::SOA;
+    use hickory_proto::rr::{Name, Record};
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 2048];
+        loop {
+            let Ok((n, peer)) = sock.recv_from(&mut buf) else {
+                return;
+            };
+            let Ok(q) = Message::from_vec(&buf[..n]) else {
+                continue;
+            };
+            let mut r = Message::new(q.metadata.id, MessageType::Response, OpCode::Query);
+            r.metadata.response_code = ResponseCode::NXDomain;
+            r.metadata.recursion_available = true;
+            r.add_queries(q.queries.iter().cloned());
+            if let Some(owner) = soa {
+                let owner = Name::from_ascii(owner).unwrap();
+                let mname = Name::from_ascii("a.root-servers.net.").unwrap();
+                let rname = Name::from_ascii("nstld.verisign-grs.com.").unwrap();
+                let rdata = SOA::new(mname, rname, 1, 1800, 900, 604800, 86400);
+                r.add_authority(Record::from_rdata(owner, 86400, RData::SOA(rdata)));
+            }
+            let _ = sock.send_to(&r.to_vec().unwrap(), peer);
+        }
+    });
+}
+
+/// Outside a cluster the host's resolver answers NXDOMAIN for any
+/// `cluster.local` name, under the root's SOA or none: exit 64 at once
+/// (docs/ranks.md), not a 10-minute wait. podns's own NXDOMAIN, under the
+/// zone's SOA, keeps the waiter waiting (the Job may come): exit 1 at the
+/// timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_fails_at_once_on_nxdomain_from_outside_the_zone() {
+    let hint =
+        "it does not serve zone cluster.local. (check --zone, default cluster.local, and --server)";
+    for (soa, why) in [(Some("."), "under the SOA of ."), (None, "with no SOA")] {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = sock.local_addr().unwrap();
+        outside_resolver(sock, soa);
+        let server = format!("--server={addr}");
+        let started = Instant::now();
+        // The default --timeout, 10 minutes.
+        let mut w = Waiter::spawn(&["bert", "-n", "ml", &server]);
+        assert_eq!(w.exit_code(T).await, 64, "{:?}", w.lines());
+        // One poll (the query timeout is 2 s), not the timeout.
+        assert!(started.elapsed() < Duration::from_secs(30));
+        assert_eq!(
+            w.said(),
+            vec![format!(
+                "podns wait: {addr} answered NXDOMAIN for bert.ml.rank.cluster.local. TXT {why}: {hint}"
+            )]
+        );
+    }
+
+    // podns itself: NXDOMAIN with the zone's SOA, so wait on.
+    let env = env(&[], &[]).await;
+    let m = ask(env.dns, "bert.ml.rank", RecordType::TXT).await;
+    assert_eq!(rcode(&m), hickory_proto::op::ResponseCode::NXDomain);
+    assert!(
+        m.authorities
+            .iter()
+            .any(|r| r.record_type() == RecordType::SOA && r.name.to_ascii() == "cluster.local."),
+        "{m:?}"
+    );
+    let mut w = Waiter::start(&env, &["bert", "-n", "ml", "--timeout=2s"]);
+    assert_eq!(w.exit_code(T).await, 1, "{:?}", w.lines());
+    let said = w.said();
+    assert!(
+        said.len() == 1
+            && said[0]
+                .starts_with("podns wait: timed out after 2s: 0 ranks of ml/bert published: ")
+            && said[0].contains("answered NXDOMAIN for bert.ml.rank.cluster.local. TXT (no Job"),
+        "{said:?}"
+    );
+}
+
+/// The case as a user meets it: no `--server`, so the nameservers of
+/// /etc/resolv.conf, here the outside resolver on 127.0.0.53 port 53
+/// (bind-mounted over /etc/resolv.conf in a mount namespace of the
+/// waiter's own: needs root, or a user namespace, and `unshare`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_without_server_fails_at_once_on_the_hosts_resolver() {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    let ns_ok = root
+        && Command::new("unshare")
+            .args(["-m", "true"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !need(
+        "root and unshare -m (a resolv.conf of the test's own)",
+        ns_ok,
+    ) {
+        return;
+    }
+    // 127.0.0.53 is systemd-resolved's stub address: take a free one
+    // nearby rather than fight it for port 53.
+    let Some(sock) = (54..=80u8).find_map(|last| {
+        std::net::UdpSocket::bind(std::net::SocketAddr::from(([127, 0, 0, last], 53))).ok()
+    }) else {
+        need("a free port 53 on 127.0.0.54-80", false);
+        return;
+    };
+    let addr = sock.local_addr().unwrap();
+    outside_resolver(sock, None);
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("resolv.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "# the host's resolver\nnameserver {}\noptions edns0\n",
+            addr.ip()
+        ),
+    )
+    .unwrap();
+    let script = format!(
+        "mount --bind {} /etc/resolv.conf && exec {PODNS_BIN} wait bert -n ml",
+        conf.display()
+    );
+    let started = Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("timeout")
+            .args(["120", "unshare", "-m", "sh", "-c", &script])
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "podns wait: {addr} answered NXDOMAIN for bert.ml.rank.cluster.local. TXT with no SOA: it does not serve zone cluster.local. (check --zone, default cluster.local, and --server)"
+        )
+    );
+}
+
 /// No DNS server at the address: a fast failure, not a 10-minute wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_fails_early_when_no_server_answers() {
