@@ -1238,3 +1238,103 @@ async fn a_node_instance_fails_over_to_another_relay_without_a_relist() {
         "answered from the node's own index, not forwarded"
     );
 }
+
+/// docs/relay.md's walkthrough, `docs/relay-walkthrough.sh`, run twice in
+/// a row as a user would run it: both runs pass (so the first left no
+/// server or port behind, and each waited for /readyz before it dug),
+/// each saw its "held" name answered by the node instance with nothing
+/// forwarded, and nothing listens and no file of theirs is left after.
+/// It uses the doc's fixed ports, so it runs in a network namespace of its
+/// own (`unshare`: root, or a user namespace) with a private loopback.
+#[test]
+fn the_relay_walkthrough_runs_twice_and_leaves_nothing_behind() {
+    for tool in ["dig", "curl", "ss"] {
+        if !need_cmd(tool) {
+            return;
+        }
+    }
+    let Some(kubectl) = find_tool("kubectl") else {
+        need("kubectl", false);
+        return;
+    };
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    let unshare = if root { "-n" } else { "-rn" };
+    let netns = std::process::Command::new("unshare")
+        .args([unshare, "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !need(
+        "a network namespace of the test's own (unshare; root)",
+        netns,
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/relay-walkthrough.sh");
+    // Each run's output, then its exit code, then what listens and what
+    // is left in its TMPDIR, each after a `=== ` line.
+    let text = format!(
+        "ip link set lo up || exit 90
+for run in 1 2; do
+  echo \"=== run $run\"
+  timeout 120 bash {script} 2>&1
+  echo \"=== run $run exited $?\"
+done
+echo \"=== listening\"
+ss -Hltun
+echo \"=== left\"
+ls -A \"$TMPDIR\"
+"
+    );
+    let out = std::process::Command::new("unshare")
+        .args([unshare, "sh", "-c", &text])
+        .env("PODNS", PODNS_BIN)
+        .env("KUBECTL", &kubectl)
+        .env("TMPDIR", tmp.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let context = format!("{stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    let mut sections: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    let mut at = "";
+    for line in stdout.lines() {
+        match line.strip_prefix("=== ") {
+            Some(head) => {
+                at = head;
+                sections.entry(at).or_default();
+            }
+            None => sections.entry(at).or_default().push(line),
+        }
+    }
+    for run in ["run 1", "run 2"] {
+        assert!(
+            sections.contains_key(format!("{run} exited 0").as_str()),
+            "{run} failed: {context}"
+        );
+        let said = &sections[run];
+        for line in [
+            "# held: answered by the node instance; nothing forwarded, nothing asked of the relay",
+            "# forwarded: the node instance asked the relay's DNS once and passed its answer on",
+        ] {
+            assert!(
+                said.contains(&line),
+                "{run} did not say {line:?}: {context}"
+            );
+        }
+        assert_eq!(said.last(), Some(&"relay walkthrough: ok"), "{context}");
+    }
+    assert_eq!(
+        sections.get("listening"),
+        Some(&vec![]),
+        "a server outlived the walkthrough: {context}"
+    );
+    assert_eq!(
+        sections.get("left"),
+        Some(&vec![]),
+        "files left behind: {context}"
+    );
+}
