@@ -286,6 +286,9 @@ pub struct ServeArgs {
     /// Reopen, from its resourceVersion, a watch that had been moving (an event or a bookmark after its list) and then had neither for this long: it may be stuck. A watch whose kind has not changed since it began is left alone: the API server sends it no bookmark until its kind moves (0: never).
     #[arg(long, env = "PODNS_WATCH_PROGRESS_TIMEOUT", default_value = "90s", help_heading = heading::API_SERVER)]
     pub watch_progress_timeout: Secs,
+    /// Probe a watch that delivered nothing (no event, no bookmark) for this long: a short watch from its resourceVersion asks the API server for any change it missed; one it still misses a second later is reopened from its resourceVersion. Bounds the silence of any watch, a fresh one too. A node instance never probes: its relay bookmarks every watch (0: never).
+    #[arg(long, env = "PODNS_WATCH_PROBE_INTERVAL", default_value = "10s", help_heading = heading::API_SERVER)]
+    pub watch_probe_interval: Secs,
     /// How long to keep answering after SIGTERM while /readyz reports 503.
     #[arg(long, env = "PODNS_SHUTDOWN_GRACE", default_value = "5s", help_heading = heading::ADMIN)]
     pub shutdown_grace: Secs,
@@ -421,6 +424,7 @@ impl ServeArgs {
             consistent_list: self.consistent_list,
             streaming_list: self.streaming_list,
             watch_progress: Some(self.watch_progress_timeout.0).filter(|d| !d.is_zero()),
+            watch_probe: Some(self.watch_probe_interval.0).filter(|d| !d.is_zero()),
             wire: shared.wire,
             kubeconfig: self
                 .relay_kubeconfig

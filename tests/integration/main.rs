@@ -6,6 +6,7 @@ mod cli;
 mod compact;
 mod coredns;
 mod daemons;
+mod deaf;
 mod deploy;
 mod dns;
 mod dualstack;

@@ -33,7 +33,7 @@ use crate::support::{
 /// Every metric family podns exports that the alerts and the dashboard
 /// read (without the `_total`, `_bucket`, `_sum` and `_count` suffixes the
 /// exposition adds).
-const EXPORTED: [&str; 31] = [
+const EXPORTED: [&str; 33] = [
     m::DNS_REQUESTS,
     m::DNS_RESPONSES,
     m::DNS_REQUEST_DURATION,
@@ -64,6 +64,8 @@ const EXPORTED: [&str; 31] = [
     m::NODE_RELAY_FAILURES,
     m::NODE_SCOPE_NAMESPACES,
     m::DNS_FORWARDED,
+    m::INDEX_STALENESS,
+    m::WATCH_PROBES,
     // Prometheus's own, per target.
     "up",
 ];

@@ -470,5 +470,8 @@ pub fn ml_pods_watch(
         held,
         progress: None,
         mux,
+        probe: None,
+        steady_bookmarks: false,
+        currency: None,
     }
 }

@@ -12,6 +12,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
+mod staleness;
+pub use staleness::{Fresh, INDEX_STALENESS, PROBE_RESULTS, ProbeLabels, Staleness, WATCH_PROBES};
+
 /// How often a sync in progress (the watchers' lists, the writer's
 /// first sync) logs how far it got.
 pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
@@ -266,6 +269,9 @@ pub struct Metrics {
     pub node_state_writes: Family<ResultLabels, Counter>,
     pub node_state_bytes: Gauge<i64, AtomicI64>,
     pub node_state_watches: Family<ResultLabels, Counter>,
+    /// Each watch's proof of currency ([`INDEX_STALENESS`]).
+    pub staleness: Staleness,
+    pub watch_probes: Family<ProbeLabels, Counter>,
     role: Role,
     registry: Arc<Registry>,
 }
@@ -362,6 +368,8 @@ impl Metrics {
         let node_state_writes = Family::<ResultLabels, Counter>::default();
         let node_state_bytes = Gauge::<i64, AtomicI64>::default();
         let node_state_watches = Family::<ResultLabels, Counter>::default();
+        let staleness = Staleness::default();
+        let watch_probes = Family::<ProbeLabels, Counter>::default();
         for reason in NODE_RELAY_FAILURE_REASONS {
             let _ = node_relay_failures.get_or_create(&ReasonLabels { reason });
         }
@@ -630,7 +638,19 @@ impl Metrics {
             "A node instance's watches as they start with --state-dir, by how (saved: resumed from the saved scope; listed)",
             node_state_watches.clone(),
         );
+        registry.register(
+            INDEX_STALENESS,
+            "Time since the least current watch of each resource proved it was current (an event, a bookmark, a probe, its list)",
+            staleness.clone(),
+        );
+        registry.register(
+            WATCH_PROBES,
+            "Probes of silent watches, by result",
+            watch_probes.clone(),
+        );
         Self {
+            staleness,
+            watch_probes,
             node_state_watches,
             node_state_loads,
             node_state_writes,

@@ -70,6 +70,10 @@ pub struct ServeConfig {
     /// Reopen a watch with neither an event nor a bookmark for this long
     /// (`None`: never).
     pub watch_progress: Option<std::time::Duration>,
+    /// Probe a watch that delivered nothing for this long: does the
+    /// server hold a change it missed? (`None`: never; a node instance
+    /// never does, its relay bookmarks every watch.)
+    pub watch_probe: Option<std::time::Duration>,
     /// Protobuf or JSON from the API server (`auto`: Protobuf when offered).
     pub wire: Wire,
     /// A kubeconfig path (None: `$KUBECONFIG`, `~/.kube/config`, in-cluster).
@@ -114,6 +118,7 @@ impl Default for ServeConfig {
             consistent_list: false,
             streaming_list: StreamingList::Auto,
             watch_progress: Some(WATCH_PROGRESS),
+            watch_probe: Some(WATCH_PROBE),
             wire: Wire::Auto,
             kubeconfig: None,
             context: None,
@@ -131,6 +136,12 @@ impl Default for ServeConfig {
 /// between the API server's bookmarks (and a relay's), so a bookmark a
 /// little late is not taken for a stuck watch.
 pub const WATCH_PROGRESS: std::time::Duration = std::time::Duration::from_secs(90);
+
+/// `--watch-probe-interval`'s default: a watch that delivered nothing for
+/// this long is probed (`k8s::wire::Deaf`), so a deaf one is found within
+/// about this long plus a couple of seconds, at one short request per
+/// interval per silent watch.
+pub const WATCH_PROBE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// serve's configuration errors are the shared ones (the binary matches on
 /// this path for exit code 64).
@@ -473,6 +484,12 @@ fn watch_config(args: &ServeConfig) -> WatchConfig {
         ranges: args.reverse_cidrs.is_empty() && !node,
         dicts: Default::default(),
         progress: args.watch_progress,
+        // A node instance's relay bookmarks every watch every minute, so
+        // the progress deadline bounds a fresh watch's silence there
+        // without a probe; the relays' own watches of the API server
+        // are probed.
+        probe: args.watch_probe.filter(|_| !node),
+        steady_bookmarks: node,
         // A node instance's (`node::run`).
         mux: None,
     }

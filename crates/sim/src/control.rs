@@ -127,6 +127,17 @@ async fn route(sim: &Arc<Sim>, req: Request, rest: &str) -> Result<Response, Api
             sim.faults.stall_watches();
             Ok(ok(json!({"stalled": true})))
         }
+        (&Method::POST, ["faults", "deaf-watches"]) => {
+            let count = match q.get("count") {
+                Some(c) => c
+                    .parse::<u32>()
+                    .map_err(|_| ApiError::bad_request(format!("invalid count: {c:?}")))?,
+                None => 1,
+            };
+            let resource = q.get("resource").cloned();
+            sim.faults.deaf_watches(resource.clone(), count);
+            Ok(ok(json!({"deaf": count, "resource": resource})))
+        }
         (&Method::POST, ["faults", "outage"]) => {
             sim.faults.outage(dur("seconds")?);
             Ok(ok(json!({"outage": true})))

@@ -1,5 +1,6 @@
 //! Injected faults: outages (503), throttling (429), added latency,
-//! dropping every open watch, and stalling them (open, but silent).
+//! dropping every open watch, stalling them (open, but silent), and deaf
+//! watches (accepted, then never fed).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -15,6 +16,9 @@ struct State {
     outage_until: Option<Instant>,
     throttle_until: Option<Instant>,
     latency: Option<(Duration, Instant)>,
+    /// The next watches to open deaf: of this resource (plural; `None`:
+    /// any), this many.
+    deaf: Option<(Option<String>, u32)>,
 }
 
 pub struct Faults {
@@ -59,6 +63,35 @@ impl Faults {
     /// a proxy or a server that lost it); watches opened after are served.
     pub fn stall_watches(&self) {
         renew(&self.stalls);
+    }
+
+    /// The next `count` watches of `resource` (its plural, as in a path;
+    /// `None`: of any resource) are deaf: each is accepted, sends its
+    /// initial events and their end bookmark if it asked for them (a
+    /// streaming list), and then nothing, no event and no bookmark, while
+    /// the store moves on, until its client goes or its `timeoutSeconds`
+    /// ends it. Lists and every other watch are served as always. The twin
+    /// of an API server whose watch cache registered a watcher and never
+    /// feeds it.
+    pub fn deaf_watches(&self, resource: Option<String>, count: u32) {
+        self.state().deaf = (count > 0).then_some((resource, count));
+    }
+
+    /// Whether a watch of `resource` opened now is deaf (and, if it is,
+    /// one fewer to come).
+    pub fn take_deaf(&self, resource: &str) -> bool {
+        let mut s = self.state();
+        let Some((want, left)) = &mut s.deaf else {
+            return false;
+        };
+        if want.as_deref().is_some_and(|w| w != resource) {
+            return false;
+        }
+        *left -= 1;
+        if *left == 0 {
+            s.deaf = None;
+        }
+        true
     }
 
     pub fn outage(&self, d: Duration) {

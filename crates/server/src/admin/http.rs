@@ -81,8 +81,8 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(s): State<AppState>) -> (StatusCode, String) {
-    if s.health.is_ready() {
-        (StatusCode::OK, "ready\n".into())
+    let (code, mut body) = if s.health.is_ready() {
+        (StatusCode::OK, "ready\n".to_owned())
     } else if s.health.table.is_synced() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into())
     } else {
@@ -92,7 +92,22 @@ async fn readyz(State(s): State<AppState>) -> (StatusCode, String) {
             None => "index not synced\n".into(),
         };
         (StatusCode::SERVICE_UNAVAILABLE, body)
-    }
+    };
+    body.push_str(&staleness(&s.metrics));
+    (code, body)
+}
+
+/// `/readyz`'s second line: how far behind the API server the index can
+/// be (`podns_index_staleness_seconds`), the most and per resource. Only
+/// said, never a reason to be unready: an API server that is down makes
+/// every replica stale at once, and the index they hold still answers.
+fn staleness(metrics: &Metrics) -> String {
+    let by = metrics.staleness.by_resource(std::time::Instant::now());
+    let Some(most) = by.iter().map(|(_, s)| *s).reduce(f64::max) else {
+        return String::new();
+    };
+    let each: Vec<String> = by.iter().map(|(r, s)| format!("{r} {s:.1} s")).collect();
+    format!("staleness {most:.1} s ({})\n", each.join(", "))
 }
 
 #[derive(serde::Deserialize)]

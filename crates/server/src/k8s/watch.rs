@@ -72,6 +72,14 @@ pub struct WatchConfig {
     /// is reopened from its resourceVersion (`--watch-progress-timeout`);
     /// `None`: never.
     pub progress: Option<Duration>,
+    /// How long a watch may deliver nothing before a probe checks that
+    /// the server holds no change it missed (`--watch-probe-interval`,
+    /// [`super::wire::Deaf`]); `None`: never.
+    pub probe: Option<Duration>,
+    /// The server bookmarks every watch at least every minute (a podns
+    /// relay, for a node instance): `progress` covers a watch from its
+    /// start, not only once it has moved.
+    pub steady_bookmarks: bool,
     /// A relay's watch multiplexer, shared by every watch started with
     /// this configuration ([`super::mux`]): a node instance's.
     pub mux: Option<super::mux::Mux>,
@@ -194,6 +202,11 @@ impl<T: Taps> Start<'_, T> {
         config.seen = tap.resume_version();
         config.bookmarked = tap.bookmarks();
         config.held = Some(self.cfg.dicts.clone());
+        config.currency = Some(super::wire::Currency {
+            resource: K::RESOURCE,
+            fresh: self.metrics.staleness.watch(K::RESOURCE),
+            probes: self.metrics.watch_probes.clone(),
+        });
         let saved = tap.saved();
         let watch = Watch {
             saved,
@@ -243,6 +256,9 @@ where
         held: None,
         progress: cfg.progress,
         mux: cfg.mux.clone(),
+        probe: cfg.probe,
+        steady_bookmarks: cfg.steady_bookmarks,
+        currency: None,
     }
 }
 
@@ -371,6 +387,17 @@ impl<K: Watched, T: Tap<K>> Watch<K, T> {
             &RESTART_REASONS,
             &[Retry::Resume.label(), Retry::Relist.label()],
         );
+        if self.config.probe.is_some() {
+            for result in crate::metrics::PROBE_RESULTS {
+                let _ = self
+                    .metrics
+                    .watch_probes
+                    .get_or_create(&crate::metrics::ProbeLabels {
+                        resource: K::RESOURCE,
+                        result,
+                    });
+            }
+        }
     }
 
     async fn run(mut self) {
@@ -468,6 +495,11 @@ impl<K: Watched, T: Tap<K>> Watch<K, T> {
             && status(error).is_some_and(|s| s.code == 403 || s.code == 404)
         {
             attempts.stood_in = true;
+            // It stands for "none" until the server lets it list: no
+            // staleness to count meanwhile.
+            if let Some(c) = &self.config.currency {
+                c.fresh.ignore();
+            }
             tracing::error!(
                 error = %super::failure::Failure::of_watcher(error),
                 "cannot list {}: {}",
@@ -605,7 +637,7 @@ fn status(error: &watcher::Error) -> Option<&Status> {
 
 /// Every `reason` label of `podns_watch_restarts`: what [`restart_reason`]
 /// gives, and `streaming_refused` (a fallback to list + watch).
-pub const RESTART_REASONS: [&str; 8] = [
+pub const RESTART_REASONS: [&str; 9] = [
     "expired_410",
     "throttled_429",
     "unavailable",
@@ -614,6 +646,7 @@ pub const RESTART_REASONS: [&str; 8] = [
     "watch_failed",
     "streaming_refused",
     "stalled",
+    "deaf",
 ];
 
 /// A relay's compact stream that could not be decoded (`wire` relists).
@@ -640,6 +673,7 @@ pub fn restart_reason(error: &watcher::Error) -> &'static str {
         watcher::Error::InitialListFailed(_) => "list_failed",
         watcher::Error::NoResourceVersion => "no_resource_version",
         watcher::Error::WatchFailed(e) if super::wire::is_stalled(e) => "stalled",
+        watcher::Error::WatchFailed(e) if super::wire::is_deaf(e) => "deaf",
         _ => "watch_failed",
     }
 }
@@ -750,6 +784,14 @@ mod tests {
         assert_eq!(restart_reason(&NoResourceVersion), "no_resource_version");
         let io = kube::Error::ReadEvents(std::io::Error::other("reset"));
         assert_eq!(restart_reason(&WatchFailed(io)), "watch_failed");
+        let deaf = kube::Error::ReadEvents(std::io::Error::other(super::super::wire::Deaf {
+            silent: Duration::from_secs(10),
+            from: "1".into(),
+            missed: "2".into(),
+        }));
+        let deaf = WatchFailed(deaf);
+        assert_eq!(restart_reason(&deaf), "deaf");
+        assert!(!relists(&deaf));
     }
 
     #[test]

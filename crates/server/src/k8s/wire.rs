@@ -120,10 +120,120 @@ pub struct RawConfig {
     /// stream through it, on the one connection it holds for all of a
     /// node instance's watches ([`super::mux`]); `None`: its own request.
     pub mux: Option<super::mux::Mux>,
+    /// How long a watch may deliver nothing before a probe checks that
+    /// the server has nothing it missed ([`Deaf`]); `None`: never.
+    pub probe: Option<std::time::Duration>,
+    /// The server sends every watch a bookmark at least every minute,
+    /// whether its kind moves or not (a podns relay): the progress
+    /// deadline ([`Stalled`]) covers a watch from its start.
+    pub steady_bookmarks: bool,
+    /// Where the watch says how current it is and counts its probes.
+    pub currency: Option<Currency>,
+}
+
+/// Where a watch reports how current it is: each proof (the end of its
+/// list, an event, a bookmark, a probe that found nothing missed) to the
+/// staleness gauge, and its probes by result.
+#[derive(Clone, Debug)]
+pub struct Currency {
+    pub resource: &'static str,
+    pub fresh: std::sync::Arc<crate::metrics::Fresh>,
+    pub probes: prometheus_client::metrics::family::Family<
+        crate::metrics::ProbeLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
+}
+
+impl Currency {
+    fn probed(&self, result: &'static str) {
+        self.probes
+            .get_or_create(&crate::metrics::ProbeLabels {
+                resource: self.resource,
+                result,
+            })
+            .inc();
+    }
+}
+
+/// A watch that delivered nothing (no event, no bookmark) for the probe
+/// interval, while a probe found the server holding a change for its
+/// scope that it had not delivered, and still had not [`PROBE_GRACE`]
+/// later: it is deaf. Its connection is dropped and the watch resumes from
+/// its resourceVersion, so the server's history brings what it missed.
+///
+/// Silence alone proves nothing: the API server's watch cache sends a
+/// watcher a bookmark only when the cache's own position for the kind
+/// moves past it ([`Stalled`]), so a quiet kind is silent for as long as
+/// it is quiet, and a fresh watch that never got anything cannot be told
+/// from one that is deaf by waiting. The probe asks the server itself:
+/// a second, short watch of the same scope and selectors from the last
+/// resourceVersion the watch delivered (`timeoutSeconds` [`PROBE_SECONDS`],
+/// bookmarks allowed). The watch cache answers it from its history: every
+/// change after that version, and nothing for a watch that is current. A
+/// change in it is one the watch should have had (or has in flight: the
+/// grace). Comparing a `limit=1` list's resourceVersion with the watch's
+/// would not tell a deaf watch from a quiet kind: a list's resourceVersion
+/// is etcd's global revision, which every write of any kind moves. A
+/// probe that finds nothing proves the watch was current when it was
+/// sent; one that fails proves nothing (counted, and the watch's
+/// staleness keeps growing); one that gets 410 means the watch's version
+/// has left the history, and the watch relists as after its own 410.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "silent for {silent:?}, while a probe from resourceVersion {from} got a change \
+     (resourceVersion {missed}) this watch had not delivered: the watch is reopened"
+)]
+pub struct Deaf {
+    pub silent: std::time::Duration,
+    pub from: String,
+    pub missed: String,
+}
+
+/// Whether a watch ended because a probe found it deaf ([`Deaf`]).
+pub fn is_deaf(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::ReadEvents(io) => io.get_ref().is_some_and(|i| i.is::<Deaf>()),
+        _ => false,
+    }
+}
+
+/// A probe's `timeoutSeconds`: the server replays its history after the
+/// version at once, so a second is enough to see it, and the server
+/// holds the probe no longer.
+pub const PROBE_SECONDS: u32 = 1;
+
+/// How long a change a probe found may be in flight to the watch before
+/// the watch is taken for deaf.
+pub const PROBE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The longest a probe's response may take to start.
+const PROBE_CONNECT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What one probe found.
+#[derive(Debug, PartialEq, Eq)]
+enum Probed {
+    /// Nothing after the version: the watch was current when it was sent.
+    Current,
+    /// A change after the version, at this resourceVersion.
+    Missed(String),
+}
+
+/// The probe's verdict for a result: `Ok(None)` the watch was current,
+/// `Ok(Some)` the change it should have had, `Err` an error that ends the
+/// watch (410: relist), and the `result` label. A failure to ask proves
+/// nothing either way.
+fn verdict(r: &Result<Probed, kube::Error>) -> (&'static str, bool) {
+    match r {
+        Ok(Probed::Current) => ("current", false),
+        Ok(Probed::Missed(_)) => ("missed", true),
+        Err(kube::Error::Api(s)) if s.code == 410 => ("expired", true),
+        Err(_) => ("failed", false),
+    }
 }
 
 /// A watch that has shown progress (an event or a bookmark after its
-/// list) and then got neither for `after`. The API server's watch cache
+/// list), or any watch of a server that bookmarks every watch
+/// ([`RawConfig::steady_bookmarks`]), and then got neither for `after`. The API server's watch cache
 /// sends a bookmark about every minute only while its own position for
 /// the kind moves past the watcher's (a change of the kind, or etcd's
 /// progress notice): a kind no one has changed since the watch began can
@@ -363,6 +473,9 @@ enum State<K> {
     Listing {
         items: std::vec::IntoIter<K>,
         rv: String,
+        /// Read from the server now (not a saved list): its end proves
+        /// the watch current.
+        fresh: bool,
     },
     /// Watch from `rv` (after a list, or a watch that ended).
     Resume {
@@ -383,6 +496,9 @@ struct RawWatcher<K> {
     /// An event or a bookmark came after the list and since the last
     /// reopening for silence: the progress deadline applies ([`Stalled`]).
     moving: bool,
+    /// When the watch last delivered something, or was opened: the probe
+    /// interval counts from here ([`Deaf`]).
+    quiet_since: tokio::time::Instant,
 }
 
 /// What requests need (shared while a body is being read, so kept apart
@@ -469,6 +585,114 @@ impl Ctx {
 
     fn request(&self) -> kube::core::Request {
         kube::core::Request::new(self.cfg.url_path.clone())
+    }
+
+    /// The watch is current now (the staleness gauge).
+    fn proved(&self) {
+        if let Some(c) = &self.cfg.currency {
+            c.fresh.proved();
+        }
+    }
+
+    /// Probes the watch each time it has delivered nothing for `every`
+    /// since `quiet_since` (from `rv`), until one finds it deaf ([`Deaf`])
+    /// or gets 410, which end the watch; pending forever without `every`.
+    /// Dropped as soon as the watch delivers something.
+    async fn probe_while_silent<K: RawWatched>(
+        &self,
+        every: Option<std::time::Duration>,
+        rv: &str,
+        quiet_since: tokio::time::Instant,
+    ) -> kube::Error {
+        let Some(every) = every else {
+            return std::future::pending().await;
+        };
+        let mut next = quiet_since + every;
+        loop {
+            tokio::time::sleep_until(next).await;
+            let sent = tokio::time::Instant::now();
+            let r = self.probe::<K>(rv).await;
+            let (result, ends) = verdict(&r);
+            if let Some(c) = &self.cfg.currency {
+                c.probed(result);
+            }
+            match r {
+                Ok(Probed::Current) => {
+                    if let Some(c) = &self.cfg.currency {
+                        c.fresh.proved_at(sent.into_std());
+                    }
+                }
+                Ok(Probed::Missed(missed)) => {
+                    // In flight to the watch, perhaps: it has the grace
+                    // to deliver it (and drop this future).
+                    tokio::time::sleep(PROBE_GRACE).await;
+                    return kube::Error::ReadEvents(std::io::Error::other(Deaf {
+                        silent: quiet_since.elapsed(),
+                        from: rv.to_owned(),
+                        missed,
+                    }));
+                }
+                Err(e) if ends => return e,
+                Err(e) => tracing::debug!(error = %e, "probe failed: it proves nothing"),
+            }
+            next = tokio::time::Instant::now().max(sent + every);
+        }
+    }
+
+    /// One probe: a watch of the same scope and selectors from `rv` for
+    /// [`PROBE_SECONDS`], read until its first change or its end. Its own
+    /// request, never through a multiplexer.
+    async fn probe<K: RawWatched>(&self, rv: &str) -> Result<Probed, kube::Error> {
+        let wp = WatchParams {
+            label_selector: self.cfg.label_selector.clone(),
+            field_selector: self.fields.clone(),
+            bookmarks: true,
+            timeout: Some(PROBE_SECONDS),
+            ..WatchParams::default()
+        };
+        let mut req = self
+            .request()
+            .watch(&wp, rv)
+            .map_err(kube::Error::BuildRequest)?;
+        req.headers_mut().insert(
+            http::header::ACCEPT_ENCODING,
+            http::HeaderValue::from_static("identity"),
+        );
+        let res = tokio::time::timeout(PROBE_CONNECT, self.get(&[], req))
+            .await
+            .map_err(|_| {
+                kube::Error::ReadEvents(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no answer to the probe",
+                ))
+            })??;
+        let mut events = Events {
+            codec: Codec::of(res.headers()),
+            body: Body::Http(res.into_body()),
+            frames: pb::Framer::default(),
+            lines: Vec::new(),
+            compact: compact::Decoder::default(),
+        };
+        // The server ends it after `timeoutSeconds`; one that does not is
+        // read as long.
+        let window = std::time::Duration::from_secs(u64::from(PROBE_SECONDS) + 1);
+        let read = async {
+            loop {
+                match events.next::<K>().await? {
+                    None => return Ok(Probed::Current),
+                    Some(WatchEvent::Bookmark(_)) => {}
+                    Some(
+                        WatchEvent::Added(k) | WatchEvent::Modified(k) | WatchEvent::Deleted(k),
+                    ) => {
+                        return Ok(Probed::Missed(rv_of(&k).unwrap_or_default()));
+                    }
+                    Some(WatchEvent::Error(s)) => return Err(kube::Error::Api(s)),
+                }
+            }
+        };
+        tokio::time::timeout(window, read)
+            .await
+            .unwrap_or(Ok(Probed::Current))
     }
 
     /// Publish the resourceVersion the watch would resume from.
@@ -571,6 +795,7 @@ impl<K: RawWatched> RawWatcher<K> {
                     let rv = self.ctx.list_rv();
                     match self.ctx.watch(rv, true).await {
                         Ok(events) => {
+                            self.quiet_since = tokio::time::Instant::now();
                             self.state = State::Watching {
                                 rv: String::new(),
                                 events,
@@ -589,6 +814,7 @@ impl<K: RawWatched> RawWatcher<K> {
                         self.state = State::Listing {
                             items: items.into_iter(),
                             rv,
+                            fresh: true,
                         };
                         return Ok(Event::Init);
                     }
@@ -598,15 +824,23 @@ impl<K: RawWatched> RawWatcher<K> {
                     self.state = State::Listing {
                         items: items.into_iter(),
                         rv,
+                        fresh: false,
                     };
                     return Ok(Event::Init);
                 }
-                State::Listing { mut items, rv } => match items.next() {
+                State::Listing {
+                    mut items,
+                    rv,
+                    fresh,
+                } => match items.next() {
                     Some(k) => {
-                        self.state = State::Listing { items, rv };
+                        self.state = State::Listing { items, rv, fresh };
                         return Ok(Event::InitApply(k));
                     }
                     None => {
+                        if fresh {
+                            self.ctx.proved();
+                        }
                         self.ctx.seen(&rv);
                         self.state = State::Resume { rv };
                         return Ok(Event::InitDone);
@@ -614,6 +848,7 @@ impl<K: RawWatched> RawWatcher<K> {
                 },
                 State::Resume { rv } => match self.ctx.watch(&rv, false).await {
                     Ok(events) => {
+                        self.quiet_since = tokio::time::Instant::now();
                         self.state = State::Watching {
                             rv,
                             events,
@@ -637,18 +872,34 @@ impl<K: RawWatched> RawWatcher<K> {
                 } => {
                     // A streaming list's initial events have their own
                     // deadline (`--streaming-list auto`'s fallback).
-                    let next = match self.ctx.cfg.progress.filter(|_| !initial && self.moving) {
-                        Some(after) => tokio::time::timeout(after, events.next::<K>())
-                            .await
-                            .unwrap_or_else(|_| {
-                                self.moving = false;
-                                Err(kube::Error::ReadEvents(std::io::Error::new(
-                                    std::io::ErrorKind::TimedOut,
-                                    Stalled { after },
-                                )))
-                            }),
-                        None => events.next::<K>().await,
+                    let moving = self.moving || self.ctx.cfg.steady_bookmarks;
+                    let stall = self.ctx.cfg.progress.filter(|_| !initial && moving);
+                    let next = async {
+                        match stall {
+                            Some(after) => tokio::time::timeout(after, events.next::<K>())
+                                .await
+                                .unwrap_or_else(|_| {
+                                    Err(kube::Error::ReadEvents(std::io::Error::new(
+                                        std::io::ErrorKind::TimedOut,
+                                        Stalled { after },
+                                    )))
+                                }),
+                            None => events.next::<K>().await,
+                        }
                     };
+                    // Whichever comes first: what the watch delivers, or a
+                    // probe's finding that it is deaf (or must relist).
+                    let probe = self.ctx.cfg.probe.filter(|_| !initial && !rv.is_empty());
+                    let next = tokio::select! {
+                        biased;
+                        next = next => next,
+                        e = self.ctx.probe_while_silent::<K>(probe, &rv, self.quiet_since) => Err(e),
+                    };
+                    if let Err(e) = &next
+                        && is_stalled(e)
+                    {
+                        self.moving = false;
+                    }
                     let ev = match next {
                         Ok(Some(ev)) => ev,
                         // The server closed the watch (timeoutSeconds): resume.
@@ -673,6 +924,7 @@ impl<K: RawWatched> RawWatcher<K> {
                     // events and its end bookmark come whatever the server
                     // does later).
                     self.moving |= !initial;
+                    self.quiet_since = tokio::time::Instant::now();
                     let out = match ev {
                         WatchEvent::Added(k) | WatchEvent::Modified(k) => {
                             if let Some(v) = rv_of(&k) {
@@ -718,6 +970,9 @@ impl<K: RawWatched> RawWatcher<K> {
                         }
                     };
                     self.ctx.seen(&rv);
+                    if !initial {
+                        self.ctx.proved();
+                    }
                     self.state = State::Watching {
                         rv,
                         events,
@@ -766,9 +1021,120 @@ pub fn raw_watcher_selecting<K: RawWatched>(
         },
         state: start.map_or(State::Empty, State::Saved),
         moving: false,
+        quiet_since: tokio::time::Instant::now(),
     };
     futures::stream::unfold(w, |mut w| async move {
         let r = w.step().await;
         Some((r, w))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::k8s::objects::SlimPod;
+    use axum::extract::RawQuery;
+    use serde_json::json;
+
+    /// A probe against a tiny API server whose watch from `rv` sends
+    /// `lines` and ends, as `timeoutSeconds` ends it.
+    async fn probe_of(lines: Vec<String>) -> (Result<Probed, kube::Error>, String) {
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let keep = asked.clone();
+        let app = axum::Router::new().route(
+            "/api/v1/pods",
+            axum::routing::get(move |RawQuery(q): RawQuery| {
+                *keep.lock().unwrap() = q.unwrap_or_default();
+                let body = lines.concat();
+                async move { body }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let url: http::Uri = format!("http://{addr}").parse().unwrap();
+        let ctx = Ctx {
+            client: kube::Client::try_from(kube::Config::new(url)).unwrap(),
+            cfg: RawConfig {
+                url_path: "/api/v1/pods".into(),
+                label_selector: Some("app=x".into()),
+                list_semantic: ListSemantic::Any,
+                streaming: false,
+                wire: Wire::Json,
+                seen: None,
+                bookmarked: None,
+                held: None,
+                progress: None,
+                mux: None,
+                probe: None,
+                steady_bookmarks: false,
+                currency: None,
+            },
+            fields: Some("spec.nodeName=n1".into()),
+        };
+        let r = ctx.probe::<SlimPod>("41").await;
+        server.abort();
+        let q = asked.lock().unwrap().clone();
+        (r, q)
+    }
+
+    fn line(v: serde_json::Value) -> String {
+        format!("{v}\n")
+    }
+
+    #[tokio::test]
+    async fn a_probe_asks_for_the_watch_s_scope_from_its_version_and_reads_what_it_missed() {
+        let bookmark = line(
+            json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"resourceVersion": "41"}}}),
+        );
+        // Nothing after the version (a bookmark is no change): current.
+        let (r, q) = probe_of(vec![bookmark.clone()]).await;
+        assert_eq!(r.unwrap(), Probed::Current);
+        for want in [
+            "watch=true",
+            "resourceVersion=41",
+            "allowWatchBookmarks=true",
+            "timeoutSeconds=1",
+            "labelSelector=app%3Dx",
+            "fieldSelector=spec.nodeName%3Dn1",
+        ] {
+            assert!(q.split('&').any(|p| p == want), "{want} not in {q}");
+        }
+        assert!(!q.contains("sendInitialEvents"), "{q}");
+
+        // A change after it: missed, at its version.
+        let added = line(
+            json!({"type": "ADDED", "object": {"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": "a", "namespace": "ml", "uid": "u", "resourceVersion": "42"}}}),
+        );
+        let (r, _) = probe_of(vec![bookmark, added]).await;
+        assert_eq!(r.unwrap(), Probed::Missed("42".into()));
+
+        // 410: the version left the history; the watch must relist.
+        let gone = line(
+            json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
+            "status": "Failure", "reason": "Expired", "code": 410, "message": "too old"}}),
+        );
+        let (r, _) = probe_of(vec![gone]).await;
+        assert_eq!(verdict(&r), ("expired", true));
+    }
+
+    #[test]
+    fn only_a_missed_change_or_a_410_ends_the_watch() {
+        assert_eq!(verdict(&Ok(Probed::Current)), ("current", false));
+        assert_eq!(verdict(&Ok(Probed::Missed("7".into()))), ("missed", true));
+        let io = kube::Error::ReadEvents(std::io::Error::other("refused"));
+        assert_eq!(verdict(&Err(io)), ("failed", false));
+        let s = |code: u16| kube::Error::Api(Status::failure("m", "r").with_code(code).boxed());
+        assert_eq!(verdict(&Err(s(410))), ("expired", true));
+        assert_eq!(verdict(&Err(s(429))), ("failed", false));
+        assert_eq!(verdict(&Err(s(500))), ("failed", false));
+        let deaf = kube::Error::ReadEvents(std::io::Error::other(Deaf {
+            silent: std::time::Duration::from_secs(10),
+            from: "41".into(),
+            missed: "42".into(),
+        }));
+        assert!(is_deaf(&deaf) && !is_stalled(&deaf));
+    }
 }

@@ -161,6 +161,13 @@ pub async fn run(
         held: Some(wcfg.dicts.clone()),
         progress: wcfg.progress,
         mux: wcfg.mux.clone(),
+        probe: wcfg.probe,
+        steady_bookmarks: wcfg.steady_bookmarks,
+        currency: Some(crate::k8s::wire::Currency {
+            resource: "pods",
+            fresh: metrics.staleness.watch("pods"),
+            probes: metrics.watch_probes.clone(),
+        }),
     };
     // Without `Init`, which the watcher sends before it asks for a list:
     // the backoff resets on every item, and on `Init` it would never grow

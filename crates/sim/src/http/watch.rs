@@ -174,6 +174,7 @@ impl WatchTask {
         let store = &self.sim.store;
         let cancel = self.sim.faults.watch_token();
         let stall = self.sim.faults.stall_token();
+        let deaf = self.sim.faults.take_deaf(self.kind.plural());
         let shutdown = self.sim.shutdown.clone();
         let mut changes = store.subscribe();
         let mut cursor = match self.start_rv {
@@ -191,6 +192,17 @@ impl WatchTask {
                 rv
             }
         };
+        if deaf {
+            // Open and never fed, until the client goes or its timeout.
+            let deadline = self.deadline;
+            tokio::select! {
+                _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => {}
+                _ = cancel.cancelled() => {}
+                _ = shutdown.cancelled() => {}
+                _ = self.tx.closed() => {}
+            }
+            return None;
+        }
         let interval = Duration::from_secs(self.sim.bookmark_interval.max(1));
         let mut next_bookmark = Instant::now() + interval;
         loop {
