@@ -1120,6 +1120,158 @@ mod tests {
         assert_eq!(verdict(&r), ("expired", true));
     }
 
+    /// A tiny API server of `ml`'s pods at resourceVersion 10: an empty
+    /// list; its first watch from 10 accepted and never fed (deaf); a
+    /// short watch (`timeoutSeconds`, a probe) or any later watch gets the
+    /// pod created at 11. The queries it was asked, in order.
+    async fn deaf_server() -> (http::Uri, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        use axum::response::IntoResponse;
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let keep = asked.clone();
+        let app = axum::Router::new().route(
+            "/api/v1/namespaces/ml/pods",
+            axum::routing::get(move |RawQuery(q): RawQuery| {
+                let q = q.unwrap_or_default();
+                let watches = {
+                    let mut a = keep.lock().unwrap();
+                    a.push(q.clone());
+                    a.iter().filter(|q| q.contains("watch=true")).count()
+                };
+                async move {
+                    if !q.contains("watch=true") {
+                        return json!({"kind": "PodList", "apiVersion": "v1",
+                            "metadata": {"resourceVersion": "10"}, "items": []})
+                        .to_string()
+                        .into_response();
+                    }
+                    let pending = futures::stream::pending::<Result<String, std::io::Error>>();
+                    if watches == 1 {
+                        return axum::body::Body::from_stream(pending).into_response();
+                    }
+                    let ev = line(json!({"type": "ADDED", "object": {"kind": "Pod", "apiVersion": "v1",
+                        "metadata": {"name": "late", "namespace": "ml", "uid": "u", "resourceVersion": "11"},
+                        "status": {"podIP": "10.0.0.9"}}}));
+                    let first = futures::stream::iter([Ok::<_, std::io::Error>(ev)]);
+                    if q.contains("timeoutSeconds=1&") || q.ends_with("timeoutSeconds=1") {
+                        axum::body::Body::from_stream(first).into_response()
+                    } else {
+                        use futures::StreamExt;
+                        axum::body::Body::from_stream(first.chain(pending)).into_response()
+                    }
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}").parse().unwrap(), asked)
+    }
+
+    fn config(url: &http::Uri) -> (kube::Client, RawConfig) {
+        let client = kube::Client::try_from(kube::Config::new(url.clone())).unwrap();
+        let cfg = RawConfig {
+            url_path: "/api/v1/namespaces/ml/pods".into(),
+            label_selector: None,
+            list_semantic: ListSemantic::Any,
+            streaming: false,
+            wire: Wire::Json,
+            seen: None,
+            bookmarked: None,
+            held: None,
+            progress: None,
+            mux: None,
+            probe: None,
+            steady_bookmarks: false,
+            currency: None,
+        };
+        (client, cfg)
+    }
+
+    /// The next item of `w`, within 10 s.
+    async fn next<S: Stream<Item = watcher::Result<Event<SlimPod>>> + Unpin>(
+        w: &mut S,
+    ) -> watcher::Result<Event<SlimPod>> {
+        use futures::StreamExt;
+        tokio::time::timeout(std::time::Duration::from_secs(10), w.next())
+            .await
+            .expect("the watcher said nothing for 10 s")
+            .unwrap()
+    }
+
+    /// A fresh watch that never gets anything (the deaf fresh watch of
+    /// issue 50): its probe finds the pod it missed, the watch ends as
+    /// deaf, resumes from its resourceVersion, and the pod comes and
+    /// proves the watch current. Without the probe (`probe: None`) the
+    /// watcher says nothing after its list, and this fails.
+    #[tokio::test]
+    async fn a_fresh_deaf_watch_is_probed_ended_as_deaf_and_resumed() {
+        let (url, asked) = deaf_server().await;
+        let (client, mut cfg) = config(&url);
+        cfg.probe = Some(std::time::Duration::from_millis(300));
+        let metrics = crate::metrics::Metrics::new();
+        cfg.currency = Some(Currency {
+            resource: "pods",
+            fresh: metrics.staleness.watch("pods"),
+            probes: metrics.watch_probes.clone(),
+        });
+        let mut w = Box::pin(raw_watcher::<SlimPod>(client, cfg));
+        assert!(matches!(next(&mut w).await, Ok(Event::Init)));
+        assert!(matches!(next(&mut w).await, Ok(Event::InitDone)));
+        let started = std::time::Instant::now();
+        match next(&mut w).await {
+            Err(watcher::Error::WatchFailed(e)) => assert!(is_deaf(&e), "{e}"),
+            other => panic!("not deaf: {other:?}"),
+        }
+        // The interval, the probe, the grace.
+        assert!(started.elapsed() >= PROBE_GRACE, "{:?}", started.elapsed());
+        match next(&mut w).await {
+            Ok(Event::Apply(p)) => assert_eq!(p.metadata.name.as_deref(), Some("late")),
+            other => panic!("no pod after the resume: {other:?}"),
+        }
+        let asked = asked.lock().unwrap().clone();
+        let watches: Vec<&String> = asked.iter().filter(|q| q.contains("watch=true")).collect();
+        // The deaf watch, its probe, the resume: all from 10, none listed again.
+        assert_eq!(watches.len(), 3, "{asked:?}");
+        assert!(
+            watches.iter().all(|q| q.contains("resourceVersion=10")),
+            "{asked:?}"
+        );
+        assert!(watches[1].contains("timeoutSeconds=1"), "{asked:?}");
+        assert_eq!(asked.len(), 4, "{asked:?}");
+        let missed = metrics
+            .watch_probes
+            .get_or_create(&crate::metrics::ProbeLabels {
+                resource: "pods",
+                result: "missed",
+            })
+            .get();
+        assert_eq!(missed, 1);
+        let stale = metrics.staleness.max(std::time::Instant::now()).unwrap();
+        assert!(stale < 1.0, "{stale}");
+    }
+
+    /// On a server that bookmarks every watch (a relay), the progress
+    /// deadline covers a watch that never moved (without
+    /// `steady_bookmarks` the watcher says nothing after its list).
+    #[tokio::test]
+    async fn a_relay_s_fresh_silent_watch_meets_the_progress_deadline() {
+        let (url, _) = deaf_server().await;
+        let (client, mut cfg) = config(&url);
+        cfg.progress = Some(std::time::Duration::from_millis(300));
+        cfg.steady_bookmarks = true;
+        let mut w = Box::pin(raw_watcher::<SlimPod>(client, cfg));
+        assert!(matches!(next(&mut w).await, Ok(Event::Init)));
+        assert!(matches!(next(&mut w).await, Ok(Event::InitDone)));
+        match next(&mut w).await {
+            Err(watcher::Error::WatchFailed(e)) => assert!(is_stalled(&e), "{e}"),
+            other => panic!("not stalled: {other:?}"),
+        }
+        match next(&mut w).await {
+            Ok(Event::Apply(p)) => assert_eq!(p.metadata.name.as_deref(), Some("late")),
+            other => panic!("no pod after the resume: {other:?}"),
+        }
+    }
+
     #[test]
     fn only_a_missed_change_or_a_410_ends_the_watch() {
         assert_eq!(verdict(&Ok(Probed::Current)), ("current", false));
