@@ -316,6 +316,7 @@ fn dashboard_is_templated_and_uses_exported_metrics() {
         "count(podns_node_relay_reachable",
         "sum by (result) (rate(podns_dns_forwarded_total",
         "podns_node_scope_namespaces",
+        "podns_index_staleness_seconds",
     ] {
         assert!(all.contains(needle), "no panel queries {needle}");
     }
@@ -939,6 +940,10 @@ fn node_expectation(title: &str, ref_id: &str, result: &[Value]) -> bool {
             value_where(result, "result", "answered") > 0.0
         }
         ("Node instances' scope", "A") => all(1.0),
+        // Bookmarks every minute at most: never near two.
+        ("Node instances' staleness", _) => {
+            result.iter().map(value).all(|v| (0.0..120.0).contains(&v))
+        }
         _ => true,
     }
 }
