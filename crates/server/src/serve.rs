@@ -90,7 +90,7 @@ pub struct ServeConfig {
     pub admin_debug: bool,
     /// Also serve the relay (`--relay-listen`).
     pub relay: Option<RelayConfig>,
-    /// Be a node instance (`--relay-kubeconfig`, `--node`): `kubeconfig`
+    /// Be a node instance (`--node-relay-kubeconfig`, `--node`): `kubeconfig`
     /// names a relay, and only this node's pods' namespaces are held.
     pub node: Option<NodeConfig>,
 }
@@ -320,7 +320,10 @@ pub fn validate(args: &ServeConfig) -> Result<(), ConfigError> {
                 }
             })
             .map_err(|e| {
-                ConfigError(format!("--state-dir {} is not usable: {e}", dir.display()))
+                ConfigError(format!(
+                    "--node-state-dir {} is not usable: {e}",
+                    dir.display()
+                ))
             })?;
     }
     for (flag, size) in [
@@ -349,7 +352,7 @@ pub fn validate(args: &ServeConfig) -> Result<(), ConfigError> {
         }
         if node.relay_dns.is_empty() {
             return Err(ConfigError(
-                "a node instance needs the relays' DNS address (--relay-dns)".into(),
+                "a node instance needs the relays' DNS address (--node-relay-dns)".into(),
             ));
         }
         if args.relay.is_some() {
@@ -798,7 +801,7 @@ pub async fn run(mut args: ServeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The relays' DNS when `--relay-dns` is not given: the address the relay
+/// The relays' DNS when `--node-relay-dns` is not given: the address the relay
 /// kubeconfig's cluster names in its extension (`--relay-kubeconfig-out`
 /// writes it), else the kubeconfig's server host (the relay Service), port
 /// 53.
@@ -840,7 +843,7 @@ async fn relay_dns_default(
         .unwrap_or_default();
     if found.is_empty() {
         return Err(ConfigError(format!(
-            "cannot find the relays' DNS from the relay kubeconfig's server {host:?}: pass --relay-dns"
+            "cannot find the relays' DNS from the relay kubeconfig's server {host:?}: pass --node-relay-dns"
         )));
     }
     Ok(found)
@@ -925,7 +928,7 @@ mod tests {
     use super::*;
 
     /// A node instance finds the relays' DNS in the kubeconfig the relay
-    /// wrote, with no `--relay-dns`.
+    /// wrote, with no `--node-relay-dns`.
     #[tokio::test]
     async fn the_relay_kubeconfig_names_the_relays_dns() {
         let dir = tempfile::tempdir().unwrap();

@@ -1,4 +1,4 @@
-//! A node instance (`podns serve --relay-kubeconfig FILE --node NAME`): the
+//! A node instance (`podns serve --node-relay-kubeconfig FILE --node NAME`): the
 //! DaemonSet's podns, which watches the relays, never the API server, and
 //! holds only what its own pods can ask about.
 //!
@@ -63,7 +63,7 @@ pub struct NodeConfig {
     /// The SHA-256 of the CA the relay kubeconfig trusts
     /// ([`state::Identity::fingerprint`]; empty without one).
     pub relay_ca: String,
-    /// Where the scope is saved across restarts (`--state-dir`).
+    /// Where the scope is saved across restarts (`--node-state-dir`).
     pub state_dir: Option<std::path::PathBuf>,
     /// Open the watches through the relay's multiplexed watch
     /// ([`crate::k8s::mux`]; off: `--no-watch-mux`).
