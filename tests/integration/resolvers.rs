@@ -1,8 +1,9 @@
 //! Resolvers no one here wrote, asking podns the way a pod does: glibc
 //! (`getent`), Go's pure resolver (`GODEBUG=netdns=go`), musl 1.2.3 (a C
 //! program built with `musl-gcc -static`: no EDNS, no retry over TCP) and
-//! c-ares (pycares), each through a resolv.conf a kubelet writes for a pod
-//! in namespace `default`:
+//! c-ares through pycares 4 and 5 (whose APIs differ: the script speaks
+//! both, under each Python that has one), each through a resolv.conf a
+//! kubelet writes for a pod in namespace `default`:
 //!
 //! ```text
 //! nameserver 127.0.0.2     podns
@@ -60,16 +61,50 @@ fn unshare_args() -> Option<Vec<&'static str>> {
     ok.then_some(args)
 }
 
-/// A Python 3 that has pycares (Debian's python3-pycares goes with
-/// /usr/bin/python3, which may not be the first on PATH).
-fn python_with_pycares() -> Option<String> {
-    ["python3", "/usr/bin/python3"].into_iter().find_map(|py| {
-        Command::new(py)
-            .args(["-c", "import pycares"])
-            .status()
-            .is_ok_and(|s| s.success())
-            .then(|| py.to_string())
-    })
+/// Every Python 3 here with a pycares the client script speaks, one per
+/// pycares release, each with what its `--version` says ("pycares 5.2.1
+/// API 5"): the first `python3` on PATH, Debian's /usr/bin/python3 (whose
+/// python3-pycares may not be the first on PATH's), and
+/// `PODNS_PYCARES_PYTHON` (a colon-separated list: .ci/run names a venv
+/// with pycares 5 there, so CI runs both APIs).
+fn pythons_with_pycares() -> Vec<(String, String)> {
+    let extra = std::env::var("PODNS_PYCARES_PYTHON").unwrap_or_default();
+    let mut found: Vec<(String, String)> = Vec::new();
+    for py in ["python3", "/usr/bin/python3"]
+        .into_iter()
+        .chain(extra.split(':').filter(|p| !p.is_empty()))
+    {
+        let Ok(out) = Command::new(py)
+            .args(["-B", &format!("{SRC}/resolve.py"), "--version"])
+            .output()
+        else {
+            continue;
+        };
+        let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if !out.status.success() || !version.starts_with("pycares ") {
+            continue;
+        }
+        if found.iter().all(|(_, v)| *v != version) {
+            found.push((py.to_string(), version));
+        }
+    }
+    found
+}
+
+/// The client's name in the results: `cares4`, `cares5`, by the pycares
+/// API it spoke (and its release when two share one).
+fn cares_client(version: &str, all: &[(String, String)]) -> String {
+    let api = version.rsplit(' ').next().unwrap_or("?");
+    let same_api = all
+        .iter()
+        .filter(|(_, v)| v.ends_with(&format!(" API {api}")))
+        .count();
+    if same_api > 1 {
+        let release = version.split(' ').nth(1).unwrap_or("?");
+        format!("cares{api}-{release}")
+    } else {
+        format!("cares{api}")
+    }
 }
 
 /// Build the musl client; `None` without musl-gcc.
@@ -156,7 +191,7 @@ const CASES: [(&str, &str, &str); 11] = [
 ];
 
 /// The script run inside the namespaces.
-fn script(dir: &Path, coredns: &Path, clients: &[(&str, String)]) -> String {
+fn script(dir: &Path, coredns: &Path, clients: &[(String, String)]) -> String {
     let mut s = format!(
         r#"
 set -u
@@ -306,9 +341,9 @@ fn resolvers_glibc_go_musl_and_c_ares_resolve_through_a_pod_resolv_conf() {
     };
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let mut clients: Vec<(&str, String)> = vec![("glibc", "glibc".into())];
+    let mut clients: Vec<(String, String)> = vec![("glibc".into(), "glibc".into())];
     match build_musl(d) {
-        Some(bin) => clients.push(("musl", bin.display().to_string())),
+        Some(bin) => clients.push(("musl".into(), bin.display().to_string())),
         None => {
             if !need("musl-gcc (Debian musl-tools)", false) {
                 eprintln!("musl not tried");
@@ -316,19 +351,35 @@ fn resolvers_glibc_go_musl_and_c_ares_resolve_through_a_pod_resolv_conf() {
         }
     }
     match build_go(d) {
-        Some(bin) => clients.push(("go", format!("env GODEBUG=netdns=go {}", bin.display()))),
+        Some(bin) => clients.push((
+            "go".into(),
+            format!("env GODEBUG=netdns=go {}", bin.display()),
+        )),
         None => {
             if !need("go (Go's pure resolver)", false) {
                 eprintln!("Go's resolver not tried");
             }
         }
     }
-    match python_with_pycares() {
-        Some(py) => clients.push(("cares", format!("{py} -B {SRC}/resolve.py"))),
-        None => {
-            if !need("pycares (Debian python3-pycares, or pip)", false) {
-                eprintln!("c-ares not tried");
-            }
+    let pythons = pythons_with_pycares();
+    for (py, version) in &pythons {
+        eprintln!("c-ares: {py} has {version}");
+        let name = cares_client(version, &pythons);
+        clients.push((name, format!("{py} -B {SRC}/resolve.py")));
+    }
+    // Both APIs the script speaks, in CI (.ci/run installs both); here,
+    // whatever is installed, said.
+    for api in ["4", "5"] {
+        let have = pythons
+            .iter()
+            .any(|(_, v)| v.ends_with(&format!(" API {api}")));
+        if !need(
+            &format!(
+                "pycares {api} (Debian python3-pycares is 4; pip's is 5, named by PODNS_PYCARES_PYTHON)"
+            ),
+            have,
+        ) {
+            eprintln!("c-ares through pycares {api} not tried");
         }
     }
     std::fs::write(d.join("scenario.yaml"), SCENARIO).unwrap();
@@ -368,7 +419,7 @@ fn resolvers_glibc_go_musl_and_c_ares_resolve_through_a_pod_resolv_conf() {
                 panic!("no result for {client} {case}: {}", context());
             };
             eprintln!("{}", g.line);
-            if *client == "glibc" && case == "srv" {
+            if client == "glibc" && case == "srv" {
                 assert!(g.line.contains("skip"), "{}", g.line);
                 continue;
             }
@@ -384,7 +435,7 @@ fn resolvers_glibc_go_musl_and_c_ares_resolve_through_a_pod_resolv_conf() {
             }
             assert!(g.ok, "{client} {case}: {}\n{}", g.line, context());
             let want = &truth[case];
-            match (*client, case) {
+            match (client.as_str(), case) {
                 // musl: no EDNS and no TCP, so the records that fit 512
                 // bytes, A (and AAAA) asked apart.
                 ("musl", "big4") => {
