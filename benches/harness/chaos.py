@@ -6,6 +6,7 @@
     python3 benches/harness/chaos.py run --cluster $C --podns target/release/podns \
         --schedule short --seed 1 --out /tmp/chaos-short
     python3 benches/harness/chaos.py classify /tmp/chaos-short   # judge a run again
+    python3 benches/harness/chaos.py selftest                    # the judge on a hand-written history
 
 --schedule short (about 5 min, what .ci/run runs) or long (--duration,
 default 1800 s: the bench). The exit status is 1 when an answer was wrong
@@ -26,6 +27,12 @@ What runs, all on 127.0.0.1 (pod IPs are data, never a destination):
             forwarding cluster.local to both ports, with no readiness gate
             in between as a Service's endpoints would be), paths podns-a,
             podns-b, coredns. podns-b is the one restarted by the faults.
+  baseline  coredns-k8s: CoreDNS alone as clusters run it (its `kubernetes`
+            plugin watching the same API server, answering from
+            EndpointSlices, `cache 30`), asked the same names on the same
+            schedule and judged the same way, for comparison: its wrong
+            answers are reported, never counted in the exit status
+            (--no-baseline leaves it out).
   prober    one UDP socket per path, --rate questions/s in all (A), over
             every rank and set name of the gangs alive or deleted less than
             30 s ago and a few names that never exist; every answer (or its
@@ -585,7 +592,7 @@ def run(a):
     duration = a.duration or (300 if a.schedule == "short" else 1800)
     meta = {"seed": seed, "schedule": a.schedule, "duration": duration, "k8s": k8s, "bound": a.bound,
             "cache_allowance": a.cache_allowance, "start_grace": a.start_grace, "settle": a.settle,
-            "rate": a.rate, "podns": a.podns,
+            "rate": a.rate, "podns": a.podns, "baseline": [] if a.no_baseline else ["coredns-k8s"],
             "podns_version": subprocess.run([a.podns, "--version"], capture_output=True, text=True).stdout.strip(), "coredns": env["COREDNS"], "oracle": os.path.realpath(oracle),
             "commit": subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
                                      capture_output=True, text=True).stdout.strip(),
@@ -619,16 +626,27 @@ def run(a):
                     f"    forward . 127.0.0.1:{pa.dns} 127.0.0.1:{pb.dns}\n}}\n")
         cd = Proc("coredns", [env["COREDNS"], "-conf", corefile], os.path.join(out, "coredns.log")).start()
         procs.append(cd)
+        paths = {"podns-a": pa.dns, "podns-b": pb.dns, "coredns": cport}
+        if not a.no_baseline:
+            kport = free_port()
+            kcf = os.path.join(out, "Corefile.k8s")
+            with open(kcf, "w") as f:
+                f.write(f"{ZONE}:{kport} {{\n    bind 127.0.0.1\n    errors\n    cache 30\n"
+                        f"    kubernetes {ZONE} {{\n        kubeconfig {env['KUBECONFIG']}\n        ttl 5\n    }}\n}}\n")
+            ck = Proc("coredns-k8s", [env["COREDNS"], "-conf", kcf], os.path.join(out, "coredns-k8s.log")).start()
+            procs.append(ck)
+            wait_until("coredns-k8s answering", 120, dns_probe(kport), 0.2)
+            paths["coredns-k8s"] = kport
         for p in (pa, pb):
             wait_until(f"{p.name} /readyz", 120, lambda p=p: is_ready(p.admin), 0.1)
         probe = dns_probe(cport)
         wait_until("coredns answering", 60, probe, 0.2)
-        log(f"podns-a :{pa.dns} podns-b :{pb.dns} coredns :{cport}; seed {seed}, {a.schedule}, {duration} s")
+        log(f"paths {paths}; seed {seed}, {a.schedule}, {duration} s")
 
         actions = Jsonl(os.path.join(out, "actions.jsonl"))
         faults_rec = Jsonl(os.path.join(out, "faults.jsonl"))
         wl = Workload(k, ns, random.Random(f"{seed}/workload"), actions, stop)
-        prober = Prober({"podns-a": pa.dns, "podns-b": pb.dns, "coredns": cport}, wl.names, a.rate,
+        prober = Prober(paths, wl.names, a.rate,
                         os.path.join(out, "answers.jsonl"), stop)
         t_start = time.time()
         meta["t0"] = t_start
@@ -739,7 +757,7 @@ def judge(ans, truth, api_down, starts, bound, cache_allowance, start_grace):
     if rc == 2:
         if any(a <= t and b >= t - bound for a, b in api_down):
             return "unavailable", None
-        servers = ["podns-a", "podns-b"] if path == "coredns" else [path]
+        servers = {"coredns": ["podns-a", "podns-b"], "coredns-k8s": []}.get(path, [path])
         if any(any(t - start_grace <= s <= t for s in starts.get(srv, [])) for srv in servers):
             return "unavailable", None
         return "wrong-servfail", None
@@ -747,7 +765,7 @@ def judge(ans, truth, api_down, starts, bound, cache_allowance, start_grace):
         return "wrong-never", None
     answer = frozenset(ans["addrs"]) if rc == 0 else frozenset()
     kind = truth.kind.get(name, "host")
-    allow = bound + (cache_allowance if path == "coredns" else 0)
+    allow = bound + (cache_allowance if path.startswith("coredns") else 0)
     ivs = truth.intervals(name)
     cur = [iv for iv in ivs if iv[0] <= t < iv[1]][0]
     if matches(kind, answer, cur[2]):
@@ -849,13 +867,31 @@ def classify(out, a=None):
             lines.append(f"| {w}{'' if w == 'none' else f' ({n_faults[w]})'} | {p} | {c['right']} | {c['stale']} | "
                          f"{c['early']} | {c['unavailable']} | {c['no-answer']} | {nw}{f' ({detail})' if detail else ''} | "
                          f"{worst[(w, p)]:.2f} s | {lead[(w, p)]:.2f} s |")
-    tot = Counter()
+    baseline = set(meta.get("baseline", []))
+    tot, tot_base = Counter(), Counter()
     for (w, p, c), n in counts.items():
-        tot[c] += n
+        (tot_base if p in baseline else tot)[c] += n
     nwrong = sum(v for c, v in tot.items() if c.startswith("wrong"))
-    lines += ["", "Totals: " + ", ".join(f"{c} {tot[c]}" for c in CLASSES if tot[c]) + f"; wrong {nwrong}.",
-              f"Worst staleness (stale answers): {max(worst.values(), default=0):.2f} s; "
-              f"of wrong answers: {max(worst_wrong.values(), default=0):.2f} s.",
+    nwrong_base = sum(v for c, v in tot_base.items() if c.startswith("wrong"))
+
+    def worst_of(d, keep):
+        return max((v for (w, p), v in d.items() if keep(p)), default=0)
+
+    def direct(p):
+        return p not in baseline and not p.startswith("coredns")
+
+    def cached(p):
+        return p not in baseline and p.startswith("coredns")
+    lines += ["", "Through podns: " + ", ".join(f"{c} {tot[c]}" for c in CLASSES if tot[c]) + f"; **wrong {nwrong}**. "
+              f"Worst staleness of a stale answer: {worst_of(worst, direct):.2f} s asking podns, "
+              f"{worst_of(worst, cached):.2f} s through CoreDNS's cache"
+              + (f"; oldest wrong answer {max(worst_wrong.values()):.2f} s" if nwrong and worst_wrong else "") + "."]
+    if baseline:
+        lines += ["", f"Baseline ({', '.join(sorted(baseline))}, not counted in the exit status): " +
+                  ", ".join(f"{c} {tot_base[c]}" for c in CLASSES if tot_base[c]) + f"; wrong {nwrong_base}. "
+                  f"Worst staleness of a stale answer: {worst_of(worst, lambda p: p in baseline):.2f} s; "
+                  f"oldest wrong answer: {worst_of(worst_wrong, lambda p: p in baseline):.2f} s."]
+    lines += ["",
               "podns ready after start: " + (", ".join(f"{s} {d:.1f} s" for s, d in ready_after) or "—") + "."]
     for f in faults:
         lines.append(f"- {f['fault']} {f.get('params', {})}: healed after {f['healed'] - f['start']:.1f} s"
@@ -875,6 +911,56 @@ def classify(out, a=None):
     return 1 if nwrong else 0
 
 
+def selftest():
+    """The judge on a history written by hand: each answer's class is known."""
+    t0 = 1000.0
+    truth = Truth.__new__(Truth)
+    truth.hist, truth.kind, truth.memo = defaultdict(list), {}, {}
+    for t, name, kind, addrs in [(10, "a", "host", ["10.0.0.1"]), (20, "a", "host", ["10.0.0.1", "10.0.0.2"]),
+                                 (21, "a", "host", ["10.0.0.2"]), (40, "a", "host", []),
+                                 (10, "s", "set", ["10.0.0.1", "10.0.0.2"])]:
+        truth.hist[name].append((t0 + t, frozenset(addrs)))
+        truth.kind[name] = kind
+    starts = {"podns-b": [t0 + 15]}
+    cases = [
+        (5, "podns-a", "a", 3, [], "right"),                       # before it exists
+        (11, "podns-a", "a", 3, [], "stale"),                      # 1 s after it was published
+        (13, "podns-a", "a", 3, [], "wrong-nxdomain"),             # 3 s after: past the bound
+        (20.5, "podns-a", "a", 0, ["10.0.0.1"], "right"),          # one pod of a restart overlap
+        (22, "podns-a", "a", 0, ["10.0.0.1"], "stale"),
+        (25, "podns-a", "a", 0, ["10.0.0.1"], "wrong-stale"),
+        (25, "coredns", "a", 0, ["10.0.0.1"], "stale"),            # within the cache's allowance
+        (30, "coredns", "a", 0, ["10.0.0.1"], "wrong-stale"),
+        (25, "podns-a", "a", 0, ["10.0.0.9"], "wrong-never"),
+        (39, "podns-a", "a", 3, [], "early"),                      # podns saw the delete 1 s first
+        (30, "podns-a", "a", 3, [], "wrong-nxdomain"),             # 10 s before the delete: not early
+        (30, "podns-a", "a", 2, [], "wrong-servfail"),
+        (30, "podns-b", "a", 2, [], "unavailable"),                # 15 s after its start
+        (30, "coredns", "a", 2, [], "unavailable"),                # an upstream started 15 s ago
+        (30, "coredns-k8s", "a", 2, [], "wrong-servfail"),
+        (30, "podns-a", "a", -1, [], "no-answer"),
+        (30, "podns-a", "s", 0, ["10.0.0.1"], "wrong-never"),      # a set is judged whole
+        (30, "podns-a", "s", 0, ["10.0.0.1", "10.0.0.2"], "right"),
+        (30, "podns-a", "ghost", 3, [], "right"),
+        (30, "podns-a", "ghost", 0, ["10.0.0.1"], "wrong-never"),
+    ]
+    bad = 0
+    for t, path, name, rc, addrs, want in cases:
+        got, _ = judge({"t": t0 + t, "path": path, "name": name, "rc": rc, "addrs": addrs},
+                       truth, [(t0 + 50, t0 + 60)], starts, 2.0, 5.0, 30.0)
+        if got != want:
+            bad += 1
+            print(f"selftest: {path} {name} rc={rc} {addrs} at +{t} s: {got}, want {want}", file=sys.stderr)
+    # SERVFAIL while the API server was down within the bound.
+    got, _ = judge({"t": t0 + 61, "path": "podns-a", "name": "a", "rc": 2, "addrs": []},
+                   truth, [(t0 + 50, t0 + 60)], starts, 2.0, 5.0, 30.0)
+    if got != "unavailable":
+        bad += 1
+        print(f"selftest: SERVFAIL 1 s after the API server came back: {got}", file=sys.stderr)
+    print(f"chaos.py selftest: {len(cases) + 1 - bad} of {len(cases) + 1} judged as written")
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -891,11 +977,15 @@ def main():
     r.add_argument("--start-grace", type=float, default=30.0, help="SERVFAIL allowed this long after a podns start, s")
     r.add_argument("--settle", type=float, default=15.0, help="a fault's window lasts this long past its heal, s")
     r.add_argument("--namespace", default="podns-chaos")
+    r.add_argument("--no-baseline", action="store_true", help="leave CoreDNS's kubernetes plugin out")
     r.add_argument("--out", required=True)
     c = sub.add_parser("classify", help="judge a run's answers again")
     c.add_argument("out")
     c.add_argument("--bound", type=float)
+    sub.add_parser("selftest", help="the judge on a hand-written history (no cluster)")
     a = ap.parse_args()
+    if a.cmd == "selftest":
+        sys.exit(selftest())
     if a.cmd == "run":
         sys.exit(run(a))
     sys.exit(classify(a.out, a))
