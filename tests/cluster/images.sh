@@ -8,7 +8,8 @@
 # writes OUT/NAME.tar (OCI archives for `ctr images import`) and
 # OUT/images.env (NAME_IMAGE=ref NAME_DIGEST=sha256:… for each):
 #
-#   podns    deploy/image/build.sh (the release build)
+#   podns    deploy/image/build.sh (the release build: linux/amd64 and
+#            linux/arm64 under one index)
 #   pause    the pod sandbox: tests/cluster/images/pause.c, static
 #   busybox  Debian's busybox-static (the DaemonSet's init container)
 #   coredns  the CoreDNS tests/cluster/build.sh built
@@ -63,8 +64,11 @@ while read -r a; do
   [[ "$a" == busybox ]] || applets+=(--symlink "/bin/$a:busybox")
 done < <("$busybox" --list)
 
-# podns: the release image.
-podns_digest="$("$root/deploy/image/build.sh" --out "$out/podns.tar")"
+# podns: the release image, every platform under one index (the node
+# imports its own platform's); pods pin the index's digest, as they would
+# pull it from a registry.
+podns_digest="$("$root/deploy/image/build.sh" --out "$out/podns.tar" | sed -n 's/^index //p')"
+[[ "$podns_digest" == sha256:* ]] || die "deploy/image/build.sh printed no index digest"
 version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)"
 record podns "docker.io/library/podns:$version" "$podns_digest"
 

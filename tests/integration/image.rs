@@ -2,8 +2,9 @@
 //! layout: entrypoint, default command, user, ports, the two binary paths
 //! the manifests name and the file capability of `podns-bind53`; nothing
 //! else runs in it (no shell). Built twice from the same binary it is the
-//! same bytes, so the same digest. (The image of the release build runs on
-//! the real node: tests/cluster/.)
+//! same bytes, so the same digests. (The image of the release build runs on
+//! the real node: tests/cluster/; its arm64 image runs under qemu-user:
+//! deploy/image/qemu-test.sh.)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -61,17 +62,72 @@ fn dockerfile() -> Layout {
     l
 }
 
-fn build(binary: &Path, out: &Path) -> String {
+/// `build.sh --platform linux/amd64 --binary BINARY --out OUT`: the
+/// digests it prints, (the image's, the index's).
+fn build(binary: &Path, out: &Path) -> (String, String) {
     let o = output_ok(
         Command::new("bash")
             .arg(repo().join("deploy/image/build.sh"))
-            .arg("--binary")
+            .args(["--platform", "linux/amd64", "--binary"])
             .arg(binary)
             .arg("--out")
             .arg(out),
         "deploy/image/build.sh",
     );
-    String::from_utf8(o.stdout).unwrap().trim().to_string()
+    let text = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<(&str, &str)> = text
+        .lines()
+        .map(|l| l.split_once(' ').unwrap_or((l, "")))
+        .collect();
+    assert_eq!(
+        lines.iter().map(|(what, _)| *what).collect::<Vec<_>>(),
+        ["linux/amd64", "index"],
+        "{text}"
+    );
+    for (_, digest) in &lines {
+        assert!(
+            digest.starts_with("sha256:") && digest.len() == 71,
+            "{text}"
+        );
+    }
+    let written = std::fs::read_to_string(out.with_extension("tar.digest")).unwrap();
+    assert_eq!(written.trim(), lines[1].1, "FILE.digest holds the index's");
+    (lines[0].1.to_string(), lines[1].1.to_string())
+}
+
+/// An image says the platform of what it holds: oci.py refuses an ELF
+/// file of another machine.
+#[test]
+fn an_image_refuses_a_binary_of_another_platform() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipping: no python3 for deploy/image/oci.py");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_podns");
+    let other = if cfg!(target_arch = "aarch64") {
+        "linux/amd64"
+    } else {
+        "linux/arm64"
+    };
+    let o = Command::new("python3")
+        .arg(repo().join("deploy/image/oci.py"))
+        .args(["build", "--name", "podns:x", "--platform", other, "--out"])
+        .arg(dir.path().join("x.tar"))
+        .arg("--file")
+        .arg(format!("{bin}:/usr/local/bin/podns:0755"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "an {other} image took this machine's binary"
+    );
+    assert!(
+        err.contains(&format!("not for the image's {other}")),
+        "{err}"
+    );
+    assert!(!dir.path().join("x.tar").exists());
 }
 
 #[test]
@@ -97,12 +153,12 @@ fn the_image_has_the_dockerfiles_layout_and_builds_reproducibly() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a.tar"), dir.path().join("b.tar"));
     let bin = Path::new(env!("CARGO_BIN_EXE_podns"));
-    let digest = build(bin, &a);
-    assert!(
-        digest.starts_with("sha256:") && digest.len() == 71,
-        "{digest}"
+    let (manifest, digest) = build(bin, &a);
+    assert_eq!(
+        build(bin, &b),
+        (manifest.clone(), digest.clone()),
+        "the same binary, another digest"
     );
-    assert_eq!(build(bin, &b), digest, "the same binary, another digest");
     assert!(
         std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(),
         "the same binary, other bytes"
@@ -117,6 +173,13 @@ fn the_image_has_the_dockerfiles_layout_and_builds_reproducibly() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let image: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(image["digest"], digest.as_str());
+    // One platform under the index, labelled for what it holds.
+    assert_eq!(
+        image["platforms"],
+        serde_json::json!({"linux/amd64": manifest})
+    );
+    assert_eq!(image["config"]["architecture"], "amd64");
+    assert_eq!(image["config"]["os"], "linux");
     let version = env!("CARGO_PKG_VERSION");
     assert_eq!(
         image["names"][0],
