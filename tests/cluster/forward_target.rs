@@ -527,6 +527,21 @@ fn forward_target_by_helm_resolves_a_gang_through_coredns() {
 /// The kustomize test's namespace.
 const KUST_NS: &str = "podns-kust";
 
+/// The image name the kustomize overlays render (`newName` of
+/// deploy/components/image), which an overlay on top of them replaces.
+fn overlays_image_name() -> String {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/components/image/kustomization.yaml"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("newName:"))
+        .unwrap_or_else(|| panic!("no newName in {path}"))
+        .trim()
+        .to_string()
+}
+
 #[test]
 #[ignore = "needs PODNS_CLUSTER"]
 fn forward_target_by_kustomize_resolves_a_gang_through_coredns() {
@@ -552,8 +567,10 @@ resources: [{overlay}]
 # Names of its own (the cluster-scoped RBAC too), beside other tests'.
 namespace: {KUST_NS}
 namePrefix: {RELEASE}-
+# The image the overlays' one place (deploy/components/image) names,
+# replaced with the one built here, as an operator's overlay does.
 images:
-  - name: podns
+  - name: {placeholder}
     newName: {repo}
     digest: {digest}
 patches:
@@ -576,6 +593,7 @@ patches:
         path: /spec/template/spec/containers/0/imagePullPolicy
         value: Never
 ",
+            placeholder = overlays_image_name(),
             repo = n.repository("podns"),
             digest = n.digest("podns"),
         ),

@@ -167,6 +167,8 @@ impl Node<'_> {
     /// image built here, pinned by digest, never pulled.
     pub fn helm_placement(&self) -> Vec<String> {
         vec![
+            // The repository names its registry (docker.io/library/podns).
+            "--set=image.registry=".into(),
             format!("--set=image.repository={}", self.repository("podns")),
             format!("--set=image.digest={}", self.digest("podns")),
             "--set=image.pullPolicy=Never".into(),

@@ -415,6 +415,119 @@ fn the_base_and_overlays_need_no_prometheus_operator() {
     }
 }
 
+/// The images of every container of every workload, init containers too.
+fn container_images(docs: &[Value]) -> Vec<String> {
+    docs.iter()
+        .filter(|d| ["Deployment", "DaemonSet"].contains(&d["kind"].as_str().unwrap_or_default()))
+        .flat_map(|d| {
+            let spec = &d["spec"]["template"]["spec"];
+            let list = |k: &str| spec[k].as_array().cloned().unwrap_or_default();
+            list("initContainers").into_iter().chain(list("containers"))
+        })
+        .map(|c| c["image"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Every workload of both modes, kustomize and Helm, takes podns's image
+/// from the one place that names the registry: the component
+/// deploy/components/image for the overlays, `image.registry` for the
+/// chart (deploy/README.md "Images"). None names a bare `podns…`, which a
+/// runtime would pull from Docker Hub; the tag is this version.
+#[test]
+fn the_manifests_name_podns_registry_in_one_place() {
+    let version = env!("CARGO_PKG_VERSION");
+    let component: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(repo().join("deploy/components/image/kustomization.yaml"))
+            .unwrap(),
+    )
+    .unwrap();
+    let image = &component["images"][0];
+    assert_eq!(image["name"], "podns");
+    assert_eq!(
+        image["newTag"], version,
+        "the overlays' tag is this version"
+    );
+    let name = image["newName"].as_str().unwrap();
+    assert!(
+        name.split('/').next().unwrap().contains('.'),
+        "{name}: the overlays name a registry host"
+    );
+    // The sample training pod (not rendered) says the same.
+    let sample: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(repo().join("deploy/overlays/daemonset/sample-training-pod.yaml"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        sample["spec"]["initContainers"][0]["image"],
+        format!("{name}:{version}")
+    );
+    let podns = |images: Vec<String>| -> Vec<String> {
+        images
+            .into_iter()
+            .filter(|i| !i.starts_with("busybox"))
+            .collect()
+    };
+    for mode in ["forward-target", "daemonset"] {
+        let kustomization = repo().join("deploy/overlays").join(mode);
+        let text = std::fs::read_to_string(kustomization.join("kustomization.yaml")).unwrap();
+        assert!(
+            !text.contains("\nimages:"),
+            "{mode} names an image of its own"
+        );
+        let Some(text) = kustomize(&kustomization) else {
+            return;
+        };
+        let images = podns(container_images(&docs_of(&text)));
+        assert!(!images.is_empty(), "{mode}: no podns container");
+        for i in images {
+            assert_eq!(i, format!("{name}:{version}"), "{mode}");
+        }
+    }
+
+    let Some(helm) = helm() else {
+        eprintln!(
+            "skipping the chart's image: no helm (tests/cluster/build.sh helm, or PODNS_HELM)"
+        );
+        return;
+    };
+    let chart = repo().join("deploy/helm/podns");
+    let meta: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(chart.join("Chart.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(meta["appVersion"], version);
+    let digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    for (set, want) in [
+        (String::new(), format!("registry.invalid/podns:{version}")),
+        (
+            ",image.registry=127.0.0.1:5000/ml/".into(),
+            format!("127.0.0.1:5000/ml/podns:{version}"),
+        ),
+        (
+            format!(
+                ",image.registry=,image.repository=docker.io/library/podns,image.digest={digest}"
+            ),
+            format!("docker.io/library/podns:{version}@{digest}"),
+        ),
+    ] {
+        for mode in ["forward-target", "daemonset"] {
+            let out = output_ok(
+                Command::new(&helm)
+                    .args(["template", "podns", "--set", &format!("mode={mode}{set}")])
+                    .arg(&chart),
+                &format!("helm template {mode}{set}"),
+            );
+            let images = podns(container_images(&docs_of(
+                &String::from_utf8(out.stdout).unwrap(),
+            )));
+            assert!(!images.is_empty(), "{mode}: no podns container");
+            for i in images {
+                assert_eq!(i, want, "{mode}{set}");
+            }
+        }
+    }
+}
+
 /// The chart's schema rejects what the API server would (a memory limit
 /// of `abc`, a malformed digest) before anything is rendered, and accepts
 /// the quantities Kubernetes writes.

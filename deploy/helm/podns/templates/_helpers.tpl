@@ -63,7 +63,7 @@ and the node instances alike, so both answer the same). */}}
 {{/* The podns container's parts every workload shares (its env is
 podns.env's, plus what the workload adds). */}}
 {{- define "podns.containerCommon" -}}
-image: {{ include "podns.imageRef" (dict "image" (printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion)) "digest" .Values.image.digest) | quote }}
+image: {{ include "podns.image" . | quote }}
 imagePullPolicy: {{ .Values.image.pullPolicy }}
 # One slow or lost answer takes no replica out of its Service: three in a
 # row (about 6 s) do. A pod that is shutting down leaves the Service at
@@ -83,6 +83,14 @@ livenessProbe:
   periodSeconds: 10
   timeoutSeconds: 3
   failureThreshold: 3
+{{- end -}}
+
+{{/* podns's image: image.registry (when set) / image.repository : tag,
+pinned by digest when one is given. */}}
+{{- define "podns.image" -}}
+{{- $repo := .Values.image.repository -}}
+{{- with .Values.image.registry }}{{ $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}{{ end -}}
+{{- include "podns.imageRef" (dict "image" (printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion)) "digest" .Values.image.digest) -}}
 {{- end -}}
 
 {{/* An image reference, pinned by digest when one is given; called with
