@@ -5,7 +5,7 @@
 #
 #   tests/cluster/build.sh                  every pinned part and version
 #   tests/cluster/build.sh --k8s V PART…    PARTs (etcd kubernetes kwok coredns
-#                                           helm, or all) for Kubernetes V only
+#                                           helm oracle, or all) for Kubernetes V only
 #
 # and prints the bin dir. Each binary is $bin/NAME-VERSION; the unversioned
 # $bin/NAME links to the default release (K8S_VERSION, its etcd,
@@ -166,6 +166,34 @@ build_helm() {
   build_plain helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
 }
 
+# --- chaos oracle (benches/harness/chaos.py): a part of our own, not a pin.
+# build_oracle K8S: tests/cluster/oracle/main.go (client-go, no podns code)
+# with client-go at the release's staging version, as
+# $bin/podns-oracle-K8S-HASH (HASH: its source's), linked as
+# $bin/podns-oracle-K8S (and podns-oracle for the default release): a
+# changed source builds anew, an unchanged one nothing.
+build_oracle() {
+  local K8S_VERSION="$1" staging hash out dir
+  staging="v0.${K8S_VERSION#v1.}"
+  hash="$(sha256sum <"$here/oracle/main.go" | cut -c1-12)"
+  out="$bin/podns-oracle-$K8S_VERSION-$hash"
+  if [[ ! -x "$out" ]]; then
+    dir="$cache/src/podns-oracle-$K8S_VERSION-$hash"
+    mkdir -p "$dir"
+    log "podns-oracle $K8S_VERSION (client-go $staging)"
+    cp "$here/oracle/main.go" "$dir/main.go"
+    printf 'module podns.local/oracle\n\ngo 1.24.0\n\nrequire (\n\tk8s.io/api %s\n\tk8s.io/apimachinery %s\n\tk8s.io/client-go %s\n)\n' \
+      "$staging" "$staging" "$staging" >"$dir/go.mod"
+    (cd "$dir" && go mod tidy >/dev/null 2>"$dir/tidy.log") || { cat "$dir/tidy.log" >&2; die "go mod tidy failed for podns-oracle ($K8S_VERSION)"; }
+    (cd "$dir" && go build -ldflags "-s -w" -o "$out.tmp" .)
+    mv "$out.tmp" "$out"
+  fi
+  link "podns-oracle-$K8S_VERSION" "$out"
+  [[ "$K8S_VERSION" == "$default_k8s" ]] && link podns-oracle "$out"
+  return 0
+}
+# --- end chaos oracle
+
 default_k8s="$K8S_VERSION"
 releases=($K8S_VERSIONS)
 if [[ "${1:-}" == --k8s ]]; then
@@ -179,6 +207,7 @@ parts=("$@")
 ((${#parts[@]})) || parts=(all)
 k8s_all() { local r; for r in "${releases[@]}"; do build_k8s "$r"; done; }
 etcd_all() { local r; for r in "${releases[@]}"; do build_etcd "$(etcd_for "$r")"; done; }
+oracle_all() { local r; for r in "${releases[@]}"; do build_oracle "$r"; done; }
 for p in "${parts[@]}"; do
   case "$p" in
     etcd) etcd_all ;;
@@ -186,8 +215,9 @@ for p in "${parts[@]}"; do
     kwok) build_kwok ;;
     coredns) build_coredns ;;
     helm) build_helm ;;
-    all) etcd_all; k8s_all; build_kwok; build_coredns; build_helm ;;
-    *) die "unknown part '$p' (etcd, kubernetes, kwok, coredns, helm, all)" ;;
+    oracle) oracle_all ;;
+    all) etcd_all; k8s_all; build_kwok; build_coredns; build_helm; oracle_all ;;
+    *) die "unknown part '$p' (etcd, kubernetes, kwok, coredns, helm, oracle, all)" ;;
   esac
 done
 echo "$bin"
