@@ -525,8 +525,8 @@ class Faults:
     def podns_start_around_apiserver_restart(self, p):
         t0 = time.time()
         self.b.stop()
+        t_stopping = time.time()
         self.ctl("stop-apiserver")
-        t_stopped = time.time()
         off = p["offset"]
         if off < 0:
             self.b.start()
@@ -545,7 +545,7 @@ class Faults:
             ready = wait_until("podns-b /readyz", 120, lambda: is_ready(self.b.admin) and time.time(), 0.1)
         except RuntimeError:
             pass
-        return {"start": t0, "healed": max(box["done"], ready or box["done"]), "api_down": [[t_stopped, box["ready"]]],
+        return {"start": t0, "healed": max(box["done"], ready or box["done"]), "api_down": [[t_stopping, box["ready"]]],
                 "api_started": info["api_start"], "podns_b_ready": ready,
                 **({"error": box["error"]} if "error" in box else {})}
 
@@ -771,13 +771,17 @@ def judge(ans, truth, api_down, starts, bound, cache_allowance, start_grace):
     if matches(kind, answer, cur[2]):
         return "right", None
     past = [iv for iv in ivs if iv[1] <= t and matches(kind, answer, iv[2])]
-    if past:
-        st = t - max(iv[1] for iv in past)
-        if st <= allow:
-            return "stale", st
     future = [iv[0] - t for iv in ivs if iv[0] > t and matches(kind, answer, iv[2])]
-    if future and min(future) <= bound:
-        return "early", min(future)
+    st = t - max(iv[1] for iv in past) if past else float("inf")
+    ld = min(future) if future else float("inf")
+    # The nearer explanation: a truth that ended st ago, or one the oracle
+    # recorded ld later (both can fit an answer given as the truth moved).
+    if st <= allow and st <= ld:
+        return "stale", st
+    if ld <= bound:
+        return "early", ld
+    if st <= allow:
+        return "stale", st
     if past:
         return ("wrong-nxdomain" if not answer else "wrong-stale"), t - max(iv[1] for iv in past)
     return "wrong-never", None
@@ -850,7 +854,8 @@ def classify(out, a=None):
     n_faults = Counter(f["fault"] for f in faults)
     lines = [f"# Chaos run: seed {meta['seed']}, {meta['schedule']} schedule, Kubernetes {meta['k8s']}",
              "",
-             f"podns {meta['commit']} ({meta['podns']}), {total} answers judged over "
+             f"{meta.get('podns_version') or 'podns'} ({meta['podns']}; harness at {meta['commit']}), "
+             f"CoreDNS {os.path.basename(os.path.realpath(meta.get('coredns', 'coredns')))}, {total} answers judged over "
              f"{(meta.get('end', truth.last_t) - meta.get('t0', meta['start'])):.0f} s; bound {bound} s "
              f"(+{cache_allowance} s on the coredns path), SERVFAIL allowed within {start_grace} s of a podns start "
              f"or while the API server was down; windows: injection to heal + {settle} s.",
@@ -895,7 +900,8 @@ def classify(out, a=None):
               "podns ready after start: " + (", ".join(f"{s} {d:.1f} s" for s, d in ready_after) or "—") + "."]
     for f in faults:
         lines.append(f"- {f['fault']} {f.get('params', {})}: healed after {f['healed'] - f['start']:.1f} s"
-                     + (f", API server down {sum(b - a for a, b in f.get('api_down', [])):.1f} s" if f.get("api_down") else "")
+                     + (f", API server down {sum(b - a for a, b in f.get('api_down', [])):.1f} s (SIGTERM or SIGSTOP to /readyz)"
+                        if f.get("api_down") else "")
                      + (f", ERROR {f['error']}" if f.get("error") else ""))
     if wrong:
         lines += ["", f"First wrong answers (all {len(wrong)} in wrong.jsonl):", ""]
