@@ -23,7 +23,7 @@
 //! - propagation: a pod created on a node instance's node until that node
 //!   instance answers its name, p50/p99, without churn and with it;
 //! - node instances' RSS;
-//! - for the sizing table (deploy/README.md "Sizing: memory"), in the same
+//! - for the sizing table (deploy/README.md "Size"), in the same
 //!   run: the RSS and peak of a forward target (`podns serve` without a
 //!   relay) over the same simulator, of the relay and of the node
 //!   instances.

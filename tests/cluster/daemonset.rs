@@ -308,7 +308,7 @@ fn daemonset_node_instance_answers_the_gang_and_uninstalls_clean() {
         report(&c, &l);
     }
 
-    // Uninstall as deploy/README.md "Uninstall (DaemonSet)" says: the pods
+    // Uninstall as deploy/README.md "Uninstall" says: the pods
     // that ask 169.254.20.11 first, then the release, then podns0 from a
     // privileged debug pod on the node.
     drop(train);

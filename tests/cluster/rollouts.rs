@@ -186,7 +186,7 @@ fn rollouts_and_kills_under_load() {
     // waits its 1 s timeout for the rest before the next nameserver. The
     // first case runs on the node as the kernel has it; the others with
     // port unreachable out of the rate-limited types (deploy/README.md
-    // "Rolling out"), put back at the end.
+    // "Upgrade and roll back"), put back at the end.
     let icmp = IcmpRatemask::read();
     let mut cases = vec![];
     for (name, coredns, tuned) in [
