@@ -750,6 +750,16 @@ fn the_chart_and_overlays_name_this_version() {
         serde_saphyr::from_str(&read("deploy/helm/podns/Chart.yaml")).unwrap();
     assert_eq!(chart["version"], version, "Chart.yaml version");
     assert_eq!(chart["appVersion"], version, "Chart.yaml appVersion");
+    // The overlays take the image from one component: its tag names the
+    // release, and every overlay includes it.
+    let component = "deploy/components/image/kustomization.yaml";
+    let k: serde_json::Value = serde_saphyr::from_str(&read(component)).unwrap();
+    let images = k["images"].as_array().cloned().unwrap_or_default();
+    let podns: Vec<_> = images.iter().filter(|i| i["name"] == "podns").collect();
+    assert_eq!(podns.len(), 1, "{component}: one podns image: {images:?}");
+    // A digest pins the image whatever the tag says; the tag still names
+    // the release.
+    assert_eq!(podns[0]["newTag"], version, "{component}: {}", podns[0]);
     let mut overlays = 0;
     for entry in std::fs::read_dir(root.join("deploy/overlays")).unwrap() {
         let path = entry.unwrap().path().join("kustomization.yaml");
@@ -757,15 +767,17 @@ fn the_chart_and_overlays_name_this_version() {
             continue;
         };
         let k: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
-        let images = k["images"].as_array().cloned().unwrap_or_default();
-        for image in images.iter().filter(|i| i["name"] == "podns") {
-            overlays += 1;
-            // A digest pins the image whatever the tag says; the tag still
-            // names the release.
-            assert_eq!(image["newTag"], version, "{}: {image}", path.display());
-        }
+        let components = k["components"].as_array().cloned().unwrap_or_default();
+        assert!(
+            components
+                .iter()
+                .any(|c| c.as_str().is_some_and(|c| c.ends_with("components/image"))),
+            "{} takes its image from {component}: {components:?}",
+            path.display()
+        );
+        overlays += 1;
     }
-    assert!(overlays >= 2, "the overlays set podns's image tag");
+    assert!(overlays >= 2, "both overlays read");
     assert!(
         read("Dockerfile").contains(&format!("-t podns:{version} ")),
         "the Dockerfile's build line tags podns:{version}"
