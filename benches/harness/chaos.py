@@ -99,6 +99,7 @@ from collections import Counter, defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dnsq import parse, query  # noqa: E402
+from kube import Kube as KubeBase, load_env  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CTL = os.path.join(REPO, "tests", "cluster", "ctl.sh")
@@ -111,15 +112,6 @@ CLASSES = ["right", "stale", "early", "unavailable", "no-answer",
 
 def log(msg):
     print(f"chaos {time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)
-
-
-def load_env(d):
-    env = {}
-    for line in open(os.path.join(d, "env")):
-        if "=" in line and not line.startswith("export"):
-            k, v = line.strip().split("=", 1)
-            env[k] = v
-    return env
 
 
 class Jsonl:
@@ -139,31 +131,11 @@ class Jsonl:
         self.f.close()
 
 
-class Kube:
-    """The API server as cluster admin (up.sh's client certificate); every
-    request has a timeout, so a stopped API server blocks nobody."""
+class Kube(KubeBase):
+    """The API server as cluster admin; requests time out in 10 s, so a
+    stopped API server blocks nobody."""
 
-    def __init__(self, cluster):
-        env = load_env(cluster)
-        self.url = env["APISERVER_URL"]
-        pki = os.path.join(cluster, "pki")
-        self.ctx = ssl.create_default_context(cafile=env["CLUSTER_CA"])
-        self.ctx.load_cert_chain(os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
-
-    def req(self, method, path, body=None, timeout=10):
-        data = json.dumps(body).encode() if body is not None else None
-        r = urllib.request.Request(self.url + path, data=data, method=method)
-        if data is not None:
-            r.add_header("content-type", "application/json")
-        with urllib.request.urlopen(r, context=self.ctx, timeout=timeout) as f:
-            raw = f.read()
-            return json.loads(raw) if raw[:1] in (b"{", b"[") else raw.decode()
-
-    def try_req(self, *a, **k):
-        try:
-            return self.req(*a, **k)
-        except Exception as e:  # noqa: BLE001 (the API server may be down: report it)
-            return e
+    TIMEOUT = 10
 
     def ready(self):
         r = self.try_req("GET", "/readyz", timeout=2)

@@ -118,41 +118,11 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dnsq import parse, query  # noqa: E402
 from promtext import parse as parse_metrics  # noqa: E402
+from kube import Kube as KubeBase, load_env  # noqa: E402,F401
 
 
-def load_env(d):
-    env = {}
-    for line in open(os.path.join(d, "env")):
-        if "=" in line and not line.startswith("export"):
-            k, v = line.strip().split("=", 1)
-            env[k] = v
-    return env
-
-
-class Kube:
-    """The real API server as cluster admin (client certificate)."""
-
-    def __init__(self, cluster):
-        env = load_env(cluster)
-        self.url = env["APISERVER_URL"]
-        pki = os.path.join(cluster, "pki")
-        self.ctx = ssl.create_default_context(cafile=env["CLUSTER_CA"])
-        self.ctx.load_cert_chain(os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
-
-    def req(self, method, path, body=None, ctype="application/json", timeout=30):
-        data = json.dumps(body).encode() if body is not None else None
-        r = urllib.request.Request(self.url + path, data=data, method=method)
-        if data is not None:
-            r.add_header("content-type", ctype)
-        with urllib.request.urlopen(r, context=self.ctx, timeout=timeout) as f:
-            raw = f.read()
-            return json.loads(raw) if raw[:1] in (b"{", b"[") else raw.decode()
-
-    def try_req(self, *a, **k):
-        try:
-            return self.req(*a, **k)
-        except Exception as e:  # noqa: BLE001 (bench: report and go on)
-            return e
+class Kube(KubeBase):
+    """The real API server as cluster admin, and what the stages ask of it."""
 
     def metrics(self):
         return parse_metrics(self.req("GET", "/metrics"))
