@@ -465,6 +465,30 @@ struct Probe {
 
 type Check = Box<dyn Fn(&[Value]) -> bool>;
 
+/// The probes whose query does not show what it must yet, each with its
+/// last answer: Prometheus asked once for each.
+async fn unmet(prom: SocketAddr, probes: Vec<Probe>) -> Vec<Probe> {
+    let mut waiting = vec![];
+    for mut p in probes {
+        match query(prom, &p.query).await {
+            Ok(result) if (p.ok)(&result) => continue,
+            Ok(result) => p.last = serde_json::to_string(&result).unwrap(),
+            Err(e) => p.last = e,
+        }
+        waiting.push(p);
+    }
+    waiting
+}
+
+/// Each probe's query and last answer, a pair of lines each.
+fn shown(probes: &[Probe]) -> String {
+    probes
+        .iter()
+        .map(|p| format!("{}\n    last: {}", p.query, p.last))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// What a dashboard query must show about the traffic and the faults the
 /// test caused, beyond "data, and every value a number".
 fn expectation(title: &str, ref_id: &str, result: &[Value]) -> bool {
@@ -739,27 +763,14 @@ async fn dashboard_queries_and_alerts_work_on_a_real_prometheus_scraping_the_dem
     }
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let mut waiting = vec![];
-        for mut p in probes {
-            match query(prom_addr, &p.query).await {
-                Ok(result) if (p.ok)(&result) => continue,
-                Ok(result) => p.last = serde_json::to_string(&result).unwrap(),
-                Err(e) => p.last = e,
-            }
-            waiting.push(p);
-        }
-        probes = waiting;
+        probes = unmet(prom_addr, probes).await;
         if probes.is_empty() {
             break;
         }
         assert!(
             Instant::now() < deadline,
             "dashboard queries without the expected data:\n{}",
-            probes
-                .iter()
-                .map(|p| format!("{}\n    last: {}", p.query, p.last))
-                .collect::<Vec<_>>()
-                .join("\n")
+            shown(&probes)
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -1168,27 +1179,14 @@ async fn a_node_instance_keeps_its_series_budget_and_each_role_passes_promtool()
             )
             .await;
         }
-        let mut waiting = vec![];
-        for mut p in probes {
-            match query(prom_addr, &p.query).await {
-                Ok(result) if (p.ok)(&result) => continue,
-                Ok(result) => p.last = serde_json::to_string(&result).unwrap(),
-                Err(e) => p.last = e,
-            }
-            waiting.push(p);
-        }
-        probes = waiting;
+        probes = unmet(prom_addr, probes).await;
         if probes.is_empty() {
             break;
         }
         assert!(
             Instant::now() < deadline,
             "relay and node instance queries without the expected data:\n{}",
-            probes
-                .iter()
-                .map(|p| format!("{}\n    last: {}", p.query, p.last))
-                .collect::<Vec<_>>()
-                .join("\n")
+            shown(&probes)
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
