@@ -235,6 +235,26 @@ type source struct {
 	on    func(typ string, obj any)
 }
 
+// listed turns a typed List (pods.List, …) into a source's: its items, as
+// runtime objects, and the list's resourceVersion.
+func listed[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error)) func(context.Context, metav1.ListOptions) ([]runtime.Object, string, error) {
+	return func(ctx context.Context, opts metav1.ListOptions) ([]runtime.Object, string, error) {
+		l, err := list(ctx, opts)
+		if err != nil {
+			return nil, "", err
+		}
+		items, err := meta.ExtractList(l)
+		if err != nil {
+			return nil, "", err
+		}
+		m, err := meta.ListAccessor(l)
+		if err != nil {
+			return nil, "", err
+		}
+		return items, m.GetResourceVersion(), nil
+	}
+}
+
 func nameOf(obj runtime.Object) (string, string) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
@@ -401,42 +421,9 @@ func main() {
 	svcs := cs.CoreV1().Services(ns_)
 	jobs := cs.BatchV1().Jobs(ns_)
 	sources := []source{
-		{res: "pods", on: o.onPod, watch: pods.Watch,
-			list: func(ctx context.Context, opts metav1.ListOptions) ([]runtime.Object, string, error) {
-				l, err := pods.List(ctx, opts)
-				if err != nil {
-					return nil, "", err
-				}
-				out := make([]runtime.Object, len(l.Items))
-				for i := range l.Items {
-					out[i] = &l.Items[i]
-				}
-				return out, l.ResourceVersion, nil
-			}},
-		{res: "services", on: o.onService, watch: svcs.Watch,
-			list: func(ctx context.Context, opts metav1.ListOptions) ([]runtime.Object, string, error) {
-				l, err := svcs.List(ctx, opts)
-				if err != nil {
-					return nil, "", err
-				}
-				out := make([]runtime.Object, len(l.Items))
-				for i := range l.Items {
-					out[i] = &l.Items[i]
-				}
-				return out, l.ResourceVersion, nil
-			}},
-		{res: "jobs", on: o.onJob, watch: jobs.Watch,
-			list: func(ctx context.Context, opts metav1.ListOptions) ([]runtime.Object, string, error) {
-				l, err := jobs.List(ctx, opts)
-				if err != nil {
-					return nil, "", err
-				}
-				out := make([]runtime.Object, len(l.Items))
-				for i := range l.Items {
-					out[i] = &l.Items[i]
-				}
-				return out, l.ResourceVersion, nil
-			}},
+		{res: "pods", on: o.onPod, watch: pods.Watch, list: listed(pods.List)},
+		{res: "services", on: o.onService, watch: svcs.Watch, list: listed(svcs.List)},
+		{res: "jobs", on: o.onJob, watch: jobs.Watch, list: listed(jobs.List)},
 	}
 	synced := make(chan struct{}, len(sources))
 	var wg sync.WaitGroup
