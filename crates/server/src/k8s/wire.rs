@@ -1053,23 +1053,12 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(async move { axum::serve(listener, app).await });
         let url: http::Uri = format!("http://{addr}").parse().unwrap();
+        let (client, mut cfg) = config(&url);
+        cfg.url_path = "/api/v1/pods".into();
+        cfg.label_selector = Some("app=x".into());
         let ctx = Ctx {
-            client: kube::Client::try_from(kube::Config::new(url)).unwrap(),
-            cfg: RawConfig {
-                url_path: "/api/v1/pods".into(),
-                label_selector: Some("app=x".into()),
-                list_semantic: ListSemantic::Any,
-                streaming: false,
-                wire: Wire::Json,
-                seen: None,
-                bookmarked: None,
-                held: None,
-                progress: None,
-                mux: None,
-                probe: None,
-                steady_bookmarks: false,
-                currency: None,
-            },
+            client,
+            cfg,
             fields: Some("spec.nodeName=n1".into()),
         };
         let r = ctx.probe::<SlimPod>("41").await;
